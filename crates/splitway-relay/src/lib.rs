@@ -1,0 +1,1 @@
+//! splitway-relay

@@ -1,0 +1,35 @@
+//! splitway-sys: the one crate that talks to the kernel.
+//!
+//! Every `unsafe` block of the project lives here, each with a `SAFETY:`
+//! comment. Other crates get safe wrappers: socket options, splice and
+//! pipes, netfilter and route setup, network namespaces, and (later) the BPF
+//! loader.
+
+pub mod netns;
+
+use thiserror::Error;
+
+/// Errors from system calls and system commands. These are always
+/// "internal" from the relay's point of view: the local host refused.
+#[derive(Debug, Error)]
+pub enum SysError {
+    #[error("{op}: {source}")]
+    Io {
+        op: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("command {cmd} failed: {detail}")]
+    Command { cmd: String, detail: String },
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl SysError {
+    pub fn io(op: impl Into<String>, source: std::io::Error) -> Self {
+        SysError::Io {
+            op: op.into(),
+            source,
+        }
+    }
+}
