@@ -1,1 +1,20 @@
-//! splitway-lab
+//! splitway-lab: `splitway lab`, an emulated WAN that measures every relay
+//! configuration against the model.
+//!
+//! - `emu`: the link emulator (delay, jitter, loss, rate) over TUN devices
+//! - `topology`: a chain of hosts in network namespaces joined by emulated links
+//! - `fidelity`: `splitway lab fidelity`, the emulator measured against its configuration
+//! - `model`: predicted TTFB and download time per configuration (no I/O)
+//! - `scenario`: scenario files (`lab/scenarios/*.toml`) and what-if chains
+//! - `runner`: runs real nginx, curl, HAProxy, ssh and splitway through each configuration
+//! - `report`: terminal tables, JSON and SVG charts
+//! - `cli`: the `splitway lab` command line
+
+pub mod cli;
+pub mod emu;
+pub mod fidelity;
+pub mod model;
+pub mod report;
+pub mod runner;
+pub mod scenario;
+pub mod topology;

@@ -2,10 +2,12 @@
 //!
 //! Every `unsafe` block of the project lives here, each with a `SAFETY:`
 //! comment. Other crates get safe wrappers: socket options, splice and
-//! pipes, netfilter and route setup, network namespaces, and (later) the BPF
-//! loader.
+//! pipes, netfilter and route setup, network namespaces, TUN devices and
+//! real-time scheduling for the lab, and (later) the BPF loader.
 
 pub mod netns;
+pub mod rt;
+pub mod tun;
 
 use thiserror::Error;
 

@@ -1,0 +1,517 @@
+//! The relay's Prometheus metrics.
+//!
+//! Every label value is a closed Rust enum (or, for `peer`, a name taken from
+//! the configuration), so the number of series is fixed by the code and the
+//! config, never by traffic. Addresses never become label values.
+//!
+//! All enum-labelled series are created up front and their handles kept in
+//! arrays indexed by the enum, so a hot-path update is one atomic add: no
+//! hashing, no lock, no allocation. Creating them up front also exports every
+//! series as `0` from the first scrape, which `rate()` needs.
+
+use std::fmt::{self, Write as _};
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Prefix of every metric name this crate exports.
+pub const METRIC_PREFIX: &str = "splitway";
+
+/// Upper bounds (seconds) of the `setup_seconds` histogram buckets: a
+/// 1-2.5-5 ladder (exponential per decade) from 50 µs to 10 s. Chosen over
+/// `exponential_buckets` so the `le` labels stay human-readable.
+pub const SETUP_SECONDS_BUCKETS: [f64; 17] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
+];
+
+/// Defines a label-value enum with `ALL`, `COUNT`, `as_str()`, `Display` and
+/// an `EncodeLabelValue` impl that writes `as_str()`.
+///
+/// The derive from prometheus-client would export the Rust variant name
+/// (`HttpConnect`); the exported values are the snake_case names instead.
+macro_rules! label_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident => $value:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: [$name; [$($value),+].len()] = [$($name::$variant),+];
+            /// Number of values.
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// The label value exported to Prometheus.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $value, )+
+                }
+            }
+
+            /// Position in [`Self::ALL`]; indexes the pre-resolved handles.
+            const fn index(self) -> usize {
+                self as usize
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), fmt::Error> {
+                encoder.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_enum! {
+    /// How a connection reached the relay.
+    pub enum Mode {
+        /// Transparently intercepted (TPROXY).
+        Tproxy => "tproxy",
+        /// SOCKS5 `CONNECT`.
+        Socks5 => "socks5",
+        /// HTTP `CONNECT`.
+        HttpConnect => "http_connect",
+        /// From an upstream splitway peer relay.
+        Peer => "peer",
+    }
+}
+
+label_enum! {
+    /// Why a relayed connection ended.
+    pub enum CloseReason {
+        /// Both directions finished normally.
+        Completed => "completed",
+        /// The client reset the connection.
+        ClientReset => "client_reset",
+        /// The server or next relay reset the connection.
+        UpstreamReset => "upstream_reset",
+        /// The next leg's connect was refused.
+        ConnectRefused => "connect_refused",
+        /// The next leg's destination was unreachable.
+        ConnectUnreachable => "connect_unreachable",
+        /// The next leg's connect timed out.
+        ConnectTimeout => "connect_timeout",
+        /// No route matched the destination.
+        NoRoute => "no_route",
+        /// The relay-chain TTL ran out.
+        TtlExceeded => "ttl_exceeded",
+        /// Policy forbids the destination or the client.
+        NotAllowed => "not_allowed",
+        /// No data moved for the idle timeout.
+        IdleTimeout => "idle_timeout",
+        /// The client did not finish its handshake in time.
+        HandshakeTimeout => "handshake_timeout",
+        /// Peer or proxy authentication failed.
+        AuthFailed => "auth_failed",
+        /// The client's request could not be parsed.
+        BadRequest => "bad_request",
+        /// A bug or resource failure inside the relay.
+        Internal => "internal",
+    }
+}
+
+label_enum! {
+    /// Why a peer relay's authentication was rejected.
+    pub enum AuthFailureReason {
+        /// The header did not start with the protocol magic.
+        BadMagic => "bad_magic",
+        /// Unsupported protocol version.
+        BadVersion => "bad_version",
+        /// The MAC did not verify.
+        BadMac => "bad_mac",
+        /// Verified, but refused (e.g. stale timestamp, replay, unknown key).
+        Rejected => "rejected",
+        /// The header was structurally invalid.
+        Malformed => "malformed",
+        /// The peer did not send its header in time.
+        Timeout => "timeout",
+        /// The peer closed before completing its header.
+        Closed => "closed",
+    }
+}
+
+label_enum! {
+    /// Which way relayed bytes flowed.
+    pub enum Direction {
+        /// From the client towards the server (or next relay).
+        ToServer => "to_server",
+        /// From the server (or next relay) back to the client.
+        ToClient => "to_client",
+    }
+}
+
+label_enum! {
+    /// How relayed bytes were moved between the two sockets.
+    pub enum Path {
+        /// Zero-copy `splice(2)` through a pipe.
+        Splice => "splice",
+        /// Userspace read/write copy.
+        Copy => "copy",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    mode: Mode,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClosedLabels {
+    mode: Mode,
+    reason: CloseReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AuthFailureLabels {
+    reason: AuthFailureReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BytesLabels {
+    direction: Direction,
+    path: Path,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    path: Path,
+}
+
+/// Label set of `splitway_peer_connect_failures_total`.
+///
+/// `peer` must be a peer NAME from the configuration, never an address or any
+/// other value derived from traffic: the config is what bounds this label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    /// Configured peer name.
+    pub peer: String,
+}
+
+type CounterU64 = Counter<u64, AtomicU64>;
+type SetupHistogramFamily = Family<ModeLabels, Histogram, fn() -> Histogram>;
+
+fn new_setup_histogram() -> Histogram {
+    Histogram::new(SETUP_SECONDS_BUCKETS)
+}
+
+/// The relay's metrics registry. Create once, share as `Arc<Metrics>`.
+///
+/// Exported families (all prefixed `splitway_`):
+///
+/// | name | type | labels |
+/// | --- | --- | --- |
+/// | `connections_accepted_total` | counter | `mode` |
+/// | `connections_active` | gauge | `mode` |
+/// | `connections_closed_total` | counter | `mode`, `reason` |
+/// | `peer_auth_failures_total` | counter | `reason` |
+/// | `forwarded_bytes_total` | counter | `direction`, `path` |
+/// | `data_path_chosen_total` | counter | `path` |
+/// | `setup_seconds` | histogram | `mode` |
+/// | `peer_connect_failures_total` | counter | `peer` (config names) |
+pub struct Metrics {
+    registry: Registry,
+    accepted: [CounterU64; Mode::COUNT],
+    active: [Gauge; Mode::COUNT],
+    closed: [[CounterU64; CloseReason::COUNT]; Mode::COUNT],
+    auth_failures: [CounterU64; AuthFailureReason::COUNT],
+    forwarded_bytes: [[CounterU64; Path::COUNT]; Direction::COUNT],
+    path_chosen: [CounterU64; Path::COUNT],
+    setup_seconds: [Histogram; Mode::COUNT],
+    peer_connect_failures: Family<PeerLabels, CounterU64>,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates the registry with every family registered and every
+    /// enum-labelled series present at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(METRIC_PREFIX);
+
+        // prometheus-client appends `_total` to counter names itself.
+        let accepted_family = Family::<ModeLabels, CounterU64>::default();
+        registry.register(
+            "connections_accepted",
+            "Connections accepted, by how they arrived",
+            accepted_family.clone(),
+        );
+        let active_family = Family::<ModeLabels, Gauge>::default();
+        registry.register(
+            "connections_active",
+            "Connections currently being relayed",
+            active_family.clone(),
+        );
+        let closed_family = Family::<ClosedLabels, CounterU64>::default();
+        registry.register(
+            "connections_closed",
+            "Connections closed, by mode and reason",
+            closed_family.clone(),
+        );
+        let auth_family = Family::<AuthFailureLabels, CounterU64>::default();
+        registry.register(
+            "peer_auth_failures",
+            "Peer relay authentication failures, by reason",
+            auth_family.clone(),
+        );
+        let bytes_family = Family::<BytesLabels, CounterU64>::default();
+        registry.register(
+            "forwarded_bytes",
+            "Bytes forwarded, by direction and data path",
+            bytes_family.clone(),
+        );
+        let path_family = Family::<PathLabels, CounterU64>::default();
+        registry.register(
+            "data_path_chosen",
+            "Connection directions that moved data, by data path",
+            path_family.clone(),
+        );
+        let setup_family: SetupHistogramFamily =
+            Family::new_with_constructor(new_setup_histogram as fn() -> Histogram);
+        registry.register_with_unit(
+            "setup",
+            "Time from accept until the next leg is connected",
+            Unit::Seconds,
+            setup_family.clone(),
+        );
+        let peer_connect_failures = Family::<PeerLabels, CounterU64>::default();
+        registry.register(
+            "peer_connect_failures",
+            "Failed connects to a configured peer relay, by peer name",
+            peer_connect_failures.clone(),
+        );
+
+        // Handles are Arc-backed: a clone updates the series in the registry.
+        Self {
+            accepted: Mode::ALL.map(|mode| accepted_family.get_or_create(&ModeLabels { mode }).clone()),
+            active: Mode::ALL.map(|mode| active_family.get_or_create(&ModeLabels { mode }).clone()),
+            closed: Mode::ALL.map(|mode| {
+                CloseReason::ALL.map(|reason| {
+                    closed_family
+                        .get_or_create(&ClosedLabels { mode, reason })
+                        .clone()
+                })
+            }),
+            auth_failures: AuthFailureReason::ALL
+                .map(|reason| auth_family.get_or_create(&AuthFailureLabels { reason }).clone()),
+            forwarded_bytes: Direction::ALL.map(|direction| {
+                Path::ALL.map(|path| {
+                    bytes_family
+                        .get_or_create(&BytesLabels { direction, path })
+                        .clone()
+                })
+            }),
+            path_chosen: Path::ALL.map(|path| path_family.get_or_create(&PathLabels { path }).clone()),
+            setup_seconds: Mode::ALL
+                .map(|mode| setup_family.get_or_create(&ModeLabels { mode }).clone()),
+            peer_connect_failures,
+            registry,
+        }
+    }
+
+    /// Counts a connection accepted in `mode`.
+    pub fn accepted(&self, mode: Mode) {
+        self.accepted[mode.index()].inc();
+    }
+
+    /// Counts a connection as active in `mode` until the guard is dropped.
+    pub fn active(&self, mode: Mode) -> ActiveGuard {
+        let gauge = self.active[mode.index()].clone();
+        gauge.inc();
+        ActiveGuard { gauge }
+    }
+
+    /// Counts a connection in `mode` closed for `reason`.
+    pub fn closed(&self, mode: Mode, reason: CloseReason) {
+        self.closed[mode.index()][reason.index()].inc();
+    }
+
+    /// Counts a failed peer authentication.
+    pub fn auth_failure(&self, reason: AuthFailureReason) {
+        self.auth_failures[reason.index()].inc();
+    }
+
+    /// Adds `n` bytes forwarded in `direction` over `path`.
+    pub fn bytes(&self, direction: Direction, path: Path, n: u64) {
+        self.forwarded_bytes[direction.index()][path.index()].inc_by(n);
+    }
+
+    /// Counts one connection direction that moved data over `path`.
+    pub fn data_path_chosen(&self, path: Path) {
+        self.path_chosen[path.index()].inc();
+    }
+
+    /// Records the time from accept until the next leg was connected.
+    pub fn observe_setup(&self, mode: Mode, elapsed: Duration) {
+        self.setup_seconds[mode.index()].observe(elapsed.as_secs_f64());
+    }
+
+    /// Creates the `peer_connect_failures_total` series for a configured peer
+    /// at zero, so it is exported before the first failure.
+    ///
+    /// `peer` must be a peer name from the configuration (see [`PeerLabels`]).
+    pub fn register_peer(&self, peer: &str) {
+        // The guard only reads; creating the series is the point.
+        let _series = self.peer_connect_failures.get_or_create(&PeerLabels {
+            peer: peer.to_owned(),
+        });
+    }
+
+    /// Counts a failed connect to the configured peer named `peer`.
+    ///
+    /// `peer` must be a peer name from the configuration (see [`PeerLabels`]).
+    /// Allocates a label set: failures are off the hot path.
+    pub fn peer_connect_failure(&self, peer: &str) {
+        self.peer_connect_failures
+            .get_or_create(&PeerLabels {
+                peer: peer.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Current `connections_active{mode}` value.
+    pub fn active_count(&self, mode: Mode) -> i64 {
+        self.active[mode.index()].get()
+    }
+
+    /// Renders the registry in the OpenMetrics text format (ends with
+    /// `# EOF`); serve it with [`OPENMETRICS_CONTENT_TYPE`].
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing to a String cannot fail, and every metric type registered
+        // here (u64 counters, i64 gauges, histograms) encodes infallibly, so
+        // an error here is a broken invariant, not a runtime condition.
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding infallible metrics into a String failed");
+        out
+    }
+}
+
+/// Content type of [`Metrics::encode`]'s output.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Keeps `connections_active{mode}` incremented while alive; decrements on
+/// drop, so every exit path of a connection task is counted.
+#[must_use = "the connection stops counting as active as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct ActiveGuard {
+    gauge: Gauge,
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn metrics_is_send_and_sync() {
+        assert_send_sync::<Metrics>();
+        assert_send_sync::<ActiveGuard>();
+    }
+
+    #[test]
+    fn label_values_are_snake_case_and_unique() {
+        fn check(values: &[&str]) {
+            for value in values {
+                assert!(
+                    value
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                    "{value} is not snake_case"
+                );
+            }
+            let mut sorted = values.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), values.len(), "duplicate label value in {values:?}");
+        }
+        check(&Mode::ALL.map(Mode::as_str));
+        check(&CloseReason::ALL.map(CloseReason::as_str));
+        check(&AuthFailureReason::ALL.map(AuthFailureReason::as_str));
+        check(&Direction::ALL.map(Direction::as_str));
+        check(&Path::ALL.map(Path::as_str));
+        assert_eq!(Mode::HttpConnect.to_string(), "http_connect");
+        assert_eq!(CloseReason::COUNT, 14);
+        assert_eq!(AuthFailureReason::COUNT, 7);
+    }
+
+    #[test]
+    fn index_matches_position_in_all() {
+        for (position, mode) in Mode::ALL.into_iter().enumerate() {
+            assert_eq!(mode.index(), position);
+        }
+        for (position, reason) in CloseReason::ALL.into_iter().enumerate() {
+            assert_eq!(reason.index(), position);
+        }
+    }
+
+    #[test]
+    fn active_guard_decrements_on_drop() {
+        let metrics = Metrics::new();
+        let first = metrics.active(Mode::Socks5);
+        let second = metrics.active(Mode::Socks5);
+        assert_eq!(metrics.active_count(Mode::Socks5), 2);
+        assert_eq!(metrics.active_count(Mode::Tproxy), 0);
+        drop(first);
+        assert_eq!(metrics.active_count(Mode::Socks5), 1);
+        drop(second);
+        assert_eq!(metrics.active_count(Mode::Socks5), 0);
+    }
+
+    #[test]
+    fn encode_names_every_family_and_ends_with_eof() {
+        let metrics = Metrics::new();
+        metrics.register_peer("tokyo");
+        let text = metrics.encode();
+        for family in [
+            "splitway_connections_accepted_total{mode=\"http_connect\"} 0",
+            "splitway_connections_active{mode=\"peer\"} 0",
+            "splitway_connections_closed_total{mode=\"tproxy\",reason=\"ttl_exceeded\"} 0",
+            "splitway_peer_auth_failures_total{reason=\"bad_mac\"} 0",
+            "splitway_forwarded_bytes_total{direction=\"to_client\",path=\"splice\"} 0",
+            "splitway_data_path_chosen_total{path=\"copy\"} 0",
+            "splitway_setup_seconds_count{mode=\"socks5\"} 0",
+            "splitway_peer_connect_failures_total{peer=\"tokyo\"} 0",
+            "# UNIT splitway_setup_seconds seconds",
+        ] {
+            assert!(text.contains(family), "missing {family:?} in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
