@@ -312,7 +312,8 @@ impl Metrics {
 
         // Handles are Arc-backed: a clone updates the series in the registry.
         Self {
-            accepted: Mode::ALL.map(|mode| accepted_family.get_or_create(&ModeLabels { mode }).clone()),
+            accepted: Mode::ALL
+                .map(|mode| accepted_family.get_or_create(&ModeLabels { mode }).clone()),
             active: Mode::ALL.map(|mode| active_family.get_or_create(&ModeLabels { mode }).clone()),
             closed: Mode::ALL.map(|mode| {
                 CloseReason::ALL.map(|reason| {
@@ -321,8 +322,11 @@ impl Metrics {
                         .clone()
                 })
             }),
-            auth_failures: AuthFailureReason::ALL
-                .map(|reason| auth_family.get_or_create(&AuthFailureLabels { reason }).clone()),
+            auth_failures: AuthFailureReason::ALL.map(|reason| {
+                auth_family
+                    .get_or_create(&AuthFailureLabels { reason })
+                    .clone()
+            }),
             forwarded_bytes: Direction::ALL.map(|direction| {
                 Path::ALL.map(|path| {
                     bytes_family
@@ -330,7 +334,8 @@ impl Metrics {
                         .clone()
                 })
             }),
-            path_chosen: Path::ALL.map(|path| path_family.get_or_create(&PathLabels { path }).clone()),
+            path_chosen: Path::ALL
+                .map(|path| path_family.get_or_create(&PathLabels { path }).clone()),
             setup_seconds: Mode::ALL
                 .map(|mode| setup_family.get_or_create(&ModeLabels { mode }).clone()),
             peer_connect_failures,
@@ -417,7 +422,8 @@ impl Metrics {
 }
 
 /// Content type of [`Metrics::encode`]'s output.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Keeps `connections_active{mode}` incremented while alive; decrements on
 /// drop, so every exit path of a connection task is counted.
@@ -459,7 +465,11 @@ mod tests {
             let mut sorted = values.to_vec();
             sorted.sort_unstable();
             sorted.dedup();
-            assert_eq!(sorted.len(), values.len(), "duplicate label value in {values:?}");
+            assert_eq!(
+                sorted.len(),
+                values.len(),
+                "duplicate label value in {values:?}"
+            );
         }
         check(&Mode::ALL.map(Mode::as_str));
         check(&CloseReason::ALL.map(CloseReason::as_str));

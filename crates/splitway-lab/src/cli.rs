@@ -1,1 +1,227 @@
-//! (in progress)
+//! The `splitway lab` command line.
+//!
+//! - `splitway lab [--quick]`: the default scenario (paper-ktcp)
+//! - `splitway lab scenario NAME|FILE [--quick] [--reps N] [--configs a,b] [--json FILE]`
+//! - `splitway lab run --rtt 40,120,20 [--loss ..] [--rate ..] [--sizes 10KB,1MB] ...`
+//! - `splitway lab fidelity`: the emulator measured against its configuration
+//! - `splitway lab list`: the scenarios
+//!
+//! `--model-only` prints the model's predictions without running anything
+//! (no root needed). Measuring needs root.
+
+use std::path::PathBuf;
+
+use crate::model::Config;
+use crate::report::LabReport;
+use crate::runner::{self, RunOptions};
+use crate::scenario::{self, DEFAULT_SCENARIO, EMBEDDED, SCENARIO_DIR, Scenario};
+
+pub use crate::runner::LabError;
+
+/// Default directory of charts (created if missing).
+pub const RESULTS_DIR: &str = "lab-results";
+
+/// `splitway lab`: an emulated WAN that measures every relay configuration
+/// against the model.
+#[derive(Debug, clap::Args)]
+#[command(
+    about = "Emulated WAN lab: measure relay configurations against the model",
+    long_about = "Builds a chain of network namespaces (client, relays, server) joined by \
+emulated WAN links, runs nginx, curl, HAProxy, ssh -L and splitway through each configuration, \
+and compares median TTFB and download time with the model. Without a subcommand it runs the \
+default scenario (paper-ktcp). Needs root, except with --model-only."
+)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub command: Option<LabCommand>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LabCommand {
+    /// Run a scenario: a built-in name, a name under ./lab/scenarios, or a file.
+    Scenario {
+        /// Scenario name (see `splitway lab list`) or TOML file.
+        name: String,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// What-if: a chain client, r1, …, server built from per-link RTTs.
+    Run {
+        /// Link RTTs in ms, client side first (e.g. 40,120,20).
+        #[arg(long, value_delimiter = ',', required = true)]
+        rtt: Vec<f64>,
+        /// Per-link loss fractions (e.g. 0,0,0.05).
+        #[arg(long, value_delimiter = ',')]
+        loss: Option<Vec<f64>>,
+        /// Per-link rate caps in Mbit/s, 0 = uncapped (e.g. 100,0,0).
+        #[arg(long, value_delimiter = ',')]
+        rate: Option<Vec<f64>>,
+        /// Object sizes (e.g. 10KB,1MB).
+        #[arg(long, value_delimiter = ',', value_parser = scenario::parse_size,
+              default_value = "10KB,1MB")]
+        sizes: Vec<u64>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Measure the emulator itself against its configured links.
+    Fidelity,
+    /// List the scenarios.
+    List,
+}
+
+/// Options shared by everything that runs a scenario.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RunArgs {
+    /// Few repetitions (the scenario's quick_reps).
+    #[arg(long)]
+    pub quick: bool,
+    /// Repetitions per configuration and size.
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Configurations to run (e2e, haproxy, ssh, split, split+es,
+    /// split+es+pool, full, full+tfo).
+    #[arg(long, value_delimiter = ',')]
+    pub configs: Option<Vec<Config>>,
+    /// Write the results as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Only print the model's predictions; run nothing.
+    #[arg(long)]
+    pub model_only: bool,
+    /// Directory for the SVG charts.
+    #[arg(long, default_value = RESULTS_DIR)]
+    pub out_dir: PathBuf,
+}
+
+impl RunArgs {
+    /// Options given before the subcommand fill in those not given after it.
+    fn merged(self, outer: &RunArgs) -> RunArgs {
+        RunArgs {
+            quick: self.quick || outer.quick,
+            reps: self.reps.or(outer.reps),
+            configs: self.configs.or_else(|| outer.configs.clone()),
+            json: self.json.or_else(|| outer.json.clone()),
+            model_only: self.model_only || outer.model_only,
+            out_dir: if self.out_dir.as_os_str() == RESULTS_DIR {
+                outer.out_dir.clone()
+            } else {
+                self.out_dir
+            },
+        }
+    }
+}
+
+/// Runs `splitway lab`.
+pub fn run(args: LabArgs) -> Result<(), LabError> {
+    match args.command {
+        None => {
+            let scenario = Scenario::load(DEFAULT_SCENARIO)?;
+            execute(&scenario, &args.run)
+        }
+        Some(LabCommand::Scenario { name, run }) => {
+            let scenario = Scenario::load(&name)?;
+            execute(&scenario, &run.merged(&args.run))
+        }
+        Some(LabCommand::Run {
+            rtt,
+            loss,
+            rate,
+            sizes,
+            run,
+        }) => {
+            let run = run.merged(&args.run);
+            let configs = run
+                .configs
+                .clone()
+                .unwrap_or_else(|| vec![Config::E2e, Config::Haproxy, Config::Ssh, Config::Split]);
+            let scenario =
+                Scenario::what_if(&rtt, loss.as_deref(), rate.as_deref(), &sizes, &configs)?;
+            execute(&scenario, &run)
+        }
+        Some(LabCommand::Fidelity) => fidelity(),
+        Some(LabCommand::List) => {
+            print!("{}", list());
+            Ok(())
+        }
+    }
+}
+
+// TODO(lab fidelity): call `crate::fidelity::run_fidelity` and print its
+// report once the emulator's fidelity module is built.
+fn fidelity() -> Result<(), LabError> {
+    Err(LabError::NotBuilt(
+        "splitway lab fidelity: not built yet".into(),
+    ))
+}
+
+fn list() -> String {
+    let mut out = String::from("built-in scenarios:\n");
+    for (name, text) in EMBEDDED {
+        let description = Scenario::parse(text, name)
+            .map(|s| s.description)
+            .unwrap_or_else(|e| format!("(invalid: {e})"));
+        let shadowed = std::path::Path::new(SCENARIO_DIR)
+            .join(format!("{name}.toml"))
+            .is_file();
+        out.push_str(&format!(
+            "  {name:<18} {description}{}\n",
+            if shadowed {
+                format!(" [./{SCENARIO_DIR}/{name}.toml overrides]")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if let Ok(entries) = std::fs::read_dir(SCENARIO_DIR) {
+        let mut extra: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .filter(|stem| !EMBEDDED.iter().any(|(n, _)| n == stem))
+            .collect();
+        extra.sort();
+        if !extra.is_empty() {
+            out.push_str(&format!("in ./{SCENARIO_DIR}:\n"));
+            for stem in extra {
+                out.push_str(&format!("  {stem}\n"));
+            }
+        }
+    }
+    out
+}
+
+fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
+    let configs = run
+        .configs
+        .clone()
+        .unwrap_or_else(|| scenario.configs.clone());
+    let report = if run.model_only {
+        LabReport::model_only(scenario, &configs)
+    } else {
+        if !runner::is_root() {
+            return Err(LabError::NotRoot);
+        }
+        let options = RunOptions {
+            quick: run.quick,
+            reps: run.reps,
+            configs: Some(configs),
+            progress: true,
+        };
+        runner::run_scenario(scenario, &options)?
+    };
+    println!("{}", report.render_tables());
+    if let Some(path) = &run.json {
+        std::fs::write(path, report.to_json()).map_err(|source| LabError::Io {
+            op: format!("write {}", path.display()),
+            source,
+        })?;
+        println!("JSON: {}", path.display());
+    }
+    for chart in report.write_charts(&run.out_dir)? {
+        println!("chart: {}", chart.display());
+    }
+    Ok(())
+}

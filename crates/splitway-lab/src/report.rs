@@ -1,1 +1,610 @@
-//! (in progress)
+//! Results of a lab run: terminal tables, the JSON file and SVG charts.
+//!
+//! The JSON holds, per chain and per (configuration, size): `config`,
+//! `size_bytes`, `n`, `failures`, `ttfb_ms` / `total_ms` / `connect_ms` as
+//! `{p10, median, p90}` (null when nothing was measured), `model_ttfb_ms`,
+//! `model_total_ms`, `model_connect_ms`, `status` (`ok`, `n/a`, `failed`),
+//! a `note`, the emulator's stats for that batch and its `suspect` verdict;
+//! plus the scenario, git commit, kernel and date of the run.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::model::{self, Config};
+use crate::scenario::{Chain, Scenario, format_size};
+
+/// p10 / median / p90 of a sample, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    pub p10: f64,
+    pub median: f64,
+    pub p90: f64,
+}
+
+impl Spread {
+    /// None for an empty sample. Percentiles interpolate linearly.
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            let pos = q * (v.len() - 1) as f64;
+            let lo = pos.floor() as usize;
+            let hi = pos.ceil() as usize;
+            v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+        };
+        Some(Spread {
+            p10: at(0.1),
+            median: at(0.5),
+            p90: at(0.9),
+        })
+    }
+}
+
+/// Whether a (configuration, size) was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Status {
+    #[serde(rename = "ok")]
+    Ok,
+    /// Not available: the configuration is not implemented or a tool is
+    /// missing. Never a number.
+    #[serde(rename = "n/a")]
+    NotAvailable,
+    /// Set up or every download failed.
+    #[serde(rename = "failed")]
+    Failed,
+}
+
+/// One (configuration, size) of one chain.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    pub config: String,
+    pub size_bytes: u64,
+    /// Successful downloads.
+    pub n: usize,
+    pub failures: usize,
+    pub status: Status,
+    pub ttfb_ms: Option<Spread>,
+    pub total_ms: Option<Spread>,
+    pub connect_ms: Option<Spread>,
+    pub model_ttfb_ms: f64,
+    pub model_total_ms: f64,
+    pub model_connect_ms: f64,
+    /// Why n/a or failed, or how the client reached the relay.
+    pub note: Option<String>,
+    /// The emulator's counters for this batch (null when not measured).
+    pub emulator: Option<serde_json::Value>,
+    pub suspect: bool,
+    pub suspect_reasons: Vec<String>,
+}
+
+impl Measurement {
+    /// A row with the model filled in and nothing measured yet.
+    pub fn unmeasured(chain: &Chain, scenario: &Scenario, config: Config, size: u64) -> Self {
+        let p = model::predict(&chain.model_links(), config, size, &scenario.model);
+        Measurement {
+            config: config.name().to_owned(),
+            size_bytes: size,
+            n: 0,
+            failures: 0,
+            status: Status::NotAvailable,
+            ttfb_ms: None,
+            total_ms: None,
+            connect_ms: None,
+            model_ttfb_ms: round3(p.ttfb_ms),
+            model_total_ms: round3(p.total_ms),
+            model_connect_ms: round3(p.connect_ms),
+            note: None,
+            emulator: None,
+            suspect: false,
+            suspect_reasons: Vec::new(),
+        }
+    }
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// Results of one chain.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainReport {
+    pub name: String,
+    pub hosts: Vec<String>,
+    pub description: String,
+    pub links: Vec<LinkSummary>,
+    pub results: Vec<Measurement>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkSummary {
+    pub rtt_ms: f64,
+    pub loss: f64,
+    pub rate_mbit: Option<f64>,
+    pub jitter_ms: f64,
+}
+
+impl ChainReport {
+    pub fn new(chain: &Chain) -> Self {
+        ChainReport {
+            name: chain.name.clone(),
+            hosts: chain.spec.hosts.clone(),
+            description: chain.describe(),
+            links: chain
+                .spec
+                .links
+                .iter()
+                .map(|l| LinkSummary {
+                    rtt_ms: l.effective_rtt().as_secs_f64() * 1000.0,
+                    loss: l.loss,
+                    rate_mbit: l.rate_mbit,
+                    jitter_ms: l.jitter.as_secs_f64() * 1000.0,
+                })
+                .collect(),
+            results: Vec::new(),
+        }
+    }
+
+    fn find(&self, config: &str, size: u64) -> Option<&Measurement> {
+        self.results
+            .iter()
+            .find(|m| m.config == config && m.size_bytes == size)
+    }
+}
+
+/// A whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct LabReport {
+    pub scenario: String,
+    pub description: String,
+    pub origin: String,
+    /// False for `--model-only` output: nothing was measured.
+    pub measured: bool,
+    pub quick: bool,
+    pub reps: u32,
+    pub commit: String,
+    pub kernel: String,
+    pub date: String,
+    pub model: model::ModelParams,
+    pub chains: Vec<ChainReport>,
+}
+
+impl LabReport {
+    pub fn new(scenario: &Scenario, measured: bool, quick: bool, reps: u32) -> Self {
+        LabReport {
+            scenario: scenario.name.clone(),
+            description: scenario.description.clone(),
+            origin: scenario.origin.clone(),
+            measured,
+            quick,
+            reps,
+            commit: git_commit(),
+            kernel: kernel_release(),
+            date: utc_now_iso8601(),
+            model: scenario.model,
+            chains: Vec::new(),
+        }
+    }
+
+    /// Model-only report: every row unmeasured.
+    pub fn model_only(scenario: &Scenario, configs: &[Config]) -> Self {
+        let mut report = LabReport::new(scenario, false, false, 0);
+        for chain in &scenario.chains {
+            let mut cr = ChainReport::new(chain);
+            for &config in configs {
+                for &size in &scenario.sizes {
+                    let mut m = Measurement::unmeasured(chain, scenario, config, size);
+                    m.note = Some("model only".into());
+                    cr.results.push(m);
+                }
+            }
+            report.chains.push(cr);
+        }
+        report
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("report serialises")
+    }
+
+    /// The terminal tables, one per chain.
+    pub fn render_tables(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "\nscenario {} ({}) — {}{}",
+            self.scenario,
+            self.origin,
+            self.description,
+            if self.quick { " [quick]" } else { "" }
+        );
+        let _ = writeln!(
+            out,
+            "commit {}  kernel {}  {}  reps {}",
+            short(&self.commit),
+            self.kernel,
+            self.date,
+            self.reps
+        );
+        for chain in &self.chains {
+            let _ = writeln!(
+                out,
+                "\n== {}: {} ({})",
+                chain.name,
+                chain.description,
+                chain.hosts.join(" → ")
+            );
+            let _ = writeln!(
+                out,
+                "{:<14} {:>6} {:>5} {:>26} {:>8} {:>6} {:>26} {:>8} {:>6} {:>7}",
+                "config",
+                "size",
+                "n/ok",
+                "TTFB ms p10/med/p90",
+                "model",
+                "ratio",
+                "total ms p10/med/p90",
+                "model",
+                "ratio",
+                "vs e2e"
+            );
+            for m in &chain.results {
+                let e2e = chain.find("e2e", m.size_bytes).and_then(|e| e.total_ms);
+                let ok = format!("{}/{}", m.n, m.n + m.failures);
+                let cell = |s: Option<Spread>| match s {
+                    Some(s) => format!("{:.1}/{:.1}/{:.1}", s.p10, s.median, s.p90),
+                    None => match m.status {
+                        Status::Ok => "-".into(),
+                        Status::NotAvailable => "n/a".into(),
+                        Status::Failed => "failed".into(),
+                    },
+                };
+                let ratio = |s: Option<Spread>, model: f64| match s {
+                    Some(s) if model > 0.0 => format!("{:.2}", s.median / model),
+                    _ => "-".into(),
+                };
+                let speedup = match (m.total_ms, e2e) {
+                    (Some(t), Some(e)) if t.median > 0.0 => format!("{:.2}x", e.median / t.median),
+                    _ => "-".into(),
+                };
+                let flag = if m.suspect { " SUSPECT" } else { "" };
+                let _ = writeln!(
+                    out,
+                    "{:<14} {:>6} {:>5} {:>26} {:>8.1} {:>6} {:>26} {:>8.1} {:>6} {:>7}{}",
+                    m.config,
+                    format_size(m.size_bytes),
+                    ok,
+                    cell(m.ttfb_ms),
+                    m.model_ttfb_ms,
+                    ratio(m.ttfb_ms, m.model_ttfb_ms),
+                    cell(m.total_ms),
+                    m.model_total_ms,
+                    ratio(m.total_ms, m.model_total_ms),
+                    speedup,
+                    flag
+                );
+            }
+            let mut notes: Vec<String> = Vec::new();
+            for m in &chain.results {
+                if let Some(n) = &m.note {
+                    let line = format!("{}: {}", m.config, n);
+                    if !notes.contains(&line) {
+                        notes.push(line);
+                    }
+                }
+                for r in &m.suspect_reasons {
+                    let line =
+                        format!("{} {}: suspect: {}", m.config, format_size(m.size_bytes), r);
+                    if !notes.contains(&line) {
+                        notes.push(line);
+                    }
+                }
+            }
+            for n in notes {
+                let _ = writeln!(out, "  note: {n}");
+            }
+        }
+        out
+    }
+
+    /// Writes one SVG chart per chain under `dir`; returns their paths.
+    pub fn write_charts(&self, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
+        std::fs::create_dir_all(dir).map_err(|source| ReportError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let mut paths = Vec::new();
+        for (i, chain) in self.chains.iter().enumerate() {
+            let file = format!(
+                "{}{}.svg",
+                slug(&self.scenario),
+                if self.chains.len() > 1 {
+                    format!("-{}", slug(&chain.name))
+                } else {
+                    String::new()
+                }
+            );
+            let path = dir.join(file);
+            chart::draw(self, i, &path)?;
+            paths.push(path);
+        }
+        Ok(paths)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot draw chart {path}: {detail}")]
+    Chart { path: PathBuf, detail: String },
+}
+
+fn short(commit: &str) -> &str {
+    if commit.len() >= 12 && commit.chars().all(|c| c.is_ascii_hexdigit()) {
+        &commit[..12]
+    } else {
+        commit
+    }
+}
+
+fn slug(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while out.contains("--") {
+        out = out.replace("--", "-");
+    }
+    out.trim_matches('-').to_owned()
+}
+
+/// `git rev-parse HEAD`, else `$SPLITWAY_COMMIT`, else "unknown".
+pub fn git_commit() -> String {
+    let from_git = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|s| !s.is_empty());
+    from_git
+        .or_else(|| std::env::var("SPLITWAY_COMMIT").ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The running kernel's release (`uname -r`).
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc_now_iso8601() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    iso8601(secs)
+}
+
+fn iso8601(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let rem = unix_secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The SVG chart: like the KTCP paper's Fig. 3 and 4, grouped bars per size
+/// (one bar per configuration, median measured) with the model as a black
+/// marker, TTFB on top and download time below, log scale in time.
+mod chart {
+    use super::*;
+    use plotters::prelude::*;
+
+    const PALETTE: [RGBColor; 8] = [
+        RGBColor(0x4c, 0x72, 0xb0),
+        RGBColor(0xdd, 0x84, 0x52),
+        RGBColor(0x55, 0xa8, 0x68),
+        RGBColor(0xc4, 0x4e, 0x52),
+        RGBColor(0x81, 0x72, 0xb3),
+        RGBColor(0x93, 0x78, 0x60),
+        RGBColor(0xda, 0x8b, 0xc3),
+        RGBColor(0x8c, 0x8c, 0x8c),
+    ];
+
+    fn err(path: &Path, e: impl std::fmt::Display) -> ReportError {
+        ReportError::Chart {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        }
+    }
+
+    pub fn draw(report: &LabReport, index: usize, path: &Path) -> Result<(), ReportError> {
+        let chain = &report.chains[index];
+        let mut configs: Vec<&str> = Vec::new();
+        let mut sizes: Vec<u64> = Vec::new();
+        for m in &chain.results {
+            if !configs.contains(&m.config.as_str()) {
+                configs.push(&m.config);
+            }
+            if !sizes.contains(&m.size_bytes) {
+                sizes.push(m.size_bytes);
+            }
+        }
+        let root = SVGBackend::new(path, (1100, 900)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(path, e))?;
+        let title = format!(
+            "{} — {} ({})",
+            report.scenario, chain.name, chain.description
+        );
+        let root = root
+            .titled(&title, ("sans-serif", 20))
+            .map_err(|e| err(path, e))?;
+        let panels = root.split_evenly((2, 1));
+        let metrics: [(&str, fn(&Measurement) -> (Option<Spread>, f64)); 2] = [
+            ("time to first byte (ms, median; ◆ model)", |m| {
+                (m.ttfb_ms, m.model_ttfb_ms)
+            }),
+            ("download time (ms, median; ◆ model)", |m| {
+                (m.total_ms, m.model_total_ms)
+            }),
+        ];
+        let groups = sizes.len().max(1);
+        let per_group = configs.len().max(1);
+        for (panel, (caption, pick)) in panels.iter().zip(metrics) {
+            let mut max = 1.0_f64;
+            let mut min = f64::INFINITY;
+            for m in &chain.results {
+                let (s, model) = pick(m);
+                for v in s
+                    .map(|s| vec![s.p90, s.p10])
+                    .unwrap_or_default()
+                    .into_iter()
+                    .chain([model])
+                {
+                    if v > 0.0 {
+                        max = max.max(v);
+                        min = min.min(v);
+                    }
+                }
+            }
+            let min = if min.is_finite() {
+                (min / 2.0).max(0.1)
+            } else {
+                0.1
+            };
+            let mut chart = ChartBuilder::on(panel)
+                .caption(caption, ("sans-serif", 16))
+                .margin(10)
+                .x_label_area_size(30)
+                .y_label_area_size(60)
+                .build_cartesian_2d(0.0..groups as f64, (min..max * 1.5).log_scale())
+                .map_err(|e| err(path, e))?;
+            let size_labels: Vec<String> = sizes.iter().map(|s| format_size(*s)).collect();
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(groups * 2 + 1)
+                .x_label_formatter(&|x| {
+                    let i = x.floor() as usize;
+                    if (x - i as f64 - 0.5).abs() < 0.26 {
+                        size_labels.get(i).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                })
+                .y_desc("ms")
+                .draw()
+                .map_err(|e| err(path, e))?;
+            let width = 0.8 / per_group as f64;
+            for (c, config) in configs.iter().enumerate() {
+                let color = PALETTE[c % PALETTE.len()];
+                let mut bars = Vec::new();
+                let mut whiskers = Vec::new();
+                let mut markers = Vec::new();
+                for (g, size) in sizes.iter().enumerate() {
+                    let Some(m) = chain
+                        .results
+                        .iter()
+                        .find(|m| m.config == *config && m.size_bytes == *size)
+                    else {
+                        continue;
+                    };
+                    let x0 = g as f64 + 0.1 + c as f64 * width;
+                    let x1 = x0 + width * 0.9;
+                    let (spread, model) = pick(m);
+                    if let Some(s) = spread {
+                        bars.push(Rectangle::new([(x0, min), (x1, s.median)], color.filled()));
+                        let xm = (x0 + x1) / 2.0;
+                        whiskers.push(PathElement::new(vec![(xm, s.p10), (xm, s.p90)], BLACK));
+                    }
+                    if model > 0.0 {
+                        markers.push(((x0 + x1) / 2.0, model));
+                    }
+                }
+                chart
+                    .draw_series(bars)
+                    .map_err(|e| err(path, e))?
+                    .label(*config)
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                    });
+                chart.draw_series(whiskers).map_err(|e| err(path, e))?;
+                chart
+                    .draw_series(markers.into_iter().map(|p| {
+                        EmptyElement::at(p)
+                            + Polygon::new(vec![(0, -5), (4, 0), (0, 5), (-4, 0)], BLACK.filled())
+                    }))
+                    .map_err(|e| err(path, e))?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| err(path, e))?;
+        }
+        root.present().map_err(|e| err(path, e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_percentiles() {
+        let s = Spread::of(&[5.0, 1.0, 3.0, 2.0, 4.0]).expect("non-empty");
+        assert_eq!(s.median, 3.0);
+        assert!((s.p10 - 1.4).abs() < 1e-9);
+        assert!((s.p90 - 4.6).abs() < 1e-9);
+        assert!(Spread::of(&[]).is_none());
+    }
+
+    #[test]
+    fn iso_dates() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso8601(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(iso8601(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn slugs() {
+        assert_eq!(slug("2 relays"), "2-relays");
+        assert_eq!(slug("paper-ktcp"), "paper-ktcp");
+        assert_eq!(slug("5% loss"), "5-loss");
+    }
+}

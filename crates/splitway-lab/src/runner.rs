@@ -1,1 +1,890 @@
-//! (in progress)
+//! Runs real peers through each configuration of a scenario and measures
+//! them with curl.
+//!
+//! Per chain: one [`Topology`] (reused by every configuration), nginx in the
+//! server's namespace serving one file per object size, and per
+//! configuration the relay software on the relay hosts:
+//!
+//! - `e2e`: nothing; the relays only route. The client fetches
+//!   `http://SERVER/…`.
+//! - `haproxy`: HAProxy in TCP mode on every relay, each forwarding to the
+//!   next relay's HAProxy, the last to the server. HAProxy is an explicit
+//!   proxy: the client fetches `http://R1:8080/…`.
+//! - `ssh`: `ssh -L` on the first relay over an SSH session to sshd on the
+//!   last relay, which connects to the server (the KTCP paper's baseline).
+//!   Explicit too: the client fetches `http://R1:8022/…`.
+//! - `split`: splitway relays; the first intercepts the client's traffic to
+//!   port 80 with TPROXY and chains over authenticated peer legs to the last
+//!   relay, which connects directly. The client fetches `http://SERVER/…`.
+//! - `split+es`, `split+es+pool`, `full`, `full+tfo`: not implemented by the
+//!   relay yet, reported as `n/a` (never a number).
+//!
+//! Every download is a fresh curl process, so a fresh TCP connection; its
+//! size is checked. Readiness is waited for by polling the listening sockets
+//! (`ss`), never by fixed sleeps. Child processes and temporary files are
+//! owned by guards, so every exit path tears them down; the topology's drop
+//! removes the namespaces and kills whatever still runs inside.
+
+use std::fs;
+use std::io::Read as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::emu::EmuError;
+use crate::model::Config;
+use crate::report::{ChainReport, LabReport, Measurement, ReportError, Spread, Status};
+use crate::scenario::{Chain, Scenario, ScenarioError, format_size};
+use crate::topology::{DEV_LEFT, Host, Topology};
+
+/// Prefix of the lab's namespaces (stale ones are removed on the next run).
+pub const NETNS_PREFIX: &str = "swlab";
+const HTTP_PORT: u16 = 80;
+const HAPROXY_PORT: u16 = 8080;
+const SSH_FORWARD_PORT: u16 = 8022;
+const SSHD_PORT: u16 = 2222;
+const TPROXY_PORT: u16 = 7000;
+const PEER_PORT: u16 = 7100;
+const ADMIN_PORT: u16 = 9090;
+/// How long a peer may take to start listening.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Interval between readiness polls.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Everything that can stop a lab run, saying who failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error(
+        "splitway lab needs root (network namespaces, TUN devices, nftables): run it with sudo"
+    )]
+    NotRoot,
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    #[error("lab network: {0}")]
+    Emulator(#[from] EmuError),
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    #[error("{tool} on {host} failed: {detail}")]
+    Peer {
+        tool: String,
+        host: String,
+        detail: String,
+    },
+    #[error("lab internal: {op}: {source}")]
+    Io {
+        op: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    NotBuilt(String),
+}
+
+impl LabError {
+    fn io(op: impl Into<String>, source: std::io::Error) -> Self {
+        LabError::Io {
+            op: op.into(),
+            source,
+        }
+    }
+
+    fn peer(tool: &str, host: &str, detail: impl Into<String>) -> Self {
+        LabError::Peer {
+            tool: tool.into(),
+            host: host.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// True when running with an effective uid of 0 (the owner of
+/// `/proc/self` is the process's effective uid).
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+/// How to run a scenario.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub quick: bool,
+    /// Overrides the scenario's repetitions.
+    pub reps: Option<u32>,
+    /// Overrides the scenario's configurations.
+    pub configs: Option<Vec<Config>>,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+}
+
+/// Runs every chain and configuration of `scenario` and returns the report.
+pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabReport, LabError> {
+    if !is_root() {
+        return Err(LabError::NotRoot);
+    }
+    let reps = scenario.reps_for(options.quick, options.reps).max(1);
+    let configs = options
+        .configs
+        .clone()
+        .unwrap_or_else(|| scenario.configs.clone());
+    let mut report = LabReport::new(scenario, true, options.quick, reps);
+    let work = TempDir::create()?;
+    write_objects(&work.path.join("www"), &scenario.sizes)?;
+
+    let runnable = configs.iter().filter(|c| availability(**c).is_ok()).count();
+    let total = scenario.chains.len() * runnable * scenario.sizes.len() * reps as usize;
+    let bar = if options.progress {
+        ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg:40} [{bar:30}] {pos}/{len} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+
+    for chain in &scenario.chains {
+        let chain_report = run_chain(scenario, chain, &configs, reps, &work.path, &bar)?;
+        report.chains.push(chain_report);
+    }
+    bar.finish_and_clear();
+    Ok(report)
+}
+
+/// Whether the lab can run a configuration; Err explains why not.
+pub fn availability(config: Config) -> Result<(), String> {
+    match config {
+        Config::E2e | Config::Haproxy | Config::Split => Ok(()),
+        Config::Ssh => {
+            if Path::new("/usr/sbin/sshd").is_file() {
+                Ok(())
+            } else {
+                Err("openssh-server is not installed (no /usr/sbin/sshd)".into())
+            }
+        }
+        Config::SplitEs | Config::SplitEsPool | Config::Full | Config::FullTfo => {
+            Err("not implemented by the relay yet".into())
+        }
+    }
+}
+
+fn run_chain(
+    scenario: &Scenario,
+    chain: &Chain,
+    configs: &[Config],
+    reps: u32,
+    work: &Path,
+    bar: &ProgressBar,
+) -> Result<ChainReport, LabError> {
+    let mut out = ChainReport::new(chain);
+    bar.set_message(format!("{}: building the chain", chain.name));
+    let topo = Topology::build(&chain.spec, NETNS_PREFIX)?;
+    let server = topo.server();
+    let server_addr = server
+        .left_addr()
+        .ok_or_else(|| LabError::Usage("the server has no link".into()))?;
+    let _nginx = start_nginx(server, work)?;
+
+    for &config in configs {
+        let mut rows: Vec<Measurement> = scenario
+            .sizes
+            .iter()
+            .map(|&size| Measurement::unmeasured(chain, scenario, config, size))
+            .collect();
+        if let Err(reason) = availability(config) {
+            for row in &mut rows {
+                row.note = Some(reason.clone());
+            }
+            out.results.extend(rows);
+            continue;
+        }
+        bar.set_message(format!("{}: {config}: starting", chain.name));
+        let setup = match setup_config(config, &topo, server_addr, work) {
+            Ok(setup) => setup,
+            Err(e) => {
+                let (status, note) = match &e {
+                    LabError::NotBuilt(why) => (Status::NotAvailable, why.clone()),
+                    other => (Status::Failed, other.to_string()),
+                };
+                for row in &mut rows {
+                    row.status = status;
+                    row.note = Some(note.clone());
+                }
+                out.results.extend(rows);
+                bar.inc(scenario.sizes.len() as u64 * u64::from(reps));
+                continue;
+            }
+        };
+        // One unrecorded download proves the path and warms nginx.
+        let warm = curl(
+            topo.client(),
+            &setup.url(scenario.sizes[0]),
+            scenario.timeout,
+        );
+        if let Err(e) = warm.and_then(|s| s.check(scenario.sizes[0])) {
+            for row in &mut rows {
+                row.status = Status::Failed;
+                row.note = Some(format!("warm-up download through {config} failed: {e}"));
+            }
+            out.results.extend(rows);
+            bar.inc(scenario.sizes.len() as u64 * u64::from(reps));
+            continue;
+        }
+        for row in &mut rows {
+            bar.set_message(format!(
+                "{}: {config} {}",
+                chain.name,
+                format_size(row.size_bytes)
+            ));
+            measure(&topo, &setup, row, reps, scenario.timeout, bar);
+        }
+        drop(setup);
+        out.results.extend(rows);
+    }
+    Ok(out)
+}
+
+/// Runs `reps` downloads of one size and fills `row`.
+fn measure(
+    topo: &Topology,
+    setup: &Setup,
+    row: &mut Measurement,
+    reps: u32,
+    timeout: Duration,
+    bar: &ProgressBar,
+) {
+    let url = setup.url(row.size_bytes);
+    let (mut ttfb, mut total, mut connect) = (Vec::new(), Vec::new(), Vec::new());
+    let mut errors: Vec<String> = Vec::new();
+    topo.reset_stats();
+    for _ in 0..reps {
+        match curl(topo.client(), &url, timeout).and_then(|s| s.check(row.size_bytes).map(|()| s)) {
+            Ok(s) => {
+                connect.push(s.connect_s * 1000.0);
+                ttfb.push(s.starttransfer_s * 1000.0);
+                total.push(s.total_s * 1000.0);
+            }
+            Err(e) => {
+                row.failures += 1;
+                if !errors.contains(&e) {
+                    errors.push(e);
+                }
+            }
+        }
+        bar.inc(1);
+    }
+    let stats = topo.stats();
+    row.n = ttfb.len();
+    row.ttfb_ms = Spread::of(&ttfb);
+    row.total_ms = Spread::of(&total);
+    row.connect_ms = Spread::of(&connect);
+    row.status = if row.n > 0 {
+        Status::Ok
+    } else {
+        Status::Failed
+    };
+    row.suspect = stats.is_suspect();
+    row.suspect_reasons = stats.suspect_reasons().to_vec();
+    row.emulator = serde_json::to_value(&stats).ok();
+    let mut notes: Vec<String> = setup.note.iter().cloned().collect();
+    if !errors.is_empty() {
+        notes.push(format!("failures: {}", errors.join("; ")));
+    }
+    // A connect far slower than the model means the client did not reach
+    // the relay it should have (e.g. TPROXY did not intercept): flag it
+    // rather than report another configuration's numbers under this name.
+    if let Some(c) = row.connect_ms
+        && c.median > row.model_connect_ms * 1.2 + 3.0
+    {
+        row.suspect = true;
+        row.suspect_reasons.push(format!(
+            "client connect {:.1} ms, model {:.1} ms: did the relay terminate the connection?",
+            c.median, row.model_connect_ms
+        ));
+    }
+    if !notes.is_empty() {
+        row.note = Some(notes.join("; "));
+    }
+}
+
+// ------------------------------------------------------------------ curl
+
+#[derive(Debug, Clone, Copy)]
+struct CurlSample {
+    connect_s: f64,
+    starttransfer_s: f64,
+    total_s: f64,
+    http_code: u32,
+    size: u64,
+}
+
+impl CurlSample {
+    fn check(&self, expected: u64) -> Result<(), String> {
+        if self.http_code != 200 {
+            return Err(format!("HTTP status {}", self.http_code));
+        }
+        if self.size != expected {
+            return Err(format!("got {} of {expected} bytes", self.size));
+        }
+        Ok(())
+    }
+}
+
+/// One download in the client's namespace: a fresh process, so a fresh TCP
+/// connection.
+fn curl(client: &Host, url: &str, timeout: Duration) -> Result<CurlSample, String> {
+    let out = client
+        .netns()
+        .command("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "--max-time",
+            &format!("{:.3}", timeout.as_secs_f64()),
+            "-w",
+            "%{time_connect} %{time_starttransfer} %{time_total} %{http_code} %{size_download}",
+            url,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run curl: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    if !out.status.success() {
+        return Err(format!(
+            "curl exited with {} (partial: {})",
+            out.status,
+            text.trim()
+        ));
+    }
+    parse_curl(&fields).ok_or_else(|| format!("unexpected curl output {:?}", text.trim()))
+}
+
+fn parse_curl(fields: &[&str]) -> Option<CurlSample> {
+    if fields.len() != 5 {
+        return None;
+    }
+    Some(CurlSample {
+        connect_s: fields[0].parse().ok()?,
+        starttransfer_s: fields[1].parse().ok()?,
+        total_s: fields[2].parse().ok()?,
+        http_code: fields[3].parse().ok()?,
+        size: fields[4].parse().ok()?,
+    })
+}
+
+// ------------------------------------------------------------ processes
+
+/// A child process killed (and reaped) on drop. Its output goes to a log
+/// file whose tail explains an early exit.
+struct Proc {
+    what: String,
+    host: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(what: &str, host: &Host, mut cmd: Command, log: PathBuf) -> Result<Proc, LabError> {
+        let file = fs::File::create(&log)
+            .map_err(|e| LabError::io(format!("create {}", log.display()), e))?;
+        let err_file = file
+            .try_clone()
+            .map_err(|e| LabError::io("duplicate log file", e))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err_file)
+            .spawn()
+            .map_err(|e| LabError::peer(what, host.name(), format!("cannot start: {e}")))?;
+        Ok(Proc {
+            what: what.to_owned(),
+            host: host.name().to_owned(),
+            child,
+            log,
+        })
+    }
+
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut text);
+        }
+        let lines: Vec<&str> = text.lines().rev().take(8).collect();
+        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+
+    /// Err if the process already exited.
+    fn check_alive(&mut self) -> Result<(), LabError> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(LabError::peer(
+                &self.what,
+                &self.host,
+                format!("exited with {status}: {}", self.log_tail()),
+            )),
+            Err(e) => Err(LabError::peer(&self.what, &self.host, format!("wait: {e}"))),
+        }
+    }
+
+    /// Polls until `port` listens in the host's namespace.
+    fn wait_listening(&mut self, host: &Host, ports: &[u16]) -> Result<(), LabError> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            self.check_alive()?;
+            let listening = listening_ports(host)?;
+            if ports.iter().all(|p| listening.contains(p)) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(LabError::peer(
+                    &self.what,
+                    &self.host,
+                    format!(
+                        "not listening on {ports:?} after {READY_TIMEOUT:?}: {}",
+                        self.log_tail()
+                    ),
+                ));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Err(e) = self.child.kill() {
+            tracing::debug!(what = %self.what, error = %e, "kill");
+        }
+        if let Err(e) = self.child.wait() {
+            tracing::warn!(what = %self.what, error = %e, "cannot reap child");
+        }
+    }
+}
+
+/// TCP ports listening in the host's namespace (`ss -Hltn`).
+fn listening_ports(host: &Host) -> Result<Vec<u16>, LabError> {
+    let out = host
+        .netns()
+        .exec("ss", &["-Hltn"])
+        .map_err(|e| LabError::peer("ss", host.name(), e.to_string()))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(3))
+        .filter_map(|local| local.rsplit(':').next()?.parse().ok())
+        .collect())
+}
+
+/// A temporary directory removed on drop.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn create() -> Result<TempDir, LabError> {
+        static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("splitway-lab-{}-{n}", std::process::id()));
+        fs::create_dir_all(&path)
+            .map_err(|e| LabError::io(format!("create {}", path.display()), e))?;
+        Ok(TempDir { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot remove lab temp dir");
+        }
+    }
+}
+
+fn write_file(path: &Path, contents: &[u8]) -> Result<(), LabError> {
+    fs::write(path, contents).map_err(|e| LabError::io(format!("write {}", path.display()), e))
+}
+
+fn object_name(size: u64) -> String {
+    format!("obj-{size}.bin")
+}
+
+/// One file per size, filled with a non-repeating-looking pattern.
+fn write_objects(dir: &Path, sizes: &[u64]) -> Result<(), LabError> {
+    fs::create_dir_all(dir).map_err(|e| LabError::io(format!("create {}", dir.display()), e))?;
+    for &size in sizes {
+        let mut data = Vec::with_capacity(size as usize);
+        let mut x: u32 = 0x1234_5678;
+        while (data.len() as u64) < size {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            data.push((x & 0xff) as u8);
+        }
+        write_file(&dir.join(object_name(size)), &data)?;
+    }
+    Ok(())
+}
+
+// ----------------------------------------------------------------- nginx
+
+fn start_nginx(server: &Host, work: &Path) -> Result<Proc, LabError> {
+    let dir = work.join("nginx");
+    let tmp = dir.join("tmp");
+    fs::create_dir_all(&tmp).map_err(|e| LabError::io(format!("create {}", tmp.display()), e))?;
+    let conf = format!(
+        "user root;\n\
+         worker_processes 1;\n\
+         daemon off;\n\
+         pid {dir}/nginx.pid;\n\
+         error_log {dir}/error.log warn;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{\n\
+           access_log off;\n\
+           default_type application/octet-stream;\n\
+           sendfile on;\n\
+           tcp_nodelay on;\n\
+           keepalive_timeout 0;\n\
+           client_body_temp_path {dir}/tmp/body;\n\
+           proxy_temp_path {dir}/tmp/proxy;\n\
+           server {{\n\
+             listen {HTTP_PORT} backlog=4096;\n\
+             root {www};\n\
+           }}\n\
+         }}\n",
+        dir = dir.display(),
+        www = work.join("www").display(),
+    );
+    let conf_path = dir.join("nginx.conf");
+    write_file(&conf_path, conf.as_bytes())?;
+    let mut cmd = server.netns().command("nginx");
+    cmd.arg("-p")
+        .arg(&dir)
+        .arg("-e")
+        .arg(dir.join("error.log"))
+        .arg("-c")
+        .arg(&conf_path);
+    let mut proc = Proc::spawn("nginx", server, cmd, dir.join("stderr.log"))?;
+    proc.wait_listening(server, &[HTTP_PORT])?;
+    Ok(proc)
+}
+
+// --------------------------------------------------------- configurations
+
+/// The peers of one configuration, torn down on drop.
+struct Setup {
+    /// Base URL the client fetches, without the object name.
+    base: String,
+    /// How the client reaches the relay, for the report.
+    note: Option<String>,
+    _procs: Vec<Proc>,
+}
+
+impl Setup {
+    fn url(&self, size: u64) -> String {
+        format!("{}/{}", self.base, object_name(size))
+    }
+}
+
+fn setup_config(
+    config: Config,
+    topo: &Topology,
+    server_addr: Ipv4Addr,
+    work: &Path,
+) -> Result<Setup, LabError> {
+    let relays = topo.relays();
+    let direct = format!("http://{server_addr}:{HTTP_PORT}");
+    if config != Config::E2e && relays.is_empty() {
+        return Err(LabError::Usage(format!(
+            "{config} needs at least one relay"
+        )));
+    }
+    let dir = work.join(config.name().replace('+', "-"));
+    fs::create_dir_all(&dir).map_err(|e| LabError::io(format!("create {}", dir.display()), e))?;
+    match config {
+        Config::E2e => Ok(Setup {
+            base: direct,
+            note: Some("relays only route".into()),
+            _procs: Vec::new(),
+        }),
+        Config::Haproxy => setup_haproxy(relays, server_addr, &dir),
+        Config::Ssh => setup_ssh(relays, server_addr, &dir),
+        Config::Split => setup_splitway(relays, &direct, &dir),
+        other => Err(LabError::NotBuilt(format!(
+            "{other}: not implemented by the relay yet"
+        ))),
+    }
+}
+
+fn left_addr(host: &Host) -> Result<Ipv4Addr, LabError> {
+    host.left_addr()
+        .ok_or_else(|| LabError::Usage(format!("host {} has no client-side link", host.name())))
+}
+
+fn setup_haproxy(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, LabError> {
+    let mut procs = Vec::new();
+    // Start from the server side so each HAProxy's next hop already listens.
+    for (i, relay) in relays.iter().enumerate().rev() {
+        let next = match relays.get(i + 1) {
+            Some(next) => format!("{}:{HAPROXY_PORT}", left_addr(next)?),
+            None => format!("{server}:{HTTP_PORT}"),
+        };
+        let conf = format!(
+            "global\n  maxconn 4096\n\
+             defaults\n  mode tcp\n  timeout connect 10s\n  timeout client 120s\n  timeout server 120s\n\
+             frontend lab\n  bind 0.0.0.0:{HAPROXY_PORT}\n  default_backend next\n\
+             backend next\n  server next {next}\n"
+        );
+        let path = dir.join(format!("haproxy-{}.cfg", relay.name()));
+        write_file(&path, conf.as_bytes())?;
+        let mut cmd = relay.netns().command("haproxy");
+        cmd.arg("-db").arg("-f").arg(&path);
+        let mut proc = Proc::spawn(
+            "haproxy",
+            relay,
+            cmd,
+            dir.join(format!("haproxy-{}.log", relay.name())),
+        )?;
+        proc.wait_listening(relay, &[HAPROXY_PORT])?;
+        procs.push(proc);
+    }
+    let first = left_addr(&relays[0])?;
+    Ok(Setup {
+        base: format!("http://{first}:{HAPROXY_PORT}"),
+        note: Some(format!(
+            "explicit proxy: the client connects to {}'s HAProxy at {first}:{HAPROXY_PORT}",
+            relays[0].name()
+        )),
+        _procs: procs,
+    })
+}
+
+fn run_tool(what: &str, cmd: &mut Command) -> Result<(), LabError> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| LabError::peer(what, "lab host", format!("cannot run: {e}")))?;
+    if !out.status.success() {
+        return Err(LabError::peer(
+            what,
+            "lab host",
+            format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn setup_ssh(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, LabError> {
+    let first = &relays[0];
+    let last = &relays[relays.len() - 1];
+    let host_key = dir.join("ssh_host_ed25519_key");
+    let client_key = dir.join("client_ed25519_key");
+    for key in [&host_key, &client_key] {
+        run_tool(
+            "ssh-keygen",
+            Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", "splitway-lab", "-f"])
+                .arg(key),
+        )?;
+    }
+    let authorized = dir.join("authorized_keys");
+    let public = fs::read(client_key.with_extension("pub"))
+        .map_err(|e| LabError::io("read the lab's ssh client key", e))?;
+    write_file(&authorized, &public)?;
+    // sshd insists on its privilege separation directory.
+    fs::create_dir_all("/run/sshd").map_err(|e| LabError::io("create /run/sshd", e))?;
+    let conf = format!(
+        "Port {SSHD_PORT}\nListenAddress 0.0.0.0\nHostKey {host_key}\nPidFile {dir}/sshd.pid\n\
+         AuthorizedKeysFile {authorized}\nPermitRootLogin prohibit-password\n\
+         PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
+         AllowTcpForwarding yes\nPermitOpen any\nX11Forwarding no\nPrintMotd no\nUseDNS no\n",
+        host_key = host_key.display(),
+        dir = dir.display(),
+        authorized = authorized.display(),
+    );
+    let conf_path = dir.join("sshd_config");
+    write_file(&conf_path, conf.as_bytes())?;
+    let mut cmd = last.netns().command("/usr/sbin/sshd");
+    cmd.arg("-D").arg("-e").arg("-f").arg(&conf_path);
+    let mut sshd = Proc::spawn("sshd", last, cmd, dir.join("sshd.log"))?;
+    sshd.wait_listening(last, &[SSHD_PORT])?;
+
+    let first_addr = left_addr(first)?;
+    let last_addr = left_addr(last)?;
+    let mut cmd = first.netns().command("ssh");
+    cmd.args(["-N", "-F", "/dev/null", "-i"])
+        .arg(&client_key)
+        .args([
+            "-p",
+            &SSHD_PORT.to_string(),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-o",
+            "GatewayPorts=yes",
+            "-o",
+            "LogLevel=ERROR",
+            "-L",
+            &format!("{first_addr}:{SSH_FORWARD_PORT}:{server}:{HTTP_PORT}"),
+            &format!("root@{last_addr}"),
+        ]);
+    let mut ssh = Proc::spawn("ssh -L", first, cmd, dir.join("ssh.log"))?;
+    ssh.wait_listening(first, &[SSH_FORWARD_PORT])?;
+    Ok(Setup {
+        base: format!("http://{first_addr}:{SSH_FORWARD_PORT}"),
+        note: Some(format!(
+            "explicit: the client connects to ssh -L on {} ({first_addr}:{SSH_FORWARD_PORT}), \
+             one SSH session to sshd on {}",
+            first.name(),
+            last.name()
+        )),
+        _procs: vec![ssh, sshd],
+    })
+}
+
+/// The splitway binary: `$SPLITWAY_BIN`, else this executable if it is
+/// `splitway`.
+fn splitway_binary() -> Result<PathBuf, LabError> {
+    if let Some(path) = std::env::var_os("SPLITWAY_BIN") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(LabError::NotBuilt(format!(
+                "SPLITWAY_BIN={} is not a file",
+                path.display()
+            )))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| LabError::io("locate the running binary", e))?;
+    if exe.file_name().is_some_and(|n| n == "splitway") {
+        Ok(exe)
+    } else {
+        Err(LabError::NotBuilt(
+            "no splitway binary: run the lab as `splitway lab` or set SPLITWAY_BIN".into(),
+        ))
+    }
+}
+
+fn random_psk_hex() -> Result<String, LabError> {
+    let mut bytes = [0u8; 32];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| LabError::io("read /dev/urandom", e))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// One relay's config file (see the relay's config documentation).
+fn relay_config(relays: &[Host], i: usize, psk: &Path) -> Result<String, LabError> {
+    let relay = &relays[i];
+    let mut conf = format!(
+        "name = \"{}\"\npsk_file = \"{}\"\nadmin = \"127.0.0.1:{ADMIN_PORT}\"\n\n",
+        relay.name(),
+        psk.display()
+    );
+    if i == 0 {
+        conf.push_str(&format!(
+            "[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:{TPROXY_PORT}\"\n\
+             intercept = {{ interfaces = [\"{DEV_LEFT}\"], ports = [{HTTP_PORT}] }}\n\n"
+        ));
+    } else {
+        conf.push_str(&format!(
+            "[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\n\n"
+        ));
+    }
+    let via = match relays.get(i + 1) {
+        Some(next) => {
+            conf.push_str(&format!(
+                "[[peer]]\nname = \"{}\"\naddr = \"{}:{PEER_PORT}\"\ncongestion = \"cubic\"\n\n",
+                next.name(),
+                left_addr(next)?
+            ));
+            next.name().to_owned()
+        }
+        None => "direct".to_owned(),
+    };
+    conf.push_str(&format!(
+        "[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"{via}\"\n\n[direct]\ncongestion = \"cubic\"\n"
+    ));
+    Ok(conf)
+}
+
+fn setup_splitway(relays: &[Host], direct: &str, dir: &Path) -> Result<Setup, LabError> {
+    let bin = splitway_binary()?;
+    let psk = dir.join("psk.key");
+    write_file(&psk, random_psk_hex()?.as_bytes())?;
+    let mut procs = Vec::new();
+    for (i, relay) in relays.iter().enumerate().rev() {
+        let conf = relay_config(relays, i, &psk)?;
+        let path = dir.join(format!("relay-{}.toml", relay.name()));
+        write_file(&path, conf.as_bytes())?;
+        let mut cmd = relay.netns().command(&bin.to_string_lossy());
+        cmd.arg("relay").arg("--config").arg(&path);
+        let mut proc = Proc::spawn(
+            "splitway relay",
+            relay,
+            cmd,
+            dir.join(format!("relay-{}.log", relay.name())),
+        )?;
+        let port = if i == 0 { TPROXY_PORT } else { PEER_PORT };
+        // The admin port opens once listeners and interception are set up.
+        proc.wait_listening(relay, &[port, ADMIN_PORT])?;
+        procs.push(proc);
+    }
+    Ok(Setup {
+        base: direct.to_owned(),
+        note: Some(format!(
+            "transparent: {} intercepts the client's port {HTTP_PORT} with TPROXY",
+            relays[0].name()
+        )),
+        _procs: procs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn curl_output_parses() {
+        let s =
+            parse_curl(&["0.032912", "0.548123", "3.210000", "200", "10000000"]).expect("valid");
+        assert_eq!(s.http_code, 200);
+        assert_eq!(s.size, 10_000_000);
+        assert!((s.starttransfer_s - 0.548123).abs() < 1e-9);
+        assert!(s.check(10_000_000).is_ok());
+        assert!(s.check(10).is_err());
+        assert!(parse_curl(&["0.1", "x", "0.3", "200", "1"]).is_none());
+        assert!(parse_curl(&["0.1"]).is_none());
+    }
+
+    #[test]
+    fn unimplemented_configs_are_not_available() {
+        for c in [
+            Config::SplitEs,
+            Config::SplitEsPool,
+            Config::Full,
+            Config::FullTfo,
+        ] {
+            assert!(availability(c).is_err());
+        }
+        assert!(availability(Config::E2e).is_ok());
+    }
+}

@@ -130,8 +130,10 @@ impl Destination {
             return Ok(None);
         };
         match atyp {
-            ATYP_IPV4 | ATYP_IPV6 => Ok(decode_socket_addr(buf)?
-                .map(|(addr, consumed)| (Destination::Ip(addr), consumed))),
+            ATYP_IPV4 | ATYP_IPV6 => {
+                Ok(decode_socket_addr(buf)?
+                    .map(|(addr, consumed)| (Destination::Ip(addr), consumed)))
+            }
             ATYP_DOMAIN => {
                 let Some(&len) = buf.get(1) else {
                     return Ok(None);
@@ -252,7 +254,15 @@ mod tests {
         assert!(is_valid_domain(&[b'a'; 255]));
         assert!(!is_valid_domain(&[b'a'; 256]));
         assert!(!is_valid_domain(b""));
-        for bad in [&b"a b"[..], b"a\0b", b"user@host", b"a/b", b"a:b", b"\xc3\xa9", b"a_b"] {
+        for bad in [
+            &b"a b"[..],
+            b"a\0b",
+            b"user@host",
+            b"a/b",
+            b"a:b",
+            b"\xc3\xa9",
+            b"a_b",
+        ] {
             assert!(!is_valid_domain(bad), "{bad:?}");
         }
     }
@@ -330,7 +340,11 @@ mod tests {
             dst.encode(&mut wire).unwrap();
             assert_eq!(wire.len(), dst.encoded_len());
             for cut in 0..wire.len() {
-                assert_eq!(Destination::decode(&wire[..cut]), Ok(None), "{dst} cut {cut}");
+                assert_eq!(
+                    Destination::decode(&wire[..cut]),
+                    Ok(None),
+                    "{dst} cut {cut}"
+                );
             }
             wire.push(0xAA); // trailing byte belongs to the caller
             assert_eq!(

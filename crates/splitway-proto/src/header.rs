@@ -426,7 +426,14 @@ mod tests {
 
     #[test]
     fn every_split_needs_more() {
-        for header in [sample(), Header::new(1, Destination::domain(&"a".repeat(255), 1).unwrap(), "127.0.0.1:9".parse().unwrap())] {
+        for header in [
+            sample(),
+            Header::new(
+                1,
+                Destination::domain(&"a".repeat(255), 1).unwrap(),
+                "127.0.0.1:9".parse().unwrap(),
+            ),
+        ] {
             let wire = encoded(&header);
             for cut in 0..wire.len() {
                 assert_eq!(Header::decode(&wire[..cut]), Ok(None), "cut {cut}");
@@ -449,7 +456,10 @@ mod tests {
     #[test]
     fn bad_version_fails_on_first_byte() {
         assert_eq!(Header::decode(&[2]), Err(HeaderError::BadVersion(2)));
-        assert_eq!(Header::decode(&[0x10, 0]), Err(HeaderError::BadVersion(0x10)));
+        assert_eq!(
+            Header::decode(&[0x10, 0]),
+            Err(HeaderError::BadVersion(0x10))
+        );
     }
 
     #[test]
@@ -602,7 +612,10 @@ mod tests {
             assert_eq!(Reply::decode(&wire[..0]), Ok(None));
             assert_eq!(Reply::decode(&wire[..1]), Ok(None));
             wire.push(0x55);
-            assert_eq!(Reply::decode(&wire), Ok(Some((Reply { status }, REPLY_LEN))));
+            assert_eq!(
+                Reply::decode(&wire),
+                Ok(Some((Reply { status }, REPLY_LEN)))
+            );
             assert_eq!(ReplyStatus::try_from(status.code()), Ok(status));
         }
     }

@@ -1,1 +1,25 @@
-//! splitway-relay
+//! splitway-relay: the data path of a split-TCP relay.
+//!
+//! - `config`: the TOML file, validated as a whole
+//! - `route`: destination prefix → next relay or direct
+//! - `ingress`: listeners (TPROXY, SOCKS5, HTTP CONNECT, peer) and their handshakes
+//! - `peer`: the authenticated relay↔relay leg, both ends
+//! - `session`: one split connection from accept to close
+//! - `forward`: zero-copy (splice) or small-chunk (recv/send) forwarding with
+//!   exact half-close and reset propagation
+//! - `tuning`: per-leg socket options
+//! - `relay`: startup, admin API, shutdown and drain
+
+pub mod config;
+pub mod error;
+pub mod forward;
+pub mod ingress;
+pub mod peer;
+pub mod relay;
+pub mod route;
+pub mod session;
+pub mod tuning;
+
+pub use config::Config;
+pub use error::{ConnError, Culprit, RelayError};
+pub use relay::Relay;

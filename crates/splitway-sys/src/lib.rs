@@ -7,6 +7,9 @@
 
 pub mod netns;
 pub mod rt;
+pub mod sock;
+pub mod splice;
+pub mod tproxy;
 pub mod tun;
 
 use thiserror::Error;

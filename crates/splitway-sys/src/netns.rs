@@ -186,7 +186,17 @@ pub fn remove_stale(prefix: &str) {
 /// namespace and bringing both up. Interface names must be ≤ 15 bytes.
 pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) -> Result<(), SysError> {
     ip(&[
-        "link", "add", a_if, "netns", a.name(), "type", "veth", "peer", "name", b_if, "netns",
+        "link",
+        "add",
+        a_if,
+        "netns",
+        a.name(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b_if,
+        "netns",
         b.name(),
     ])?;
     a.ip(&["link", "set", a_if, "up"])?;

@@ -1,0 +1,552 @@
+//! The admin server over real loopback sockets.
+
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use prometheus_parse::{LineInfo, Scrape, Value};
+use splitway_control::{
+    AdminConfig, AuthFailureReason, CloseReason, ControlError, Direction, Metrics, Mode,
+    OPENMETRICS_CONTENT_TYPE, Path, StatusProvider, bind, serve_with_config,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout};
+
+/// Upper bound for anything that should happen promptly; only reached when a
+/// test is failing, so the suite fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+struct Server {
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ControlError>>,
+}
+
+impl Server {
+    async fn start(config: AdminConfig, status: Arc<dyn StatusProvider>) -> Self {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async move {
+            // A dropped sender also means stop.
+            let _ = stopped.await;
+        };
+        let task = tokio::spawn(serve_with_config(
+            listener,
+            Arc::clone(&metrics),
+            status,
+            config,
+            shutdown,
+        ));
+        Self {
+            addr,
+            metrics,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn with_defaults() -> Self {
+        Self::start(AdminConfig::default(), Arc::new(|| serde_json::json!({}))).await
+    }
+
+    async fn stop(mut self) -> Result<(), ControlError> {
+        self.stop.take().unwrap().send(()).unwrap();
+        timeout(PATIENCE, self.task)
+            .await
+            .expect("server did not stop")
+            .expect("server task panicked")
+    }
+}
+
+#[derive(Debug)]
+struct HttpResponse {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl HttpResponse {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        assert_eq!(self.header("content-type"), Some("application/json"));
+        serde_json::from_str(&self.body).unwrap()
+    }
+}
+
+fn parse_response(raw: &[u8]) -> HttpResponse {
+    let raw = std::str::from_utf8(raw).expect("response is UTF-8");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("response has a head");
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap();
+    let mut parts = status_line.splitn(3, ' ');
+    assert_eq!(parts.next(), Some("HTTP/1.1"));
+    let status = parts.next().unwrap().parse().unwrap();
+    let headers = lines
+        .map(|line| {
+            let (name, value) = line.split_once(": ").expect("header line");
+            (name.to_owned(), value.to_owned())
+        })
+        .collect();
+    HttpResponse {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+/// Sends `raw` on a fresh connection and reads the answer to EOF.
+async fn exchange(addr: SocketAddr, raw: &[u8]) -> HttpResponse {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(raw).await.unwrap();
+    let mut answer = Vec::new();
+    timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .expect("server did not close")
+        .unwrap();
+    let response = parse_response(&answer);
+    assert_eq!(response.header("connection"), Some("close"));
+    response
+}
+
+async fn get(addr: SocketAddr, path: &str) -> HttpResponse {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+    let response = exchange(addr, request.as_bytes()).await;
+    let length: usize = response.header("content-length").unwrap().parse().unwrap();
+    assert_eq!(length, response.body.len());
+    response
+}
+
+/// Value of the sample `name{labels}`; exactly one must exist.
+fn sample(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let matching: Vec<_> = scrape
+        .samples
+        .iter()
+        .filter(|sample| {
+            sample.metric == name
+                && sample.labels.len() == labels.len()
+                && labels
+                    .iter()
+                    .all(|(key, value)| sample.labels.get(key) == Some(*value))
+        })
+        .collect();
+    assert_eq!(
+        matching.len(),
+        1,
+        "samples for {name}{labels:?}: {matching:?}"
+    );
+    match &matching[0].value {
+        Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+        other => panic!("{name} is not a scalar: {other:?}"),
+    }
+}
+
+/// Cumulative bucket counts of histogram `name{labels}` as (le, count).
+fn buckets(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Vec<(f64, f64)> {
+    let histogram = scrape
+        .samples
+        .iter()
+        .find(|sample| {
+            sample.metric == name
+                && labels
+                    .iter()
+                    .all(|(key, value)| sample.labels.get(key) == Some(*value))
+        })
+        .unwrap_or_else(|| panic!("no histogram {name}{labels:?}"));
+    match &histogram.value {
+        Value::Histogram(counts) => counts.iter().map(|c| (c.less_than, c.count)).collect(),
+        other => panic!("{name} is not a histogram: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn metrics_endpoint_exports_what_was_counted() {
+    let server = Server::with_defaults().await;
+    let metrics = &server.metrics;
+    for _ in 0..3 {
+        metrics.accepted(Mode::Tproxy);
+    }
+    metrics.accepted(Mode::Peer);
+    let _active = [
+        metrics.active(Mode::HttpConnect),
+        metrics.active(Mode::HttpConnect),
+    ];
+    drop(metrics.active(Mode::Socks5));
+    metrics.closed(Mode::Socks5, CloseReason::ConnectTimeout);
+    metrics.closed(Mode::Socks5, CloseReason::ConnectTimeout);
+    metrics.closed(Mode::Peer, CloseReason::Completed);
+    for _ in 0..5 {
+        metrics.auth_failure(AuthFailureReason::BadMac);
+    }
+    metrics.bytes(Direction::ToServer, Path::Splice, 1_000_000);
+    metrics.bytes(Direction::ToClient, Path::Copy, 1234);
+    metrics.bytes(Direction::ToClient, Path::Copy, 1234);
+    metrics.data_path_chosen(Path::Splice);
+    metrics.observe_setup(Mode::Tproxy, Duration::from_micros(300));
+    metrics.observe_setup(Mode::Tproxy, Duration::from_secs(3));
+    metrics.register_peer("osaka");
+    metrics.peer_connect_failure("tokyo");
+    metrics.peer_connect_failure("tokyo");
+
+    let response = get(server.addr, "/metrics").await;
+    assert_eq!(response.status, 200);
+    assert_eq!(
+        response.header("content-type"),
+        Some(OPENMETRICS_CONTENT_TYPE)
+    );
+    assert!(
+        response.body.ends_with("# EOF\n"),
+        "OpenMetrics body without EOF"
+    );
+    for line in response.body.lines() {
+        let understood = !matches!(LineInfo::parse(line), LineInfo::Ignored)
+            || line == "# EOF"
+            || line.starts_with("# UNIT ");
+        assert!(understood, "parser does not understand line {line:?}");
+    }
+    let scrape = Scrape::parse(response.body.lines().map(|line| Ok(line.to_owned()))).unwrap();
+
+    let accepted = "splitway_connections_accepted_total";
+    assert_eq!(sample(&scrape, accepted, &[("mode", "tproxy")]), 3.0);
+    assert_eq!(sample(&scrape, accepted, &[("mode", "peer")]), 1.0);
+    assert_eq!(sample(&scrape, accepted, &[("mode", "socks5")]), 0.0);
+    let active = "splitway_connections_active";
+    assert_eq!(sample(&scrape, active, &[("mode", "http_connect")]), 2.0);
+    assert_eq!(sample(&scrape, active, &[("mode", "socks5")]), 0.0);
+    let closed = "splitway_connections_closed_total";
+    assert_eq!(
+        sample(
+            &scrape,
+            closed,
+            &[("mode", "socks5"), ("reason", "connect_timeout")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            closed,
+            &[("mode", "peer"), ("reason", "completed")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            closed,
+            &[("mode", "tproxy"), ("reason", "internal")]
+        ),
+        0.0
+    );
+    let auth = "splitway_peer_auth_failures_total";
+    assert_eq!(sample(&scrape, auth, &[("reason", "bad_mac")]), 5.0);
+    assert_eq!(sample(&scrape, auth, &[("reason", "timeout")]), 0.0);
+    let bytes = "splitway_forwarded_bytes_total";
+    assert_eq!(
+        sample(
+            &scrape,
+            bytes,
+            &[("direction", "to_server"), ("path", "splice")]
+        ),
+        1_000_000.0
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            bytes,
+            &[("direction", "to_client"), ("path", "copy")]
+        ),
+        2468.0
+    );
+    let chosen = "splitway_data_path_chosen_total";
+    assert_eq!(sample(&scrape, chosen, &[("path", "splice")]), 1.0);
+    assert_eq!(sample(&scrape, chosen, &[("path", "copy")]), 0.0);
+    let peer_failures = "splitway_peer_connect_failures_total";
+    assert_eq!(sample(&scrape, peer_failures, &[("peer", "tokyo")]), 2.0);
+    assert_eq!(sample(&scrape, peer_failures, &[("peer", "osaka")]), 0.0);
+
+    let tproxy = [("mode", "tproxy")];
+    assert_eq!(
+        sample(&scrape, "splitway_setup_seconds_count", &tproxy),
+        2.0
+    );
+    let sum = sample(&scrape, "splitway_setup_seconds_sum", &tproxy);
+    assert!((sum - 3.0003).abs() < 1e-9, "sum {sum}");
+    let setup = buckets(&scrape, "splitway_setup_seconds", &tproxy);
+    let count_at = |le: f64| {
+        setup
+            .iter()
+            .find(|(bound, _)| *bound == le)
+            .unwrap_or_else(|| panic!("no bucket le={le} in {setup:?}"))
+            .1
+    };
+    assert_eq!(count_at(0.000_05), 0.0);
+    assert_eq!(count_at(0.000_25), 0.0);
+    assert_eq!(count_at(0.000_5), 1.0);
+    assert_eq!(count_at(2.5), 1.0);
+    assert_eq!(count_at(5.0), 2.0);
+    assert_eq!(count_at(10.0), 2.0);
+    assert_eq!(count_at(f64::INFINITY), 2.0);
+    let untouched = buckets(&scrape, "splitway_setup_seconds", &[("mode", "peer")]);
+    assert!(untouched.iter().all(|(_, count)| *count == 0.0));
+
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn head_metrics_sends_headers_only() {
+    let server = Server::with_defaults().await;
+    let full = get(server.addr, "/metrics").await;
+    let head = exchange(server.addr, b"HEAD /metrics HTTP/1.1\r\n\r\n").await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.body, "");
+    assert_eq!(
+        head.header("content-length"),
+        Some(full.body.len().to_string().as_str())
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn status_endpoint_serves_the_provider_document() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let provider_calls = Arc::clone(&calls);
+    let status: Arc<dyn StatusProvider> = Arc::new(move || {
+        let call = provider_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        serde_json::json!({
+            "state": "running",
+            "call": call,
+            "listeners": [{"mode": "socks5", "addr": "127.0.0.1:1080"}],
+        })
+    });
+    let server = Server::start(AdminConfig::default(), status).await;
+
+    for expected_call in 1..=2 {
+        let response = get(server.addr, "/status?verbose=1").await;
+        assert_eq!(response.status, 200);
+        assert_eq!(
+            response.json(),
+            serde_json::json!({
+                "state": "running",
+                "call": expected_call,
+                "listeners": [{"mode": "socks5", "addr": "127.0.0.1:1080"}],
+            })
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn unknown_paths_wrong_methods_and_garbage_get_json_errors() {
+    let server = Server::with_defaults().await;
+
+    let not_found = get(server.addr, "/metrics/extra").await;
+    assert_eq!(not_found.status, 404);
+    assert_eq!(not_found.json()["status"], 404);
+    assert!(not_found.json()["error"].is_string());
+
+    let wrong_method = exchange(
+        server.addr,
+        b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+    )
+    .await;
+    assert_eq!(wrong_method.status, 405);
+    assert_eq!(wrong_method.header("allow"), Some("GET, HEAD"));
+    assert_eq!(wrong_method.json()["status"], 405);
+
+    let put_status = exchange(server.addr, b"PUT /status HTTP/1.1\r\n\r\n").await;
+    assert_eq!(put_status.status, 405);
+
+    for garbage in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"GET /metrics HTTP/1.1\r\nBroken header\r\n\r\n",
+        b"GET metrics HTTP/1.1\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", // TLS ClientHello-ish
+    ] {
+        let response = exchange(server.addr, garbage).await;
+        assert_eq!(response.status, 400, "for {garbage:?}");
+        assert_eq!(response.json()["status"], 400);
+    }
+
+    // Half-closed mid-head: still answered.
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHo")
+        .await
+        .unwrap();
+    stream.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(parse_response(&answer).status, 400);
+
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn oversized_head_gets_431() {
+    let server = Server::with_defaults().await;
+    let mut request = b"GET /metrics HTTP/1.1\r\nX-Padding: ".to_vec();
+    request.resize(9 * 1024, b'a');
+    let response = exchange(server.addr, &request).await;
+    assert_eq!(response.status, 431);
+    assert_eq!(response.json()["status"], 431);
+
+    // Exactly at the limit is still fine.
+    let mut request = b"GET /status HTTP/1.1\r\nX-Padding: ".to_vec();
+    request.resize(8 * 1024 - 4, b'a');
+    request.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(request.len(), 8 * 1024);
+    assert_eq!(exchange(server.addr, &request).await.status, 200);
+    server.stop().await.unwrap();
+}
+
+/// Sends half a request and returns a task that reads the server's answer and
+/// reports (answer, when the server closed).
+async fn slowloris(addr: SocketAddr) -> (Instant, JoinHandle<(Vec<u8>, Instant)>) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: sl")
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    let reader = tokio::spawn(async move {
+        let mut answer = Vec::new();
+        timeout(PATIENCE, stream.read_to_end(&mut answer))
+            .await
+            .expect("slowloris client never cut off")
+            .expect("slowloris read failed");
+        (answer, Instant::now())
+    });
+    (sent, reader)
+}
+
+#[tokio::test]
+async fn slowloris_is_cut_off_without_blocking_others() {
+    let read_timeout = Duration::from_millis(500);
+    let config = AdminConfig {
+        read_timeout,
+        ..AdminConfig::default()
+    };
+    let server = Server::start(config, Arc::new(|| serde_json::json!({"ok": true}))).await;
+
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        stalled.push(slowloris(server.addr).await);
+    }
+    for _ in 0..5 {
+        assert_eq!(get(server.addr, "/status").await.status, 200);
+        assert_eq!(get(server.addr, "/metrics").await.status, 200);
+    }
+    let others_done = Instant::now();
+
+    for (sent, reader) in stalled {
+        let (answer, cut_off) = reader.await.unwrap();
+        let response = parse_response(&answer);
+        assert_eq!(response.status, 408);
+        assert_eq!(response.json()["status"], 408);
+        assert!(
+            cut_off.duration_since(sent) >= read_timeout,
+            "cut off after {:?}, before the {read_timeout:?} timeout",
+            cut_off.duration_since(sent)
+        );
+        assert!(
+            others_done < cut_off,
+            "other requests finished only after the slowloris clients were cut off"
+        );
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn connection_limit_queues_excess_clients() {
+    let config = AdminConfig {
+        read_timeout: Duration::from_millis(300),
+        max_connections: 1,
+        ..AdminConfig::default()
+    };
+    let server = Server::start(config, Arc::new(|| serde_json::json!({}))).await;
+
+    let (_, stalled) = slowloris(server.addr).await;
+    // Served, but only once the only slot is freed by the timeout.
+    let queued = get(server.addr, "/status").await;
+    let served = Instant::now();
+    assert_eq!(queued.status, 200);
+    let (answer, cut_off) = stalled.await.unwrap();
+    assert_eq!(parse_response(&answer).status, 408);
+    assert!(
+        served > cut_off,
+        "second client was served while the slot was taken"
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_closes_listener_and_aborts_stalled_requests() {
+    let config = AdminConfig {
+        read_timeout: Duration::from_secs(60),
+        ..AdminConfig::default()
+    };
+    let server = Server::start(config, Arc::new(|| serde_json::json!({}))).await;
+    let addr = server.addr;
+    assert_eq!(get(addr, "/status").await.status, 200);
+
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled
+        .write_all(b"GET /status HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    // The server has this connection once it answers a later one (one accept loop).
+    assert_eq!(get(addr, "/status").await.status, 200);
+
+    let started = Instant::now();
+    server.stop().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(60));
+
+    // The stalled request was dropped, not answered after its 60 s timeout.
+    let mut answer = Vec::new();
+    let read = timeout(PATIENCE, stalled.read_to_end(&mut answer))
+        .await
+        .expect("stalled connection still open after shutdown");
+    match read {
+        Ok(_) => assert!(answer.is_empty(), "got an answer: {answer:?}"),
+        Err(error) => assert_eq!(error.kind(), ErrorKind::ConnectionReset),
+    }
+
+    let error = TcpStream::connect(addr).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::ConnectionRefused);
+}
+
+#[tokio::test]
+async fn bind_error_names_the_address() {
+    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = taken.local_addr().unwrap();
+    let error = bind(addr).await.unwrap_err();
+    assert!(error.to_string().contains(&addr.to_string()), "{error}");
+    match error {
+        ControlError::Bind {
+            addr: reported,
+            source,
+        } => {
+            assert_eq!(reported, addr);
+            assert_eq!(source.kind(), ErrorKind::AddrInUse);
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+}

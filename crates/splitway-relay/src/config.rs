@@ -1,0 +1,899 @@
+//! The relay's TOML configuration: parsing and whole-file validation.
+//!
+//! Each section (and each element of `[[listen]]`, `[[peer]]`, `[[route]]`)
+//! is deserialized on its own with `deny_unknown_fields`, so one bad element
+//! does not hide the errors of the others; then the parsed values are
+//! checked together (names, addresses, prefixes, cross-references). Every
+//! problem is reported at once, each with the key that caused it.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use splitway_proto::auth::Psk;
+
+/// Default admin address (loopback only).
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+
+/// A fully validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub name: String,
+    pub psk_file: Option<PathBuf>,
+    /// Loaded and checked at validation time; `None` when no peer leg exists.
+    pub psk: Option<Psk>,
+    pub admin: Option<SocketAddr>,
+    pub listeners: Vec<Listener>,
+    pub peers: Vec<Peer>,
+    pub routes: Vec<Route>,
+    pub direct: LegTuning,
+    pub client: LegTuning,
+    pub timeouts: Timeouts,
+    pub forwarding: Forwarding,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ListenMode {
+    Tproxy,
+    Socks5,
+    HttpConnect,
+    Peer,
+}
+
+impl ListenMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenMode::Tproxy => "tproxy",
+            ListenMode::Socks5 => "socks5",
+            ListenMode::HttpConnect => "http-connect",
+            ListenMode::Peer => "peer",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Listener {
+    pub mode: ListenMode,
+    pub addr: SocketAddr,
+    pub intercept: Option<Intercept>,
+    /// Clients allowed to connect; empty means any.
+    pub allow_clients: Vec<IpNet>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Intercept {
+    pub interfaces: Vec<String>,
+    pub ports: Vec<u16>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub tuning: LegTuning,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Via {
+    Direct,
+    /// Index into `Config::peers`.
+    Peer(usize),
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub dst: IpNet,
+    pub via: Via,
+}
+
+/// Socket tuning for one kind of leg.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LegTuning {
+    pub congestion: Option<String>,
+    /// `None` = the leg kind's default (Nagle off everywhere: a relay must
+    /// not hold back the small segments it forwards).
+    pub nodelay: Option<bool>,
+    pub sndbuf: Option<usize>,
+    pub rcvbuf: Option<usize>,
+    /// TCP keepalive idle time; `Some(None)` = explicitly off.
+    pub keepalive: Option<Option<Duration>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub handshake: Duration,
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            handshake: Duration::from_secs(10),
+            idle: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DataPath {
+    /// recv/send for small chunks, splice once a read fills the buffer.
+    #[default]
+    Auto,
+    Splice,
+    Copy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Forwarding {
+    pub data_path: DataPath,
+}
+
+/// One problem found in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigIssue {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// All problems of a config file.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct ConfigErrors {
+    pub path: String,
+    pub issues: Vec<ConfigIssue>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: {} error{}",
+            self.path,
+            self.issues.len(),
+            if self.issues.len() == 1 { "" } else { "s" }
+        )?;
+        for i in &self.issues {
+            writeln!(f, "  {i}")?;
+        }
+        Ok(())
+    }
+}
+
+// ---- raw, serde-facing shapes --------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListener {
+    mode: ListenMode,
+    addr: String,
+    #[serde(default)]
+    intercept: Option<Intercept>,
+    #[serde(default)]
+    allow_clients: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTuning {
+    congestion: Option<String>,
+    nodelay: Option<bool>,
+    sndbuf: Option<u64>,
+    rcvbuf: Option<u64>,
+    keepalive: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPeer {
+    name: String,
+    addr: String,
+    congestion: Option<String>,
+    nodelay: Option<bool>,
+    sndbuf: Option<u64>,
+    rcvbuf: Option<u64>,
+    keepalive: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    dst: String,
+    via: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    connect: Option<String>,
+    handshake: Option<String>,
+    idle: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawForwarding {
+    data_path: Option<DataPath>,
+}
+
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "name",
+    "psk_file",
+    "admin",
+    "listen",
+    "peer",
+    "route",
+    "direct",
+    "client",
+    "timeouts",
+    "forwarding",
+];
+
+/// Collects issues while walking the file.
+struct Checker {
+    issues: Vec<ConfigIssue>,
+}
+
+impl Checker {
+    fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.issues.push(ConfigIssue {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Deserializes one value, recording a failure under `key`.
+    fn section<T: DeserializeOwned>(&mut self, key: &str, value: &toml::Value) -> Option<T> {
+        match T::deserialize(value.clone()) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.err(key, e.message().trim().to_owned());
+                None
+            }
+        }
+    }
+
+    /// An array of tables (`[[listen]]` etc.), each element deserialized alone.
+    fn elements<T: DeserializeOwned>(
+        &mut self,
+        table: &toml::Table,
+        key: &str,
+    ) -> Vec<(String, Option<T>)> {
+        match table.get(key) {
+            None => Vec::new(),
+            Some(toml::Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let k = format!("{key}[{i}]");
+                    let parsed = self.section::<T>(&k, v);
+                    (k, parsed)
+                })
+                .collect(),
+            Some(_) => {
+                self.err(key, format!("must be an array of tables ([[{key}]])"));
+                Vec::new()
+            }
+        }
+    }
+
+    fn socket_addr(&mut self, key: &str, text: &str) -> Option<SocketAddr> {
+        match text.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.err(
+                    key,
+                    format!("`{text}` is not an IP:port address (IPv6 as [addr]:port)"),
+                );
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, key: &str, text: &str) -> Option<Duration> {
+        match parse_duration(text) {
+            Some(d) => Some(d),
+            None => {
+                self.err(
+                    key,
+                    format!("`{text}` is not a duration (e.g. \"500ms\", \"10s\", \"5m\", \"1h\")"),
+                );
+                None
+            }
+        }
+    }
+
+    fn tuning(&mut self, key: &str, raw: RawTuning) -> LegTuning {
+        let available = splitway_sys::sock::available_congestion_controls();
+        let congestion = raw.congestion.and_then(|cc| {
+            if cc.is_empty()
+                || cc.len() > 15
+                || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                self.err(
+                    format!("{key}.congestion"),
+                    format!("`{cc}` is not a congestion control name"),
+                );
+                None
+            } else if !available.is_empty() && !available.contains(&cc) {
+                self.err(
+                    format!("{key}.congestion"),
+                    format!(
+                        "`{cc}` is not available on this kernel (available: {})",
+                        available.join(", ")
+                    ),
+                );
+                None
+            } else {
+                Some(cc)
+            }
+        });
+        let mut buf = |name: &str, v: Option<u64>| -> Option<usize> {
+            let v = v?;
+            if !(4096..=1 << 30).contains(&v) {
+                self.err(
+                    format!("{key}.{name}"),
+                    format!("{v} is outside 4096..=1073741824 bytes"),
+                );
+                None
+            } else {
+                Some(v as usize)
+            }
+        };
+        let sndbuf = buf("sndbuf", raw.sndbuf);
+        let rcvbuf = buf("rcvbuf", raw.rcvbuf);
+        let keepalive = raw.keepalive.and_then(|k| {
+            if k == "off" {
+                Some(None)
+            } else {
+                self.duration(&format!("{key}.keepalive"), &k).map(Some)
+            }
+        });
+        LegTuning {
+            congestion,
+            nodelay: raw.nodelay,
+            sndbuf,
+            rcvbuf,
+            keepalive,
+        }
+    }
+}
+
+/// Parses "250ms", "10s", "5m", "1h" (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => (&t[..i], &t[i..]),
+        None => (t, "s"),
+    };
+    let n: f64 = num.parse().ok()?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return None,
+    };
+    (secs.is_finite() && secs >= 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+impl Config {
+    /// Reads and validates a config file. Relative paths inside it (the PSK
+    /// file) are resolved against the file's directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+            path: shown.clone(),
+            issues: vec![ConfigIssue {
+                key: "(file)".into(),
+                message: format!("cannot read: {e}"),
+            }],
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Config::parse(&text, base).map_err(|issues| ConfigErrors {
+            path: shown,
+            issues,
+        })
+    }
+
+    /// Parses and validates config text; `base` resolves relative paths.
+    pub fn parse(text: &str, base: &Path) -> Result<Config, Vec<ConfigIssue>> {
+        let table: toml::Table = match text.parse() {
+            Ok(t) => t,
+            Err(e) => {
+                return Err(vec![ConfigIssue {
+                    key: "(syntax)".into(),
+                    message: e.to_string().trim().replace('\n', " "),
+                }]);
+            }
+        };
+        let mut c = Checker { issues: Vec::new() };
+
+        for key in table.keys() {
+            if !TOP_LEVEL_KEYS.contains(&key.as_str()) {
+                c.err(
+                    key.clone(),
+                    format!(
+                        "unknown key (expected one of: {})",
+                        TOP_LEVEL_KEYS.join(", ")
+                    ),
+                );
+            }
+        }
+
+        let name = match table.get("name") {
+            Some(v) => c.section::<String>("name", v).and_then(|n| {
+                if valid_name(&n) {
+                    Some(n)
+                } else {
+                    c.err("name", format!("`{n}` must be 1-32 of [a-z0-9_-]"));
+                    None
+                }
+            }),
+            None => {
+                c.err("name", "missing (a short name for this relay, e.g. \"rc\")");
+                None
+            }
+        };
+
+        let admin = match table.get("admin") {
+            None => Some(DEFAULT_ADMIN.parse().expect("valid default")),
+            Some(v) => match c.section::<String>("admin", v) {
+                Some(s) if s.is_empty() || s == "off" => None,
+                Some(s) => c.socket_addr("admin", &s),
+                None => None,
+            },
+        };
+
+        // Listeners.
+        let mut listeners = Vec::new();
+        let mut seen_addrs = HashSet::new();
+        let raw_listeners = c.elements::<RawListener>(&table, "listen");
+        if raw_listeners.is_empty() && !c.issues.iter().any(|i| i.key == "listen") {
+            c.err(
+                "listen",
+                "no [[listen]] section: the relay would accept nothing",
+            );
+        }
+        for (key, raw) in raw_listeners {
+            let Some(raw) = raw else { continue };
+            let addr = c.socket_addr(&format!("{key}.addr"), &raw.addr);
+            if let Some(a) = addr
+                && !seen_addrs.insert(a)
+            {
+                c.err(
+                    format!("{key}.addr"),
+                    format!("{a} is already used by another listener"),
+                );
+            }
+            if let Some(i) = &raw.intercept {
+                if raw.mode != ListenMode::Tproxy {
+                    c.err(
+                        format!("{key}.intercept"),
+                        "only a mode = \"tproxy\" listener can intercept",
+                    );
+                }
+                if i.interfaces.is_empty() {
+                    c.err(
+                        format!("{key}.intercept.interfaces"),
+                        "needs at least one interface",
+                    );
+                }
+                for (j, iface) in i.interfaces.iter().enumerate() {
+                    if iface.is_empty() || iface.len() > 15 || iface.contains(['"', ' ', '/']) {
+                        c.err(
+                            format!("{key}.intercept.interfaces[{j}]"),
+                            format!("`{iface}` is not an interface name"),
+                        );
+                    }
+                }
+                if i.ports.is_empty() {
+                    c.err(format!("{key}.intercept.ports"), "needs at least one port");
+                }
+                if i.ports.contains(&0) {
+                    c.err(
+                        format!("{key}.intercept.ports"),
+                        "port 0 cannot be intercepted",
+                    );
+                }
+            }
+            let mut allow = Vec::new();
+            for (j, p) in raw.allow_clients.iter().enumerate() {
+                match p.parse::<IpNet>() {
+                    Ok(n) => allow.push(n.trunc()),
+                    Err(_) => c.err(
+                        format!("{key}.allow_clients[{j}]"),
+                        format!("`{p}` is not a prefix (e.g. 10.0.0.0/8)"),
+                    ),
+                }
+            }
+            if let Some(addr) = addr {
+                listeners.push(Listener {
+                    mode: raw.mode,
+                    addr,
+                    intercept: raw.intercept,
+                    allow_clients: allow,
+                });
+            }
+        }
+
+        // Peers.
+        let mut peers: Vec<Peer> = Vec::new();
+        let mut peer_names = HashSet::new();
+        for (key, raw) in c.elements::<RawPeer>(&table, "peer") {
+            let Some(raw) = raw else { continue };
+            if !valid_name(&raw.name) {
+                c.err(
+                    format!("{key}.name"),
+                    format!("`{}` must be 1-32 of [a-z0-9_-]", raw.name),
+                );
+            } else if raw.name == "direct" {
+                c.err(format!("{key}.name"), "`direct` is reserved for routes");
+            } else if !peer_names.insert(raw.name.clone()) {
+                c.err(
+                    format!("{key}.name"),
+                    format!("peer `{}` is defined twice", raw.name),
+                );
+            }
+            let addr = c.socket_addr(&format!("{key}.addr"), &raw.addr);
+            let tuning = c.tuning(
+                &key,
+                RawTuning {
+                    congestion: raw.congestion,
+                    nodelay: raw.nodelay,
+                    sndbuf: raw.sndbuf,
+                    rcvbuf: raw.rcvbuf,
+                    keepalive: raw.keepalive,
+                },
+            );
+            if let Some(addr) = addr {
+                peers.push(Peer {
+                    name: raw.name,
+                    addr,
+                    tuning,
+                });
+            }
+        }
+
+        // Routes.
+        let mut routes = Vec::new();
+        let mut seen_dst = HashSet::new();
+        for (key, raw) in c.elements::<RawRoute>(&table, "route") {
+            let Some(raw) = raw else { continue };
+            let dst = match raw.dst.parse::<IpNet>() {
+                Ok(n) => {
+                    if n.trunc() != n {
+                        c.err(
+                            format!("{key}.dst"),
+                            format!(
+                                "`{}` has host bits set (did you mean {}?)",
+                                raw.dst,
+                                n.trunc()
+                            ),
+                        );
+                        None
+                    } else if !seen_dst.insert(n) {
+                        c.err(format!("{key}.dst"), format!("{n} is routed twice"));
+                        None
+                    } else {
+                        Some(n)
+                    }
+                }
+                Err(_) => {
+                    c.err(
+                        format!("{key}.dst"),
+                        format!("`{}` is not a prefix (e.g. 10.0.3.0/24 or ::/0)", raw.dst),
+                    );
+                    None
+                }
+            };
+            let via = if raw.via == "direct" {
+                Some(Via::Direct)
+            } else if let Some(i) = peers.iter().position(|p| p.name == raw.via) {
+                Some(Via::Peer(i))
+            } else if peer_names.contains(&raw.via) {
+                None // the peer exists but had its own error
+            } else {
+                c.err(
+                    format!("{key}.via"),
+                    format!("`{}` is neither \"direct\" nor a [[peer]] name", raw.via),
+                );
+                None
+            };
+            if let (Some(dst), Some(via)) = (dst, via) {
+                routes.push(Route { dst, via });
+            }
+        }
+
+        let direct = match table.get("direct") {
+            Some(v) => c
+                .section::<RawTuning>("direct", v)
+                .map(|r| c.tuning("direct", r))
+                .unwrap_or_default(),
+            None => LegTuning::default(),
+        };
+        let client = match table.get("client") {
+            Some(v) => c
+                .section::<RawTuning>("client", v)
+                .map(|r| c.tuning("client", r))
+                .unwrap_or_default(),
+            None => LegTuning::default(),
+        };
+
+        let mut timeouts = Timeouts::default();
+        if let Some(v) = table.get("timeouts")
+            && let Some(raw) = c.section::<RawTimeouts>("timeouts", v)
+        {
+            for (name, text, slot) in [
+                ("connect", raw.connect, &mut timeouts.connect),
+                ("handshake", raw.handshake, &mut timeouts.handshake),
+                ("idle", raw.idle, &mut timeouts.idle),
+            ] {
+                if let Some(t) = text {
+                    let key = format!("timeouts.{name}");
+                    if let Some(d) = c.duration(&key, &t) {
+                        if d.is_zero() {
+                            c.err(key, "must be greater than zero");
+                        } else {
+                            *slot = d;
+                        }
+                    }
+                }
+            }
+        }
+
+        let forwarding = match table.get("forwarding") {
+            Some(v) => c
+                .section::<RawForwarding>("forwarding", v)
+                .map(|r| Forwarding {
+                    data_path: r.data_path.unwrap_or_default(),
+                })
+                .unwrap_or_default(),
+            None => Forwarding::default(),
+        };
+
+        // The PSK is needed as soon as any leg touches another relay.
+        let needs_psk = !peers.is_empty() || listeners.iter().any(|l| l.mode == ListenMode::Peer);
+        let psk_file = match table.get("psk_file") {
+            Some(v) => c.section::<String>("psk_file", v).map(|p| base.join(p)),
+            None => None,
+        };
+        let psk = match &psk_file {
+            Some(p) => match std::fs::read_to_string(p) {
+                Ok(text) => match Psk::from_hex(&text) {
+                    Ok(k) => Some(k),
+                    Err(e) => {
+                        c.err("psk_file", format!("{}: {e}", p.display()));
+                        None
+                    }
+                },
+                Err(e) => {
+                    c.err("psk_file", format!("cannot read {}: {e}", p.display()));
+                    None
+                }
+            },
+            None => {
+                if needs_psk {
+                    c.err("psk_file", "missing: peers and peer listeners need the shared key (generate one with `splitway keygen`)");
+                }
+                None
+            }
+        };
+
+        if c.issues.is_empty() {
+            Ok(Config {
+                name: name.expect("checked"),
+                psk_file,
+                psk,
+                admin,
+                listeners,
+                peers,
+                routes,
+                direct,
+                client,
+                timeouts,
+                forwarding,
+            })
+        } else {
+            Err(c.issues)
+        }
+    }
+
+    /// Warnings that do not stop the relay but an operator should see.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        for (i, l) in self.listeners.iter().enumerate() {
+            let explicit = matches!(l.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
+            if explicit && !l.addr.ip().is_loopback() && l.allow_clients.is_empty() {
+                w.push(format!(
+                    "listen[{i}]: {} listener on non-loopback {} without allow_clients: anyone who reaches it can use this relay",
+                    l.mode.as_str(),
+                    l.addr
+                ));
+            }
+        }
+        if self.routes.is_empty() {
+            w.push("no [[route]]: every connection will be refused (no route)".into());
+        }
+        w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PSK_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+    fn with_psk(text: &str) -> Result<Config, Vec<ConfigIssue>> {
+        let dir = std::env::temp_dir().join(format!("swcfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("psk.key"), PSK_HEX).unwrap();
+        Config::parse(text, &dir)
+    }
+
+    #[test]
+    fn issue_example_parses() {
+        let cfg = with_psk(
+            r#"
+            name = "rc"
+            psk_file = "psk.key"
+            [[listen]]
+            mode = "tproxy"
+            addr = "0.0.0.0:7000"
+            intercept = { interfaces = ["eth0"], ports = [80, 443] }
+            [[listen]]
+            mode = "socks5"
+            addr = "127.0.0.1:1080"
+            [[listen]]
+            mode = "http-connect"
+            addr = "127.0.0.1:3128"
+            [[listen]]
+            mode = "peer"
+            addr = "0.0.0.0:7100"
+            [[peer]]
+            name = "rs"
+            addr = "10.0.12.2:7100"
+            congestion = "bbr"
+            [[route]]
+            dst = "10.0.3.0/24"
+            via = "rs"
+            [[route]]
+            dst = "0.0.0.0/0"
+            via = "direct"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.listeners.len(), 4);
+        assert_eq!(cfg.peers[0].tuning.congestion.as_deref(), Some("bbr"));
+        assert_eq!(cfg.routes[0].via, Via::Peer(0));
+        assert_eq!(cfg.routes[1].via, Via::Direct);
+        assert!(cfg.psk.is_some());
+        assert_eq!(cfg.admin, Some(DEFAULT_ADMIN.parse().unwrap()));
+        assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
+    }
+
+    #[test]
+    fn every_error_is_reported_with_its_key() {
+        let issues = with_psk(
+            r#"
+            name = "Bad Name"
+            psk_file = "psk.key"
+            colour = "blue"
+            [[listen]]
+            mode = "tproxy"
+            addr = "0.0.0.0"
+            [[listen]]
+            mode = "carrier-pigeon"
+            addr = "127.0.0.1:1"
+            [[peer]]
+            name = "rs"
+            addr = "10.0.12.2:7100"
+            congestion = "warp"
+            sndbuf = 12
+            [[route]]
+            dst = "10.0.3.0/33"
+            via = "rs"
+            [[route]]
+            dst = "10.0.4.0/24"
+            via = "nowhere"
+            [timeouts]
+            idle = "forever"
+            "#,
+        )
+        .unwrap_err();
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        for k in [
+            "colour",
+            "name",
+            "listen[0].addr",
+            "listen[1]",
+            "peer[0].congestion",
+            "peer[0].sndbuf",
+            "route[0].dst",
+            "route[1].via",
+            "timeouts.idle",
+        ] {
+            assert!(keys.contains(&k), "missing {k} in {issues:#?}");
+        }
+    }
+
+    #[test]
+    fn unknown_key_inside_an_element_is_named() {
+        let issues = with_psk(
+            r#"
+            name = "rs"
+            [[listen]]
+            mode = "peer"
+            addr = "0.0.0.0:7100"
+            port = 7
+            "#,
+        )
+        .unwrap_err();
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.key == "listen[0]" && i.message.contains("port")),
+            "{issues:?}"
+        );
+        assert!(
+            issues.iter().any(|i| i.key == "psk_file"),
+            "peer listener without PSK must be refused: {issues:?}"
+        );
+    }
+
+    #[test]
+    fn bad_psk_is_refused() {
+        let dir = std::env::temp_dir().join(format!("swcfg-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("short.key"), "abcd").unwrap();
+        let issues = Config::parse(
+            "name = \"r\"\npsk_file = \"short.key\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:1\"\n",
+            &dir,
+        )
+        .unwrap_err();
+        assert!(issues.iter().any(|i| i.key == "psk_file"), "{issues:?}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
+        assert_eq!(parse_duration("soon"), None);
+        assert_eq!(parse_duration("-1s"), None);
+    }
+
+    #[test]
+    fn explicit_listener_open_to_the_world_warns() {
+        let cfg = with_psk(
+            "name = \"r\"\n[[listen]]\nmode = \"socks5\"\naddr = \"0.0.0.0:1080\"\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.warnings().len(), 1);
+    }
+}

@@ -1,0 +1,173 @@
+//! Errors of one relayed connection, each saying who failed.
+
+use std::io;
+use std::net::SocketAddr;
+
+use splitway_control::metrics::CloseReason;
+use splitway_proto::header::ReplyStatus;
+
+/// Who is to blame for a failure: what an operator needs first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Culprit {
+    /// The client (or, for a peer listener, the upstream relay that dialed us).
+    Client,
+    /// The final server.
+    Server,
+    /// The next relay in the chain.
+    PeerRelay,
+    /// This relay itself (resources, configuration, bugs).
+    Internal,
+}
+
+impl Culprit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Culprit::Client => "client",
+            Culprit::Server => "server",
+            Culprit::PeerRelay => "peer relay",
+            Culprit::Internal => "internal",
+        }
+    }
+}
+
+/// Why a connection could not be set up or ended abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error("client: {op}: {source}")]
+    ClientIo {
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("client: bad request: {0}")]
+    ClientProtocol(String),
+    #[error("client: handshake not finished within {0:?}")]
+    ClientTimeout(std::time::Duration),
+    #[error("client {client} not allowed on this listener")]
+    ClientNotAllowed { client: SocketAddr },
+    #[error("upstream relay failed authentication: {0}")]
+    PeerAuth(#[from] splitway_proto::auth::AuthError),
+    #[error("peer relay {peer}: {op}: {source}")]
+    PeerIo {
+        peer: String,
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("peer relay {peer}: protocol error: {detail}")]
+    PeerProtocol { peer: String, detail: String },
+    #[error("peer relay {peer}: timed out {during}")]
+    PeerTimeout { peer: String, during: &'static str },
+    #[error("peer relay {peer} reported: {status:?}")]
+    Downstream { peer: String, status: ReplyStatus },
+    #[error("server {addr}: connect: {source}")]
+    ServerConnect {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("server {addr}: connect timed out")]
+    ServerTimeout { addr: SocketAddr },
+    #[error("cannot resolve {host}: {detail}")]
+    Resolve { host: String, detail: String },
+    #[error("no route to {0}")]
+    NoRoute(SocketAddr),
+    #[error("relay chain TTL exceeded")]
+    TtlExceeded,
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl ConnError {
+    pub fn culprit(&self) -> Culprit {
+        match self {
+            ConnError::ClientIo { .. }
+            | ConnError::ClientProtocol(_)
+            | ConnError::ClientTimeout(_)
+            | ConnError::ClientNotAllowed { .. }
+            | ConnError::PeerAuth(_) => Culprit::Client,
+            ConnError::PeerIo { .. }
+            | ConnError::PeerProtocol { .. }
+            | ConnError::PeerTimeout { .. }
+            | ConnError::Downstream { .. } => Culprit::PeerRelay,
+            ConnError::ServerConnect { .. } | ConnError::ServerTimeout { .. } => Culprit::Server,
+            ConnError::Resolve { .. } | ConnError::NoRoute(_) | ConnError::TtlExceeded => {
+                Culprit::Internal
+            }
+            ConnError::Internal(_) => Culprit::Internal,
+        }
+    }
+
+    /// The status reported upstream (Reply frame, SOCKS reply, HTTP status).
+    pub fn reply_status(&self) -> ReplyStatus {
+        match self {
+            ConnError::ServerConnect { source, .. } => status_for_connect_error(source),
+            ConnError::ServerTimeout { .. } | ConnError::PeerTimeout { .. } => ReplyStatus::Timeout,
+            ConnError::Downstream { status, .. } => *status,
+            ConnError::Resolve { .. } => ReplyStatus::Unreachable,
+            ConnError::NoRoute(_) => ReplyStatus::NoRoute,
+            ConnError::TtlExceeded => ReplyStatus::TtlExceeded,
+            ConnError::ClientNotAllowed { .. } => ReplyStatus::NotAllowed,
+            ConnError::ClientProtocol(_) => ReplyStatus::BadHeader,
+            ConnError::PeerIo { .. } | ConnError::PeerProtocol { .. } => ReplyStatus::Unreachable,
+            _ => ReplyStatus::Internal,
+        }
+    }
+
+    /// The metrics label for a connection that ended with this error.
+    pub fn close_reason(&self) -> CloseReason {
+        match self {
+            ConnError::ClientIo { .. } => CloseReason::ClientReset,
+            ConnError::ClientProtocol(_) => CloseReason::BadRequest,
+            ConnError::ClientTimeout(_) => CloseReason::HandshakeTimeout,
+            ConnError::ClientNotAllowed { .. } => CloseReason::NotAllowed,
+            ConnError::PeerAuth(_) => CloseReason::AuthFailed,
+            _ => match self.reply_status() {
+                ReplyStatus::Refused => CloseReason::ConnectRefused,
+                ReplyStatus::Unreachable => CloseReason::ConnectUnreachable,
+                ReplyStatus::Timeout => CloseReason::ConnectTimeout,
+                ReplyStatus::NoRoute => CloseReason::NoRoute,
+                ReplyStatus::TtlExceeded => CloseReason::TtlExceeded,
+                ReplyStatus::NotAllowed => CloseReason::NotAllowed,
+                ReplyStatus::BadHeader => CloseReason::BadRequest,
+                _ => CloseReason::Internal,
+            },
+        }
+    }
+}
+
+fn status_for_connect_error(e: &io::Error) -> ReplyStatus {
+    match e.raw_os_error() {
+        Some(libc_consts::ECONNREFUSED) => ReplyStatus::Refused,
+        Some(libc_consts::ETIMEDOUT) => ReplyStatus::Timeout,
+        _ => ReplyStatus::Unreachable,
+    }
+}
+
+/// errno values without pulling libc into this crate.
+mod libc_consts {
+    pub const ECONNREFUSED: i32 = 111;
+    pub const ETIMEDOUT: i32 = 110;
+}
+
+/// Errors that stop the relay as a whole (startup, listeners).
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("cannot listen on {addr} ({mode}): {source}")]
+    Listen {
+        addr: SocketAddr,
+        mode: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot install TPROXY interception for {addr}: {source}")]
+    Intercept {
+        addr: SocketAddr,
+        #[source]
+        source: splitway_sys::SysError,
+    },
+    #[error("admin API: {0}")]
+    Admin(#[from] splitway_control::ControlError),
+    #[error("internal: {0}")]
+    Internal(String),
+}

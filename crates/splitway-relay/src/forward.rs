@@ -1,0 +1,357 @@
+//! Forwarding between the two legs of a split connection.
+//!
+//! Both directions run in the connection's one task (no thread, no extra
+//! task). Each direction moves bytes with recv/send through a small buffer
+//! or with splice(2) through a pipe; both buffers and pipes are taken from a
+//! per-thread pool only while bytes are in flight, so an idle connection
+//! holds neither.
+//!
+//! Close semantics (modelled on linkerd2-proxy's `duplex`):
+//! - EOF on one side → `shutdown(SHUT_WR)` on the other, after every byte
+//!   before it was handed to the kernel; the other direction keeps flowing.
+//! - An error (RST) on either side → both sockets are closed abortively
+//!   (SO_LINGER 0), so a reset is propagated as a reset, never as a FIN.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use splitway_control::metrics::{Direction, Metrics, Path};
+use splitway_sys::splice::Pipe;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::config::DataPath;
+use crate::error::ConnError;
+
+/// recv/send buffer size. A read that fills it means bulk data is queued,
+/// which is when `auto` switches the direction to splice.
+const COPY_BUF: usize = 16 * 1024;
+/// Buffers kept per thread for reuse.
+const BUF_POOL_PER_THREAD: usize = 64;
+
+thread_local! {
+    static BUFS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take_buf() -> Box<[u8]> {
+    BUFS.with(|b| b.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0u8; COPY_BUF].into_boxed_slice())
+}
+
+fn give_buf(buf: Box<[u8]>) {
+    BUFS.with(|b| {
+        let mut pool = b.borrow_mut();
+        if pool.len() < BUF_POOL_PER_THREAD {
+            pool.push(buf);
+        }
+    });
+}
+
+/// Which leg an I/O error happened on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Toward the client (the accepted socket).
+    Inbound,
+    /// Toward the server (next relay or final server).
+    Outbound,
+}
+
+/// How a forwarded connection ended.
+#[derive(Debug)]
+pub enum End {
+    /// Both directions saw EOF and delivered everything.
+    Completed,
+    /// A leg failed (usually a reset); both legs were reset.
+    Failed { side: Side, source: io::Error },
+    /// No byte moved in either direction for the idle timeout.
+    IdleTimeout,
+    /// The outbound preamble (downstream relay's reply) failed.
+    Setup(ConnError),
+}
+
+#[derive(Debug)]
+pub struct Outcome {
+    pub end: End,
+    pub to_server: u64,
+    pub to_client: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub data_path: DataPath,
+    pub idle: Duration,
+}
+
+/// Per-direction byte counts. Atomics only so the connection's future is
+/// `Send`; both directions run in one task, so they are never contended.
+#[derive(Default)]
+struct DirCounters {
+    splice: AtomicU64,
+    copy: AtomicU64,
+}
+
+impl DirCounters {
+    fn total(&self) -> u64 {
+        self.splice.load(Relaxed) + self.copy.load(Relaxed)
+    }
+}
+
+/// When a byte last moved, as milliseconds since the connection started.
+struct Activity {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        self.last_ms
+            .store(self.start.elapsed().as_millis() as u64, Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.start + Duration::from_millis(self.last_ms.load(Relaxed))
+    }
+}
+
+struct PumpError {
+    side: Side,
+    source: io::Error,
+}
+
+enum Stop {
+    Pump(PumpError),
+    Setup(ConnError),
+}
+
+/// Forwards until both directions end, a leg fails, or the connection idles
+/// out. `to_server_prefix` / `to_client_prefix` are bytes already read
+/// during setup that must go first. `preamble` runs on the outbound leg
+/// before the to-client direction starts (reading the downstream relay's
+/// Reply); its returned bytes are sent to the client before anything else.
+/// The to-server direction does not wait for it: client data is forwarded
+/// optimistically.
+pub async fn forward<P>(
+    inbound: &TcpStream,
+    outbound: &TcpStream,
+    to_server_prefix: Vec<u8>,
+    preamble: P,
+    opts: Options,
+    metrics: &Metrics,
+) -> Outcome
+where
+    P: Future<Output = Result<Vec<u8>, ConnError>>,
+{
+    let activity = Activity::new();
+    let up = DirCounters::default();
+    let down = DirCounters::default();
+
+    let to_server = async {
+        let p = &to_server_prefix;
+        pump(
+            inbound,
+            outbound,
+            Side::Inbound,
+            Side::Outbound,
+            p,
+            opts.data_path,
+            &activity,
+            &up,
+        )
+        .await
+        .map_err(Stop::Pump)
+    };
+    let to_client = async {
+        let prefix = preamble.await.map_err(Stop::Setup)?;
+        pump(
+            outbound,
+            inbound,
+            Side::Outbound,
+            Side::Inbound,
+            &prefix,
+            opts.data_path,
+            &activity,
+            &down,
+        )
+        .await
+        .map_err(Stop::Pump)
+    };
+    let idle = idle_watch(&activity, opts.idle);
+
+    let end = tokio::select! {
+        r = async { tokio::try_join!(to_server, to_client) } => match r {
+            Ok(((), ())) => End::Completed,
+            Err(Stop::Pump(PumpError { side, source })) => End::Failed { side, source },
+            Err(Stop::Setup(e)) => End::Setup(e),
+        },
+        () = idle => End::IdleTimeout,
+    };
+
+    if matches!(end, End::Failed { .. } | End::IdleTimeout) {
+        // Abortive close of both legs: the reset (or failure) is propagated
+        // as a reset. Errors here mean the socket is already gone. (A Setup
+        // failure is answered by the caller in the inbound's protocol.)
+        let _ = splitway_sys::sock::set_linger_zero(inbound);
+        let _ = splitway_sys::sock::set_linger_zero(outbound);
+    }
+    for (dir, c) in [(Direction::ToServer, &up), (Direction::ToClient, &down)] {
+        for (path, n) in [
+            (Path::Splice, c.splice.load(Relaxed)),
+            (Path::Copy, c.copy.load(Relaxed)),
+        ] {
+            if n > 0 {
+                metrics.bytes(dir, path, n);
+                metrics.data_path_chosen(path);
+            }
+        }
+    }
+    Outcome {
+        end,
+        to_server: up.total(),
+        to_client: down.total(),
+    }
+}
+
+async fn idle_watch(activity: &Activity, idle: Duration) {
+    loop {
+        tokio::time::sleep_until(activity.last() + idle).await;
+        if activity.last() + idle <= Instant::now() {
+            return;
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn pump(
+    src: &TcpStream,
+    dst: &TcpStream,
+    src_side: Side,
+    dst_side: Side,
+    prefix: &[u8],
+    data_path: DataPath,
+    activity: &Activity,
+    counters: &DirCounters,
+) -> Result<(), PumpError> {
+    let rd = |source| PumpError {
+        side: src_side,
+        source,
+    };
+    let wr = |source| PumpError {
+        side: dst_side,
+        source,
+    };
+
+    if !prefix.is_empty() {
+        write_all(dst, prefix).await.map_err(wr)?;
+        counters.copy.fetch_add(prefix.len() as u64, Relaxed);
+        activity.touch();
+    }
+
+    let mut use_splice = data_path == DataPath::Splice;
+    loop {
+        src.readable().await.map_err(rd)?;
+        let (moved, counter) = if use_splice {
+            (splice_once(src, dst, &rd, &wr).await?, &counters.splice)
+        } else {
+            let (n, filled) = copy_once(src, dst, &rd, &wr).await?;
+            if filled && data_path == DataPath::Auto {
+                // Bulk data is queued: zero-copy pays from here on.
+                use_splice = true;
+            }
+            (n, &counters.copy)
+        };
+        match moved {
+            None => continue, // spurious readiness
+            Some(0) => break,
+            Some(n) => {
+                counter.fetch_add(n as u64, Relaxed);
+                activity.touch();
+            }
+        }
+    }
+    splitway_sys::sock::shutdown_write(dst).map_err(wr)
+}
+
+/// One recv + send. `Ok(None)`: nothing to read after all; `Ok(Some(0))`: EOF.
+async fn copy_once(
+    src: &TcpStream,
+    dst: &TcpStream,
+    rd: impl Fn(io::Error) -> PumpError,
+    wr: impl Fn(io::Error) -> PumpError,
+) -> Result<(Option<usize>, bool), PumpError> {
+    let mut buf = take_buf();
+    let n = match src.try_read(&mut buf) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            give_buf(buf);
+            return Ok((None, false));
+        }
+        Err(e) => return Err(rd(e)),
+    };
+    if n > 0 {
+        write_all(dst, &buf[..n]).await.map_err(wr)?;
+    }
+    let filled = n == buf.len();
+    give_buf(buf);
+    Ok((Some(n), filled))
+}
+
+/// One splice into a pipe and out until the pipe is empty.
+async fn splice_once(
+    src: &TcpStream,
+    dst: &TcpStream,
+    rd: impl Fn(io::Error) -> PumpError,
+    wr: impl Fn(io::Error) -> PumpError,
+) -> Result<Option<usize>, PumpError> {
+    let pipe = Pipe::take().map_err(&rd)?;
+    let n = match src.try_io(Interest::READABLE, || {
+        pipe.fill_from(src.as_raw_fd(), pipe.capacity())
+    }) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            pipe.give_back();
+            return Ok(None);
+        }
+        Err(e) => {
+            pipe.give_back();
+            return Err(rd(e));
+        }
+    };
+    let mut left = n;
+    while left > 0 {
+        dst.writable().await.map_err(&wr)?;
+        match dst.try_io(Interest::WRITABLE, || pipe.drain_to(dst.as_raw_fd(), left)) {
+            Ok(m) => left -= m,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // The pipe still holds bytes: dropping it (not pooling) discards
+            // them with the failed connection.
+            Err(e) => return Err(wr(e)),
+        }
+    }
+    pipe.give_back();
+    Ok(Some(n))
+}
+
+/// Writes all of `data`, waiting for writability as needed.
+pub async fn write_all(dst: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        dst.writable().await?;
+        match dst.try_write(data) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! Listeners and the ingress handshakes: how each kind of listener learns a
+//! connection's destination before the session takes over.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::RngCore;
+use socket2::{Domain, Protocol, Socket, Type};
+use splitway_control::metrics::CloseReason;
+use splitway_proto::header::DEFAULT_TTL;
+use splitway_proto::{Destination, http_connect, socks5};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::config::{ListenMode, Listener};
+use crate::error::{ConnError, RelayError};
+use crate::forward::write_all;
+use crate::peer::{self, FrameError, read_frame};
+use crate::relay::Shared;
+use crate::route::allowed;
+use crate::session::{self, Inbound, metric_mode};
+use crate::tuning;
+
+/// Accept backlog: large enough for connection bursts (KTCP's 1k conn/s).
+const BACKLOG: i32 = 4096;
+
+/// Binds a listener socket. TPROXY listeners get IP_TRANSPARENT so they
+/// accept connections addressed to foreign destinations.
+pub fn bind(l: &Listener) -> Result<TcpListener, RelayError> {
+    let err = |source| RelayError::Listen {
+        addr: l.addr,
+        mode: l.mode.as_str(),
+        source,
+    };
+    let domain = Domain::for_address(l.addr);
+    let sock = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(err)?;
+    sock.set_reuse_address(true).map_err(err)?;
+    if let SocketAddr::V6(a) = l.addr {
+        // `[::]` serves IPv4 too (dual stack); a specific v6 address only v6.
+        sock.set_only_v6(!a.ip().is_unspecified()).map_err(err)?;
+    }
+    if l.mode == ListenMode::Tproxy {
+        splitway_sys::sock::set_transparent(&sock, l.addr.is_ipv6())
+            .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+    }
+    sock.bind(&l.addr.into()).map_err(err)?;
+    sock.listen(BACKLOG).map_err(err)?;
+    sock.set_nonblocking(true).map_err(err)?;
+    TcpListener::from_std(sock.into()).map_err(err)
+}
+
+/// Accepts until `stop` turns true; each connection runs in its own task
+/// (tasks, not threads: nothing is created per connection but the task).
+pub async fn accept_loop(
+    shared: Arc<Shared>,
+    index: usize,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+) {
+    let spec = shared.cfg.listeners[index].clone();
+    loop {
+        let (stream, client) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE/ENFILE/ENOBUFS: back off instead of spinning.
+                    warn!(listener = %spec.addr, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            () = stopped(&mut stop) => break,
+        };
+        let shared = shared.clone();
+        let spec = spec.clone();
+        tokio::spawn(async move {
+            handle(shared, spec, stream, client).await;
+        });
+    }
+    info!(listener = %spec.addr, mode = spec.mode.as_str(), "stopped accepting");
+}
+
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not Send; drop it right here.
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+fn conn_id() -> u64 {
+    rand::rngs::OsRng.next_u64()
+}
+
+async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: SocketAddr) {
+    let accepted_at = Instant::now();
+    let mode = metric_mode(spec.mode);
+    shared.metrics.accepted(mode);
+    let _active = shared.metrics.active(mode);
+    let client = SocketAddr::new(client.ip().to_canonical(), client.port());
+
+    if !allowed(&spec.allow_clients, client.ip()) {
+        deny(&shared, &spec, &stream, client).await;
+        return;
+    }
+    // Client-facing tuning applies to explicit and transparent clients;
+    // upstream relays dialed us with their own peer tuning.
+    let tuning_result = if spec.mode == ListenMode::Peer {
+        tuning::apply(
+            &stream,
+            &Default::default(),
+            Some(tuning::PEER_KEEPALIVE_DEFAULT),
+        )
+    } else {
+        tuning::apply(&stream, &shared.cfg.client, None)
+    };
+    if let Err(e) = tuning_result {
+        warn!(%client, error = %e, "cannot tune accepted socket");
+    }
+
+    let handshake = shared.cfg.timeouts.handshake;
+    let ingress = match spec.mode {
+        ListenMode::Tproxy => {
+            // TPROXY keeps the original destination as the local address.
+            match stream.local_addr() {
+                Ok(local) => Ok((
+                    Destination::Ip(SocketAddr::new(local.ip().to_canonical(), local.port())),
+                    Vec::new(),
+                    conn_id(),
+                    DEFAULT_TTL,
+                    client,
+                )),
+                Err(e) => Err(ConnError::Internal(format!("getsockname: {e}"))),
+            }
+        }
+        ListenMode::Socks5 => socks5_handshake(&stream, client, handshake)
+            .await
+            .map(|(dst, early)| (dst, early, conn_id(), DEFAULT_TTL, client)),
+        ListenMode::HttpConnect => http_connect_handshake(&stream, handshake)
+            .await
+            .map(|(dst, early)| (dst, early, conn_id(), DEFAULT_TTL, client)),
+        ListenMode::Peer => {
+            let keys: Vec<_> = shared.cfg.psk.iter().cloned().collect();
+            match peer::accept(&stream, &keys, handshake, &shared.metrics).await {
+                Ok(a) => Ok((
+                    a.header.dst,
+                    a.early_data,
+                    a.header.conn_id,
+                    a.header.ttl.saturating_sub(1),
+                    a.header.src,
+                )),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let (dst, early_data, conn_id, next_ttl, origin) = match ingress {
+        Ok(x) => x,
+        Err(e) => {
+            shared.metrics.closed(mode, e.close_reason());
+            info!(%client, listener = %spec.addr, mode = spec.mode.as_str(), culprit = e.culprit().as_str(), error = %e, "refused");
+            if spec.mode == ListenMode::Tproxy {
+                let _ = splitway_sys::sock::set_linger_zero(&stream);
+            }
+            return;
+        }
+    };
+    session::run(
+        shared,
+        Inbound {
+            stream,
+            mode: spec.mode,
+            client,
+            dst,
+            early_data,
+            conn_id,
+            next_ttl,
+            origin,
+            accepted_at,
+        },
+    )
+    .await;
+}
+
+async fn deny(shared: &Shared, spec: &Listener, stream: &TcpStream, client: SocketAddr) {
+    let reply = match spec.mode {
+        ListenMode::Socks5 => Some(socks5::encode_reply(
+            socks5::ReplyCode::NotAllowed,
+            SocketAddr::from(([0, 0, 0, 0], 0)),
+        )),
+        ListenMode::HttpConnect => Some(http_connect::response(403)),
+        _ => None,
+    };
+    match reply {
+        Some(b) => {
+            let _ = write_all(stream, &b).await;
+        }
+        None => {
+            let _ = splitway_sys::sock::set_linger_zero(stream);
+        }
+    }
+    shared
+        .metrics
+        .closed(metric_mode(spec.mode), CloseReason::NotAllowed);
+    info!(%client, listener = %spec.addr, "client not allowed");
+}
+
+fn frame_err<E: std::fmt::Display>(e: FrameError<E>) -> ConnError {
+    match e {
+        FrameError::Closed => ConnError::ClientProtocol("closed during handshake".into()),
+        FrameError::Io(source) => ConnError::ClientIo {
+            op: "handshake",
+            source,
+        },
+        FrameError::Bad(e) => ConnError::ClientProtocol(e.to_string()),
+    }
+}
+
+async fn socks5_handshake(
+    stream: &TcpStream,
+    client: SocketAddr,
+    deadline: Duration,
+) -> Result<(Destination, Vec<u8>), ConnError> {
+    let fail = |code: Option<socks5::ReplyCode>| async move {
+        if let Some(code) = code {
+            let unspec = match client {
+                SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+                SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+            };
+            let _ = write_all(stream, &socks5::encode_reply(code, unspec)).await;
+        }
+    };
+    let run = async {
+        let mut buf = Vec::new();
+        let greeting = match read_frame(stream, &mut buf, socks5::parse_greeting).await {
+            Ok(g) => g,
+            Err(e) => return Err(frame_err(e)),
+        };
+        if !greeting.offers(socks5::NO_AUTH) {
+            let _ = write_all(stream, &socks5::method_selection(socks5::NO_ACCEPTABLE)).await;
+            return Err(ConnError::ClientProtocol(
+                "SOCKS5 client offers no method we support (only no-auth)".into(),
+            ));
+        }
+        write_all(stream, &socks5::method_selection(socks5::NO_AUTH))
+            .await
+            .map_err(|source| ConnError::ClientIo {
+                op: "socks5 method",
+                source,
+            })?;
+        match read_frame(stream, &mut buf, socks5::parse_request).await {
+            Ok(req) => Ok((req.dst, buf)),
+            Err(FrameError::Bad(e)) => {
+                fail(e.reply_code()).await;
+                Err(ConnError::ClientProtocol(e.to_string()))
+            }
+            Err(e) => Err(frame_err(e)),
+        }
+    };
+    tokio::time::timeout(deadline, run)
+        .await
+        .map_err(|_| ConnError::ClientTimeout(deadline))?
+}
+
+async fn http_connect_handshake(
+    stream: &TcpStream,
+    deadline: Duration,
+) -> Result<(Destination, Vec<u8>), ConnError> {
+    let run = async {
+        let mut buf = Vec::new();
+        match read_frame(stream, &mut buf, http_connect::parse_request).await {
+            Ok(req) => Ok((req.dst, buf)),
+            Err(FrameError::Bad(e)) => {
+                let _ = write_all(stream, &http_connect::response(e.status())).await;
+                Err(ConnError::ClientProtocol(e.to_string()))
+            }
+            Err(e) => Err(frame_err(e)),
+        }
+    };
+    tokio::time::timeout(deadline, run)
+        .await
+        .map_err(|_| ConnError::ClientTimeout(deadline))?
+}

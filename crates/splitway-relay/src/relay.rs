@@ -1,0 +1,212 @@
+//! The relay as a whole: binds listeners, installs interception, serves the
+//! admin API, runs accept loops, and drains on shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use splitway_control::metrics::{Metrics, Mode};
+use splitway_sys::tproxy::{InterceptSpec, Interception};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::config::{Config, ListenMode, Via};
+use crate::error::RelayError;
+use crate::ingress;
+use crate::route::RouteTable;
+
+/// State shared by every connection of a running relay.
+pub struct Shared {
+    pub cfg: Config,
+    pub routes: RouteTable,
+    pub metrics: Arc<Metrics>,
+    pub started: Instant,
+}
+
+impl Shared {
+    /// How long an explicit client waits for the chain's Reply: the next
+    /// relays may each spend up to their connect timeout.
+    pub fn reply_timeout(&self) -> Duration {
+        self.cfg.timeouts.connect * 2 + self.cfg.timeouts.handshake
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let via = |v: &Via| match v {
+            Via::Direct => "direct".to_owned(),
+            Via::Peer(i) => self.cfg.peers[*i].name.clone(),
+        };
+        json!({
+            "name": self.cfg.name,
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "listeners": self.cfg.listeners.iter().map(|l| json!({
+                "mode": l.mode.as_str(),
+                "addr": l.addr.to_string(),
+                "intercept": l.intercept.as_ref().map(|i| json!({"interfaces": i.interfaces, "ports": i.ports})),
+            })).collect::<Vec<_>>(),
+            "peers": self.cfg.peers.iter().map(|p| json!({
+                "name": p.name,
+                "addr": p.addr.to_string(),
+                "congestion": p.tuning.congestion,
+            })).collect::<Vec<_>>(),
+            "routes": self.routes.routes().iter().map(|r| json!({
+                "dst": r.dst.to_string(),
+                "via": via(&r.via),
+            })).collect::<Vec<_>>(),
+            "features": {
+                "data_path": format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
+                "early_syn": false,
+                "pool": false,
+                "turbo_start": false,
+            },
+            "connections_active": {
+                "tproxy": self.metrics.active_count(Mode::Tproxy),
+                "socks5": self.metrics.active_count(Mode::Socks5),
+                "http_connect": self.metrics.active_count(Mode::HttpConnect),
+                "peer": self.metrics.active_count(Mode::Peer),
+            },
+        })
+    }
+}
+
+/// A relay whose sockets are bound and whose rules are installed, ready to
+/// run. Binding first means every startup error is reported before the
+/// relay claims to be ready.
+pub struct Relay {
+    shared: Arc<Shared>,
+    listeners: Vec<TcpListener>,
+    admin: Option<TcpListener>,
+    interceptions: Vec<Interception>,
+}
+
+impl Relay {
+    pub async fn bind(cfg: Config) -> Result<Relay, RelayError> {
+        let metrics = Arc::new(Metrics::new());
+        for p in &cfg.peers {
+            metrics.register_peer(&p.name);
+        }
+        let mut listeners = Vec::new();
+        let mut interceptions = Vec::new();
+        for l in &cfg.listeners {
+            listeners.push(ingress::bind(l)?);
+            if let Some(i) = &l.intercept {
+                let spec = InterceptSpec {
+                    table: format!("splitway_{}", cfg.name.replace('-', "_")),
+                    interfaces: i.interfaces.clone(),
+                    ports: i.ports.clone(),
+                    listener: l.addr,
+                };
+                interceptions.push(spec.install().map_err(|source| RelayError::Intercept {
+                    addr: l.addr,
+                    source,
+                })?);
+            }
+        }
+        let admin = match cfg.admin {
+            Some(a) => Some(splitway_control::bind(a).await?),
+            None => None,
+        };
+        let shared = Arc::new(Shared {
+            routes: RouteTable::new(&cfg.routes),
+            cfg,
+            metrics,
+            started: Instant::now(),
+        });
+        Ok(Relay {
+            shared,
+            listeners,
+            admin,
+            interceptions,
+        })
+    }
+
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// Runs until `shutdown` completes, then stops accepting and lets open
+    /// connections finish for up to `drain`.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()>,
+        drain: Duration,
+    ) -> Result<(), RelayError> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        for (i, l) in self.listeners.into_iter().enumerate() {
+            let spec = &self.shared.cfg.listeners[i];
+            info!(mode = spec.mode.as_str(), addr = %spec.addr, "listening");
+            tasks.push(tokio::spawn(ingress::accept_loop(
+                self.shared.clone(),
+                i,
+                l,
+                stop_rx.clone(),
+            )));
+        }
+        let admin_task = self.admin.map(|l| {
+            let shared = self.shared.clone();
+            let metrics = self.shared.metrics.clone();
+            let mut stop = stop_rx.clone();
+            info!(addr = ?l.local_addr().ok(), "admin API listening");
+            tokio::spawn(async move {
+                let status = move || shared.status();
+                let r = splitway_control::serve(l, metrics, Arc::new(status), async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+                if let Err(e) = r {
+                    warn!(error = %e, "admin API stopped");
+                }
+            })
+        });
+        info!(name = %self.shared.cfg.name, "relay ready");
+
+        shutdown.await;
+        info!("shutting down: no new connections");
+        let _ = stop_tx.send(true);
+        for t in tasks {
+            let _ = t.await;
+        }
+        // Interception goes with the listeners: packets must not be
+        // redirected to a port nobody accepts on.
+        drop(self.interceptions);
+
+        let deadline = Instant::now() + drain;
+        loop {
+            let active: i64 = [Mode::Tproxy, Mode::Socks5, Mode::HttpConnect, Mode::Peer]
+                .into_iter()
+                .map(|m| self.shared.metrics.active_count(m))
+                .sum();
+            if active == 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                warn!(
+                    active,
+                    "drain deadline reached; closing remaining connections"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if let Some(t) = admin_task {
+            let _ = t.await;
+        }
+        Ok(())
+    }
+}
+
+/// The listener modes a config uses, for start-up logs.
+pub fn modes(cfg: &Config) -> Vec<ListenMode> {
+    cfg.listeners.iter().map(|l| l.mode).collect()
+}

@@ -1,0 +1,346 @@
+//! One split connection, from an accepted inbound socket to the end of
+//! forwarding: resolve, route, dial the next leg, answer the client in its
+//! own protocol, forward, account.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use splitway_control::metrics::{CloseReason, Mode};
+use splitway_proto::Destination;
+use splitway_proto::header::{Header, ReplyStatus};
+use splitway_proto::{http_connect, socks5};
+use tokio::net::{TcpSocket, TcpStream};
+use tracing::{debug, info, warn};
+
+use crate::config::{ListenMode, Via};
+use crate::error::{ConnError, Culprit};
+use crate::forward::{self, End, Side, write_all};
+use crate::peer::{self, PeerLeg, reply_bytes};
+use crate::relay::Shared;
+use crate::tuning;
+
+/// A connection accepted on one of the listeners, with its destination known.
+pub struct Inbound {
+    pub stream: TcpStream,
+    pub mode: ListenMode,
+    pub client: SocketAddr,
+    pub dst: Destination,
+    /// Client bytes read during the ingress handshake, to be sent first.
+    pub early_data: Vec<u8>,
+    pub conn_id: u64,
+    /// TTL for the next relay hop (already decremented).
+    pub next_ttl: u8,
+    /// The original client as the first relay saw it.
+    pub origin: SocketAddr,
+    pub accepted_at: Instant,
+}
+
+pub fn metric_mode(mode: ListenMode) -> Mode {
+    match mode {
+        ListenMode::Tproxy => Mode::Tproxy,
+        ListenMode::Socks5 => Mode::Socks5,
+        ListenMode::HttpConnect => Mode::HttpConnect,
+        ListenMode::Peer => Mode::Peer,
+    }
+}
+
+enum Next {
+    Direct(TcpStream),
+    Peer(PeerLeg),
+}
+
+async fn resolve(dst: &Destination) -> Result<SocketAddr, ConnError> {
+    match dst {
+        Destination::Ip(a) => Ok(SocketAddr::new(a.ip().to_canonical(), a.port())),
+        Destination::Domain { host, port } => {
+            let mut addrs = tokio::net::lookup_host((host.as_str(), *port))
+                .await
+                .map_err(|e| ConnError::Resolve {
+                    host: host.clone(),
+                    detail: e.to_string(),
+                })?;
+            addrs.next().ok_or_else(|| ConnError::Resolve {
+                host: host.clone(),
+                detail: "no addresses".into(),
+            })
+        }
+    }
+}
+
+async fn connect_direct(shared: &Shared, dst: SocketAddr) -> Result<TcpStream, ConnError> {
+    let sock = match dst {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    }
+    .map_err(|e| ConnError::Internal(format!("socket: {e}")))?;
+    tuning::apply(&sock, &shared.cfg.direct, None)
+        .map_err(|e| ConnError::Internal(format!("tuning direct leg: {e}")))?;
+    match tokio::time::timeout(shared.cfg.timeouts.connect, sock.connect(dst)).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(source)) => Err(ConnError::ServerConnect { addr: dst, source }),
+        Err(_) => Err(ConnError::ServerTimeout { addr: dst }),
+    }
+}
+
+async fn connect_next(shared: &Shared, inbound: &Inbound) -> Result<Next, ConnError> {
+    let dst = resolve(&inbound.dst).await?;
+    let via = shared
+        .routes
+        .lookup(dst.ip())
+        .ok_or(ConnError::NoRoute(dst))?;
+    match via {
+        Via::Direct => connect_direct(shared, dst).await.map(Next::Direct),
+        Via::Peer(i) => {
+            if inbound.next_ttl == 0 {
+                return Err(ConnError::TtlExceeded);
+            }
+            let peer = &shared.cfg.peers[*i];
+            let psk = shared
+                .cfg
+                .psk
+                .as_ref()
+                .ok_or_else(|| ConnError::Internal("peer route without a PSK".into()))?;
+            let mut header = Header::new(inbound.conn_id, Destination::Ip(dst), inbound.origin);
+            header.ttl = inbound.next_ttl;
+            let leg = peer::dial(peer, psk, &header, &shared.cfg.timeouts).await;
+            if leg.is_err() {
+                shared.metrics.peer_connect_failure(&peer.name);
+            }
+            leg.map(Next::Peer)
+        }
+    }
+}
+
+/// Tells the inbound side that setup failed, in its own protocol, then
+/// closes it: a reset for transparent clients (as if the server had
+/// refused), the protocol's error reply for explicit proxies and peers.
+async fn refuse(inbound: &Inbound, status: ReplyStatus) {
+    let s = &inbound.stream;
+    let reply = match inbound.mode {
+        ListenMode::Tproxy => None,
+        ListenMode::Socks5 => Some(socks5::encode_reply(
+            socks5::ReplyCode::from(status),
+            unspecified(inbound.client),
+        )),
+        ListenMode::HttpConnect => Some(http_connect::response(http_connect::status_for(status))),
+        ListenMode::Peer => Some(reply_bytes(status)),
+    };
+    match reply {
+        // Best effort: the client may already be gone, and it is refused either way.
+        Some(bytes) => {
+            let _ = write_all(s, &bytes).await;
+            let _ = splitway_sys::sock::shutdown_write(s);
+        }
+        None => {
+            let _ = splitway_sys::sock::set_linger_zero(s);
+        }
+    }
+}
+
+fn unspecified(like: SocketAddr) -> SocketAddr {
+    match like {
+        SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+    }
+}
+
+/// Tells an explicit-proxy client or upstream relay that the chain is up.
+async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
+    let bytes = match inbound.mode {
+        ListenMode::Tproxy => return Ok(()),
+        ListenMode::Socks5 => socks5::encode_reply(socks5::ReplyCode::Succeeded, bound),
+        ListenMode::HttpConnect => http_connect::response(200),
+        ListenMode::Peer => reply_bytes(ReplyStatus::Ok),
+    };
+    write_all(&inbound.stream, &bytes).await
+}
+
+/// Runs one split connection to its end.
+pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
+    let mode = metric_mode(inbound.mode);
+    let metrics = shared.metrics.clone();
+    let next = match connect_next(&shared, &inbound).await {
+        Ok(n) => n,
+        Err(e) => {
+            refuse(&inbound, e.reply_status()).await;
+            finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+            return;
+        }
+    };
+
+    let opts = forward::Options {
+        data_path: shared.cfg.forwarding.data_path,
+        idle: shared.cfg.timeouts.idle,
+    };
+    let early = std::mem::take(&mut inbound.early_data);
+
+    let (outbound, outcome) = match next {
+        Next::Direct(out) => {
+            let bound = out
+                .local_addr()
+                .unwrap_or_else(|_| unspecified(inbound.client));
+            metrics.observe_setup(mode, inbound.accepted_at.elapsed());
+            if let Err(source) = confirm(&inbound, bound).await {
+                let e = ConnError::ClientIo {
+                    op: "send reply",
+                    source,
+                };
+                finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+                return;
+            }
+            let outcome = forward::forward(
+                &inbound.stream,
+                &out,
+                early,
+                async { Ok(Vec::new()) },
+                opts,
+                &metrics,
+            )
+            .await;
+            (out, outcome)
+        }
+        Next::Peer(leg) => {
+            let (out, peer_name, dialer, buf) = leg.into_parts();
+            match inbound.mode {
+                // Explicit clients wait for our answer before sending, so we
+                // wait for the chain's Reply before giving it.
+                ListenMode::Socks5 | ListenMode::HttpConnect => {
+                    let reply = tokio::time::timeout(
+                        shared.reply_timeout(),
+                        PeerLeg::await_reply(&out, &peer_name, dialer, buf),
+                    )
+                    .await
+                    .unwrap_or(Err(ConnError::PeerTimeout {
+                        peer: peer_name.clone(),
+                        during: "waiting for its reply",
+                    }));
+                    let leftover = match reply {
+                        Ok((ReplyStatus::Ok, leftover)) => leftover,
+                        Ok((status, _)) => {
+                            let e = ConnError::Downstream {
+                                peer: peer_name,
+                                status,
+                            };
+                            refuse(&inbound, status).await;
+                            finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+                            return;
+                        }
+                        Err(e) => {
+                            refuse(&inbound, e.reply_status()).await;
+                            finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+                            return;
+                        }
+                    };
+                    metrics.observe_setup(mode, inbound.accepted_at.elapsed());
+                    let bound = out
+                        .local_addr()
+                        .unwrap_or_else(|_| unspecified(inbound.client));
+                    if let Err(source) = confirm(&inbound, bound).await {
+                        let e = ConnError::ClientIo {
+                            op: "send reply",
+                            source,
+                        };
+                        finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+                        return;
+                    }
+                    let outcome = forward::forward(
+                        &inbound.stream,
+                        &out,
+                        early,
+                        async { Ok(leftover) },
+                        opts,
+                        &metrics,
+                    )
+                    .await;
+                    (out, outcome)
+                }
+                // Transparent clients and upstream relays get their data
+                // forwarded at once (optimistically); the chain's Reply is
+                // read concurrently and only a failure interrupts.
+                ListenMode::Tproxy | ListenMode::Peer => {
+                    metrics.observe_setup(mode, inbound.accepted_at.elapsed());
+                    let preamble = async {
+                        let (status, leftover) =
+                            PeerLeg::await_reply(&out, &peer_name, dialer, buf).await?;
+                        if status != ReplyStatus::Ok {
+                            return Err(ConnError::Downstream {
+                                peer: peer_name.clone(),
+                                status,
+                            });
+                        }
+                        if inbound.mode == ListenMode::Peer {
+                            write_all(&inbound.stream, &reply_bytes(ReplyStatus::Ok))
+                                .await
+                                .map_err(|source| ConnError::ClientIo {
+                                    op: "relay reply",
+                                    source,
+                                })?;
+                        }
+                        Ok(leftover)
+                    };
+                    let outcome =
+                        forward::forward(&inbound.stream, &out, early, preamble, opts, &metrics)
+                            .await;
+                    (out, outcome)
+                }
+            }
+        }
+    };
+
+    let (reason, err) = match outcome.end {
+        End::Completed => (CloseReason::Completed, None),
+        End::IdleTimeout => (CloseReason::IdleTimeout, None),
+        End::Failed { side, source } => {
+            let reason = match side {
+                Side::Inbound => CloseReason::ClientReset,
+                Side::Outbound => CloseReason::UpstreamReset,
+            };
+            let e = match side {
+                Side::Inbound => ConnError::ClientIo {
+                    op: "forward",
+                    source,
+                },
+                Side::Outbound => ConnError::Internal(format!("next leg failed: {source}")),
+            };
+            (reason, Some(e))
+        }
+        End::Setup(e) => {
+            // The downstream chain failed after we started forwarding.
+            refuse(&inbound, e.reply_status()).await;
+            let _ = splitway_sys::sock::set_linger_zero(&outbound);
+            (e.close_reason(), Some(e))
+        }
+    };
+    finish(
+        &shared,
+        &inbound,
+        reason,
+        err.as_ref(),
+        outcome.to_server,
+        outcome.to_client,
+    );
+}
+
+fn finish(
+    shared: &Shared,
+    inbound: &Inbound,
+    reason: CloseReason,
+    err: Option<&ConnError>,
+    to_server: u64,
+    to_client: u64,
+) {
+    shared.metrics.closed(metric_mode(inbound.mode), reason);
+    let conn = format_args!("{:016x}", inbound.conn_id);
+    match err {
+        None => {
+            debug!(%conn, client = %inbound.client, dst = %inbound.dst, to_server, to_client, reason = reason.as_str(), "closed")
+        }
+        Some(e) if e.culprit() == Culprit::Internal => {
+            warn!(%conn, client = %inbound.client, dst = %inbound.dst, to_server, to_client, reason = reason.as_str(), culprit = e.culprit().as_str(), error = %e, "failed")
+        }
+        Some(e) => {
+            info!(%conn, client = %inbound.client, dst = %inbound.dst, to_server, to_client, reason = reason.as_str(), culprit = e.culprit().as_str(), error = %e, "failed")
+        }
+    }
+}

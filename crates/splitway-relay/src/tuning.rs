@@ -1,0 +1,46 @@
+//! Per-leg socket tuning, applied before connect (dialed legs) or right
+//! after accept (client legs).
+
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use socket2::{SockRef, TcpKeepalive};
+
+use crate::config::LegTuning;
+
+/// Keepalive for relay↔relay legs when the config says nothing: a dead peer
+/// must be noticed even when the split connection is idle.
+pub const PEER_KEEPALIVE_DEFAULT: Duration = Duration::from_secs(30);
+
+/// Applies `tuning` to a socket. `keepalive_default` is the leg kind's
+/// default when the config leaves it unset. Failures are returned, not
+/// ignored: a leg that silently ran with the wrong congestion control would
+/// falsify every measurement.
+pub fn apply(
+    sock: &impl AsFd,
+    tuning: &LegTuning,
+    keepalive_default: Option<Duration>,
+) -> std::io::Result<()> {
+    let s = SockRef::from(sock);
+    s.set_nodelay(tuning.nodelay.unwrap_or(true))?;
+    if let Some(n) = tuning.sndbuf {
+        s.set_send_buffer_size(n)?;
+    }
+    if let Some(n) = tuning.rcvbuf {
+        s.set_recv_buffer_size(n)?;
+    }
+    let keepalive = tuning.keepalive.unwrap_or(keepalive_default);
+    if let Some(idle) = keepalive {
+        s.set_tcp_keepalive(
+            &TcpKeepalive::new()
+                .with_time(idle)
+                .with_interval(idle / 3 + Duration::from_secs(1))
+                .with_retries(3),
+        )?;
+    }
+    if let Some(cc) = &tuning.congestion {
+        splitway_sys::sock::set_congestion(&sock.as_fd(), cc)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! Socket options socket2 does not cover, and the few it does that the relay
+//! must apply by raw fd (sockets owned by tokio).
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+use crate::SysError;
+
+fn setsockopt_raw(fd: RawFd, level: i32, name: i32, value: &[u8]) -> io::Result<()> {
+    // SAFETY: `value` is a valid readable buffer of the given length for the
+    // duration of the call; setsockopt does not retain the pointer.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    setsockopt_raw(fd, level, name, &value.to_ne_bytes())
+}
+
+/// `IP_TRANSPARENT` (and `IPV6_TRANSPARENT` for IPv6 sockets): lets a
+/// listener accept TPROXY-redirected connections for foreign addresses.
+pub fn set_transparent(sock: &impl AsRawFd, ipv6: bool) -> Result<(), SysError> {
+    let fd = sock.as_raw_fd();
+    let r = if ipv6 {
+        setsockopt_int(fd, libc::SOL_IPV6, libc::IPV6_TRANSPARENT, 1)
+    } else {
+        setsockopt_int(fd, libc::SOL_IP, libc::IP_TRANSPARENT, 1)
+    };
+    r.map_err(|e| SysError::io("setsockopt(IP_TRANSPARENT)", e))
+}
+
+/// `TCP_CONGESTION`: the congestion control of one socket (per leg).
+pub fn set_congestion(sock: &impl AsRawFd, algorithm: &str) -> Result<(), SysError> {
+    setsockopt_raw(
+        sock.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_CONGESTION,
+        algorithm.as_bytes(),
+    )
+    .map_err(|e| SysError::io(format!("setsockopt(TCP_CONGESTION, {algorithm})"), e))
+}
+
+/// The congestion control a socket currently uses.
+pub fn congestion(sock: &impl AsRawFd) -> Result<String, SysError> {
+    let mut buf = [0u8; 32];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: buf/len describe a valid writable buffer; the kernel writes at
+    // most `len` bytes and updates `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(SysError::io(
+            "getsockopt(TCP_CONGESTION)",
+            io::Error::last_os_error(),
+        ));
+    }
+    let bytes = &buf[..len as usize];
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+}
+
+/// The congestion controls this kernel offers.
+pub fn available_congestion_controls() -> Vec<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .map(|s| s.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// `shutdown(fd, SHUT_WR)`: propagates a FIN once everything before it was
+/// handed to the kernel.
+pub fn shutdown_write(sock: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: shutdown takes a plain fd and flag.
+    let rc = unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_WR) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `SO_LINGER {on, 0}`: the next close sends RST instead of FIN. This is how
+/// a reset is propagated from one leg to the other.
+pub fn set_linger_zero(sock: &impl AsRawFd) -> io::Result<()> {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `linger` is a plain C struct; we pass its exact size.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            (&linger as *const libc::linger).cast::<u8>(),
+            std::mem::size_of::<libc::linger>(),
+        )
+    };
+    setsockopt_raw(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_LINGER, bytes)
+}
+
+/// Subset of `struct tcp_info` the relay and its tests read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpInfo {
+    pub state: u8,
+    pub rtt_us: u32,
+    pub snd_cwnd: u32,
+    pub snd_mss: u32,
+    pub rcv_space: u32,
+    pub total_retrans: u32,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+}
+
+/// The kernel's `struct tcp_info` up to `tcpi_snd_wnd` (glibc's libc binding
+/// stops short of the byte counters). The kernel copies
+/// `min(len, sizeof(its struct))`, so a prefix is valid.
+#[repr(C)]
+#[derive(Default)]
+struct RawTcpInfo {
+    state: u8,
+    ca_state: u8,
+    retransmits: u8,
+    probes: u8,
+    backoff: u8,
+    options: u8,
+    wscale: u8,
+    flags: u8,
+    rto: u32,
+    ato: u32,
+    snd_mss: u32,
+    rcv_mss: u32,
+    unacked: u32,
+    sacked: u32,
+    lost: u32,
+    retrans: u32,
+    fackets: u32,
+    last_data_sent: u32,
+    last_ack_sent: u32,
+    last_data_recv: u32,
+    last_ack_recv: u32,
+    pmtu: u32,
+    rcv_ssthresh: u32,
+    rtt: u32,
+    rttvar: u32,
+    snd_ssthresh: u32,
+    snd_cwnd: u32,
+    advmss: u32,
+    reordering: u32,
+    rcv_rtt: u32,
+    rcv_space: u32,
+    total_retrans: u32,
+    pacing_rate: u64,
+    max_pacing_rate: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    segs_out: u32,
+    segs_in: u32,
+    notsent_bytes: u32,
+    min_rtt: u32,
+    data_segs_in: u32,
+    data_segs_out: u32,
+    delivery_rate: u64,
+    busy_time: u64,
+    rwnd_limited: u64,
+    sndbuf_limited: u64,
+    delivered: u32,
+    delivered_ce: u32,
+    bytes_sent: u64,
+    bytes_retrans: u64,
+    dsack_dups: u32,
+    reord_seen: u32,
+    rcv_ooopack: u32,
+    snd_wnd: u32,
+}
+
+/// `getsockopt(TCP_INFO)`.
+pub fn tcp_info(sock: &impl AsRawFd) -> Result<TcpInfo, SysError> {
+    let mut info = RawTcpInfo::default();
+    let mut len = std::mem::size_of::<RawTcpInfo>() as libc::socklen_t;
+    // SAFETY: info/len describe a valid writable repr(C) struct of plain
+    // integers; the kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut RawTcpInfo).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(SysError::io(
+            "getsockopt(TCP_INFO)",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(TcpInfo {
+        state: info.state,
+        rtt_us: info.rtt,
+        snd_cwnd: info.snd_cwnd,
+        snd_mss: info.snd_mss,
+        rcv_space: info.rcv_space,
+        total_retrans: info.total_retrans,
+        bytes_acked: info.bytes_acked,
+        bytes_received: info.bytes_received,
+    })
+}

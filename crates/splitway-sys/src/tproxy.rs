@@ -1,0 +1,186 @@
+//! TPROXY interception installed by the relay itself (`intercept = {...}`):
+//! an nftables table redirecting the chosen interfaces and ports to the
+//! relay's transparent listener, plus the fwmark policy route that delivers
+//! the redirected packets locally. Everything is removed again on drop.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+
+use crate::SysError;
+use crate::netns::{ip, run};
+
+/// Firewall mark and routing table used for intercepted packets ("SW").
+/// Distinct from the mark 1 / table 100 of hand-written setups.
+pub const FWMARK: u32 = 0x5357;
+pub const ROUTE_TABLE: u32 = 0x5357;
+
+/// What to intercept and where to send it.
+#[derive(Debug, Clone)]
+pub struct InterceptSpec {
+    /// nft table name; one per relay so two relays never clash.
+    pub table: String,
+    pub interfaces: Vec<String>,
+    pub ports: Vec<u16>,
+    /// The transparent listener's address; only its port and family matter.
+    pub listener: SocketAddr,
+}
+
+/// Installed rules; dropping this removes them.
+#[derive(Debug)]
+pub struct Interception {
+    table: String,
+    families: Vec<&'static str>,
+}
+
+impl InterceptSpec {
+    /// The IP families the listener serves: a `[::]` listener is dual-stack.
+    fn families(&self) -> Vec<&'static str> {
+        match self.listener {
+            SocketAddr::V4(_) => vec!["ip"],
+            SocketAddr::V6(a) if a.ip().is_unspecified() => vec!["ip", "ip6"],
+            SocketAddr::V6(_) => vec!["ip6"],
+        }
+    }
+
+    /// The nftables script (also shown by `--check` so an operator can
+    /// install the same rules by hand).
+    pub fn ruleset(&self) -> String {
+        let port = self.listener.port();
+        let ifaces = self
+            .interfaces
+            .iter()
+            .map(|i| format!("\"{i}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let ports = self
+            .ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut s = format!(
+            "table inet {t} {{\n  chain prerouting {{\n    type filter hook prerouting priority mangle; policy accept;\n    meta l4proto tcp socket transparent 1 meta mark set {FWMARK:#x} accept\n",
+            t = self.table
+        );
+        for fam in self.families() {
+            let nfproto = if fam == "ip" { "ipv4" } else { "ipv6" };
+            s.push_str(&format!(
+                "    meta nfproto {nfproto} iifname {{ {ifaces} }} meta l4proto tcp th dport {{ {ports} }} tproxy {fam} to :{port} meta mark set {FWMARK:#x} accept\n"
+            ));
+        }
+        s.push_str("  }\n}\n");
+        s
+    }
+
+    /// Installs the table and policy routes. On failure nothing is left.
+    pub fn install(&self) -> Result<Interception, SysError> {
+        let installed = Interception {
+            table: self.table.clone(),
+            families: self.families(),
+        };
+        // A table left by a crashed run would make `add table` merge rules.
+        let _ = run(Command::new("nft").args(["delete", "table", "inet", &self.table]));
+        nft_script(&self.ruleset())?;
+        for fam in &installed.families {
+            let (flag, local) = if *fam == "ip" {
+                ("-4", "0.0.0.0/0")
+            } else {
+                ("-6", "::/0")
+            };
+            let mark = FWMARK.to_string();
+            let table = ROUTE_TABLE.to_string();
+            // Idempotent: an identical rule/route from a previous run is reused.
+            if !rule_exists(flag)? {
+                ip(&[flag, "rule", "add", "fwmark", &mark, "lookup", &table])?;
+            }
+            ip(&[
+                flag, "route", "replace", "local", local, "dev", "lo", "table", &table,
+            ])?;
+        }
+        Ok(installed)
+    }
+}
+
+fn rule_exists(flag: &str) -> Result<bool, SysError> {
+    let out = ip(&[flag, "rule", "show"])?;
+    let needle = format!("fwmark {FWMARK:#x} lookup {ROUTE_TABLE}");
+    Ok(String::from_utf8_lossy(&out.stdout).contains(&needle))
+}
+
+fn nft_script(script: &str) -> Result<(), SysError> {
+    let mut child = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| SysError::Command {
+            cmd: "nft -f -".into(),
+            detail: e.to_string(),
+        })?;
+    child
+        .stdin
+        .take()
+        .expect("stdin piped")
+        .write_all(script.as_bytes())
+        .map_err(|e| SysError::io("write nft script", e))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| SysError::io("wait for nft", e))?;
+    if !out.status.success() {
+        return Err(SysError::Command {
+            cmd: "nft -f -".into(),
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(())
+}
+
+impl Drop for Interception {
+    fn drop(&mut self) {
+        if let Err(e) = run(Command::new("nft").args(["delete", "table", "inet", &self.table])) {
+            tracing::warn!(table = %self.table, error = %e, "failed to remove nft table");
+        }
+        for fam in &self.families {
+            let flag = if *fam == "ip" { "-4" } else { "-6" };
+            let mark = FWMARK.to_string();
+            let table = ROUTE_TABLE.to_string();
+            let _ = ip(&[flag, "rule", "del", "fwmark", &mark, "lookup", &table]);
+            let _ = ip(&[flag, "route", "flush", "table", &table]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ruleset_for_dual_stack_listener_has_both_families() {
+        let spec = InterceptSpec {
+            table: "splitway_rc".into(),
+            interfaces: vec!["eth0".into(), "eth1".into()],
+            ports: vec![80, 443],
+            listener: "[::]:7000".parse().unwrap(),
+        };
+        let r = spec.ruleset();
+        assert!(r.contains("tproxy ip to :7000"), "{r}");
+        assert!(r.contains("tproxy ip6 to :7000"), "{r}");
+        assert!(r.contains("iifname { \"eth0\", \"eth1\" }"), "{r}");
+        assert!(r.contains("th dport { 80, 443 }"), "{r}");
+    }
+
+    #[test]
+    fn ruleset_for_ipv4_listener_has_only_ipv4() {
+        let spec = InterceptSpec {
+            table: "t".into(),
+            interfaces: vec!["eth0".into()],
+            ports: vec![80],
+            listener: "0.0.0.0:7000".parse().unwrap(),
+        };
+        let r = spec.ruleset();
+        assert!(r.contains("tproxy ip to :7000"));
+        assert!(!r.contains("tproxy ip6"));
+    }
+}

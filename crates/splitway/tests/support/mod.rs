@@ -1,0 +1,1064 @@
+//! Harness for the relay integration tests: a chain of network namespaces
+//! (client — relay… — server) joined by veth pairs, the real `splitway`
+//! binary started inside the relay namespaces, and helpers for sha256-checked
+//! transfers, admin metrics and raw protocol clients.
+//!
+//! Every namespace, process and temp file belongs to a [`Lab`] and is removed
+//! when it drops, on success and on panic alike.
+
+// Each test binary uses a different subset of the harness.
+#![allow(dead_code)]
+
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
+use sha2::{Digest as _, Sha256};
+use splitway_sys::netns::{self, Netns};
+
+/// The binary under test.
+pub const SPLITWAY: &str = env!("CARGO_BIN_EXE_splitway");
+
+/// Name prefix of every namespace and temp dir this suite creates.
+pub const PREFIX: &str = "swt";
+
+/// Port the tests' own TCP servers listen on (intercepted by the entry relay).
+pub const SERVER_PORT: u16 = 5001;
+/// Intercepted port on which nothing listens.
+pub const REFUSED_PORT: u16 = 5009;
+/// Port of the relays' TPROXY listeners.
+pub const TPROXY_PORT: u16 = 7000;
+/// Port of the relays' peer listeners.
+pub const PEER_PORT: u16 = 7100;
+pub const SOCKS_PORT: u16 = 1080;
+pub const HTTP_CONNECT_PORT: u16 = 3128;
+
+pub const MIB: u64 = 1024 * 1024;
+
+/// Interface of every node towards the client side.
+pub const WEST_IF: &str = "west";
+/// Interface of every node towards the server side.
+pub const EAST_IF: &str = "east";
+
+// ---------------------------------------------------------------------------
+// Probe-then-skip
+// ---------------------------------------------------------------------------
+
+/// Whether namespaces can be used here. Without them each test returns early
+/// after printing why, unless `SPLITWAY_REQUIRE_NETNS=1` (make test, CI), in
+/// which case it fails.
+pub fn netns_usable() -> bool {
+    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    let probe = PROBE.get_or_init(|| {
+        if !is_root() {
+            return Err("not running as root".into());
+        }
+        netns::remove_stale(PREFIX);
+        let name = netns::unique_name(PREFIX);
+        Netns::create(&name)
+            .map(drop)
+            .map_err(|e| format!("cannot create a network namespace: {e}"))
+    });
+    match probe {
+        Ok(()) => true,
+        Err(reason) => {
+            if std::env::var("SPLITWAY_REQUIRE_NETNS").as_deref() == Ok("1") {
+                panic!("SPLITWAY_REQUIRE_NETNS=1 but namespaces are unusable: {reason}");
+            }
+            eprintln!("skipping: {reason}");
+            false
+        }
+    }
+}
+
+/// Returns early from a test when namespaces are unusable (see [`netns_usable`]).
+#[macro_export]
+macro_rules! require_netns {
+    () => {
+        if !$crate::support::netns_usable() {
+            return;
+        }
+    };
+}
+
+fn is_root() -> bool {
+    // Effective uid is the second field of the `Uid:` line.
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Serialises the bulk transfers of one test binary: on 2 shared cores two
+/// 100 MiB runs side by side only make both slow enough to hit deadlines.
+pub fn heavy_lock() -> MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+// ---------------------------------------------------------------------------
+// Time
+// ---------------------------------------------------------------------------
+
+/// A point in time a test must finish by.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    at: Instant,
+}
+
+impl Deadline {
+    pub fn after(budget: Duration) -> Deadline {
+        Deadline {
+            at: Instant::now() + budget,
+        }
+    }
+
+    /// Time left; panics once the deadline has passed.
+    pub fn remaining(&self, what: &str) -> Duration {
+        let left = self.at.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "deadline passed while {what}");
+        left
+    }
+
+    pub fn expired(&self) -> bool {
+        Instant::now() >= self.at
+    }
+}
+
+/// Polls `check` until it returns `Some`, or `None` at the deadline. The
+/// pause between polls only bounds CPU use; readiness is what ends the wait.
+pub fn poll_until<T>(deadline: Deadline, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if let Some(value) = check() {
+            return Some(value);
+        }
+        let left = deadline.at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        std::thread::sleep(pause.min(left));
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Like [`poll_until`], panicking with `what` at the deadline.
+pub fn wait_until<T>(deadline: Deadline, what: &str, check: impl FnMut() -> Option<T>) -> T {
+    poll_until(deadline, check).unwrap_or_else(|| panic!("deadline passed while {what}"))
+}
+
+// ---------------------------------------------------------------------------
+// Temp dir
+// ---------------------------------------------------------------------------
+
+/// A directory removed on drop.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        let path = std::env::temp_dir().join(format!("{}-{}", netns::unique_name(PREFIX), "tmp"));
+        fs::create_dir_all(&path).expect("create temp dir");
+        TempDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A random 32-byte key in hex, written where the relays read it.
+pub fn write_psk(path: &Path, seed: u64) {
+    let mut key = [0u8; 32];
+    StdRng::seed_from_u64(seed).fill_bytes(&mut key);
+    fs::write(path, format!("{}\n", hex::encode(key))).expect("write psk file");
+}
+
+// ---------------------------------------------------------------------------
+// Relay configuration
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct ListenerSpec {
+    pub mode: &'static str,
+    pub addr: String,
+    /// (interfaces, ports) for relay-installed TPROXY interception.
+    pub intercept: Option<(Vec<String>, Vec<u16>)>,
+}
+
+/// One relay's TOML config, rendered by [`RelayConfig::render`].
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    pub name: String,
+    pub listeners: Vec<ListenerSpec>,
+    /// (name, addr, extra TOML lines inside the table)
+    pub peers: Vec<(String, String, String)>,
+    /// (dst, via)
+    pub routes: Vec<(String, String)>,
+    /// Raw TOML tables appended at the end (`[timeouts]`, `[forwarding]`, ...).
+    pub extra: String,
+}
+
+impl RelayConfig {
+    pub fn new(name: &str) -> RelayConfig {
+        RelayConfig {
+            name: name.to_owned(),
+            listeners: Vec::new(),
+            peers: Vec::new(),
+            routes: Vec::new(),
+            extra: String::new(),
+        }
+    }
+
+    pub fn listen(&mut self, mode: &'static str, addr: &str) -> &mut Self {
+        self.listeners.push(ListenerSpec {
+            mode,
+            addr: addr.to_owned(),
+            intercept: None,
+        });
+        self
+    }
+
+    pub fn listen_intercept(
+        &mut self,
+        mode: &'static str,
+        addr: &str,
+        interfaces: &[&str],
+        ports: &[u16],
+    ) -> &mut Self {
+        self.listeners.push(ListenerSpec {
+            mode,
+            addr: addr.to_owned(),
+            intercept: Some((
+                interfaces.iter().map(|s| s.to_string()).collect(),
+                ports.to_vec(),
+            )),
+        });
+        self
+    }
+
+    pub fn peer(&mut self, name: &str, addr: &str) -> &mut Self {
+        self.peers
+            .push((name.to_owned(), addr.to_owned(), String::new()));
+        self
+    }
+
+    pub fn route(&mut self, dst: &str, via: &str) -> &mut Self {
+        self.routes.push((dst.to_owned(), via.to_owned()));
+        self
+    }
+
+    pub fn extra(&mut self, toml: &str) -> &mut Self {
+        self.extra.push_str(toml);
+        self.extra.push('\n');
+        self
+    }
+
+    pub fn render(&self, psk_file: &Path) -> String {
+        let mut out = String::new();
+        writeln!(out, "name = {:?}", self.name).unwrap();
+        writeln!(out, "psk_file = {:?}", psk_file.display().to_string()).unwrap();
+        writeln!(out, "admin = \"127.0.0.1:9090\"").unwrap();
+        for l in &self.listeners {
+            writeln!(
+                out,
+                "\n[[listen]]\nmode = {:?}\naddr = {:?}",
+                l.mode, l.addr
+            )
+            .unwrap();
+            if let Some((interfaces, ports)) = &l.intercept {
+                writeln!(
+                    out,
+                    "intercept = {{ interfaces = {:?}, ports = {:?} }}",
+                    interfaces, ports
+                )
+                .unwrap();
+            }
+        }
+        for (name, addr, extra) in &self.peers {
+            writeln!(out, "\n[[peer]]\nname = {name:?}\naddr = {addr:?}\n{extra}").unwrap();
+        }
+        for (dst, via) in &self.routes {
+            writeln!(out, "\n[[route]]\ndst = {dst:?}\nvia = {via:?}").unwrap();
+        }
+        if !self.extra.is_empty() {
+            writeln!(out, "\n{}", self.extra).unwrap();
+        }
+        out
+    }
+
+    /// Ports whose listening sockets mean the relay is ready.
+    fn listen_ports(&self) -> Vec<u16> {
+        self.listeners
+            .iter()
+            .filter_map(|l| l.addr.rsplit(':').next()?.parse().ok())
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Topology
+// ---------------------------------------------------------------------------
+
+/// IPv4 /24 and IPv6 /64 of link `k` in a chain of `relays` relays. Link 0
+/// is client—first relay, link `relays` is last relay—server; the node on the
+/// west end of a link is `.1`/`::1`, the one on the east end `.2`/`::2`.
+fn link_tag(k: usize, relays: usize) -> String {
+    if k == 0 {
+        "1".into()
+    } else if k == relays {
+        "3".into()
+    } else {
+        format!("{}{}", k, k + 1)
+    }
+}
+
+pub fn link_v4(k: usize, relays: usize, host: u8) -> String {
+    format!("10.0.{}.{host}", link_tag(k, relays))
+}
+
+pub fn link_v6(k: usize, relays: usize, host: u8) -> String {
+    format!("fd00:{}::{host}", link_tag(k, relays))
+}
+
+pub const SERVER_V4: &str = "10.0.3.2";
+pub const SERVER_V6: &str = "fd00:3::2";
+/// The last relay's server-facing addresses: what the server sees as peer.
+pub const LAST_RELAY_V4: &str = "10.0.3.1";
+pub const LAST_RELAY_V6: &str = "fd00:3::1";
+pub const ENTRY_V4: &str = "10.0.1.2";
+
+/// A running `splitway relay`.
+#[derive(Debug)]
+pub struct RelayProcess {
+    pub name: String,
+    child: Child,
+    pub stderr_path: PathBuf,
+    pub config_path: PathBuf,
+}
+
+impl RelayProcess {
+    fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Asks the relay to exit (SIGTERM, so it can remove what it installed)
+    /// and waits for it, killing it if it takes too long.
+    fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let child = &mut self.child;
+        let exited = poll_until(Deadline::after(Duration::from_secs(5)), || {
+            child.try_wait().ok().flatten()
+        });
+        if exited.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        exited
+    }
+}
+
+/// client — relays[0] — … — relays[n-1] — server.
+pub struct Lab {
+    // Field order is drop order: processes first, then namespaces, then files.
+    relays_running: Vec<RelayProcess>,
+    helpers_running: Vec<Child>,
+    pub client: Netns,
+    pub relays: Vec<Netns>,
+    pub relay_names: Vec<String>,
+    pub server: Netns,
+    pub dir: TempDir,
+    pub psk_path: PathBuf,
+}
+
+impl Lab {
+    /// The standard two-relay lab: client — rc — rs — server.
+    pub fn two_relays() -> Lab {
+        Lab::chain(&["rc", "rs"])
+    }
+
+    pub fn chain(relay_names: &[&str]) -> Lab {
+        let n = relay_names.len();
+        assert!(n >= 1);
+        let dir = TempDir::new();
+        let psk_path = dir.join("psk.key");
+        write_psk(&psk_path, 0x5717_0001);
+        let mk = |_role: &str| {
+            let name = netns::unique_name(PREFIX);
+            Netns::create(&name).unwrap_or_else(|e| panic!("create netns {name}: {e}"))
+        };
+        let client = mk("client");
+        let relays: Vec<Netns> = relay_names.iter().map(|r| mk(r)).collect();
+        let server = mk("server");
+        let lab = Lab {
+            relays_running: Vec::new(),
+            helpers_running: Vec::new(),
+            client,
+            relays,
+            relay_names: relay_names.iter().map(|s| s.to_string()).collect(),
+            server,
+            dir,
+            psk_path,
+        };
+        lab.wire();
+        lab
+    }
+
+    fn node(&self, i: usize) -> &Netns {
+        let n = self.relays.len();
+        if i == 0 {
+            &self.client
+        } else if i == n + 1 {
+            &self.server
+        } else {
+            &self.relays[i - 1]
+        }
+    }
+
+    fn wire(&self) {
+        let n = self.relays.len();
+        for k in 0..=n {
+            let (west, east) = (self.node(k), self.node(k + 1));
+            netns::veth(west, EAST_IF, east, WEST_IF).expect("create veth");
+            for (ns, ifname, host) in [(west, EAST_IF, 1u8), (east, WEST_IF, 2u8)] {
+                ns.ip(&[
+                    "addr",
+                    "add",
+                    &format!("{}/24", link_v4(k, n, host)),
+                    "dev",
+                    ifname,
+                ])
+                .expect("add v4 address");
+                ns.ip(&[
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{}/64", link_v6(k, n, host)),
+                    "dev",
+                    ifname,
+                    "nodad",
+                ])
+                .expect("add v6 address");
+            }
+        }
+        let ip = |ns: &Netns, args: &[&str]| {
+            ns.ip(args)
+                .unwrap_or_else(|e| panic!("ip {args:?} in {}: {e}", ns.name()))
+        };
+        ip(
+            &self.client,
+            &["route", "add", "default", "via", &link_v4(0, n, 2)],
+        );
+        ip(
+            &self.client,
+            &["-6", "route", "add", "default", "via", &link_v6(0, n, 2)],
+        );
+        ip(
+            &self.server,
+            &["route", "add", "default", "via", &link_v4(n, n, 1)],
+        );
+        ip(
+            &self.server,
+            &["-6", "route", "add", "default", "via", &link_v6(n, n, 1)],
+        );
+        for (r, ns) in self.relays.iter().enumerate() {
+            // Relay r sits between link r (west) and link r+1 (east).
+            for (key, value) in [
+                ("net.ipv4.ip_forward", "1"),
+                ("net.ipv6.conf.all.forwarding", "1"),
+                ("net.ipv4.conf.all.rp_filter", "0"),
+                ("net.ipv4.conf.default.rp_filter", "0"),
+                ("net.ipv4.conf.west.rp_filter", "0"),
+                ("net.ipv4.conf.east.rp_filter", "0"),
+            ] {
+                ns.sysctl(key, value)
+                    .unwrap_or_else(|e| panic!("sysctl {key} in {}: {e}", ns.name()));
+            }
+            if r + 1 < n {
+                let via4 = link_v4(r + 1, n, 2);
+                let via6 = link_v6(r + 1, n, 2);
+                ip(ns, &["route", "add", "10.0.3.0/24", "via", &via4]);
+                ip(ns, &["-6", "route", "add", "fd00:3::/64", "via", &via6]);
+            }
+            if r > 0 {
+                let via4 = link_v4(r, n, 1);
+                let via6 = link_v6(r, n, 1);
+                ip(ns, &["route", "add", "10.0.1.0/24", "via", &via4]);
+                ip(ns, &["-6", "route", "add", "fd00:1::/64", "via", &via6]);
+            }
+        }
+    }
+
+    pub fn rc(&self) -> &Netns {
+        &self.relays[0]
+    }
+
+    pub fn rs(&self) -> &Netns {
+        self.relays.last().expect("at least one relay")
+    }
+
+    /// Address of relay `r`'s peer listener, as its west neighbour dials it.
+    pub fn peer_addr(&self, r: usize) -> String {
+        format!("{}:{PEER_PORT}", link_v4(r, self.relays.len(), 2))
+    }
+
+    /// Default configs for every relay: the entry relay intercepts
+    /// `ports` arriving on its client interface (IPv4 only unless
+    /// `ipv6`), offers SOCKS5 and HTTP CONNECT to the client; each relay
+    /// forwards the server's subnets to the next one; the last goes direct.
+    pub fn default_configs(&self, ports: &[u16], ipv6: bool) -> Vec<RelayConfig> {
+        let n = self.relays.len();
+        (0..n)
+            .map(|r| {
+                let mut cfg = RelayConfig::new(&self.relay_names[r]);
+                if r == 0 {
+                    cfg.listen_intercept(
+                        "tproxy",
+                        &format!("0.0.0.0:{TPROXY_PORT}"),
+                        &[WEST_IF],
+                        ports,
+                    );
+                    if ipv6 {
+                        cfg.listen_intercept(
+                            "tproxy",
+                            &format!("[::]:{TPROXY_PORT}"),
+                            &[WEST_IF],
+                            ports,
+                        );
+                    }
+                    cfg.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+                    cfg.listen("http-connect", &format!("{ENTRY_V4}:{HTTP_CONNECT_PORT}"));
+                } else {
+                    cfg.listen("peer", &format!("0.0.0.0:{PEER_PORT}"));
+                }
+                if r + 1 < n {
+                    let next = &self.relay_names[r + 1];
+                    cfg.peer(next, &self.peer_addr(r + 1));
+                    cfg.route("10.0.3.0/24", next);
+                    cfg.route("fd00:3::/64", next);
+                } else {
+                    cfg.route("0.0.0.0/0", "direct");
+                    cfg.route("::/0", "direct");
+                }
+                cfg
+            })
+            .collect()
+    }
+
+    /// Starts every relay, the one nearest the server first so that each
+    /// peer is listening before its west neighbour comes up, and waits until
+    /// each answers on its admin endpoint and listens on its ports.
+    pub fn start_relays(&mut self, configs: &[RelayConfig]) {
+        assert_eq!(configs.len(), self.relays.len());
+        for r in (0..configs.len()).rev() {
+            self.start_relay(r, &configs[r]);
+        }
+    }
+
+    fn start_relay(&mut self, r: usize, config: &RelayConfig) {
+        let name = config.name.clone();
+        let config_path = self.dir.join(&format!("{name}.toml"));
+        fs::write(&config_path, config.render(&self.psk_path)).expect("write relay config");
+        let stderr_path = self.dir.join(&format!("{name}.stderr"));
+        let stderr = File::create(&stderr_path).expect("create stderr file");
+        let child = self.relays[r]
+            .command(SPLITWAY)
+            .args(["relay", "--config"])
+            .arg(&config_path)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "debug".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(stderr.try_clone().expect("dup stderr file"))
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn splitway relay");
+        self.relays_running.push(RelayProcess {
+            name: name.clone(),
+            child,
+            stderr_path,
+            config_path,
+        });
+        let index = self.relays_running.len() - 1;
+        let ports = config.listen_ports();
+        let deadline = Deadline::after(Duration::from_secs(15));
+        let ns = &self.relays[r];
+        let process = &mut self.relays_running[index];
+        wait_until(
+            deadline,
+            &format!("waiting for relay {name} to become ready"),
+            || {
+                if let Ok(Some(status)) = process.child.try_wait() {
+                    panic!(
+                        "relay {name} exited during startup with {status}; its output:\n{}",
+                        process.stderr()
+                    );
+                }
+                let admin_ok = curl_admin(ns, "/status").is_ok();
+                (admin_ok && listening_ports(ns).is_superset_of(&ports)).then_some(())
+            },
+        );
+    }
+
+    /// Fails the test if a relay has exited (a crash mid-test).
+    pub fn assert_relays_alive(&mut self) {
+        for p in &mut self.relays_running {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!(
+                    "relay {} exited with {status}; output:\n{}",
+                    p.name,
+                    p.stderr()
+                );
+            }
+        }
+    }
+
+    /// Stops relay by name with SIGTERM; returns its exit status (None: had to be killed).
+    pub fn stop_relay(&mut self, name: &str) -> Option<std::process::ExitStatus> {
+        let p = self
+            .relays_running
+            .iter_mut()
+            .find(|p| p.name == name)
+            .expect("relay running");
+        p.stop()
+    }
+
+    pub fn relay_ns(&self, name: &str) -> &Netns {
+        let i = self
+            .relay_names
+            .iter()
+            .position(|n| n == name)
+            .expect("relay name");
+        &self.relays[i]
+    }
+
+    /// Parsed `/metrics` of a relay.
+    pub fn metrics(&self, relay: &str) -> Metrics {
+        let text = curl_admin(self.relay_ns(relay), "/metrics")
+            .unwrap_or_else(|e| panic!("GET /metrics from {relay}: {e}"));
+        Metrics::parse(&text)
+    }
+
+    /// Waits until `counter(name, labels)` on `relay` reaches `at_least`.
+    pub fn wait_counter(
+        &self,
+        relay: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        at_least: f64,
+        deadline: Deadline,
+    ) -> f64 {
+        let mut last = 0.0;
+        let reached = poll_until(deadline, || {
+            last = self.metrics(relay).counter(name, labels);
+            (last >= at_least).then_some(last)
+        });
+        reached.unwrap_or_else(|| {
+            panic!(
+                "{relay} {name}{labels:?} stayed at {last}, expected >= {at_least}; metrics:\n{}",
+                curl_admin(self.relay_ns(relay), "/metrics").unwrap_or_default()
+            )
+        })
+    }
+
+    /// Keeps a helper process (nginx, ...) to be killed with the lab.
+    pub fn adopt(&mut self, child: Child) {
+        self.helpers_running.push(child);
+    }
+
+    /// Prints every relay's output (used on failure).
+    pub fn dump_logs(&self) {
+        for p in &self.relays_running {
+            let text = p.stderr();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(300)..];
+            eprintln!(
+                "===== relay {} ({} lines, last {}) =====\n{}\n===== config {} =====\n{}",
+                p.name,
+                lines.len(),
+                tail.len(),
+                tail.join("\n"),
+                p.config_path.display(),
+                fs::read_to_string(&p.config_path).unwrap_or_default()
+            );
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for p in &mut self.relays_running {
+            p.stop();
+        }
+        for h in &mut self.helpers_running {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+        if std::thread::panicking() {
+            self.dump_logs();
+        }
+    }
+}
+
+/// GET an admin endpoint inside a namespace.
+pub fn curl_admin(ns: &Netns, path: &str) -> Result<String, String> {
+    let out = ns
+        .command("curl")
+        .args(["-sS", "--fail", "--max-time", "3"])
+        .arg(format!("http://127.0.0.1:9090{path}"))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("spawn curl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "curl {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|e| format!("non-UTF-8 body: {e}"))
+}
+
+/// TCP ports in LISTEN state inside a namespace.
+pub fn listening_ports(ns: &Netns) -> PortSet {
+    let out = ns
+        .command("ss")
+        .args(["-Hltn"])
+        .stdin(Stdio::null())
+        .output();
+    let mut ports = Vec::new();
+    if let Ok(out) = out {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // State Recv-Q Send-Q Local:Port Peer:Port
+            if let Some(local) = line.split_whitespace().nth(3)
+                && let Some(port) = local.rsplit(':').next().and_then(|p| p.parse().ok())
+            {
+                ports.push(port);
+            }
+        }
+    }
+    PortSet(ports)
+}
+
+pub struct PortSet(Vec<u16>);
+
+impl PortSet {
+    pub fn is_superset_of(&self, ports: &[u16]) -> bool {
+        ports.iter().all(|p| self.0.contains(p))
+    }
+}
+
+/// Runs a command, returning its output whatever the exit status.
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"))
+}
+
+// ---------------------------------------------------------------------------
+// Metrics
+// ---------------------------------------------------------------------------
+
+pub struct Metrics {
+    scrape: prometheus_parse::Scrape,
+    pub text: String,
+}
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        let lines = text.lines().map(|l| Ok(l.to_owned()));
+        let scrape = prometheus_parse::Scrape::parse(lines).expect("parse Prometheus text");
+        Metrics {
+            scrape,
+            text: text.to_owned(),
+        }
+    }
+
+    /// Sum of every sample of `name` whose labels include `labels`; 0 when
+    /// there is none (a counter never incremented may be absent).
+    pub fn counter(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == name)
+            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Untyped(v)
+                | prometheus_parse::Value::Gauge(v) => v,
+                _ => panic!("{name} is not a scalar metric"),
+            })
+            .sum()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Sockets and transfers
+// ---------------------------------------------------------------------------
+
+/// Timeout applied to every read and write of the tests' sockets, so a
+/// stalled relay fails a test instead of hanging it.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn set_timeouts(stream: &TcpStream) {
+    stream
+        .set_read_timeout(Some(IO_TIMEOUT))
+        .expect("SO_RCVTIMEO");
+    stream
+        .set_write_timeout(Some(IO_TIMEOUT))
+        .expect("SO_SNDTIMEO");
+}
+
+/// Connects from inside `ns`.
+pub fn connect_in(ns: &Netns, addr: SocketAddr) -> io::Result<TcpStream> {
+    let stream = ns
+        .run_in(move || TcpStream::connect_timeout(&addr, Duration::from_secs(10)))
+        .expect("enter namespace")?;
+    set_timeouts(&stream);
+    Ok(stream)
+}
+
+/// A TCP listener living in the server namespace.
+pub struct TestServer {
+    listener: TcpListener,
+    pub addr: SocketAddr,
+}
+
+impl TestServer {
+    pub fn bind(ns: &Netns, addr: SocketAddr) -> TestServer {
+        let listener = ns
+            .run_in(move || TcpListener::bind(addr))
+            .expect("enter namespace")
+            .unwrap_or_else(|e| panic!("bind test server {addr}: {e}"));
+        TestServer { listener, addr }
+    }
+
+    /// Accepts one connection, failing the test if none arrives in `timeout`.
+    pub fn accept(&self, timeout: Duration) -> (TcpStream, SocketAddr) {
+        let listener = self.listener.try_clone().expect("dup listener");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(listener.accept());
+        });
+        let (stream, peer) = rx
+            .recv_timeout(timeout)
+            .unwrap_or_else(|_| panic!("no connection reached {} in {timeout:?}", self.addr))
+            .expect("accept");
+        set_timeouts(&stream);
+        (stream, peer)
+    }
+
+    /// Fails if a connection is waiting to be accepted.
+    pub fn assert_no_pending_connection(&self) {
+        self.listener.set_nonblocking(true).expect("nonblocking");
+        let result = self.listener.accept();
+        self.listener.set_nonblocking(false).expect("blocking");
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Ok((_, peer)) => panic!("the server unexpectedly got a connection from {peer}"),
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+/// Length and sha256 of a byte stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamDigest {
+    pub len: u64,
+    pub sha256: [u8; 32],
+}
+
+impl std::fmt::Display for StreamDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes sha256 {}", self.len, hex::encode(self.sha256))
+    }
+}
+
+const CHUNK: usize = 64 * 1024;
+
+/// Writes `len` pseudo-random bytes derived from `seed`.
+pub fn send_pattern(w: &mut impl Write, len: u64, seed: u64) -> io::Result<StreamDigest> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(CHUNK as u64) as usize;
+        rng.fill_bytes(&mut buf[..n]);
+        hasher.update(&buf[..n]);
+        w.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    Ok(StreamDigest {
+        len,
+        sha256: hasher.finalize().into(),
+    })
+}
+
+/// Reads until EOF, hashing everything.
+pub fn recv_all(r: &mut impl Read) -> io::Result<StreamDigest> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut len = 0u64;
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        len += n as u64;
+    }
+    Ok(StreamDigest {
+        len,
+        sha256: hasher.finalize().into(),
+    })
+}
+
+/// Reads until EOF or error; returns the bytes read and how it ended.
+pub fn read_until_end(r: &mut impl Read) -> (u64, io::Result<()>) {
+    let mut buf = vec![0u8; CHUNK];
+    let mut len = 0u64;
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => return (len, Ok(())),
+            Ok(n) => len += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (len, Err(e)),
+        }
+    }
+}
+
+/// Asserts the peer has nothing more to say: the next read is a clean EOF.
+pub fn expect_eof(stream: &mut TcpStream, who: &str) {
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => {}
+        Ok(_) => panic!("{who}: expected EOF, got data"),
+        Err(e) => panic!("{who}: expected clean EOF, got {e}"),
+    }
+}
+
+/// Asserts the stream ends with a reset (ECONNRESET), not a clean EOF.
+pub fn expect_reset(stream: &mut TcpStream, who: &str) -> u64 {
+    let (len, end) = read_until_end(stream);
+    match end {
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => len,
+        Err(e) => panic!("{who}: expected ECONNRESET after {len} bytes, got error {e}"),
+        Ok(()) => panic!("{who}: expected ECONNRESET, got a clean EOF after {len} bytes"),
+    }
+}
+
+pub fn assert_peer_ip(peer: SocketAddr, expected: &str) {
+    let expected: IpAddr = expected.parse().expect("ip literal");
+    assert_eq!(
+        peer.ip(),
+        expected,
+        "the server should see the connection arrive from the last relay"
+    );
+}
+
+/// Client → server: the client sends `len` bytes and half-closes; the
+/// server reads to EOF, then closes; both ends' sha256 must match.
+pub fn transfer_client_to_server(
+    client: &Netns,
+    server: &TestServer,
+    dst: SocketAddr,
+    len: u64,
+    expected_peer: &str,
+) {
+    let seed = 0xC2_5000 + len;
+    let mut stream = connect_in(client, dst).unwrap_or_else(|e| panic!("connect {dst}: {e}"));
+    let sender = std::thread::spawn(move || {
+        let sent = send_pattern(&mut stream, len, seed).expect("client send");
+        stream
+            .shutdown(Shutdown::Write)
+            .expect("client shutdown(Write)");
+        expect_eof(&mut stream, "client after upload");
+        sent
+    });
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, expected_peer);
+    let received = recv_all(&mut conn).expect("server receive");
+    drop(conn);
+    let sent = sender.join().expect("client thread");
+    assert_eq!(
+        received, sent,
+        "client→server {len} B: received {received}, sent {sent}"
+    );
+}
+
+/// Server → client: the server sends `len` bytes and closes; the client
+/// reads to EOF; both ends' sha256 must match.
+pub fn transfer_server_to_client(
+    client: &Netns,
+    server: &TestServer,
+    dst: SocketAddr,
+    len: u64,
+    expected_peer: &str,
+) {
+    let seed = 0x52C_0000 + len;
+    let mut stream = connect_in(client, dst).unwrap_or_else(|e| panic!("connect {dst}: {e}"));
+    let receiver = std::thread::spawn(move || recv_all(&mut stream).expect("client receive"));
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, expected_peer);
+    let sent = send_pattern(&mut conn, len, seed).expect("server send");
+    conn.shutdown(Shutdown::Write)
+        .expect("server shutdown(Write)");
+    let received = receiver.join().expect("client thread");
+    expect_eof(&mut conn, "server after download");
+    assert_eq!(
+        received, sent,
+        "server→client {len} B: received {received}, sent {sent}"
+    );
+}
+
+pub fn sha256_file(path: &Path) -> String {
+    let mut file = File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    hex::encode(recv_all(&mut file).expect("read file").sha256)
+}
+
+/// Writes a random file of `len` bytes.
+pub fn write_random_file(path: &Path, len: u64, seed: u64) -> StreamDigest {
+    let mut file = File::create(path).expect("create file");
+    let digest = send_pattern(&mut file, len, seed).expect("write file");
+    file.sync_all().expect("sync");
+    digest
+}
+
+pub fn sock(addr: &str) -> SocketAddr {
+    addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"))
+}
