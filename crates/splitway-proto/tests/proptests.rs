@@ -288,3 +288,82 @@ proptest! {
         prop_assert!(Header::decode(&header).is_err());
     }
 }
+
+/// Metric labels must be bounded, distinct per variant and snake_case.
+#[test]
+fn error_labels_are_distinct_snake_case() {
+    use splitway_proto::auth::{AuthError, RejectReason};
+    use splitway_proto::header::HeaderError;
+    use splitway_proto::http_connect::HttpConnectError;
+    use splitway_proto::socks5::Socks5Error;
+
+    fn check(labels: &[&'static str], allowed_duplicates: usize) {
+        let mut sorted = labels.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(
+            sorted.len() + allowed_duplicates,
+            labels.len(),
+            "{labels:?}"
+        );
+        for label in labels {
+            assert!(
+                !label.is_empty() && label.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{label}"
+            );
+        }
+    }
+    check(
+        &[
+            HeaderError::BadVersion(2).label(),
+            HeaderError::TooLong.label(),
+            HeaderError::TooShort(0).label(),
+            HeaderError::LengthMismatch.label(),
+            HeaderError::BadAddressType(9).label(),
+            HeaderError::BadDomain.label(),
+            HeaderError::UnknownFlags(1).label(),
+            HeaderError::CriticalExtension(0x8000).label(),
+            HeaderError::BadExtension.label(),
+            HeaderError::BadReplyType(0).label(),
+            HeaderError::BadStatus(99).label(),
+            HeaderError::EncodeTooLong.label(),
+        ],
+        1, // TooShort and LengthMismatch are both "bad_length"
+    );
+    check(
+        &[
+            AuthError::BadMagic.reason_label(),
+            AuthError::BadVersion(2).reason_label(),
+            AuthError::BadMac.reason_label(),
+            AuthError::Rejected(RejectReason::Overloaded).reason_label(),
+            AuthError::UnexpectedFrame(0).reason_label(),
+            AuthError::BadKey(String::new()).reason_label(),
+            AuthError::OutOfOrder.reason_label(),
+        ],
+        0,
+    );
+    check(
+        &[
+            Socks5Error::BadVersion(4).label(),
+            Socks5Error::CommandNotSupported(2).label(),
+            Socks5Error::AddressTypeNotSupported(2).label(),
+            Socks5Error::BadDomain.label(),
+        ],
+        0,
+    );
+    check(
+        &[
+            HttpConnectError::TooLarge.label(),
+            HttpConnectError::MethodNotAllowed.label(),
+            HttpConnectError::BadRequestLine.label(),
+            HttpConnectError::UnsupportedVersion.label(),
+            HttpConnectError::MissingPort.label(),
+            HttpConnectError::BadPort.label(),
+            HttpConnectError::BadHost.label(),
+            HttpConnectError::BadHeader.label(),
+        ],
+        0,
+    );
+    let statuses: Vec<_> = ReplyStatus::ALL.iter().map(|s| s.label()).collect();
+    check(&statuses, 0);
+}

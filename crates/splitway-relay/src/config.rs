@@ -388,7 +388,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         "h" => n * 3600.0,
         _ => return None,
     };
-    (secs.is_finite() && secs >= 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
+    (secs.is_finite() && (0.0..1e9).contains(&secs)).then(|| Duration::from_secs_f64(secs))
 }
 
 fn valid_name(name: &str) -> bool {
@@ -675,7 +675,14 @@ impl Config {
         };
 
         // The PSK is needed as soon as any leg touches another relay.
-        let needs_psk = !peers.is_empty() || listeners.iter().any(|l| l.mode == ListenMode::Peer);
+        // Judged on the raw file, so an element with its own error still counts.
+        let raw_peer_listener = match table.get("listen") {
+            Some(toml::Value::Array(items)) => items
+                .iter()
+                .any(|l| l.get("mode").and_then(toml::Value::as_str) == Some("peer")),
+            _ => false,
+        };
+        let needs_psk = table.contains_key("peer") || raw_peer_listener;
         let psk_file = match table.get("psk_file") {
             Some(v) => c.section::<String>("psk_file", v).map(|p| base.join(p)),
             None => None,

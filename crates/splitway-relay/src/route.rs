@@ -18,7 +18,7 @@ pub struct RouteTable {
 impl RouteTable {
     pub fn new(routes: &[Route]) -> Self {
         let mut routes = routes.to_vec();
-        routes.sort_by(|a, b| b.dst.prefix_len().cmp(&a.dst.prefix_len()));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.dst.prefix_len()));
         RouteTable { routes }
     }
 

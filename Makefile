@@ -1,0 +1,45 @@
+# splitway: the two commands for a fresh machine are `make demo` and `make test`.
+CARGO ?= cargo
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: demo test deps build release lint unit fuzz fuzz-smoke lab-full fidelity clean
+
+## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
+demo: deps release
+	./target/release/splitway lab --quick
+
+## test: lint, then unit and namespace integration tests (needs root; CI runs this).
+test: deps lint
+	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --all-targets
+	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --doc
+
+deps:
+	./scripts/install-deps.sh
+
+build:
+	$(CARGO) build --workspace
+
+release:
+	$(CARGO) build --release -p splitway
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## fuzz: every fuzz target for FUZZ_SECONDS each (default 300).
+FUZZ_SECONDS ?= 300
+fuzz:
+	./fuzz/run.sh $(FUZZ_SECONDS)
+
+## lab-full: every shipped scenario with full repetitions.
+lab-full: deps release
+	./target/release/splitway lab scenario paper-ktcp --json lab-results/paper-ktcp.json
+	./target/release/splitway lab scenario miniproxy-chain --json lab-results/miniproxy-chain.json
+	./target/release/splitway lab scenario njit-lossy --json lab-results/njit-lossy.json
+
+## fidelity: the link emulator measured against its configuration.
+fidelity: deps release
+	./target/release/splitway lab fidelity
+
+clean:
+	$(CARGO) clean
