@@ -550,6 +550,7 @@ fn start_nginx(server: &Host, work: &Path) -> Result<Proc, LabError> {
            default_type application/octet-stream;\n\
            sendfile on;\n\
            tcp_nodelay on;\n\
+           tcp_nopush on;\n\
            keepalive_timeout 0;\n\
            client_body_temp_path {dir}/tmp/body;\n\
            proxy_temp_path {dir}/tmp/proxy;\n\

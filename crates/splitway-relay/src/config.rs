@@ -35,6 +35,60 @@ pub struct Config {
     pub client: LegTuning,
     pub timeouts: Timeouts,
     pub forwarding: Forwarding,
+    pub accel: Accel,
+}
+
+/// Connection-time accelerations (the KTCP paper's, plus TFO). Each has its
+/// own switch so the lab can measure them one by one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accel {
+    /// Start the next leg when the client's SYN arrives (tc BPF detector on
+    /// the tproxy listener's intercept interfaces).
+    pub early_syn: bool,
+    /// At most this many early-started legs whose client has not been
+    /// accepted yet; beyond it, legs start at accept (SYN-flood bound).
+    pub early_syn_budget: usize,
+    /// How long an early-started leg waits for its client's accept.
+    pub early_syn_expiry: Duration,
+    /// Keep pre-established, authenticated connections to each peer.
+    pub pool: bool,
+    /// Accept TCP Fast Open on client-facing listeners, and use
+    /// TCP_FASTOPEN_CONNECT on direct legs to servers.
+    pub tfo: bool,
+}
+
+impl Default for Accel {
+    fn default() -> Self {
+        Accel {
+            early_syn: false,
+            early_syn_budget: 1024,
+            early_syn_expiry: Duration::from_secs(10),
+            pool: false,
+            tfo: false,
+        }
+    }
+}
+
+/// Pool watermarks for one peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSize {
+    /// Refill starts when fewer idle connections than this remain.
+    pub low: usize,
+    /// Refill tops up to this many.
+    pub high: usize,
+    /// A pooled connection older than this is closed, not used: it must be
+    /// retired before the peer's `timeouts.pooled_header` closes it.
+    pub idle: Duration,
+}
+
+impl Default for PoolSize {
+    fn default() -> Self {
+        PoolSize {
+            low: 4,
+            high: 16,
+            idle: Duration::from_secs(30),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -78,6 +132,7 @@ pub struct Peer {
     pub name: String,
     pub addr: SocketAddr,
     pub tuning: LegTuning,
+    pub pool: PoolSize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +166,9 @@ pub struct Timeouts {
     pub connect: Duration,
     pub handshake: Duration,
     pub idle: Duration,
+    /// How long a peer listener keeps an authenticated connection that has
+    /// not sent its header yet (an upstream relay's pooled connection).
+    pub pooled_header: Duration,
 }
 
 impl Default for Timeouts {
@@ -119,6 +177,7 @@ impl Default for Timeouts {
             connect: Duration::from_secs(10),
             handshake: Duration::from_secs(10),
             idle: Duration::from_secs(300),
+            pooled_header: Duration::from_secs(120),
         }
     }
 }
@@ -207,6 +266,25 @@ struct RawPeer {
     sndbuf: Option<u64>,
     rcvbuf: Option<u64>,
     keepalive: Option<String>,
+    pool: Option<RawPool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    low: Option<usize>,
+    high: Option<usize>,
+    idle: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAccel {
+    early_syn: Option<bool>,
+    early_syn_budget: Option<usize>,
+    early_syn_expiry: Option<String>,
+    pool: Option<bool>,
+    tfo: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -222,6 +300,7 @@ struct RawTimeouts {
     connect: Option<String>,
     handshake: Option<String>,
     idle: Option<String>,
+    pooled_header: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -241,6 +320,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "client",
     "timeouts",
     "forwarding",
+    "accel",
 ];
 
 /// Collects issues while walking the file.
@@ -568,11 +648,34 @@ impl Config {
                     keepalive: raw.keepalive,
                 },
             );
+            let mut pool = PoolSize::default();
+            if let Some(p) = raw.pool {
+                pool.low = p.low.unwrap_or(pool.low);
+                pool.high = p.high.unwrap_or(pool.high.max(pool.low));
+                if pool.high > 4096 {
+                    c.err(
+                        format!("{key}.pool.high"),
+                        "at most 4096 pooled connections per peer",
+                    );
+                }
+                if pool.low > pool.high {
+                    c.err(
+                        format!("{key}.pool.low"),
+                        format!("low ({}) is above high ({})", pool.low, pool.high),
+                    );
+                }
+                if let Some(t) = p.idle
+                    && let Some(d) = c.duration(&format!("{key}.pool.idle"), &t)
+                {
+                    pool.idle = d;
+                }
+            }
             if let Some(addr) = addr {
                 peers.push(Peer {
                     name: raw.name,
                     addr,
                     tuning,
+                    pool,
                 });
             }
         }
@@ -650,6 +753,11 @@ impl Config {
                 ("connect", raw.connect, &mut timeouts.connect),
                 ("handshake", raw.handshake, &mut timeouts.handshake),
                 ("idle", raw.idle, &mut timeouts.idle),
+                (
+                    "pooled_header",
+                    raw.pooled_header,
+                    &mut timeouts.pooled_header,
+                ),
             ] {
                 if let Some(t) = text {
                     let key = format!("timeouts.{name}");
@@ -673,6 +781,50 @@ impl Config {
                 .unwrap_or_default(),
             None => Forwarding::default(),
         };
+
+        let mut accel = Accel::default();
+        if let Some(v) = table.get("accel")
+            && let Some(raw) = c.section::<RawAccel>("accel", v)
+        {
+            accel.early_syn = raw.early_syn.unwrap_or(false);
+            accel.pool = raw.pool.unwrap_or(false);
+            accel.tfo = raw.tfo.unwrap_or(false);
+            if let Some(b) = raw.early_syn_budget {
+                if b == 0 {
+                    c.err(
+                        "accel.early_syn_budget",
+                        "must be at least 1 (use early_syn = false to disable)",
+                    );
+                }
+                accel.early_syn_budget = b;
+            }
+            if let Some(t) = raw.early_syn_expiry
+                && let Some(d) = c.duration("accel.early_syn_expiry", &t)
+            {
+                accel.early_syn_expiry = d;
+            }
+            if accel.early_syn
+                && !listeners
+                    .iter()
+                    .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some())
+            {
+                c.err(
+                    "accel.early_syn",
+                    "needs a tproxy listener with `intercept` (its interfaces and ports are where SYNs are watched)",
+                );
+            }
+        }
+        for p in &peers {
+            if accel.pool && p.pool.idle >= timeouts.pooled_header {
+                c.err(
+                    format!("peer.{}.pool.idle", p.name),
+                    format!(
+                        "{:?} must be below timeouts.pooled_header ({:?}), or the next relay closes pooled connections before they are retired",
+                        p.pool.idle, timeouts.pooled_header
+                    ),
+                );
+            }
+        }
 
         // The PSK is needed as soon as any leg touches another relay.
         // Judged on the raw file, so an element with its own error still counts.
@@ -722,6 +874,7 @@ impl Config {
                 client,
                 timeouts,
                 forwarding,
+                accel,
             })
         } else {
             Err(c.issues)

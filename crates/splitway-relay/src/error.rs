@@ -45,6 +45,8 @@ pub enum ConnError {
     ClientTimeout(std::time::Duration),
     #[error("client {client} not allowed on this listener")]
     ClientNotAllowed { client: SocketAddr },
+    #[error("upstream relay closed an authenticated connection without using it")]
+    PooledUnused,
     #[error("upstream relay failed authentication: {0}")]
     PeerAuth(#[from] splitway_proto::auth::AuthError),
     #[error("peer relay {peer}: {op}: {source}")]
@@ -85,7 +87,8 @@ impl ConnError {
             | ConnError::ClientProtocol(_)
             | ConnError::ClientTimeout(_)
             | ConnError::ClientNotAllowed { .. }
-            | ConnError::PeerAuth(_) => Culprit::Client,
+            | ConnError::PeerAuth(_)
+            | ConnError::PooledUnused => Culprit::Client,
             ConnError::PeerIo { .. }
             | ConnError::PeerProtocol { .. }
             | ConnError::PeerTimeout { .. }
@@ -122,6 +125,8 @@ impl ConnError {
             ConnError::ClientTimeout(_) => CloseReason::HandshakeTimeout,
             ConnError::ClientNotAllowed { .. } => CloseReason::NotAllowed,
             ConnError::PeerAuth(_) => CloseReason::AuthFailed,
+            // An upstream pool retiring a connection it never needed.
+            ConnError::PooledUnused => CloseReason::Completed,
             _ => match self.reply_status() {
                 ReplyStatus::Refused => CloseReason::ConnectRefused,
                 ReplyStatus::Unreachable => CloseReason::ConnectUnreachable,

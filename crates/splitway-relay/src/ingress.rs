@@ -18,7 +18,7 @@ use crate::config::{ListenMode, Listener};
 use crate::error::{ConnError, RelayError};
 use crate::forward::write_all;
 use crate::peer::{self, FrameError, read_frame};
-use crate::relay::Shared;
+use crate::relay::{Shared, stopped};
 use crate::route::allowed;
 use crate::session::{self, Inbound, metric_mode};
 use crate::tuning;
@@ -82,11 +82,6 @@ pub async fn accept_loop(
     info!(listener = %spec.addr, mode = spec.mode.as_str(), "stopped accepting");
 }
 
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is not Send; drop it right here.
-    let _ = stop.wait_for(|s| *s).await;
-}
-
 fn conn_id() -> u64 {
     rand::rngs::OsRng.next_u64()
 }
@@ -140,7 +135,7 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
             .map(|(dst, early)| (dst, early, conn_id(), DEFAULT_TTL, client)),
         ListenMode::Peer => {
             let keys: Vec<_> = shared.cfg.psk.iter().cloned().collect();
-            match peer::accept(&stream, &keys, handshake, &shared.metrics).await {
+            match peer::accept(&stream, &keys, &shared.cfg.timeouts, &shared.metrics).await {
                 Ok(a) => Ok((
                     a.header.dst,
                     a.early_data,
@@ -154,6 +149,13 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
     };
     let (dst, early_data, conn_id, next_ttl, origin) = match ingress {
         Ok(x) => x,
+        Err(ConnError::PooledUnused) => {
+            shared
+                .metrics
+                .closed(mode, ConnError::PooledUnused.close_reason());
+            tracing::debug!(%client, "pooled connection closed unused");
+            return;
+        }
         Err(e) => {
             shared.metrics.closed(mode, e.close_reason());
             info!(%client, listener = %spec.addr, mode = spec.mode.as_str(), culprit = e.culprit().as_str(), error = %e, "refused");

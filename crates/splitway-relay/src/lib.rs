@@ -4,6 +4,7 @@
 //! - `route`: destination prefix → next relay or direct
 //! - `ingress`: listeners (TPROXY, SOCKS5, HTTP CONNECT, peer) and their handshakes
 //! - `peer`: the authenticated relay↔relay leg, both ends
+//! - `pool`: pre-established, authenticated connections to each peer
 //! - `session`: one split connection from accept to close
 //! - `forward`: zero-copy (splice) or small-chunk (recv/send) forwarding with
 //!   exact half-close and reset propagation
@@ -15,6 +16,7 @@ pub mod error;
 pub mod forward;
 pub mod ingress;
 pub mod peer;
+pub mod pool;
 pub mod relay;
 pub mod route;
 pub mod session;

@@ -95,19 +95,18 @@ pub async fn connect(peer: &Peer, timeouts: &Timeouts) -> Result<TcpStream, Conn
     }
 }
 
-/// Connects to `peer`, authenticates and sends `header`.
-pub async fn dial(
+/// Reads the peer's Challenge and computes our Response.
+async fn answer_challenge(
+    stream: &TcpStream,
     peer: &Peer,
     psk: &Psk,
-    header: &Header,
     timeouts: &Timeouts,
-) -> Result<PeerLeg, ConnError> {
-    let stream = connect(peer, timeouts).await?;
+) -> Result<(Dialer, Vec<u8>), ConnError> {
     let mut dialer = Dialer::new(psk.clone(), nonce());
     let mut buf = Vec::new();
     let response = tokio::time::timeout(
         timeouts.handshake,
-        read_frame(&stream, &mut buf, |b| dialer.on_challenge(b)),
+        read_frame(stream, &mut buf, |b| dialer.on_challenge(b)),
     )
     .await
     .map_err(|_| ConnError::PeerTimeout {
@@ -121,7 +120,19 @@ pub async fn dial(
             detail: "sent data before our response".into(),
         });
     }
-    let mut out = response;
+    Ok((dialer, response))
+}
+
+/// Connects to `peer`, authenticates and sends `header` in the same write
+/// as our Response (the peer's proof is read later, with its Reply).
+pub async fn dial(
+    peer: &Peer,
+    psk: &Psk,
+    header: &Header,
+    timeouts: &Timeouts,
+) -> Result<PeerLeg, ConnError> {
+    let stream = connect(peer, timeouts).await?;
+    let (dialer, mut out) = answer_challenge(&stream, peer, psk, timeouts).await?;
     header.encode(&mut out);
     write_all(&stream, &out)
         .await
@@ -134,8 +145,86 @@ pub async fn dial(
         stream,
         peer: peer.name.clone(),
         dialer,
-        buf,
+        buf: Vec::new(),
     })
+}
+
+/// A connection to a peer that completed mutual authentication and waits,
+/// idle, for the one split connection it will carry.
+pub struct Pooled {
+    pub stream: TcpStream,
+    dialer: Dialer,
+    pub born: std::time::Instant,
+}
+
+/// Opens and fully authenticates a connection for the pool.
+pub async fn dial_pooled(peer: &Peer, psk: &Psk, timeouts: &Timeouts) -> Result<Pooled, ConnError> {
+    let stream = connect(peer, timeouts).await?;
+    let (mut dialer, response) = answer_challenge(&stream, peer, psk, timeouts).await?;
+    write_all(&stream, &response)
+        .await
+        .map_err(|source| ConnError::PeerIo {
+            peer: peer.name.clone(),
+            op: "send response",
+            source,
+        })?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(
+        timeouts.handshake,
+        read_frame(&stream, &mut buf, |b| {
+            dialer.on_server_proof(b).map(|o| o.map(|n| ((), n)))
+        }),
+    )
+    .await
+    .map_err(|_| ConnError::PeerTimeout {
+        peer: peer.name.clone(),
+        during: "waiting for its proof",
+    })?
+    .map_err(|e| match e {
+        FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerProtocol {
+            peer: peer.name.clone(),
+            detail: format!("refused our authentication: {r}"),
+        },
+        e => peer_frame_error(&peer.name, "proof", e),
+    })?;
+    if !buf.is_empty() {
+        return Err(ConnError::PeerProtocol {
+            peer: peer.name.clone(),
+            detail: "sent data before our header".into(),
+        });
+    }
+    Ok(Pooled {
+        stream,
+        dialer,
+        born: std::time::Instant::now(),
+    })
+}
+
+impl Pooled {
+    /// Whether the peer is still there: no FIN, no RST, no stray bytes.
+    pub fn is_alive(&self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Sends the header; the connection is now this split connection's.
+    pub async fn carry(self, peer: &str, header: &Header) -> Result<PeerLeg, ConnError> {
+        let mut out = Vec::new();
+        header.encode(&mut out);
+        write_all(&self.stream, &out)
+            .await
+            .map_err(|source| ConnError::PeerIo {
+                peer: peer.to_owned(),
+                op: "send header on pooled connection",
+                source,
+            })?;
+        Ok(PeerLeg {
+            stream: self.stream,
+            peer: peer.to_owned(),
+            dialer: self.dialer,
+            buf: Vec::new(),
+        })
+    }
 }
 
 fn peer_frame_error<E: std::fmt::Display>(peer: &str, what: &str, e: FrameError<E>) -> ConnError {
@@ -165,17 +254,19 @@ impl PeerLeg {
         mut dialer: Dialer,
         mut buf: Vec<u8>,
     ) -> Result<(ReplyStatus, Vec<u8>), ConnError> {
-        read_frame(stream, &mut buf, |b| {
-            dialer.on_server_proof(b).map(|o| o.map(|n| ((), n)))
-        })
-        .await
-        .map_err(|e| match e {
-            FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerProtocol {
-                peer: peer.to_owned(),
-                detail: format!("refused our authentication: {r}"),
-            },
-            e => peer_frame_error(peer, "proof", e),
-        })?;
+        if !dialer.is_authenticated() {
+            read_frame(stream, &mut buf, |b| {
+                dialer.on_server_proof(b).map(|o| o.map(|n| ((), n)))
+            })
+            .await
+            .map_err(|e| match e {
+                FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerProtocol {
+                    peer: peer.to_owned(),
+                    detail: format!("refused our authentication: {r}"),
+                },
+                e => peer_frame_error(peer, "proof", e),
+            })?;
+        }
         let reply = read_frame(stream, &mut buf, Reply::decode)
             .await
             .map_err(|e| peer_frame_error(peer, "reply", e))?;
@@ -201,35 +292,51 @@ pub struct Accepted {
 pub async fn accept(
     stream: &TcpStream,
     keys: &[Psk],
-    deadline: Duration,
+    timeouts: &Timeouts,
     metrics: &Metrics,
 ) -> Result<Accepted, ConnError> {
-    let result = tokio::time::timeout(deadline, accept_inner(stream, keys)).await;
-    let (reason, err) = match result {
-        Ok(Ok(a)) => return Ok(a),
-        Ok(Err(e)) => e,
-        Err(_) => (
-            AuthFailureReason::Timeout,
-            ConnError::ClientTimeout(deadline),
-        ),
+    let fail = |(reason, err): (AuthFailureReason, ConnError)| {
+        metrics.auth_failure(reason);
+        err
     };
-    metrics.auth_failure(reason);
-    Err(err)
-}
-
-async fn accept_inner(
-    stream: &TcpStream,
-    keys: &[Psk],
-) -> Result<Accepted, (AuthFailureReason, ConnError)> {
-    let mut acceptor = Acceptor::new(keys.to_vec(), nonce());
-    let client_io = |op| {
-        move |source| {
-            (
-                AuthFailureReason::Closed,
-                ConnError::ClientIo { op, source },
-            )
+    let buf = match tokio::time::timeout(timeouts.handshake, authenticate(stream, keys)).await {
+        Ok(r) => r.map_err(fail)?,
+        Err(_) => {
+            return Err(fail((
+                AuthFailureReason::Timeout,
+                ConnError::ClientTimeout(timeouts.handshake),
+            )));
         }
     };
+    // Authenticated: an upstream pool may keep this connection idle for a
+    // while before its header, so the header has its own, longer deadline.
+    read_header(stream, buf, timeouts.pooled_header)
+        .await
+        .map_err(|(reason, err)| {
+            // A pooled connection closed unused (upstream restart, retired
+            // by age) is not an authentication failure.
+            if let Some(r) = reason {
+                metrics.auth_failure(r);
+            }
+            err
+        })
+}
+
+fn client_io(op: &'static str) -> impl Fn(io::Error) -> (AuthFailureReason, ConnError) {
+    move |source| {
+        (
+            AuthFailureReason::Closed,
+            ConnError::ClientIo { op, source },
+        )
+    }
+}
+
+/// Challenge, Response, proof. Returns bytes that followed the Response.
+async fn authenticate(
+    stream: &TcpStream,
+    keys: &[Psk],
+) -> Result<Vec<u8>, (AuthFailureReason, ConnError)> {
+    let mut acceptor = Acceptor::new(keys.to_vec(), nonce());
     write_all(stream, &acceptor.challenge())
         .await
         .map_err(client_io("send challenge"))?;
@@ -254,23 +361,38 @@ async fn accept_inner(
     write_all(stream, &proof)
         .await
         .map_err(client_io("send proof"))?;
-    let header = match read_frame(stream, &mut buf, Header::decode).await {
-        Ok(h) => h,
-        Err(FrameError::Bad(e)) => {
-            let _ = write_all(stream, &reply_bytes(ReplyStatus::BadHeader)).await;
-            return Err((
-                AuthFailureReason::Malformed,
-                ConnError::ClientProtocol(format!("bad header: {e}")),
-            ));
-        }
-        Err(FrameError::Closed) => {
-            return Err((
-                AuthFailureReason::Closed,
-                ConnError::ClientProtocol("closed before its header".into()),
-            ));
-        }
-        Err(FrameError::Io(e)) => return Err(client_io("read header")(e)),
-    };
+    Ok(buf)
+}
+
+async fn read_header(
+    stream: &TcpStream,
+    mut buf: Vec<u8>,
+    deadline: Duration,
+) -> Result<Accepted, (Option<AuthFailureReason>, ConnError)> {
+    let header =
+        match tokio::time::timeout(deadline, read_frame(stream, &mut buf, Header::decode)).await {
+            Err(_) => {
+                return Err((None, ConnError::ClientTimeout(deadline)));
+            }
+            Ok(Ok(h)) => h,
+            Ok(Err(FrameError::Bad(e))) => {
+                let _ = write_all(stream, &reply_bytes(ReplyStatus::BadHeader)).await;
+                return Err((
+                    Some(AuthFailureReason::Malformed),
+                    ConnError::ClientProtocol(format!("bad header: {e}")),
+                ));
+            }
+            Ok(Err(FrameError::Closed)) => return Err((None, ConnError::PooledUnused)),
+            Ok(Err(FrameError::Io(source))) => {
+                return Err((
+                    None,
+                    ConnError::ClientIo {
+                        op: "read header",
+                        source,
+                    },
+                ));
+            }
+        };
     Ok(Accepted {
         header,
         early_data: buf,

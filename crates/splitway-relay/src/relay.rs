@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use crate::config::{Config, ListenMode, Via};
 use crate::error::RelayError;
 use crate::ingress;
+use crate::pool::PeerPool;
 use crate::route::RouteTable;
 
 /// State shared by every connection of a running relay.
@@ -24,6 +25,14 @@ pub struct Shared {
     pub routes: RouteTable,
     pub metrics: Arc<Metrics>,
     pub started: Instant,
+    /// One pool per peer (same index as `cfg.peers`), when pooling is on.
+    pub pools: Vec<Option<Arc<PeerPool>>>,
+}
+
+/// Resolves once `stop` turns true. (The guard `wait_for` returns is not
+/// `Send`, so it is dropped here rather than held across a `select!`.)
+pub async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 impl Shared {
@@ -47,10 +56,11 @@ impl Shared {
                 "addr": l.addr.to_string(),
                 "intercept": l.intercept.as_ref().map(|i| json!({"interfaces": i.interfaces, "ports": i.ports})),
             })).collect::<Vec<_>>(),
-            "peers": self.cfg.peers.iter().map(|p| json!({
+            "peers": self.cfg.peers.iter().enumerate().map(|(i, p)| json!({
                 "name": p.name,
                 "addr": p.addr.to_string(),
                 "congestion": p.tuning.congestion,
+                "pool": self.pools[i].as_ref().map(|pool| pool.status()),
             })).collect::<Vec<_>>(),
             "routes": self.routes.routes().iter().map(|r| json!({
                 "dst": r.dst.to_string(),
@@ -58,8 +68,9 @@ impl Shared {
             })).collect::<Vec<_>>(),
             "features": {
                 "data_path": format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
-                "early_syn": false,
-                "pool": false,
+                "early_syn": self.cfg.accel.early_syn,
+                "pool": self.cfg.accel.pool,
+                "tfo": self.cfg.accel.tfo,
                 "turbo_start": false,
             },
             "connections_active": {
@@ -109,11 +120,22 @@ impl Relay {
             Some(a) => Some(splitway_control::bind(a).await?),
             None => None,
         };
+        let pools = cfg
+            .peers
+            .iter()
+            .map(|p| match (&cfg.psk, cfg.accel.pool) {
+                (Some(psk), true) => {
+                    Some(PeerPool::new(p.clone(), psk.clone(), cfg.timeouts.clone()))
+                }
+                _ => None,
+            })
+            .collect();
         let shared = Arc::new(Shared {
             routes: RouteTable::new(&cfg.routes),
             cfg,
             metrics,
             started: Instant::now(),
+            pools,
         });
         Ok(Relay {
             shared,
@@ -169,6 +191,9 @@ impl Relay {
                 }
             })
         });
+        for pool in self.shared.pools.iter().flatten() {
+            tasks.push(tokio::spawn(pool.clone().maintain(stop_rx.clone())));
+        }
         info!(name = %self.shared.cfg.name, "relay ready");
 
         shutdown.await;

@@ -103,7 +103,11 @@ async fn connect_next(shared: &Shared, inbound: &Inbound) -> Result<Next, ConnEr
                 .ok_or_else(|| ConnError::Internal("peer route without a PSK".into()))?;
             let mut header = Header::new(inbound.conn_id, Destination::Ip(dst), inbound.origin);
             header.ttl = inbound.next_ttl;
-            let leg = peer::dial(peer, psk, &header, &shared.cfg.timeouts).await;
+            let pooled = shared.pools[*i].as_ref().and_then(|p| p.take());
+            let leg = match pooled {
+                Some(c) => c.carry(&peer.name, &header).await,
+                None => peer::dial(peer, psk, &header, &shared.cfg.timeouts).await,
+            };
             if leg.is_err() {
                 shared.metrics.peer_connect_failure(&peer.name);
             }

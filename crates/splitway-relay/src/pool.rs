@@ -1,0 +1,215 @@
+//! Pre-established, authenticated connections to each peer relay (the KTCP
+//! paper's connection pool, pingora-pool's idle bookkeeping).
+//!
+//! Each pooled connection completed mutual authentication in advance and
+//! carries exactly one split connection, then closes: a reused byte stream
+//! must never mix two clients. Refill happens in a background task per peer,
+//! never on a connection's critical path: when the idle count drops below
+//! `low`, the task dials concurrently until `high` are idle or in flight.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use splitway_proto::auth::Psk;
+use tokio::sync::{Notify, watch};
+use tracing::{debug, info, warn};
+
+use crate::config::{Peer, Timeouts};
+use crate::peer::{self, Pooled};
+use crate::relay::stopped;
+
+/// After a failed refill dial, wait this long before the next (doubling up
+/// to `MAX_BACKOFF`), so an unreachable peer is not hammered.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How often idle connections are checked for age and liveness.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Counters shown by the admin API and tests.
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    pub taken: AtomicUsize,
+    pub refilled: AtomicUsize,
+    pub dead: AtomicUsize,
+    pub expired: AtomicUsize,
+    pub dial_failures: AtomicUsize,
+    pub misses: AtomicUsize,
+}
+
+pub struct PeerPool {
+    peer: Peer,
+    psk: Psk,
+    timeouts: Timeouts,
+    idle: Mutex<VecDeque<Pooled>>,
+    in_flight: AtomicUsize,
+    wake: Notify,
+    pub stats: PoolStats,
+    last_error: Mutex<Option<String>>,
+}
+
+impl PeerPool {
+    pub fn new(peer: Peer, psk: Psk, timeouts: Timeouts) -> Arc<PeerPool> {
+        Arc::new(PeerPool {
+            peer,
+            psk,
+            timeouts,
+            idle: Mutex::new(VecDeque::new()),
+            in_flight: AtomicUsize::new(0),
+            wake: Notify::new(),
+            stats: PoolStats::default(),
+            last_error: Mutex::new(None),
+        })
+    }
+
+    pub fn peer(&self) -> &Peer {
+        &self.peer
+    }
+
+    /// Idle connections ready to carry a split connection.
+    pub fn level(&self) -> usize {
+        self.idle.lock().expect("pool lock").len()
+    }
+
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().expect("pool lock").clone()
+    }
+
+    /// Takes the freshest live connection, discarding dead or old ones.
+    /// `None` when the pool is empty: the caller dials a fresh connection.
+    pub fn take(&self) -> Option<Pooled> {
+        let found = loop {
+            let candidate = self.idle.lock().expect("pool lock").pop_back();
+            let Some(c) = candidate else { break None };
+            if c.born.elapsed() >= self.peer.pool.idle {
+                self.stats.expired.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if !c.is_alive() {
+                self.stats.dead.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            break Some(c);
+        };
+        match &found {
+            Some(_) => self.stats.taken.fetch_add(1, Ordering::Relaxed),
+            None => self.stats.misses.fetch_add(1, Ordering::Relaxed),
+        };
+        self.wake.notify_one();
+        found
+    }
+
+    fn needs_refill(&self) -> usize {
+        let level = self.level() + self.in_flight.load(Ordering::Relaxed);
+        if self.level() < self.peer.pool.low || level < self.peer.pool.low {
+            self.peer.pool.high.saturating_sub(level)
+        } else {
+            0
+        }
+    }
+
+    /// Drops idle connections that are too old or whose peer went away.
+    fn sweep(&self) {
+        let mut idle = self.idle.lock().expect("pool lock");
+        let before = idle.len();
+        let max_age = self.peer.pool.idle;
+        let mut expired = 0;
+        idle.retain(|c| {
+            if c.born.elapsed() >= max_age {
+                expired += 1;
+                false
+            } else {
+                c.is_alive()
+            }
+        });
+        let dropped = before - idle.len();
+        self.stats.expired.fetch_add(expired, Ordering::Relaxed);
+        self.stats
+            .dead
+            .fetch_add(dropped - expired, Ordering::Relaxed);
+    }
+
+    /// Keeps the pool between its watermarks until `stop`.
+    pub async fn maintain(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut backoff = MIN_BACKOFF;
+        info!(peer = %self.peer.name, low = self.peer.pool.low, high = self.peer.pool.high, "pool started");
+        loop {
+            self.sweep();
+            let want = self.needs_refill();
+            if want > 0 {
+                let mut dials = tokio::task::JoinSet::new();
+                for _ in 0..want {
+                    self.in_flight.fetch_add(1, Ordering::Relaxed);
+                    let pool = self.clone();
+                    dials.spawn(async move {
+                        let r = peer::dial_pooled(&pool.peer, &pool.psk, &pool.timeouts).await;
+                        pool.in_flight.fetch_sub(1, Ordering::Relaxed);
+                        r
+                    });
+                }
+                let mut failed = false;
+                while let Some(r) = dials.join_next().await {
+                    match r {
+                        Ok(Ok(c)) => {
+                            self.idle.lock().expect("pool lock").push_back(c);
+                            self.stats.refilled.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(Err(e)) => {
+                            failed = true;
+                            self.stats.dial_failures.fetch_add(1, Ordering::Relaxed);
+                            let msg = e.to_string();
+                            let mut last = self.last_error.lock().expect("pool lock");
+                            if last.as_deref() != Some(msg.as_str()) {
+                                warn!(peer = %self.peer.name, error = %msg, "pool refill failed");
+                            }
+                            *last = Some(msg);
+                        }
+                        Err(e) => {
+                            warn!(peer = %self.peer.name, error = %e, "pool dial task failed")
+                        }
+                    }
+                }
+                if failed {
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        () = stopped(&mut stop) => break,
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+                backoff = MIN_BACKOFF;
+                *self.last_error.lock().expect("pool lock") = None;
+                debug!(peer = %self.peer.name, level = self.level(), "pool refilled");
+                continue;
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(SWEEP_EVERY) => {}
+                () = stopped(&mut stop) => break,
+            }
+        }
+        // Pooled connections close with the pool (FIN: they carry nothing).
+        self.idle.lock().expect("pool lock").clear();
+        info!(peer = %self.peer.name, "pool stopped");
+    }
+
+    /// A snapshot for the admin API.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "level": self.level(),
+            "in_flight": self.in_flight.load(Ordering::Relaxed),
+            "low": self.peer.pool.low,
+            "high": self.peer.pool.high,
+            "idle_seconds": self.peer.pool.idle.as_secs_f64(),
+            "taken": self.stats.taken.load(Ordering::Relaxed),
+            "refilled": self.stats.refilled.load(Ordering::Relaxed),
+            "dead": self.stats.dead.load(Ordering::Relaxed),
+            "expired": self.stats.expired.load(Ordering::Relaxed),
+            "misses": self.stats.misses.load(Ordering::Relaxed),
+            "dial_failures": self.stats.dial_failures.load(Ordering::Relaxed),
+            "last_error": self.last_error(),
+        })
+    }
+}
