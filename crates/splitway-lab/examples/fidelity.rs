@@ -1,5 +1,5 @@
 //! Runs the emulator fidelity check and prints the table (needs root):
-//! `cargo run --release -p splitway-lab --example fidelity [--json] [--quick]`
+//! `cargo run --release -p splitway-lab --example fidelity [--json] [--quick] [--normal-probes]`
 
 use std::time::Duration;
 
@@ -12,6 +12,9 @@ fn main() {
         opts.probe_time = Duration::from_secs(1);
         opts.loss_packets = 20_000;
         opts.rate_window = Duration::from_secs(2);
+    }
+    if args.iter().any(|a| a == "--normal-probes") {
+        opts.realtime_probes = false;
     }
     match run_fidelity(opts) {
         Ok(report) => {

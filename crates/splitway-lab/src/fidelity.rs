@@ -51,7 +51,14 @@ pub struct FidelityOptions {
     /// Measuring window of each rate phase (after `rate_warmup`).
     pub rate_window: Duration,
     pub rate_warmup: Duration,
+    /// Run the probe's own threads (sender, echo, receiver) at SCHED_FIFO
+    /// `PROBE_PRIORITY`, below the emulator, so the RTT tails measure the
+    /// emulator rather than how fast the host schedules the probe.
+    pub realtime_probes: bool,
 }
+
+/// SCHED_FIFO priority of the probe threads (the emulator runs at 50).
+pub const PROBE_PRIORITY: i32 = 40;
 
 impl Default for FidelityOptions {
     fn default() -> Self {
@@ -68,6 +75,7 @@ impl Default for FidelityOptions {
             probe_interval: Duration::from_millis(5),
             rate_window: Duration::from_secs(4),
             rate_warmup: Duration::from_millis(1500),
+            realtime_probes: true,
         }
     }
 }
@@ -231,7 +239,7 @@ pub fn run_fidelity(opts: FidelityOptions) -> Result<FidelityReport, EmuError> {
             };
             topo.reset_stats();
             let load_before = load.as_ref().map(|f| (Instant::now(), f.received()));
-            let samples = probe_rtt(&topo, opts.probe_time, opts.probe_interval, rtt)?;
+            let samples = probe_rtt(&topo, &opts, rtt)?;
             let note = match (&load, load_before) {
                 (Some(f), Some((t0, b0))) => {
                     let mbit = (f.received() - b0) as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e6;
@@ -248,7 +256,17 @@ pub fn run_fidelity(opts: FidelityOptions) -> Result<FidelityReport, EmuError> {
             let p99 = quantile(&samples, 0.99);
             let n = samples.len() as u64;
             let lost = note_probe_loss(n, opts.probe_time, opts.probe_interval);
-            let note = [note, lost].join(" ").trim().to_owned();
+            let probes = if opts.realtime_probes {
+                "probe threads SCHED_FIFO"
+            } else {
+                "probe threads normal priority"
+            };
+            let note = [note, lost, probes.to_owned()]
+                .iter()
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
             checks.push(check(
                 &phase,
                 "p50",
@@ -405,16 +423,23 @@ fn quantile(sorted_ms: &[f64], q: f64) -> f64 {
     sorted_ms[rank - 1]
 }
 
+/// Timer slack 1 ns and, if asked, SCHED_FIFO for a probe thread; a refusal
+/// only costs accuracy, so it is logged, not fatal.
+fn probe_thread_setup(realtime: bool) {
+    if let Err(e) = rt::set_min_timer_slack() {
+        tracing::warn!(error = %e, "probe: cannot set timer slack");
+    }
+    if realtime && let Err(e) = rt::set_fifo_priority(PROBE_PRIORITY) {
+        tracing::warn!(error = %e, "probe threads run at normal priority");
+    }
+}
+
 const PROBE_MAGIC: u32 = 0x5357_4650; // "SWFP"
 
 /// Sends a UDP probe every `interval` for `time` from the client to an echo
 /// socket on the server; returns the RTTs in ms, sorted.
-fn probe_rtt(
-    topo: &Topology,
-    time: Duration,
-    interval: Duration,
-    rtt: Duration,
-) -> Result<Vec<f64>, EmuError> {
+fn probe_rtt(topo: &Topology, opts: &FidelityOptions, rtt: Duration) -> Result<Vec<f64>, EmuError> {
+    let (time, interval, realtime) = (opts.probe_time, opts.probe_interval, opts.realtime_probes);
     let server_ip = IpAddr::V4(topo.server().addr());
     let echo = topo
         .server()
@@ -429,6 +454,7 @@ fn probe_rtt(
         .map_err(|e| EmuError::io("echo timeout", e))?;
     let echo_stop = Arc::clone(&stop);
     let echo_thread = std::thread::spawn(move || -> std::io::Result<u64> {
+        probe_thread_setup(realtime);
         let mut buf = [0u8; 64];
         let mut echoed = 0;
         while !echo_stop.load(Ordering::Relaxed) {
@@ -462,6 +488,7 @@ fn probe_rtt(
     let recv_stop = Arc::new(AtomicBool::new(false));
     let recv_stop2 = Arc::clone(&recv_stop);
     let receiver = std::thread::spawn(move || -> std::io::Result<Vec<f64>> {
+        probe_thread_setup(realtime);
         let mut out = Vec::with_capacity(4096);
         let mut buf = [0u8; 64];
         while !recv_stop2.load(Ordering::Relaxed) {
@@ -483,20 +510,24 @@ fn probe_rtt(
     });
 
     // Sender: absolute schedule, so probes never bunch up.
-    let start = rt::now_ns();
     let count = (time.as_nanos() / interval.as_nanos().max(1)) as u64;
-    let mut send_err = None;
-    for seq in 0..count {
-        rt::sleep_until_ns(start + seq * interval.as_nanos() as u64);
-        let mut pkt = [0u8; 16];
-        pkt[0..4].copy_from_slice(&PROBE_MAGIC.to_be_bytes());
-        pkt[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
-        pkt[8..16].copy_from_slice(&rt::now_ns().to_be_bytes());
-        if let Err(e) = client.send(&pkt) {
-            send_err = Some(e);
-            break;
+    let interval_ns = interval.as_nanos() as u64;
+    let sender = std::thread::spawn(move || -> std::io::Result<()> {
+        probe_thread_setup(realtime);
+        let start = rt::now_ns();
+        for seq in 0..count {
+            rt::sleep_until_ns(start + seq * interval_ns);
+            let mut pkt = [0u8; 16];
+            pkt[0..4].copy_from_slice(&PROBE_MAGIC.to_be_bytes());
+            pkt[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+            pkt[8..16].copy_from_slice(&rt::now_ns().to_be_bytes());
+            client.send(&pkt)?;
         }
-    }
+        Ok(())
+    });
+    let send_result = sender
+        .join()
+        .map_err(|_| EmuError::Internal("probe sender panicked".into()))?;
     // Let the last probes come back.
     std::thread::sleep(rtt * 2 + Duration::from_millis(100));
     recv_stop.store(true, Ordering::Relaxed);
@@ -509,9 +540,7 @@ fn probe_rtt(
         .join()
         .map_err(|_| EmuError::Internal("probe echo panicked".into()))?
         .map_err(|e| EmuError::io("probe echo", e))?;
-    if let Some(e) = send_err {
-        return Err(EmuError::io("probe send", e));
-    }
+    send_result.map_err(|e| EmuError::io("probe send", e))?;
     samples.sort_by(f64::total_cmp);
     Ok(samples)
 }
@@ -670,8 +699,17 @@ impl BulkFlow {
             let mut k = 0u64;
             while !stop_s.load(Ordering::Relaxed) {
                 if period_ns > 0 {
-                    rt::sleep_until_ns(start + k * period_ns);
-                    k += 1;
+                    // No catch-up bursts: after a blocked write the
+                    // schedule restarts from now, so the flow never runs
+                    // above its rate.
+                    let due = start + k * period_ns;
+                    let now = rt::now_ns();
+                    if due > now {
+                        rt::sleep_until_ns(due);
+                        k += 1;
+                    } else {
+                        k = (now - start) / period_ns + 1;
+                    }
                 }
                 if sock.write_all(&data).is_err() {
                     return;

@@ -513,7 +513,8 @@ impl Topology {
             .get_mut(index)
             .ok_or_else(|| EmuError::Spec(format!("no link {index}")))?;
         let (f, r) = spec.direction_params();
-        link.handle.set_params(f, r);
+        let (_, max_buffers) = spec.buffer_budget();
+        link.handle.set_params(f, r, max_buffers);
         link.rate_capped = spec.rate_mbit.is_some();
         link.spec = spec;
         Ok(())

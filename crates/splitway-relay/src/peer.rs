@@ -123,17 +123,20 @@ async fn answer_challenge(
     Ok((dialer, response))
 }
 
-/// Connects to `peer`, authenticates and sends `header` in the same write
-/// as our Response (the peer's proof is read later, with its Reply).
+/// Connects to `peer`, authenticates and sends `header` (and the client's
+/// first bytes) in the same write as our Response; the peer's proof is read
+/// later, with its Reply.
 pub async fn dial(
     peer: &Peer,
     psk: &Psk,
     header: &Header,
+    early_data: &[u8],
     timeouts: &Timeouts,
 ) -> Result<PeerLeg, ConnError> {
     let stream = connect(peer, timeouts).await?;
     let (dialer, mut out) = answer_challenge(&stream, peer, psk, timeouts).await?;
     header.encode(&mut out);
+    out.extend_from_slice(early_data);
     write_all(&stream, &out)
         .await
         .map_err(|source| ConnError::PeerIo {
@@ -207,10 +210,17 @@ impl Pooled {
         matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
-    /// Sends the header; the connection is now this split connection's.
-    pub async fn carry(self, peer: &str, header: &Header) -> Result<PeerLeg, ConnError> {
+    /// Sends the header (and the client's first bytes, in the same
+    /// segment); the connection is now this split connection's.
+    pub async fn carry(
+        self,
+        peer: &str,
+        header: &Header,
+        early_data: &[u8],
+    ) -> Result<PeerLeg, ConnError> {
         let mut out = Vec::new();
         header.encode(&mut out);
+        out.extend_from_slice(early_data);
         write_all(&self.stream, &out)
             .await
             .map_err(|source| ConnError::PeerIo {

@@ -102,7 +102,7 @@ impl Relay {
         let mut listeners = Vec::new();
         let mut interceptions = Vec::new();
         for l in &cfg.listeners {
-            listeners.push(ingress::bind(l)?);
+            listeners.push(ingress::bind(l, cfg.accel.tfo)?);
             if let Some(i) = &l.intercept {
                 let spec = InterceptSpec {
                     table: format!("splitway_{}", cfg.name.replace('-', "_")),
@@ -115,6 +115,11 @@ impl Relay {
                     source,
                 })?);
             }
+        }
+        if cfg.accel.tfo && !splitway_sys::sock::fastopen_server_enabled() {
+            warn!(
+                "accel.tfo is on but net.ipv4.tcp_fastopen lacks the server bit (2): clients' SYN data will not be accepted"
+            );
         }
         let admin = match cfg.admin {
             Some(a) => Some(splitway_control::bind(a).await?),

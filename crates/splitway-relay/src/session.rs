@@ -68,7 +68,11 @@ async fn resolve(dst: &Destination) -> Result<SocketAddr, ConnError> {
     }
 }
 
-async fn connect_direct(shared: &Shared, dst: SocketAddr) -> Result<TcpStream, ConnError> {
+async fn connect_direct(
+    shared: &Shared,
+    dst: SocketAddr,
+    has_early_data: bool,
+) -> Result<TcpStream, ConnError> {
     let sock = match dst {
         SocketAddr::V4(_) => TcpSocket::new_v4(),
         SocketAddr::V6(_) => TcpSocket::new_v6(),
@@ -76,6 +80,12 @@ async fn connect_direct(shared: &Shared, dst: SocketAddr) -> Result<TcpStream, C
     .map_err(|e| ConnError::Internal(format!("socket: {e}")))?;
     tuning::apply(&sock, &shared.cfg.direct, None)
         .map_err(|e| ConnError::Internal(format!("tuning direct leg: {e}")))?;
+    if shared.cfg.accel.tfo && has_early_data {
+        // The client's first bytes will leave in our SYN (server speaks
+        // second, so a write is sure to come).
+        splitway_sys::sock::set_fastopen_connect(&sock)
+            .map_err(|e| ConnError::Internal(e.to_string()))?;
+    }
     match tokio::time::timeout(shared.cfg.timeouts.connect, sock.connect(dst)).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(source)) => Err(ConnError::ServerConnect { addr: dst, source }),
@@ -83,14 +93,18 @@ async fn connect_direct(shared: &Shared, dst: SocketAddr) -> Result<TcpStream, C
     }
 }
 
-async fn connect_next(shared: &Shared, inbound: &Inbound) -> Result<Next, ConnError> {
+/// Dials the next leg. Early data that went out with a peer header is
+/// taken from `inbound.early_data`.
+async fn connect_next(shared: &Shared, inbound: &mut Inbound) -> Result<Next, ConnError> {
     let dst = resolve(&inbound.dst).await?;
     let via = shared
         .routes
         .lookup(dst.ip())
         .ok_or(ConnError::NoRoute(dst))?;
     match via {
-        Via::Direct => connect_direct(shared, dst).await.map(Next::Direct),
+        Via::Direct => connect_direct(shared, dst, !inbound.early_data.is_empty())
+            .await
+            .map(Next::Direct),
         Via::Peer(i) => {
             if inbound.next_ttl == 0 {
                 return Err(ConnError::TtlExceeded);
@@ -104,9 +118,10 @@ async fn connect_next(shared: &Shared, inbound: &Inbound) -> Result<Next, ConnEr
             let mut header = Header::new(inbound.conn_id, Destination::Ip(dst), inbound.origin);
             header.ttl = inbound.next_ttl;
             let pooled = shared.pools[*i].as_ref().and_then(|p| p.take());
+            let early = std::mem::take(&mut inbound.early_data);
             let leg = match pooled {
-                Some(c) => c.carry(&peer.name, &header).await,
-                None => peer::dial(peer, psk, &header, &shared.cfg.timeouts).await,
+                Some(c) => c.carry(&peer.name, &header, &early).await,
+                None => peer::dial(peer, psk, &header, &early, &shared.cfg.timeouts).await,
             };
             if leg.is_err() {
                 shared.metrics.peer_connect_failure(&peer.name);
@@ -142,6 +157,22 @@ async fn refuse(inbound: &Inbound, status: ReplyStatus) {
     }
 }
 
+/// Reads what is already queued on `s`, without waiting. An error (a reset)
+/// is returned: the kernel reports it once, so it must not be swallowed.
+fn take_ready_bytes(s: &TcpStream, into: &mut Vec<u8>) -> std::io::Result<()> {
+    const MAX: usize = 16 * 1024;
+    let mut buf = [0u8; MAX];
+    match s.try_read(&mut buf) {
+        Ok(n) => {
+            // n == 0 (EOF) is seen again by forwarding.
+            into.extend_from_slice(&buf[..n]);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn unspecified(like: SocketAddr) -> SocketAddr {
     match like {
         SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -164,7 +195,17 @@ async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
 pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
     let mode = metric_mode(inbound.mode);
     let metrics = shared.metrics.clone();
-    let next = match connect_next(&shared, &inbound).await {
+    if matches!(inbound.mode, ListenMode::Tproxy) {
+        // Whatever the client already sent (a TFO client's request rode its
+        // SYN) goes out with the next leg's first segment.
+        if let Err(source) = take_ready_bytes(&inbound.stream, &mut inbound.early_data) {
+            let e = ConnError::ClientIo { op: "read", source };
+            let _ = splitway_sys::sock::set_linger_zero(&inbound.stream);
+            finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+            return;
+        }
+    }
+    let next = match connect_next(&shared, &mut inbound).await {
         Ok(n) => n,
         Err(e) => {
             refuse(&inbound, e.reply_status()).await;

@@ -221,3 +221,38 @@ pub fn tcp_info(sock: &impl AsRawFd) -> Result<TcpInfo, SysError> {
         bytes_received: info.bytes_received,
     })
 }
+
+/// `TCP_FASTOPEN` on a listener: accept data carried in SYNs, with a queue
+/// of `qlen` pending TFO requests. Needs `net.ipv4.tcp_fastopen` bit 2.
+pub fn set_fastopen_listener(sock: &impl AsRawFd, qlen: i32) -> Result<(), SysError> {
+    setsockopt_int(
+        sock.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_FASTOPEN,
+        qlen,
+    )
+    .map_err(|e| SysError::io("setsockopt(TCP_FASTOPEN)", e))
+}
+
+/// `TCP_FASTOPEN_CONNECT` on a socket before connect: connect() returns at
+/// once and the first write leaves in the SYN (when a cookie is cached).
+/// Only for legs whose first bytes are already at hand: a server that
+/// speaks first would wait forever for a SYN that no write triggers.
+pub fn set_fastopen_connect(sock: &impl AsRawFd) -> Result<(), SysError> {
+    setsockopt_int(
+        sock.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_FASTOPEN_CONNECT,
+        1,
+    )
+    .map_err(|e| SysError::io("setsockopt(TCP_FASTOPEN_CONNECT)", e))
+}
+
+/// Whether this network namespace lets listeners accept TFO
+/// (`net.ipv4.tcp_fastopen` has the server bit, 0x2).
+pub fn fastopen_server_enabled() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .is_some_and(|v| v & 0x2 != 0)
+}

@@ -150,7 +150,8 @@ fn socks5_and_http_connect_download_from_nginx() {
         lab.wait_counter(
             "rc",
             "splitway_connections_accepted_total",
-            &[("mode", mode)],
+            // Label values use `_` where config modes use `-`.
+            &[("mode", &mode.replace('-', "_"))],
             1.0,
             deadline,
         );

@@ -81,7 +81,7 @@ pub struct LinkConfig {
 struct Shared {
     stop: AtomicBool,
     generation: AtomicU64,
-    params: Mutex<(DirectionParams, DirectionParams)>,
+    params: Mutex<(DirectionParams, DirectionParams, usize)>,
     realtime: AtomicBool,
     forward: DirectionCounters,
     reverse: DirectionCounters,
@@ -106,7 +106,7 @@ impl LinkHandle {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             generation: AtomicU64::new(0),
-            params: Mutex::new((config.forward, config.reverse)),
+            params: Mutex::new((config.forward, config.reverse, config.max_buffers)),
             realtime: AtomicBool::new(false),
             forward: DirectionCounters::default(),
             reverse: DirectionCounters::default(),
@@ -137,12 +137,19 @@ impl LinkHandle {
         })
     }
 
-    pub fn set_params(&self, forward: DirectionParams, reverse: DirectionParams) {
+    /// New parameters and packet-buffer cap (per direction) for packets
+    /// arriving from now on.
+    pub fn set_params(
+        &self,
+        forward: DirectionParams,
+        reverse: DirectionParams,
+        max_buffers: usize,
+    ) {
         *self
             .shared
             .params
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = (forward, reverse);
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = (forward, reverse, max_buffers);
         self.shared.generation.fetch_add(1, Ordering::Release);
     }
 
@@ -227,12 +234,15 @@ fn run<L: PacketDevice, R: PacketDevice>(config: LinkConfig, left: L, right: R, 
         let current = shared.generation.load(Ordering::Acquire);
         if current != generation {
             generation = current;
-            let (f, r) = *shared
+            let (f, r, max_buffers) = *shared
                 .params
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             pipes[0].set_params(f);
             pipes[1].set_params(r);
+            for p in &mut pipes {
+                p.set_max_buffers(max_buffers);
+            }
         }
 
         release_due(&mut pipes, &outputs, &counters);
@@ -464,7 +474,7 @@ mod tests {
         let mut capped = DirectionParams::delay_only(0);
         capped.rate_bps = Some(1e6); // 1000 B = 8 ms
         capped.queue = QueueBound::Packets(4);
-        h.set_params(capped, DirectionParams::delay_only(0));
+        h.set_params(capped, DirectionParams::delay_only(0), 4096);
         // Wait until the thread has picked up the change: a probe now takes
         // one serialisation time.
         server

@@ -128,6 +128,7 @@ impl Pipeline {
         if self.allocated < self.max_buffers {
             // Grow the pool in steps, never per packet in steady state.
             let grow = self.allocated.clamp(1, self.max_buffers - self.allocated);
+            debug_assert!(grow >= 1);
             self.pool
                 .extend((1..grow).map(|_| vec![0u8; PACKET_BUF].into_boxed_slice()));
             self.allocated += grow;
@@ -138,6 +139,12 @@ impl Pipeline {
 
     pub fn recycle(&mut self, buf: Box<[u8]>) {
         self.pool.push(buf);
+    }
+
+    /// Raises (or lowers, for future growth only) the buffer cap, e.g. when
+    /// a link's delay grows live.
+    pub fn set_max_buffers(&mut self, max_buffers: usize) {
+        self.max_buffers = max_buffers.max(1);
     }
 
     pub fn allocated_buffers(&self) -> usize {

@@ -822,7 +822,7 @@ impl Metrics {
                 | prometheus_parse::Value::Gauge(v) => v,
                 _ => panic!("{name} is not a scalar metric"),
             })
-            .sum()
+            .fold(0.0, |sum, v| sum + v)
     }
 }
 
