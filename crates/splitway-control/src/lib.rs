@@ -30,6 +30,6 @@ pub mod metrics;
 pub use admin::{AdminConfig, StatusProvider, bind, serve, serve_with_config};
 pub use error::ControlError;
 pub use metrics::{
-    ActiveGuard, AuthFailureReason, CloseReason, Direction, Metrics, Mode,
-    OPENMETRICS_CONTENT_TYPE, Path, PeerLabels, SETUP_SECONDS_BUCKETS,
+    ActiveGuard, AuthFailureReason, CloseReason, Direction, EarlySynOutcome, Metrics, Mode,
+    OPENMETRICS_CONTENT_TYPE, Path, PeerLabels, PoolEvent, SETUP_SECONDS_BUCKETS,
 };

@@ -63,6 +63,7 @@ macro_rules! label_enum {
             }
 
             /// Position in [`Self::ALL`]; indexes the pre-resolved handles.
+            #[allow(dead_code)] // enums used only through a `Family` need no index
             const fn index(self) -> usize {
                 self as usize
             }
@@ -170,6 +171,53 @@ label_enum! {
     }
 }
 
+label_enum! {
+    /// What became of a client SYN seen by the early-SYN detector.
+    pub enum EarlySynOutcome {
+        /// The next leg was started at the SYN.
+        Started => "started",
+        /// The accepted connection found its early-started leg.
+        Hit => "hit",
+        /// The accepted connection found none; its leg started at accept.
+        Miss => "miss",
+        /// A retransmitted SYN whose leg was already started.
+        Duplicate => "duplicate",
+        /// Refused by the early-start budget (SYN flood protection).
+        OverBudget => "over_budget",
+        /// The client never completed its handshake; the leg was closed.
+        Expired => "expired",
+    }
+}
+
+label_enum! {
+    /// What happened to a peer's connection pool.
+    pub enum PoolEvent {
+        /// A pooled connection was taken for a split connection.
+        Taken => "taken",
+        /// A new authenticated connection joined the pool.
+        Refilled => "refilled",
+        /// A pooled connection was found dead and discarded.
+        Dead => "dead",
+        /// A pooled connection reached its idle lifetime and was closed.
+        Expired => "expired",
+        /// The pool was empty when a connection was needed.
+        Miss => "miss",
+        /// A refill dial or its authentication failed.
+        DialFailure => "dial_failure",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EarlySynLabels {
+    outcome: EarlySynOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolEventLabels {
+    peer: String,
+    event: PoolEvent,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModeLabels {
     mode: Mode,
@@ -238,6 +286,9 @@ pub struct Metrics {
     path_chosen: [CounterU64; Path::COUNT],
     setup_seconds: [Histogram; Mode::COUNT],
     peer_connect_failures: Family<PeerLabels, CounterU64>,
+    early_syn: [CounterU64; EarlySynOutcome::COUNT],
+    pool_events: Family<PoolEventLabels, CounterU64>,
+    pool_level: Family<PeerLabels, Gauge>,
 }
 
 impl fmt::Debug for Metrics {
@@ -310,8 +361,34 @@ impl Metrics {
             peer_connect_failures.clone(),
         );
 
+        let early_family = Family::<EarlySynLabels, CounterU64>::default();
+        registry.register(
+            "early_syn",
+            "Client SYNs seen by the early-SYN detector, by outcome",
+            early_family.clone(),
+        );
+        let pool_events = Family::<PoolEventLabels, CounterU64>::default();
+        registry.register(
+            "pool_events",
+            "Connection pool events, by peer name and event",
+            pool_events.clone(),
+        );
+        let pool_level = Family::<PeerLabels, Gauge>::default();
+        registry.register(
+            "pool_level",
+            "Idle authenticated connections in each peer's pool",
+            pool_level.clone(),
+        );
+
         // Handles are Arc-backed: a clone updates the series in the registry.
         Self {
+            early_syn: EarlySynOutcome::ALL.map(|outcome| {
+                early_family
+                    .get_or_create(&EarlySynLabels { outcome })
+                    .clone()
+            }),
+            pool_events,
+            pool_level,
             accepted: Mode::ALL
                 .map(|mode| accepted_family.get_or_create(&ModeLabels { mode }).clone()),
             active: Mode::ALL.map(|mode| active_family.get_or_create(&ModeLabels { mode }).clone()),
@@ -389,6 +466,15 @@ impl Metrics {
         let _series = self.peer_connect_failures.get_or_create(&PeerLabels {
             peer: peer.to_owned(),
         });
+        let _level = self.pool_level.get_or_create(&PeerLabels {
+            peer: peer.to_owned(),
+        });
+        for event in PoolEvent::ALL {
+            let _events = self.pool_events.get_or_create(&PoolEventLabels {
+                peer: peer.to_owned(),
+                event,
+            });
+        }
     }
 
     /// Counts a failed connect to the configured peer named `peer`.
@@ -401,6 +487,32 @@ impl Metrics {
                 peer: peer.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts an early-SYN outcome.
+    pub fn early_syn(&self, outcome: EarlySynOutcome) {
+        self.early_syn[outcome.index()].inc();
+    }
+
+    /// Counts `n` pool events for the configured peer `peer`.
+    pub fn pool_event(&self, peer: &str, event: PoolEvent, n: u64) {
+        if n > 0 {
+            self.pool_events
+                .get_or_create(&PoolEventLabels {
+                    peer: peer.to_owned(),
+                    event,
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// Sets the pool level gauge of the configured peer `peer`.
+    pub fn pool_level(&self, peer: &str, level: usize) {
+        self.pool_level
+            .get_or_create(&PeerLabels {
+                peer: peer.to_owned(),
+            })
+            .set(level as i64);
     }
 
     /// Current `connections_active{mode}` value.

@@ -170,6 +170,9 @@ pub struct LabReport {
     pub kernel: String,
     pub date: String,
     pub model: model::ModelParams,
+    /// Congestion control of the end hosts and of splitway's legs.
+    pub end_host_congestion: String,
+    pub relay_congestion: String,
     pub chains: Vec<ChainReport>,
 }
 
@@ -186,6 +189,8 @@ impl LabReport {
             kernel: kernel_release(),
             date: utc_now_iso8601(),
             model: scenario.model,
+            end_host_congestion: crate::runner::END_HOST_CONGESTION.into(),
+            relay_congestion: crate::runner::RELAY_CONGESTION.into(),
             chains: Vec::new(),
         }
     }

@@ -49,6 +49,11 @@ const SSHD_PORT: u16 = 2222;
 const TPROXY_PORT: u16 = 7000;
 const PEER_PORT: u16 = 7100;
 const ADMIN_PORT: u16 = 9090;
+/// Congestion control of every namespace's sockets (curl, nginx, HAProxy,
+/// ssh): reno's slow start is the model's.
+pub const END_HOST_CONGESTION: &str = "reno";
+/// Congestion control splitway sets on its legs.
+pub const RELAY_CONGESTION: &str = "cubic";
 /// How long a peer may take to start listening.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Interval between readiness polls.
@@ -186,6 +191,14 @@ fn run_chain(
     let mut out = ChainReport::new(chain);
     bar.set_message(format!("{}: building the chain", chain.name));
     let topo = Topology::build(&chain.spec, NETNS_PREFIX)?;
+    // The host's default (often bbr) would leak into every namespace; the
+    // model assumes classic slow start. A namespace may only pick reno or
+    // bbr as its default; splitway sets its legs per socket.
+    for host in topo.hosts() {
+        host.netns()
+            .sysctl("net.ipv4.tcp_congestion_control", END_HOST_CONGESTION)
+            .map_err(|e| LabError::peer("sysctl", host.name(), e.to_string()))?;
+    }
     let server = topo.server();
     let server_addr = server
         .left_addr()
@@ -813,7 +826,7 @@ fn relay_config(relays: &[Host], i: usize, psk: &Path) -> Result<String, LabErro
     let via = match relays.get(i + 1) {
         Some(next) => {
             conf.push_str(&format!(
-                "[[peer]]\nname = \"{}\"\naddr = \"{}:{PEER_PORT}\"\ncongestion = \"cubic\"\n\n",
+                "[[peer]]\nname = \"{}\"\naddr = \"{}:{PEER_PORT}\"\ncongestion = \"{RELAY_CONGESTION}\"\n\n",
                 next.name(),
                 left_addr(next)?
             ));
@@ -822,7 +835,7 @@ fn relay_config(relays: &[Host], i: usize, psk: &Path) -> Result<String, LabErro
         None => "direct".to_owned(),
     };
     conf.push_str(&format!(
-        "[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"{via}\"\n\n[direct]\ncongestion = \"cubic\"\n"
+        "[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"{via}\"\n\n[direct]\ncongestion = \"{RELAY_CONGESTION}\"\n"
     ));
     Ok(conf)
 }

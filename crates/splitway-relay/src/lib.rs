@@ -5,6 +5,7 @@
 //! - `ingress`: listeners (TPROXY, SOCKS5, HTTP CONNECT, peer) and their handshakes
 //! - `peer`: the authenticated relay↔relay leg, both ends
 //! - `pool`: pre-established, authenticated connections to each peer
+//! - `early_syn`: legs started at the client's SYN, paired with accepts
 //! - `session`: one split connection from accept to close
 //! - `forward`: zero-copy (splice) or small-chunk (recv/send) forwarding with
 //!   exact half-close and reset propagation
@@ -12,6 +13,7 @@
 //! - `relay`: startup, admin API, shutdown and drain
 
 pub mod config;
+pub mod early_syn;
 pub mod error;
 pub mod forward;
 pub mod ingress;

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use splitway_control::metrics::{Metrics, PoolEvent};
 use splitway_proto::auth::Psk;
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
@@ -41,6 +42,7 @@ pub struct PoolStats {
 
 pub struct PeerPool {
     peer: Peer,
+    metrics: Arc<Metrics>,
     psk: Psk,
     timeouts: Timeouts,
     idle: Mutex<VecDeque<Pooled>>,
@@ -51,9 +53,10 @@ pub struct PeerPool {
 }
 
 impl PeerPool {
-    pub fn new(peer: Peer, psk: Psk, timeouts: Timeouts) -> Arc<PeerPool> {
+    pub fn new(peer: Peer, psk: Psk, timeouts: Timeouts, metrics: Arc<Metrics>) -> Arc<PeerPool> {
         Arc::new(PeerPool {
             peer,
+            metrics,
             psk,
             timeouts,
             idle: Mutex::new(VecDeque::new()),
@@ -84,21 +87,27 @@ impl PeerPool {
             let candidate = self.idle.lock().expect("pool lock").pop_back();
             let Some(c) = candidate else { break None };
             if c.born.elapsed() >= self.peer.pool.idle {
-                self.stats.expired.fetch_add(1, Ordering::Relaxed);
+                self.count(&self.stats.expired, PoolEvent::Expired, 1);
                 continue;
             }
             if !c.is_alive() {
-                self.stats.dead.fetch_add(1, Ordering::Relaxed);
+                self.count(&self.stats.dead, PoolEvent::Dead, 1);
                 continue;
             }
             break Some(c);
         };
         match &found {
-            Some(_) => self.stats.taken.fetch_add(1, Ordering::Relaxed),
-            None => self.stats.misses.fetch_add(1, Ordering::Relaxed),
+            Some(_) => self.count(&self.stats.taken, PoolEvent::Taken, 1),
+            None => self.count(&self.stats.misses, PoolEvent::Miss, 1),
         };
+        self.metrics.pool_level(&self.peer.name, self.level());
         self.wake.notify_one();
         found
+    }
+
+    fn count(&self, stat: &AtomicUsize, event: PoolEvent, n: usize) {
+        stat.fetch_add(n, Ordering::Relaxed);
+        self.metrics.pool_event(&self.peer.name, event, n as u64);
     }
 
     fn needs_refill(&self) -> usize {
@@ -125,10 +134,11 @@ impl PeerPool {
             }
         });
         let dropped = before - idle.len();
-        self.stats.expired.fetch_add(expired, Ordering::Relaxed);
-        self.stats
-            .dead
-            .fetch_add(dropped - expired, Ordering::Relaxed);
+        let level = idle.len();
+        drop(idle);
+        self.count(&self.stats.expired, PoolEvent::Expired, expired);
+        self.count(&self.stats.dead, PoolEvent::Dead, dropped - expired);
+        self.metrics.pool_level(&self.peer.name, level);
     }
 
     /// Keeps the pool between its watermarks until `stop`.
@@ -154,11 +164,12 @@ impl PeerPool {
                     match r {
                         Ok(Ok(c)) => {
                             self.idle.lock().expect("pool lock").push_back(c);
-                            self.stats.refilled.fetch_add(1, Ordering::Relaxed);
+                            self.count(&self.stats.refilled, PoolEvent::Refilled, 1);
+                            self.metrics.pool_level(&self.peer.name, self.level());
                         }
                         Ok(Err(e)) => {
                             failed = true;
-                            self.stats.dial_failures.fetch_add(1, Ordering::Relaxed);
+                            self.count(&self.stats.dial_failures, PoolEvent::DialFailure, 1);
                             let msg = e.to_string();
                             let mut last = self.last_error.lock().expect("pool lock");
                             if last.as_deref() != Some(msg.as_str()) {

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::config::{Config, ListenMode, Via};
+use crate::early_syn::{EarlyStarts, SynWatch};
 use crate::error::RelayError;
 use crate::ingress;
 use crate::pool::PeerPool;
@@ -27,6 +28,8 @@ pub struct Shared {
     pub started: Instant,
     /// One pool per peer (same index as `cfg.peers`), when pooling is on.
     pub pools: Vec<Option<Arc<PeerPool>>>,
+    /// Legs started at the client's SYN, when early SYN is on and works.
+    pub early: Option<Arc<EarlyStarts>>,
 }
 
 /// Resolves once `stop` turns true. (The guard `wait_for` returns is not
@@ -66,6 +69,7 @@ impl Shared {
                 "dst": r.dst.to_string(),
                 "via": via(&r.via),
             })).collect::<Vec<_>>(),
+            "early_syn": self.early.as_ref().map(|e| e.status()),
             "features": {
                 "data_path": format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
                 "early_syn": self.cfg.accel.early_syn,
@@ -88,6 +92,7 @@ impl Shared {
 /// relay claims to be ready.
 pub struct Relay {
     shared: Arc<Shared>,
+    syn_watch: Option<SynWatch>,
     listeners: Vec<TcpListener>,
     admin: Option<TcpListener>,
     interceptions: Vec<Interception>,
@@ -129,21 +134,55 @@ impl Relay {
             .peers
             .iter()
             .map(|p| match (&cfg.psk, cfg.accel.pool) {
-                (Some(psk), true) => {
-                    Some(PeerPool::new(p.clone(), psk.clone(), cfg.timeouts.clone()))
-                }
+                (Some(psk), true) => Some(PeerPool::new(
+                    p.clone(),
+                    psk.clone(),
+                    cfg.timeouts.clone(),
+                    metrics.clone(),
+                )),
                 _ => None,
             })
             .collect();
+        // Early SYN needs a BPF program on the intercept interfaces; without
+        // BPF support the relay says so once and runs without it.
+        let (early, syn_watch) = if cfg.accel.early_syn {
+            let (interfaces, ports): (Vec<String>, Vec<u16>) = cfg
+                .listeners
+                .iter()
+                .filter_map(|l| l.intercept.as_ref())
+                .fold((Vec::new(), Vec::new()), |(mut i, mut p), x| {
+                    i.extend(x.interfaces.iter().cloned());
+                    p.extend(x.ports.iter().copied());
+                    (i, p)
+                });
+            match SynWatch::attach(&interfaces, &ports) {
+                Ok(w) => (
+                    Some(Arc::new(EarlyStarts::new(
+                        cfg.accel.early_syn_budget,
+                        cfg.accel.early_syn_expiry,
+                        metrics.clone(),
+                    ))),
+                    Some(w),
+                ),
+                Err(e) => {
+                    warn!(error = %e, "early SYN unavailable (BPF SYN detector did not attach); legs start at accept");
+                    (None, None)
+                }
+            }
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared {
             routes: RouteTable::new(&cfg.routes),
             cfg,
             metrics,
             started: Instant::now(),
             pools,
+            early,
         });
         Ok(Relay {
             shared,
+            syn_watch,
             listeners,
             admin,
             interceptions,
@@ -196,6 +235,29 @@ impl Relay {
                 }
             })
         });
+        if let (Some(early), Some(mut watch)) = (self.shared.early.clone(), self.syn_watch) {
+            let shared = self.shared.clone();
+            let mut stop = stop_rx.clone();
+            info!("early SYN on");
+            tasks.push(tokio::spawn(async move {
+                let mut sweep = tokio::time::interval(Duration::from_millis(500));
+                loop {
+                    tokio::select! {
+                        ev = watch.next() => match ev {
+                            Ok(ev) => early.on_syn(&shared, ev.client, ev.original_dst),
+                            Err(e) => {
+                                warn!(error = %e, "SYN detector failed; early SYN off from now on");
+                                break;
+                            }
+                        },
+                        _ = sweep.tick() => early.sweep(),
+                        () = stopped(&mut stop) => break,
+                    }
+                }
+                // Dropping the watch detaches the BPF program.
+                drop(watch);
+            }));
+        }
         for pool in self.shared.pools.iter().flatten() {
             tasks.push(tokio::spawn(pool.clone().maintain(stop_rx.clone())));
         }

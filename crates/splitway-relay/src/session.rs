@@ -45,9 +45,20 @@ pub fn metric_mode(mode: ListenMode) -> Mode {
     }
 }
 
-enum Next {
+/// A connected next leg.
+pub enum Next {
     Direct(TcpStream),
     Peer(PeerLeg),
+}
+
+/// What dialing the next leg needs to know.
+pub struct LegRequest {
+    pub dst: Destination,
+    pub conn_id: u64,
+    pub next_ttl: u8,
+    pub origin: SocketAddr,
+    /// Client bytes to send with the first segment; a peer dial consumes them.
+    pub early_data: Vec<u8>,
 }
 
 async fn resolve(dst: &Destination) -> Result<SocketAddr, ConnError> {
@@ -94,8 +105,9 @@ async fn connect_direct(
 }
 
 /// Dials the next leg. Early data that went out with a peer header is
-/// taken from `inbound.early_data`.
-async fn connect_next(shared: &Shared, inbound: &mut Inbound) -> Result<Next, ConnError> {
+/// taken from `req.early_data`.
+pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next, ConnError> {
+    let inbound = req;
     let dst = resolve(&inbound.dst).await?;
     let via = shared
         .routes
@@ -205,7 +217,31 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
             return;
         }
     }
-    let next = match connect_next(&shared, &mut inbound).await {
+    let early_start = match (&shared.early, &inbound.dst) {
+        (Some(early), Destination::Ip(dst)) if inbound.mode == ListenMode::Tproxy => {
+            early.take(inbound.client, *dst)
+        }
+        _ => None,
+    };
+    let next = match early_start {
+        // The leg was started when the client's SYN arrived.
+        Some(started) => started
+            .await
+            .unwrap_or_else(|_| Err(ConnError::Internal("early-started leg was dropped".into()))),
+        None => {
+            let mut req = LegRequest {
+                dst: inbound.dst.clone(),
+                conn_id: inbound.conn_id,
+                next_ttl: inbound.next_ttl,
+                origin: inbound.origin,
+                early_data: std::mem::take(&mut inbound.early_data),
+            };
+            let r = connect_next(&shared, &mut req).await;
+            inbound.early_data = req.early_data;
+            r
+        }
+    };
+    let next = match next {
         Ok(n) => n,
         Err(e) => {
             refuse(&inbound, e.reply_status()).await;

@@ -158,6 +158,11 @@ fn transparent_ipv6() {
     transfer_client_to_server(&lab.client, &server, dst, 4 * MIB, LAST_RELAY_V6);
     transfer_server_to_client(&lab.client, &server, dst, 4 * MIB, LAST_RELAY_V6);
     deadline.remaining("IPv6 transfers");
+    // The same dual-stack listener also serves intercepted IPv4.
+    let server4 = TestServer::bind(&lab.server, server_v4());
+    transfer_client_to_server(&lab.client, &server4, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    transfer_server_to_client(&lab.client, &server4, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    deadline.remaining("IPv4 transfers through the dual-stack listener");
     lab.assert_relays_alive();
 }
 

@@ -20,6 +20,9 @@ use super::rng::Rng;
 /// Size of one packet buffer; the TUN MTU is 1500.
 pub const PACKET_BUF: usize = 2048;
 
+/// Buffers added to the pool at a time when all are in flight.
+const GROW_STEP: usize = 256;
+
 /// Drop-tail bound of the rate limiter's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueBound {
@@ -126,8 +129,10 @@ impl Pipeline {
             return Some(b);
         }
         if self.allocated < self.max_buffers {
-            // Grow the pool in steps, never per packet in steady state.
-            let grow = self.allocated.clamp(1, self.max_buffers - self.allocated);
+            // Grow the pool in small steps (zeroing 512 KiB takes ~100 µs,
+            // a doubling of a large pool would stall releases for ms),
+            // never per packet in steady state.
+            let grow = GROW_STEP.min(self.max_buffers - self.allocated);
             debug_assert!(grow >= 1);
             self.pool
                 .extend((1..grow).map(|_| vec![0u8; PACKET_BUF].into_boxed_slice()));

@@ -536,29 +536,25 @@ impl Lab {
     }
 
     /// Default configs for every relay: the entry relay intercepts
-    /// `ports` arriving on its client interface (IPv4 only unless
-    /// `ipv6`), offers SOCKS5 and HTTP CONNECT to the client; each relay
-    /// forwards the server's subnets to the next one; the last goes direct.
+    /// `ports` arriving on its client interface, offers SOCKS5 and HTTP
+    /// CONNECT to the client; each relay forwards the server's subnets to
+    /// the next one; the last goes direct. The TPROXY listener is IPv4 only
+    /// unless `ipv6`, then it is a single dual-stack `[::]` listener (the
+    /// relay binds `[::]` without IPV6_V6ONLY, so it cannot share the port
+    /// with a `0.0.0.0` one).
     pub fn default_configs(&self, ports: &[u16], ipv6: bool) -> Vec<RelayConfig> {
         let n = self.relays.len();
         (0..n)
             .map(|r| {
                 let mut cfg = RelayConfig::new(&self.relay_names[r]);
                 if r == 0 {
+                    let any = if ipv6 { "[::]" } else { "0.0.0.0" };
                     cfg.listen_intercept(
                         "tproxy",
-                        &format!("0.0.0.0:{TPROXY_PORT}"),
+                        &format!("{any}:{TPROXY_PORT}"),
                         &[WEST_IF],
                         ports,
                     );
-                    if ipv6 {
-                        cfg.listen_intercept(
-                            "tproxy",
-                            &format!("[::]:{TPROXY_PORT}"),
-                            &[WEST_IF],
-                            ports,
-                        );
-                    }
                     cfg.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
                     cfg.listen("http-connect", &format!("{ENTRY_V4}:{HTTP_CONNECT_PORT}"));
                 } else {
@@ -1001,6 +997,7 @@ pub fn transfer_client_to_server(
     expected_peer: &str,
 ) {
     let seed = 0xC2_5000 + len;
+    let started = Instant::now();
     let mut stream = connect_in(client, dst).unwrap_or_else(|e| panic!("connect {dst}: {e}"));
     let sender = std::thread::spawn(move || {
         let sent = send_pattern(&mut stream, len, seed).expect("client send");
@@ -1019,6 +1016,7 @@ pub fn transfer_client_to_server(
         received, sent,
         "client→server {len} B: received {received}, sent {sent}"
     );
+    report_rate("client→server", len, started);
 }
 
 /// Server → client: the server sends `len` bytes and closes; the client
@@ -1031,6 +1029,7 @@ pub fn transfer_server_to_client(
     expected_peer: &str,
 ) {
     let seed = 0x52C_0000 + len;
+    let started = Instant::now();
     let mut stream = connect_in(client, dst).unwrap_or_else(|e| panic!("connect {dst}: {e}"));
     let receiver = std::thread::spawn(move || recv_all(&mut stream).expect("client receive"));
     let (mut conn, peer) = server.accept(Duration::from_secs(20));
@@ -1044,6 +1043,19 @@ pub fn transfer_server_to_client(
         received, sent,
         "server→client {len} B: received {received}, sent {sent}"
     );
+    report_rate("server→client", len, started);
+}
+
+/// Prints how long a transfer took (shown with `--nocapture`); informative
+/// only, never asserted.
+fn report_rate(direction: &str, len: u64, started: Instant) {
+    let elapsed = started.elapsed();
+    if len >= MIB {
+        eprintln!(
+            "{direction} {len} B (sha256 checked) in {elapsed:.2?}: {:.2} Gbit/s including hashing",
+            len as f64 * 8.0 / elapsed.as_secs_f64() / 1e9
+        );
+    }
 }
 
 pub fn sha256_file(path: &Path) -> String {

@@ -1,0 +1,203 @@
+//! Early SYN (the KTCP paper's first improvement): the next leg starts when
+//! the client's SYN arrives, not after accept().
+//!
+//! A tc BPF program (splitway-sys `SynWatch`) reports each SYN's 4-tuple;
+//! the relay starts the next leg at once and parks the result in a sharded
+//! table keyed by (client, original destination), where the accepted
+//! connection picks it up. SYN retransmits find their entry and start
+//! nothing; entries whose handshake never completes expire and close what
+//! they opened. Early starts have a budget: beyond it (a SYN flood), legs
+//! start at accept as without early SYN, so a flood can neither open
+//! unbounded upstream connections nor drain the pool.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::RngCore;
+use splitway_control::metrics::{EarlySynOutcome, Metrics};
+use splitway_proto::Destination;
+use splitway_proto::header::DEFAULT_TTL;
+use tokio::sync::oneshot;
+
+use crate::error::ConnError;
+use crate::relay::Shared;
+use crate::session::{LegRequest, Next, connect_next};
+
+const SHARDS: usize = 16;
+
+type Key = (SocketAddr, SocketAddr);
+pub type Started = oneshot::Receiver<Result<Next, ConnError>>;
+
+struct Entry {
+    started: Started,
+    born: Instant,
+}
+
+#[derive(Debug, Default)]
+pub struct EarlyStats {
+    /// SYN events that started a leg.
+    pub started: AtomicU64,
+    /// Accepted connections that found their early-started leg.
+    pub hits: AtomicU64,
+    /// Accepted connections that found none (started at accept).
+    pub misses: AtomicU64,
+    /// Retransmitted SYNs whose leg was already started.
+    pub duplicates: AtomicU64,
+    /// Early starts refused by the budget.
+    pub over_budget: AtomicU64,
+    /// Entries whose client never completed its handshake.
+    pub expired: AtomicU64,
+}
+
+pub struct EarlyStarts {
+    shards: Vec<Mutex<HashMap<Key, Entry>>>,
+    hasher: RandomState,
+    in_table: AtomicUsize,
+    budget: usize,
+    expiry: Duration,
+    pub stats: EarlyStats,
+    metrics: Arc<Metrics>,
+}
+
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+impl EarlyStarts {
+    pub fn new(budget: usize, expiry: Duration, metrics: Arc<Metrics>) -> Self {
+        EarlyStarts {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+            in_table: AtomicUsize::new(0),
+            budget,
+            expiry,
+            stats: EarlyStats::default(),
+            metrics,
+        }
+    }
+
+    fn count(&self, stat: &AtomicU64, outcome: EarlySynOutcome, n: u64) {
+        stat.fetch_add(n, Relaxed);
+        for _ in 0..n {
+            self.metrics.early_syn(outcome);
+        }
+    }
+
+    fn shard(&self, key: &Key) -> &Mutex<HashMap<Key, Entry>> {
+        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+    }
+
+    /// A client's SYN was seen: start its next leg unless already started
+    /// or over budget.
+    pub fn on_syn(&self, shared: &Arc<Shared>, client: SocketAddr, dst: SocketAddr) {
+        let key = (canonical(client), canonical(dst));
+        let mut shard = self.shard(&key).lock().expect("early table lock");
+        if shard.contains_key(&key) {
+            self.count(&self.stats.duplicates, EarlySynOutcome::Duplicate, 1);
+            return;
+        }
+        if self.in_table.load(Relaxed) >= self.budget {
+            self.count(&self.stats.over_budget, EarlySynOutcome::OverBudget, 1);
+            return;
+        }
+        self.in_table.fetch_add(1, Relaxed);
+        let (tx, rx) = oneshot::channel();
+        shard.insert(
+            key,
+            Entry {
+                started: rx,
+                born: Instant::now(),
+            },
+        );
+        drop(shard);
+        self.count(&self.stats.started, EarlySynOutcome::Started, 1);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut req = LegRequest {
+                dst: Destination::Ip(key.1),
+                conn_id: rand::rngs::OsRng.next_u64(),
+                next_ttl: DEFAULT_TTL,
+                origin: key.0,
+                early_data: Vec::new(),
+            };
+            let r = connect_next(&shared, &mut req).await;
+            // Nobody waiting (expired): dropping the leg closes it.
+            let _ = tx.send(r);
+        });
+    }
+
+    /// The accepted connection's early-started leg, if any.
+    pub fn take(&self, client: SocketAddr, dst: SocketAddr) -> Option<Started> {
+        let key = (canonical(client), canonical(dst));
+        let entry = self
+            .shard(&key)
+            .lock()
+            .expect("early table lock")
+            .remove(&key);
+        match entry {
+            Some(e) => {
+                self.in_table.fetch_sub(1, Relaxed);
+                self.count(&self.stats.hits, EarlySynOutcome::Hit, 1);
+                Some(e.started)
+            }
+            None => {
+                self.count(&self.stats.misses, EarlySynOutcome::Miss, 1);
+                None
+            }
+        }
+    }
+
+    /// Drops entries whose client never got accepted; their legs close.
+    pub fn sweep(&self) {
+        for shard in &self.shards {
+            let mut map = shard.lock().expect("early table lock");
+            let before = map.len();
+            map.retain(|_, e| e.born.elapsed() < self.expiry);
+            let gone = before - map.len();
+            if gone > 0 {
+                self.in_table.fetch_sub(gone, Relaxed);
+                self.count(&self.stats.expired, EarlySynOutcome::Expired, gone as u64);
+            }
+        }
+    }
+
+    pub fn pending(&self) -> usize {
+        self.in_table.load(Relaxed)
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "pending": self.pending(),
+            "budget": self.budget,
+            "started": self.stats.started.load(Relaxed),
+            "hits": self.stats.hits.load(Relaxed),
+            "misses": self.stats.misses.load(Relaxed),
+            "duplicates": self.stats.duplicates.load(Relaxed),
+            "over_budget": self.stats.over_budget.load(Relaxed),
+            "expired": self.stats.expired.load(Relaxed),
+        })
+    }
+}
+
+/// TEMPORARY shim until splitway-sys's BPF SYN detector lands: attaching
+/// always fails, so the relay logs that early SYN is unavailable.
+pub struct SynWatch;
+
+pub struct SynEvent {
+    pub client: SocketAddr,
+    pub original_dst: SocketAddr,
+}
+
+impl SynWatch {
+    pub fn attach(_interfaces: &[String], _ports: &[u16]) -> Result<SynWatch, String> {
+        Err("BPF SYN detector not built yet".into())
+    }
+
+    pub async fn next(&mut self) -> Result<SynEvent, String> {
+        std::future::pending().await
+    }
+}
