@@ -1,5 +1,5 @@
 //! Runs the emulator fidelity check and prints the table (needs root):
-//! `cargo run --release -p splitway-lab --example fidelity [--json] [--quick] [--normal-probes]`
+//! `cargo run --release -p splitway-lab --example fidelity [--json] [--quick] [--normal-probes] [--normal-emulator] [--skip-rtt|--skip-loss|--skip-rate]`
 
 use std::time::Duration;
 
@@ -12,6 +12,18 @@ fn main() {
         opts.probe_time = Duration::from_secs(1);
         opts.loss_packets = 20_000;
         opts.rate_window = Duration::from_secs(2);
+    }
+    if args.iter().any(|a| a == "--skip-rtt") {
+        opts.rtts.clear();
+    }
+    if args.iter().any(|a| a == "--skip-loss") {
+        opts.losses.clear();
+    }
+    if args.iter().any(|a| a == "--skip-rate") {
+        opts.rates_mbit.clear();
+    }
+    if args.iter().any(|a| a == "--normal-emulator") {
+        opts.realtime_emulator = false;
     }
     if args.iter().any(|a| a == "--normal-probes") {
         opts.realtime_probes = false;

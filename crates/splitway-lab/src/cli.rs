@@ -11,6 +11,7 @@
 
 use std::path::PathBuf;
 
+use crate::fidelity::{FidelityOptions, print_fidelity, run_fidelity};
 use crate::model::Config;
 use crate::report::LabReport;
 use crate::runner::{self, RunOptions};
@@ -66,7 +67,14 @@ pub enum LabCommand {
         run: RunArgs,
     },
     /// Measure the emulator itself against its configured links.
-    Fidelity,
+    Fidelity {
+        /// Shorter phases (about 20 s).
+        #[arg(long)]
+        quick: bool,
+        /// Write the fidelity report as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// List the scenarios.
     List,
 }
@@ -140,7 +148,7 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
                 Scenario::what_if(&rtt, loss.as_deref(), rate.as_deref(), &sizes, &configs)?;
             execute(&scenario, &run)
         }
-        Some(LabCommand::Fidelity) => fidelity(),
+        Some(LabCommand::Fidelity { quick, json }) => fidelity(quick, json),
         Some(LabCommand::List) => {
             print!("{}", list());
             Ok(())
@@ -148,12 +156,31 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
     }
 }
 
-// TODO(lab fidelity): call `crate::fidelity::run_fidelity` and print its
-// report once the emulator's fidelity module is built.
-fn fidelity() -> Result<(), LabError> {
-    Err(LabError::NotBuilt(
-        "splitway lab fidelity: not built yet".into(),
-    ))
+fn fidelity(quick: bool, json: Option<PathBuf>) -> Result<(), LabError> {
+    if !runner::is_root() {
+        return Err(LabError::NotRoot);
+    }
+    let mut options = FidelityOptions::default();
+    if quick {
+        options.probe_time = std::time::Duration::from_secs(1);
+        options.loss_packets = 20_000;
+        options.rate_window = std::time::Duration::from_secs(2);
+    }
+    let report = run_fidelity(options)?;
+    print_fidelity(&report);
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report).expect("fidelity report serialises");
+        std::fs::write(&path, text).map_err(|source| LabError::Io {
+            op: format!("write {}", path.display()),
+            source,
+        })?;
+        println!("JSON: {}", path.display());
+    }
+    let missed = report.misses().count();
+    if missed > 0 {
+        return Err(LabError::Fidelity(missed));
+    }
+    Ok(())
 }
 
 fn list() -> String {

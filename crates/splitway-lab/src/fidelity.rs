@@ -55,6 +55,8 @@ pub struct FidelityOptions {
     /// `PROBE_PRIORITY`, below the emulator, so the RTT tails measure the
     /// emulator rather than how fast the host schedules the probe.
     pub realtime_probes: bool,
+    /// Run the emulator threads at SCHED_FIFO (the normal lab setting).
+    pub realtime_emulator: bool,
 }
 
 /// SCHED_FIFO priority of the probe threads (the emulator runs at 50).
@@ -76,6 +78,7 @@ impl Default for FidelityOptions {
             rate_window: Duration::from_secs(4),
             rate_warmup: Duration::from_millis(1500),
             realtime_probes: true,
+            realtime_emulator: true,
         }
     }
 }
@@ -215,14 +218,14 @@ pub fn run_fidelity(opts: FidelityOptions) -> Result<FidelityReport, EmuError> {
         &opts.prefix,
         &EmuOptions {
             seed: opts.seed,
-            no_realtime: false,
+            no_realtime: !opts.realtime_emulator,
         },
     )?;
     let mut checks = Vec::new();
     let mut phases = Vec::new();
 
     for &rtt in &opts.rtts {
-        topo.set_link(0, LinkSpec::symmetric(rtt))?;
+        topo.set_link_drained(0, LinkSpec::symmetric(rtt))?;
         let rtt_ms = rtt.as_secs_f64() * 1e3;
         for loaded in [false, true] {
             let phase = format!(
@@ -287,7 +290,7 @@ pub fn run_fidelity(opts: FidelityOptions) -> Result<FidelityReport, EmuError> {
     }
 
     for &loss in &opts.losses {
-        topo.set_link(
+        topo.set_link_drained(
             0,
             LinkSpec::symmetric(Duration::from_millis(10)).with_loss(loss),
         )?;
@@ -319,7 +322,7 @@ pub fn run_fidelity(opts: FidelityOptions) -> Result<FidelityReport, EmuError> {
     }
 
     for &rate in &opts.rates_mbit {
-        topo.set_link(0, LinkSpec::wan(opts.rate_rtt, 0.0, rate))?;
+        topo.set_link_drained(0, LinkSpec::wan(opts.rate_rtt, 0.0, rate))?;
         let flow = BulkFlow::start(&topo, None)?;
         flow.wait_for_rate(rate * 0.8, opts.rate_warmup.max(opts.rate_rtt * 20));
         std::thread::sleep(opts.rate_warmup);
@@ -359,8 +362,10 @@ pub fn run_fidelity(opts: FidelityOptions) -> Result<FidelityReport, EmuError> {
             d.forwarded_packets,
             &stats,
             &format!(
-                "IP bytes at the client TUN over {secs:.1} s; TCP goodput {goodput:.2} Mbit/s; {} queue drops",
-                d.dropped_queue
+                "IP bytes at the client TUN over {secs:.1} s; TCP goodput {goodput:.2} Mbit/s; {} queue drops; emulator CPU {:.1} % of a core, {:.2} µs/packet",
+                d.dropped_queue,
+                stats.links[0].cpu_ms / 10.0 / secs,
+                stats.links[0].cpu_us_per_packet
             ),
         ));
         phases.push((phase, stats));

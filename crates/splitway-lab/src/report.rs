@@ -57,6 +57,10 @@ pub enum Status {
     /// Set up or every download failed.
     #[serde(rename = "failed")]
     Failed,
+    /// Measured, but the relay reported a feature of this configuration
+    /// unavailable: the note says what ran instead.
+    #[serde(rename = "degraded")]
+    Degraded,
 }
 
 /// One (configuration, size) of one chain.
@@ -263,9 +267,11 @@ impl LabReport {
                 let cell = |s: Option<Spread>| match s {
                     Some(s) => format!("{:.1}/{:.1}/{:.1}", s.p10, s.median, s.p90),
                     None => match m.status {
+                        _ if !self.measured => "(model only)".into(),
                         Status::Ok => "-".into(),
                         Status::NotAvailable => "n/a".into(),
                         Status::Failed => "failed".into(),
+                        Status::Degraded => "-".into(),
                     },
                 };
                 let ratio = |s: Option<Spread>, model: f64| match s {
@@ -276,7 +282,12 @@ impl LabReport {
                     (Some(t), Some(e)) if t.median > 0.0 => format!("{:.2}x", e.median / t.median),
                     _ => "-".into(),
                 };
-                let flag = if m.suspect { " SUSPECT" } else { "" };
+                let flag = match (m.status == Status::Degraded, m.suspect) {
+                    (true, true) => " DEGRADED SUSPECT",
+                    (true, false) => " DEGRADED",
+                    (false, true) => " SUSPECT",
+                    (false, false) => "",
+                };
                 let _ = writeln!(
                     out,
                     "{:<14} {:>6} {:>5} {:>26} {:>8.1} {:>6} {:>26} {:>8.1} {:>6} {:>7}{}",
@@ -448,6 +459,9 @@ mod chart {
         RGBColor(0x8c, 0x8c, 0x8c),
     ];
 
+    /// Selects a metric and its model value from a row.
+    type Pick = fn(&Measurement) -> (Option<Spread>, f64);
+
     fn err(path: &Path, e: impl std::fmt::Display) -> ReportError {
         ReportError::Chart {
             path: path.to_owned(),
@@ -477,7 +491,7 @@ mod chart {
             .titled(&title, ("sans-serif", 20))
             .map_err(|e| err(path, e))?;
         let panels = root.split_evenly((2, 1));
-        let metrics: [(&str, fn(&Measurement) -> (Option<Spread>, f64)); 2] = [
+        let metrics: [(&str, Pick); 2] = [
             ("time to first byte (ms, median; ◆ model)", |m| {
                 (m.ttfb_ms, m.model_ttfb_ms)
             }),
@@ -489,7 +503,6 @@ mod chart {
         let per_group = configs.len().max(1);
         for (panel, (caption, pick)) in panels.iter().zip(metrics) {
             let mut max = 1.0_f64;
-            let mut min = f64::INFINITY;
             for m in &chain.results {
                 let (s, model) = pick(m);
                 for v in s
@@ -498,29 +511,26 @@ mod chart {
                     .into_iter()
                     .chain([model])
                 {
-                    if v > 0.0 {
+                    if v.is_finite() {
                         max = max.max(v);
-                        min = min.min(v);
                     }
                 }
             }
-            let min = if min.is_finite() {
-                (min / 2.0).max(0.1)
-            } else {
-                0.1
-            };
+            // Linear from zero, as in the KTCP paper's figures; the extra
+            // column on the right holds the legend.
+            let min = 0.0;
             let mut chart = ChartBuilder::on(panel)
                 .caption(caption, ("sans-serif", 16))
                 .margin(10)
                 .x_label_area_size(30)
                 .y_label_area_size(60)
-                .build_cartesian_2d(0.0..groups as f64, (min..max * 1.5).log_scale())
+                .build_cartesian_2d(0.0..groups as f64 + 1.0, min..max * 1.08)
                 .map_err(|e| err(path, e))?;
             let size_labels: Vec<String> = sizes.iter().map(|s| format_size(*s)).collect();
             chart
                 .configure_mesh()
                 .disable_x_mesh()
-                .x_labels(groups * 2 + 1)
+                .x_labels((groups + 1) * 2 + 1)
                 .x_label_formatter(&|x| {
                     let i = x.floor() as usize;
                     if (x - i as f64 - 0.5).abs() < 0.26 {
@@ -530,11 +540,21 @@ mod chart {
                     }
                 })
                 .y_desc("ms")
+                .y_label_formatter(&|y| format!("{y:.0}"))
                 .draw()
                 .map_err(|e| err(path, e))?;
             let width = 0.8 / per_group as f64;
             for (c, config) in configs.iter().enumerate() {
                 let color = PALETTE[c % PALETTE.len()];
+                let degraded = chain
+                    .results
+                    .iter()
+                    .any(|m| m.config == *config && m.status == Status::Degraded);
+                let label = if degraded {
+                    format!("{config} (degraded, see JSON)")
+                } else {
+                    (*config).to_owned()
+                };
                 let mut bars = Vec::new();
                 let mut whiskers = Vec::new();
                 let mut markers = Vec::new();
@@ -561,7 +581,7 @@ mod chart {
                 chart
                     .draw_series(bars)
                     .map_err(|e| err(path, e))?
-                    .label(*config)
+                    .label(label)
                     .legend(move |(x, y)| {
                         Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
                     });
@@ -575,7 +595,7 @@ mod chart {
             }
             chart
                 .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(SeriesLabelPosition::UpperRight)
                 .background_style(WHITE.mix(0.8))
                 .border_style(BLACK)
                 .draw()
@@ -597,6 +617,57 @@ mod tests {
         assert!((s.p10 - 1.4).abs() < 1e-9);
         assert!((s.p90 - 4.6).abs() < 1e-9);
         assert!(Spread::of(&[]).is_none());
+    }
+
+    #[test]
+    fn json_has_the_documented_shape() {
+        let scenario = Scenario::load("paper-ktcp").expect("built in");
+        let chain = &scenario.chains[0];
+        let mut report = LabReport::new(&scenario, true, true, 3);
+        let mut cr = ChainReport::new(chain);
+        let mut ok = Measurement::unmeasured(chain, &scenario, Config::E2e, 10_000);
+        ok.status = Status::Ok;
+        ok.n = 3;
+        ok.failures = 1;
+        ok.ttfb_ms = Spread::of(&[548.0, 549.0, 550.0]);
+        ok.total_ms = Spread::of(&[549.0, 550.0, 551.0]);
+        ok.emulator = Some(serde_json::json!({"links": [], "suspect": []}));
+        cr.results.push(ok);
+        let mut na = Measurement::unmeasured(chain, &scenario, Config::FullTfo, 10_000);
+        na.note = Some("not implemented by the relay yet".into());
+        cr.results.push(na);
+        report.chains.push(cr);
+
+        let v: serde_json::Value = serde_json::from_str(&report.to_json()).expect("valid JSON");
+        for key in ["scenario", "commit", "kernel", "date", "chains"] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        assert!(v["date"].as_str().is_some_and(|d| d.ends_with('Z')));
+        let rows = v["chains"][0]["results"].as_array().expect("results");
+        let ok = &rows[0];
+        assert_eq!(ok["config"], "e2e");
+        assert_eq!(ok["size_bytes"], 10_000);
+        assert_eq!(ok["n"], 3);
+        assert_eq!(ok["failures"], 1);
+        assert_eq!(ok["status"], "ok");
+        for metric in ["ttfb_ms", "total_ms"] {
+            for q in ["p10", "median", "p90"] {
+                assert!(ok[metric][q].is_f64(), "{metric}.{q}");
+            }
+        }
+        assert_eq!(ok["ttfb_ms"]["median"], 549.0);
+        assert!(
+            ok["model_ttfb_ms"]
+                .as_f64()
+                .is_some_and(|m| (m - 547.5).abs() < 0.5)
+        );
+        assert!(ok["model_total_ms"].is_f64());
+        assert_eq!(ok["suspect"], false);
+        assert!(ok["emulator"].is_object());
+        let na = &rows[1];
+        assert_eq!(na["status"], "n/a");
+        assert!(na["ttfb_ms"].is_null(), "n/a rows carry no number");
+        assert!(na["model_ttfb_ms"].is_f64());
     }
 
     #[test]

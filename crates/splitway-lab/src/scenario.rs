@@ -365,9 +365,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// "10KB", "1MB", "1.5MB" for display (decimal units).
 pub fn format_size(bytes: u64) -> String {
     let b = bytes as f64;
-    if bytes >= 1_000_000 && bytes % 100_000 == 0 {
+    if bytes >= 1_000_000 && bytes.is_multiple_of(100_000) {
         format!("{}MB", trim_float(b / 1e6))
-    } else if bytes >= 1_000 && bytes % 100 == 0 {
+    } else if bytes >= 1_000 && bytes.is_multiple_of(100) {
         format!("{}KB", trim_float(b / 1e3))
     } else {
         format!("{bytes}B")

@@ -505,7 +505,11 @@ impl Topology {
     }
 
     /// Changes link `index` live. Packets already in flight keep their
-    /// schedule; new packets get the new parameters (releases stay FIFO).
+    /// schedule; new packets get the new parameters. Releases stay FIFO, so
+    /// after a *shorter* delay the packets queued behind older ones all
+    /// become due together and leave as one burst (measured here: ~10 ms
+    /// release lateness for 100 ms worth of 100 Mbit/s traffic). Use
+    /// `set_link_drained` before measuring.
     pub fn set_link(&mut self, index: usize, spec: LinkSpec) -> Result<(), EmuError> {
         spec.validate(index)?;
         let link = self
@@ -517,6 +521,18 @@ impl Topology {
         link.handle.set_params(f, r, max_buffers);
         link.rate_capped = spec.rate_mbit.is_some();
         link.spec = spec;
+        Ok(())
+    }
+
+    /// `set_link`, then waits one old RTT (+50 ms) so packets admitted
+    /// under the old parameters are gone, then resets the stats.
+    pub fn set_link_drained(&mut self, index: usize, spec: LinkSpec) -> Result<(), EmuError> {
+        let old_rtt = self
+            .link_spec(index)
+            .map_or(Duration::ZERO, LinkSpec::effective_rtt);
+        self.set_link(index, spec)?;
+        std::thread::sleep(old_rtt + Duration::from_millis(50));
+        self.reset_stats();
         Ok(())
     }
 
@@ -534,14 +550,24 @@ impl Topology {
             .map(|(i, link)| {
                 let (left, right) = self.tun_counters(i);
                 let (bl, br) = baseline.get(i).cloned().unwrap_or_default();
+                let forward = link.handle.forward().snapshot();
+                let reverse = link.handle.reverse().snapshot();
+                let cpu_ms = link.handle.cpu_time().as_secs_f64() * 1e3;
+                let packets = forward.packets_in + reverse.packets_in;
                 LinkStats {
                     index: i,
                     left: self.hosts[i].name.clone(),
                     right: self.hosts[i + 1].name.clone(),
                     rate_capped: link.rate_capped,
                     realtime: link.handle.realtime(),
-                    forward: link.handle.forward().snapshot(),
-                    reverse: link.handle.reverse().snapshot(),
+                    cpu_ms,
+                    cpu_us_per_packet: if packets == 0 {
+                        0.0
+                    } else {
+                        cpu_ms * 1e3 / packets as f64
+                    },
+                    forward,
+                    reverse,
                     tun_left: since(left, &bl),
                     tun_right: since(right, &br),
                 }

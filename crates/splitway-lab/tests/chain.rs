@@ -146,6 +146,7 @@ fn tcp_connect_takes_the_configured_rtt() {
         "median connect {m:?} vs configured {configured:?}"
     );
 
+    eprintln!("server IPv6: {:?}", topo.server().left_addr6());
     if let Some(v6) = topo.server().left_addr6() {
         let t6 = median(connect_times(&topo, IpAddr::V6(v6), 3));
         assert!(

@@ -149,6 +149,8 @@ fn connect_time_is_first_leg_for_relays() {
         let p = predict(&path, config, 10_000, &params);
         assert_close(p.connect_ms, 32.7, config.name());
     }
+    let tfo = predict(&path, Config::FullTfo, 10_000, &params);
+    assert_close(tfo.connect_ms, 0.0, "TFO connect returns at once");
 }
 
 /// Small objects arrive in the first window: total ≈ TTFB. Larger ones need

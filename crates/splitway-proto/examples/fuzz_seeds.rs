@@ -61,6 +61,14 @@ fn main() -> std::io::Result<()> {
             format!("CONNECT {dst} HTTP/1.1\r\nHost: {dst}\r\nUser-Agent: seed\r\n\r\ntunnel data");
         write(&dir, "http_connect", name, head.as_bytes())?;
     }
+    let mut shortest = Vec::new();
+    Header::new(
+        0,
+        Destination::domain("a", 1).expect("valid"),
+        "0.0.0.0:0".parse().expect("literal"),
+    )
+    .encode(&mut shortest);
+    write(&dir, "header", "shortest", &shortest)?;
     let mut reply = Vec::new();
     Reply {
         status: ReplyStatus::Timeout,

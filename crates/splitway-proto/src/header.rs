@@ -23,8 +23,9 @@ pub const EXTENSION_CRITICAL: u16 = 0x8000;
 
 /// Bytes before the destination: version, total length, flags, ttl, conn_id.
 const FIXED_LEN: usize = 1 + 2 + 2 + 1 + 8;
-/// Smallest legal header: fixed part, IPv4 destination, IPv4 source, no extensions.
-pub const MIN_HEADER_LEN: usize = FIXED_LEN + 7 + 7;
+/// Smallest legal header: fixed part, one-letter domain destination (5 bytes),
+/// IPv4 source (7 bytes), no extensions.
+pub const MIN_HEADER_LEN: usize = FIXED_LEN + 5 + 7;
 /// Extension TLV prefix: kind u16 + length u16.
 const EXTENSION_PREFIX_LEN: usize = 4;
 
@@ -410,8 +411,16 @@ mod tests {
             1, 198, 51, 100, 2, 0x04, 0xd2,
         ];
         assert_eq!(wire, expected);
-        assert_eq!(wire.len(), MIN_HEADER_LEN);
         assert_eq!(Header::decode(&wire), Ok(Some((header, 28))));
+
+        let shortest = Header::new(
+            0,
+            Destination::domain("a", 1).unwrap(),
+            "0.0.0.0:0".parse().unwrap(),
+        );
+        let wire = encoded(&shortest);
+        assert_eq!(wire.len(), MIN_HEADER_LEN);
+        assert_eq!(Header::decode(&wire), Ok(Some((shortest, MIN_HEADER_LEN))));
     }
 
     #[test]
@@ -470,7 +479,7 @@ mod tests {
             Err(HeaderError::TooLong)
         );
         assert_eq!(Header::decode(&[1, 0xff, 0xff]), Err(HeaderError::TooLong));
-        assert_eq!(Header::decode(&[1, 0, 27]), Err(HeaderError::TooShort(27)));
+        assert_eq!(Header::decode(&[1, 0, 25]), Err(HeaderError::TooShort(25)));
         assert_eq!(Header::decode(&[1, 0, 0]), Err(HeaderError::TooShort(0)));
     }
 

@@ -55,7 +55,8 @@ fn socket_addr() -> impl Strategy<Value = SocketAddr> {
 }
 
 fn domain() -> impl Strategy<Value = String> {
-    "[a-zA-Z0-9.-]{1,255}"
+    // Short names are where length arithmetic goes wrong; long ones test the limit.
+    prop_oneof!["[a-z0-9.-]{1,3}", "[a-zA-Z0-9.-]{1,255}"]
 }
 
 fn destination() -> impl Strategy<Value = Destination> {

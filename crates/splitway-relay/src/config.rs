@@ -55,6 +55,21 @@ pub struct Accel {
     /// Accept TCP Fast Open on client-facing listeners, and use
     /// TCP_FASTOPEN_CONNECT on direct legs to servers.
     pub tfo: bool,
+    /// Turbo-start on relay↔relay legs only.
+    pub turbo: Option<Turbo>,
+}
+
+/// KTCP's Turbo-Start: large initial windows and buffers, installed as
+/// per-peer routes (`initcwnd`/`initrwnd`) and socket buffers on relay legs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turbo {
+    /// Initial congestion window, in segments.
+    pub initcwnd: u32,
+    /// Initial receive window, in segments.
+    pub initrwnd: u32,
+    /// Send and receive buffer of relay legs whose peer sets none: the
+    /// initial receive window can only be advertised if the buffer holds it.
+    pub buffer: usize,
 }
 
 impl Default for Accel {
@@ -65,6 +80,7 @@ impl Default for Accel {
             early_syn_expiry: Duration::from_secs(10),
             pool: false,
             tfo: false,
+            turbo: None,
         }
     }
 }
@@ -285,6 +301,15 @@ struct RawAccel {
     early_syn_expiry: Option<String>,
     pool: Option<bool>,
     tfo: Option<bool>,
+    turbo: Option<RawTurbo>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTurbo {
+    initcwnd: Option<u32>,
+    initrwnd: Option<u32>,
+    buffer: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -797,6 +822,28 @@ impl Config {
                     );
                 }
                 accel.early_syn_budget = b;
+            }
+            if let Some(t) = raw.turbo {
+                let turbo = Turbo {
+                    initcwnd: t.initcwnd.unwrap_or(64),
+                    initrwnd: t.initrwnd.unwrap_or(64),
+                    buffer: t.buffer.unwrap_or(8 << 20) as usize,
+                };
+                for (k, v) in [("initcwnd", turbo.initcwnd), ("initrwnd", turbo.initrwnd)] {
+                    if !(1..=1024).contains(&v) {
+                        c.err(
+                            format!("accel.turbo.{k}"),
+                            format!("{v} is outside 1..=1024 segments"),
+                        );
+                    }
+                }
+                if !(64 << 10..=1 << 30).contains(&turbo.buffer) {
+                    c.err(
+                        "accel.turbo.buffer",
+                        format!("{} is outside 65536..=1073741824 bytes", turbo.buffer),
+                    );
+                }
+                accel.turbo = Some(turbo);
             }
             if let Some(t) = raw.early_syn_expiry
                 && let Some(d) = c.duration("accel.early_syn_expiry", &t)

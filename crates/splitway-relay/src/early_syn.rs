@@ -32,8 +32,16 @@ const SHARDS: usize = 16;
 type Key = (SocketAddr, SocketAddr);
 pub type Started = oneshot::Receiver<Result<Next, ConnError>>;
 
+enum Slot {
+    /// The leg started at the SYN, waiting for the accepted connection.
+    Started(Started),
+    /// The connection was accepted before its SYN event was read (possible
+    /// on very short client legs): a late event must not start a leg.
+    Accepted,
+}
+
 struct Entry {
-    started: Started,
+    slot: Slot,
     born: Instant,
 }
 
@@ -96,8 +104,13 @@ impl EarlyStarts {
     pub fn on_syn(&self, shared: &Arc<Shared>, client: SocketAddr, dst: SocketAddr) {
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
-        if shard.contains_key(&key) {
-            self.count(&self.stats.duplicates, EarlySynOutcome::Duplicate, 1);
+        if let Some(e) = shard.get(&key) {
+            if matches!(e.slot, Slot::Accepted) {
+                // The accept won the race; nothing left to start.
+                shard.remove(&key);
+            } else {
+                self.count(&self.stats.duplicates, EarlySynOutcome::Duplicate, 1);
+            }
             return;
         }
         if self.in_table.load(Relaxed) >= self.budget {
@@ -109,7 +122,7 @@ impl EarlyStarts {
         shard.insert(
             key,
             Entry {
-                started: rx,
+                slot: Slot::Started(rx),
                 born: Instant::now(),
             },
         );
@@ -133,18 +146,25 @@ impl EarlyStarts {
     /// The accepted connection's early-started leg, if any.
     pub fn take(&self, client: SocketAddr, dst: SocketAddr) -> Option<Started> {
         let key = (canonical(client), canonical(dst));
-        let entry = self
-            .shard(&key)
-            .lock()
-            .expect("early table lock")
-            .remove(&key);
-        match entry {
-            Some(e) => {
+        let mut shard = self.shard(&key).lock().expect("early table lock");
+        match shard.remove(&key) {
+            Some(Entry {
+                slot: Slot::Started(started),
+                ..
+            }) => {
                 self.in_table.fetch_sub(1, Relaxed);
                 self.count(&self.stats.hits, EarlySynOutcome::Hit, 1);
-                Some(e.started)
+                Some(started)
             }
-            None => {
+            _ => {
+                shard.insert(
+                    key,
+                    Entry {
+                        slot: Slot::Accepted,
+                        born: Instant::now(),
+                    },
+                );
+                drop(shard);
                 self.count(&self.stats.misses, EarlySynOutcome::Miss, 1);
                 None
             }
@@ -155,9 +175,14 @@ impl EarlyStarts {
     pub fn sweep(&self) {
         for shard in &self.shards {
             let mut map = shard.lock().expect("early table lock");
-            let before = map.len();
-            map.retain(|_, e| e.born.elapsed() < self.expiry);
-            let gone = before - map.len();
+            let mut gone = 0;
+            map.retain(|_, e| {
+                let keep = e.born.elapsed() < self.expiry;
+                if !keep && matches!(e.slot, Slot::Started(_)) {
+                    gone += 1;
+                }
+                keep
+            });
             if gone > 0 {
                 self.in_table.fetch_sub(gone, Relaxed);
                 self.count(&self.stats.expired, EarlySynOutcome::Expired, gone as u64);
@@ -180,24 +205,5 @@ impl EarlyStarts {
             "over_budget": self.stats.over_budget.load(Relaxed),
             "expired": self.stats.expired.load(Relaxed),
         })
-    }
-}
-
-/// TEMPORARY shim until splitway-sys's BPF SYN detector lands: attaching
-/// always fails, so the relay logs that early SYN is unavailable.
-pub struct SynWatch;
-
-pub struct SynEvent {
-    pub client: SocketAddr,
-    pub original_dst: SocketAddr,
-}
-
-impl SynWatch {
-    pub fn attach(_interfaces: &[String], _ports: &[u16]) -> Result<SynWatch, String> {
-        Err("BPF SYN detector not built yet".into())
-    }
-
-    pub async fn next(&mut self) -> Result<SynEvent, String> {
-        std::future::pending().await
     }
 }

@@ -28,7 +28,11 @@ const BACKLOG: i32 = 4096;
 
 /// Binds a listener socket. TPROXY listeners get IP_TRANSPARENT so they
 /// accept connections addressed to foreign destinations.
-pub fn bind(l: &Listener, tfo: bool) -> Result<TcpListener, RelayError> {
+pub fn bind(
+    l: &Listener,
+    tfo: bool,
+    turbo_buffer: Option<usize>,
+) -> Result<TcpListener, RelayError> {
     let err = |source| RelayError::Listen {
         addr: l.addr,
         mode: l.mode.as_str(),
@@ -44,6 +48,12 @@ pub fn bind(l: &Listener, tfo: bool) -> Result<TcpListener, RelayError> {
     if l.mode == ListenMode::Tproxy {
         splitway_sys::sock::set_transparent(&sock, l.addr.is_ipv6())
             .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+    }
+    if let (ListenMode::Peer, Some(n)) = (l.mode, turbo_buffer) {
+        // Accepted sockets inherit the listener's buffers; the receive
+        // buffer must be set before the SYN to scale the window.
+        sock.set_recv_buffer_size(n).map_err(err)?;
+        sock.set_send_buffer_size(n).map_err(err)?;
     }
     sock.bind(&l.addr.into()).map_err(err)?;
     if tfo && l.mode != ListenMode::Peer {
@@ -143,13 +153,16 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
         ListenMode::Peer => {
             let keys: Vec<_> = shared.cfg.psk.iter().cloned().collect();
             match peer::accept(&stream, &keys, &shared.cfg.timeouts, &shared.metrics).await {
-                Ok(a) => Ok((
-                    a.header.dst,
-                    a.early_data,
-                    a.header.conn_id,
-                    a.header.ttl.saturating_sub(1),
-                    a.header.src,
-                )),
+                Ok(a) => {
+                    shared.learn_upstream(client.ip());
+                    Ok((
+                        a.header.dst,
+                        a.early_data,
+                        a.header.conn_id,
+                        a.header.ttl.saturating_sub(1),
+                        a.header.src,
+                    ))
+                }
                 Err(e) => Err(e),
             }
         }

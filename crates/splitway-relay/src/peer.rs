@@ -71,8 +71,13 @@ pub struct PeerLeg {
     buf: Vec<u8>,
 }
 
-/// Opens a tuned connection to `peer`.
-pub async fn connect(peer: &Peer, timeouts: &Timeouts) -> Result<TcpStream, ConnError> {
+/// Opens a tuned connection to `peer`. `turbo_buffer` is turbo-start's
+/// buffer size for peers whose config sets none.
+pub async fn connect(
+    peer: &Peer,
+    timeouts: &Timeouts,
+    turbo_buffer: Option<usize>,
+) -> Result<TcpStream, ConnError> {
     let io_err = |op, source| ConnError::PeerIo {
         peer: peer.name.clone(),
         op,
@@ -83,8 +88,13 @@ pub async fn connect(peer: &Peer, timeouts: &Timeouts) -> Result<TcpStream, Conn
         SocketAddr::V6(_) => TcpSocket::new_v6(),
     }
     .map_err(|e| ConnError::Internal(format!("socket: {e}")))?;
-    tuning::apply(&sock, &peer.tuning, Some(PEER_KEEPALIVE_DEFAULT))
-        .map_err(|e| ConnError::Internal(format!("tuning leg to peer {}: {e}", peer.name)))?;
+    tuning::apply_with_buffers(
+        &sock,
+        &peer.tuning,
+        Some(PEER_KEEPALIVE_DEFAULT),
+        turbo_buffer,
+    )
+    .map_err(|e| ConnError::Internal(format!("tuning leg to peer {}: {e}", peer.name)))?;
     match tokio::time::timeout(timeouts.connect, sock.connect(peer.addr)).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(io_err("connect", e)),
@@ -132,8 +142,9 @@ pub async fn dial(
     header: &Header,
     early_data: &[u8],
     timeouts: &Timeouts,
+    turbo_buffer: Option<usize>,
 ) -> Result<PeerLeg, ConnError> {
-    let stream = connect(peer, timeouts).await?;
+    let stream = connect(peer, timeouts, turbo_buffer).await?;
     let (dialer, mut out) = answer_challenge(&stream, peer, psk, timeouts).await?;
     header.encode(&mut out);
     out.extend_from_slice(early_data);
@@ -161,8 +172,13 @@ pub struct Pooled {
 }
 
 /// Opens and fully authenticates a connection for the pool.
-pub async fn dial_pooled(peer: &Peer, psk: &Psk, timeouts: &Timeouts) -> Result<Pooled, ConnError> {
-    let stream = connect(peer, timeouts).await?;
+pub async fn dial_pooled(
+    peer: &Peer,
+    psk: &Psk,
+    timeouts: &Timeouts,
+    turbo_buffer: Option<usize>,
+) -> Result<Pooled, ConnError> {
+    let stream = connect(peer, timeouts, turbo_buffer).await?;
     let (mut dialer, response) = answer_challenge(&stream, peer, psk, timeouts).await?;
     write_all(&stream, &response)
         .await

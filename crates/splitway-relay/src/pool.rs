@@ -42,6 +42,7 @@ pub struct PoolStats {
 
 pub struct PeerPool {
     peer: Peer,
+    turbo_buffer: Option<usize>,
     metrics: Arc<Metrics>,
     psk: Psk,
     timeouts: Timeouts,
@@ -53,9 +54,16 @@ pub struct PeerPool {
 }
 
 impl PeerPool {
-    pub fn new(peer: Peer, psk: Psk, timeouts: Timeouts, metrics: Arc<Metrics>) -> Arc<PeerPool> {
+    pub fn new(
+        peer: Peer,
+        psk: Psk,
+        timeouts: Timeouts,
+        turbo_buffer: Option<usize>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<PeerPool> {
         Arc::new(PeerPool {
             peer,
+            turbo_buffer,
             metrics,
             psk,
             timeouts,
@@ -154,7 +162,13 @@ impl PeerPool {
                     self.in_flight.fetch_add(1, Ordering::Relaxed);
                     let pool = self.clone();
                     dials.spawn(async move {
-                        let r = peer::dial_pooled(&pool.peer, &pool.psk, &pool.timeouts).await;
+                        let r = peer::dial_pooled(
+                            &pool.peer,
+                            &pool.psk,
+                            &pool.timeouts,
+                            pool.turbo_buffer,
+                        )
+                        .await;
                         pool.in_flight.fetch_sub(1, Ordering::Relaxed);
                         r
                     });

@@ -13,12 +13,16 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::config::{Config, ListenMode, Via};
-use crate::early_syn::{EarlyStarts, SynWatch};
+use crate::config::{Config, ListenMode, Turbo, Via};
+use crate::early_syn::EarlyStarts;
 use crate::error::RelayError;
 use crate::ingress;
 use crate::pool::PeerPool;
 use crate::route::RouteTable;
+use splitway_sys::bpf::SynWatch;
+use splitway_sys::turbo::{self, TurboRoute, Windows};
+use std::collections::HashMap;
+use std::net::IpAddr;
 
 /// State shared by every connection of a running relay.
 pub struct Shared {
@@ -30,6 +34,56 @@ pub struct Shared {
     pub pools: Vec<Option<Arc<PeerPool>>>,
     /// Legs started at the client's SYN, when early SYN is on and works.
     pub early: Option<Arc<EarlyStarts>>,
+    /// Turbo-start routes, by destination; removed when the relay stops.
+    pub turbo_routes: std::sync::Mutex<HashMap<IpAddr, TurboRoute>>,
+}
+
+impl Shared {
+    /// Makes sure the return direction to an upstream relay that just
+    /// authenticated gets turbo-start too. Its connections established
+    /// before this route existed keep the default window.
+    pub fn learn_upstream(&self, addr: IpAddr) {
+        let Some(turbo) = self.cfg.accel.turbo else {
+            return;
+        };
+        let addr = addr.to_canonical();
+        let mut routes = self.turbo_routes.lock().expect("turbo lock");
+        if routes.contains_key(&addr) || self.turbo_prefix_covers(addr) {
+            return;
+        }
+        match install_turbo(addr, None, turbo) {
+            Ok(r) => {
+                info!(upstream = %addr, route = r.destination(), "turbo-start route installed for upstream relay");
+                routes.insert(addr, r);
+            }
+            Err(e) => warn!(upstream = %addr, error = %e, "cannot install turbo-start route"),
+        }
+    }
+
+    fn turbo_prefix_covers(&self, addr: IpAddr) -> bool {
+        self.cfg
+            .listeners
+            .iter()
+            .filter(|l| l.mode == ListenMode::Peer)
+            .flat_map(|l| l.allow_clients.iter())
+            .any(|n| n.contains(&addr))
+    }
+}
+
+fn install_turbo(
+    addr: IpAddr,
+    prefix: Option<u8>,
+    t: Turbo,
+) -> Result<TurboRoute, splitway_sys::SysError> {
+    let len = prefix.unwrap_or(if addr.is_ipv4() { 32 } else { 128 });
+    turbo::install(
+        addr,
+        len,
+        Windows {
+            initcwnd: t.initcwnd,
+            initrwnd: t.initrwnd,
+        },
+    )
 }
 
 /// Resolves once `stop` turns true. (The guard `wait_for` returns is not
@@ -75,7 +129,12 @@ impl Shared {
                 "early_syn": self.cfg.accel.early_syn,
                 "pool": self.cfg.accel.pool,
                 "tfo": self.cfg.accel.tfo,
-                "turbo_start": false,
+                "turbo_start": self.cfg.accel.turbo.map(|t| json!({
+                    "initcwnd": t.initcwnd,
+                    "initrwnd": t.initrwnd,
+                    "buffer": t.buffer,
+                    "routes": self.turbo_routes.lock().expect("turbo lock").values().map(|r| r.destination().to_owned()).collect::<Vec<_>>(),
+                })),
             },
             "connections_active": {
                 "tproxy": self.metrics.active_count(Mode::Tproxy),
@@ -107,7 +166,11 @@ impl Relay {
         let mut listeners = Vec::new();
         let mut interceptions = Vec::new();
         for l in &cfg.listeners {
-            listeners.push(ingress::bind(l, cfg.accel.tfo)?);
+            listeners.push(ingress::bind(
+                l,
+                cfg.accel.tfo,
+                cfg.accel.turbo.map(|t| t.buffer),
+            )?);
             if let Some(i) = &l.intercept {
                 let spec = InterceptSpec {
                     table: format!("splitway_{}", cfg.name.replace('-', "_")),
@@ -138,6 +201,7 @@ impl Relay {
                     p.clone(),
                     psk.clone(),
                     cfg.timeouts.clone(),
+                    cfg.accel.turbo.map(|t| t.buffer),
                     metrics.clone(),
                 )),
                 _ => None,
@@ -172,7 +236,36 @@ impl Relay {
         } else {
             (None, None)
         };
+        // Turbo-start routes to every relay we talk to: configured peers,
+        // and upstream relays' allowed prefixes (others are learned when
+        // they authenticate).
+        let mut turbo_routes = HashMap::new();
+        if let Some(t) = cfg.accel.turbo {
+            let peer_prefixes = cfg
+                .listeners
+                .iter()
+                .filter(|l| l.mode == ListenMode::Peer)
+                .flat_map(|l| l.allow_clients.iter());
+            for (addr, len) in cfg
+                .peers
+                .iter()
+                .map(|p| (p.addr.ip(), None))
+                .chain(peer_prefixes.map(|n| (n.addr(), Some(n.prefix_len()))))
+            {
+                let r = install_turbo(addr, len, t).map_err(|e| {
+                    RelayError::Internal(format!("turbo-start route to {addr}: {e}"))
+                })?;
+                info!(
+                    route = r.destination(),
+                    initcwnd = t.initcwnd,
+                    initrwnd = t.initrwnd,
+                    "turbo-start route installed"
+                );
+                turbo_routes.insert(addr, r);
+            }
+        }
         let shared = Arc::new(Shared {
+            turbo_routes: std::sync::Mutex::new(turbo_routes),
             routes: RouteTable::new(&cfg.routes),
             cfg,
             metrics,
@@ -272,6 +365,7 @@ impl Relay {
         // Interception goes with the listeners: packets must not be
         // redirected to a port nobody accepts on.
         drop(self.interceptions);
+        self.shared.turbo_routes.lock().expect("turbo lock").clear();
 
         let deadline = Instant::now() + drain;
         loop {

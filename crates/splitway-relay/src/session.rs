@@ -133,7 +133,18 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
             let early = std::mem::take(&mut inbound.early_data);
             let leg = match pooled {
                 Some(c) => c.carry(&peer.name, &header, &early).await,
-                None => peer::dial(peer, psk, &header, &early, &shared.cfg.timeouts).await,
+                None => {
+                    let turbo_buffer = shared.cfg.accel.turbo.map(|t| t.buffer);
+                    peer::dial(
+                        peer,
+                        psk,
+                        &header,
+                        &early,
+                        &shared.cfg.timeouts,
+                        turbo_buffer,
+                    )
+                    .await
+                }
             };
             if leg.is_err() {
                 shared.metrics.peer_connect_failure(&peer.name);

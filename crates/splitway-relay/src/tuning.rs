@@ -21,12 +21,23 @@ pub fn apply(
     tuning: &LegTuning,
     keepalive_default: Option<Duration>,
 ) -> std::io::Result<()> {
+    apply_with_buffers(sock, tuning, keepalive_default, None)
+}
+
+/// Like [`apply`], with a buffer size for legs whose config sets none
+/// (turbo-start's big buffers on relay legs).
+pub fn apply_with_buffers(
+    sock: &impl AsFd,
+    tuning: &LegTuning,
+    keepalive_default: Option<Duration>,
+    default_buffer: Option<usize>,
+) -> std::io::Result<()> {
     let s = SockRef::from(sock);
     s.set_nodelay(tuning.nodelay.unwrap_or(true))?;
-    if let Some(n) = tuning.sndbuf {
+    if let Some(n) = tuning.sndbuf.or(default_buffer) {
         s.set_send_buffer_size(n)?;
     }
-    if let Some(n) = tuning.rcvbuf {
+    if let Some(n) = tuning.rcvbuf.or(default_buffer) {
         s.set_recv_buffer_size(n)?;
     }
     let keepalive = tuning.keepalive.unwrap_or(keepalive_default);

@@ -5,12 +5,14 @@
 //! pipes, netfilter and route setup, network namespaces, TUN devices and
 //! real-time scheduling for the lab, and (later) the BPF loader.
 
+pub mod bpf;
 pub mod netns;
 pub mod rt;
 pub mod sock;
 pub mod splice;
 pub mod tproxy;
 pub mod tun;
+pub mod turbo;
 
 use thiserror::Error;
 
@@ -28,6 +30,9 @@ pub enum SysError {
     Command { cmd: String, detail: String },
     #[error("{0}")]
     Internal(String),
+    /// Loading, attaching or reading a BPF program or map failed.
+    #[error("bpf {op}: {detail}")]
+    Bpf { op: String, detail: String },
 }
 
 impl SysError {

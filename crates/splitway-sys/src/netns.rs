@@ -14,11 +14,11 @@ use crate::SysError;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// A unique, short name: `{prefix}{pid36}{n}`. Kept short because interface
-/// names derived from it must fit in 15 bytes.
+/// A unique, short name: `{prefix}-{pid36}-{n}`. The dashes delimit the
+/// prefix, so cleaning up prefix "sw" never touches "swlt-…" of another run.
 pub fn unique_name(prefix: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}{}x{n}", radix36(std::process::id()))
+    format!("{prefix}-{}-{n}", radix36(std::process::id()))
 }
 
 fn radix36(mut v: u32) -> String {
@@ -167,10 +167,16 @@ pub fn remove_stale(prefix: &str) {
     };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
-        let Some(rest) = name.strip_prefix(prefix) else {
+        let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else {
             continue;
         };
-        let pid_part = rest.split('x').next().unwrap_or("");
+        let mut parts = rest.split('-');
+        let (Some(pid_part), Some(n), None) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if n.parse::<u32>().is_err() {
+            continue;
+        }
         let alive = u32::from_str_radix(pid_part, 36)
             .map(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
             .unwrap_or(false);
@@ -202,4 +208,18 @@ pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) -> Result<(), SysError
     a.ip(&["link", "set", a_if, "up"])?;
     b.ip(&["link", "set", b_if, "up"])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_delimited() {
+        let a = unique_name("swx");
+        let b = unique_name("swx");
+        assert_ne!(a, b);
+        assert!(a.starts_with("swx-"), "{a}");
+        assert_eq!(a.matches('-').count(), 2, "{a}");
+    }
 }

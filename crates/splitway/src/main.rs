@@ -54,6 +54,8 @@ up to --drain-timeout. Log verbosity follows RUST_LOG (default: info).")]
     },
     /// Print a new random pre-shared key (hex) for relay-to-relay authentication.
     Keygen,
+    /// Emulated WAN in network namespaces: every configuration measured against the model.
+    Lab(Box<splitway_lab::cli::LabArgs>),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -83,6 +85,9 @@ fn main() -> ExitCode {
             drain_timeout,
         } => relay_cmd::run(&config, check, drain_timeout),
         Command::Keygen => keygen(),
+        Command::Lab(args) => splitway_lab::cli::run(*args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(code) => code,

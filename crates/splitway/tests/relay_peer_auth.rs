@@ -189,3 +189,57 @@ fn unauthenticated_peers_are_refused_and_counted() {
     deadline.remaining("peer auth tests");
     lab.assert_relays_alive();
 }
+
+/// rc holds a different key than rs: rs refuses every leg as bad_mac, rc
+/// reports the failure to its client as a reset and counts it.
+#[test]
+fn mismatched_keys_refuse_the_chain() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    let other_key = lab.dir.join("other-psk.key");
+    write_psk(&other_key, 0xBAD_4E7);
+    configs[0].psk_file = Some(other_key);
+    lab.start_relays(&configs);
+    let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+    let server = TestServer::bind(&lab.server, dst);
+
+    match connect_in(&lab.client, dst) {
+        Ok(mut stream) => match stream.write_all(b"must not arrive") {
+            Ok(()) => {
+                expect_reset(&mut stream, "client behind a relay with the wrong key");
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("client write: expected at most a reset, got {e}"),
+        },
+        // The reset can beat connect()'s own completion check.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("expected a reset, got {e}"),
+    }
+    lab.wait_counter(
+        "rs",
+        "splitway_peer_auth_failures_total",
+        &[("reason", "bad_mac")],
+        1.0,
+        deadline,
+    );
+    lab.wait_counter(
+        "rs",
+        "splitway_connections_closed_total",
+        &[("mode", "peer"), ("reason", "auth_failed")],
+        1.0,
+        deadline,
+    );
+    // rc learns from rs's Reject frame that its key is wrong; reporting that
+    // as anything but auth_failed would send its operator after the network.
+    lab.wait_counter(
+        "rc",
+        "splitway_connections_closed_total",
+        &[("mode", "tproxy"), ("reason", "auth_failed")],
+        1.0,
+        deadline,
+    );
+    server.assert_no_pending_connection();
+    lab.assert_relays_alive();
+}

@@ -4,11 +4,14 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::SocketAddr;
+use std::net::{Shutdown, SocketAddr};
 use std::process::Stdio;
 use std::time::Duration;
 
 use support::*;
+
+/// A name only the relays' hosts files know.
+const ORIGIN_NAME: &str = "origin.splitway.test";
 
 /// Starts nginx in the server namespace serving `dir/www` on port 80.
 fn start_nginx(lab: &mut Lab) {
@@ -103,6 +106,7 @@ fn socks5_and_http_connect_download_from_nginx() {
     }
     let deadline = Deadline::after(Duration::from_secs(60));
     let mut lab = Lab::two_relays();
+    lab.relay_hosts_file(&format!("{SERVER_V4} {ORIGIN_NAME}"));
     let configs = lab.default_configs(&[80], false);
     lab.start_relays(&configs);
     start_nginx(&mut lab);
@@ -126,42 +130,57 @@ fn socks5_and_http_connect_download_from_nginx() {
             ],
         ),
     ];
-    for (mode, proxy_args) in &proxies {
-        let download = lab.dir.join(&format!("download-{mode}"));
+    // By address, then by a name that only the relays can resolve (the
+    // client has no entry for it), so the proxies must carry it.
+    let targets = [SERVER_V4, ORIGIN_NAME];
+    let mut downloads = 0;
+    for ((mode, proxy_args), target) in proxies
+        .iter()
+        .flat_map(|p| targets.iter().map(move |t| (p, t)))
+    {
+        downloads += 1;
+        let download = lab.dir.join(&format!("download-{mode}-{target}"));
         let out = output(
             lab.client
                 .command("curl")
                 .args(["-sS", "--fail", "--max-time", "30", "-o"])
                 .arg(&download)
                 .args(proxy_args)
-                .arg(format!("http://{SERVER_V4}/file")),
+                .arg(format!("http://{target}/file")),
         );
         assert!(
             out.status.success(),
-            "curl via {mode} failed ({}): {}",
+            "curl via {mode} to {target} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(
             sha256_file(&download),
             served_sha,
-            "file downloaded via {mode} differs from the served one"
+            "file downloaded via {mode} from {target} differs from the served one"
         );
-        lab.wait_counter(
+    }
+    for (mode, _) in &proxies {
+        let accepted = lab.wait_counter(
             "rc",
             "splitway_connections_accepted_total",
             // Label values use `_` where config modes use `-`.
             &[("mode", &mode.replace('-', "_"))],
-            1.0,
+            targets.len() as f64,
             deadline,
         );
+        assert_eq!(
+            accepted,
+            targets.len() as f64,
+            "{mode} connections accepted"
+        );
     }
-    // nginx saw both requests arrive from the last relay and sent the whole file.
+    // nginx saw every request arrive from the last relay and sent the whole file.
     let access = std::fs::read_to_string(lab.dir.join("nginx-access.log")).unwrap_or_default();
     let expected_line = format!("{LAST_RELAY_V4} 200 {}", served.len);
     assert_eq!(
         access.lines().filter(|l| *l == expected_line).count(),
-        2,
+        downloads,
         "nginx access log:\n{access}"
     );
     deadline.remaining("proxy downloads");
@@ -251,5 +270,105 @@ fn refused_destination_is_reported_per_protocol() {
         LAST_RELAY_V4,
     );
     deadline.remaining("refused tests");
+    lab.assert_relays_alive();
+}
+
+/// Garbage on the explicit-proxy ports is refused in each protocol's terms
+/// and counted as bad_request; nothing reaches the server.
+#[test]
+fn malformed_proxy_requests_are_refused() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], false);
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+
+    // SOCKS version 4 greeting to the SOCKS5 port: closed without a reply
+    // that grants anything.
+    let mut socks =
+        connect_in(&lab.client, sock(&format!("{ENTRY_V4}:{SOCKS_PORT}"))).expect("socks connect");
+    socks
+        .write_all(&[4, 1, 0x13, 0x89, 10, 0, 3, 2, 0])
+        .expect("send SOCKS4 request");
+    let mut reply = Vec::new();
+    match socks.read_to_end(&mut reply) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("socks: expected the relay to close, got {e}"),
+    }
+    assert!(
+        !reply.starts_with(&[0, 0x5a]) && !reply.starts_with(&[5, 0]),
+        "a SOCKS4 request must not be granted: {reply:?}"
+    );
+
+    // Not an HTTP request at all: 400, then closed.
+    let mut http = connect_in(
+        &lab.client,
+        sock(&format!("{ENTRY_V4}:{HTTP_CONNECT_PORT}")),
+    )
+    .expect("http connect");
+    http.write_all(b"\x16\x03\x01\x00\x05hello\r\n\r\n")
+        .expect("send garbage");
+    let mut response = Vec::new();
+    let _ = http.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response);
+    let status = response.lines().next().unwrap_or("");
+    assert!(
+        status.split_whitespace().nth(1) == Some("400"),
+        "garbage on the CONNECT port should get 400, got {status:?}"
+    );
+
+    for mode in ["socks5", "http_connect"] {
+        lab.wait_counter(
+            "rc",
+            "splitway_connections_closed_total",
+            &[("mode", mode), ("reason", "bad_request")],
+            1.0,
+            deadline,
+        );
+    }
+    server.assert_no_pending_connection();
+    lab.assert_relays_alive();
+}
+
+/// A SOCKS5 client that does not wait for replies: greeting, request and
+/// the first payload bytes in one write. The payload must reach the
+/// server intact and be counted as forwarded, like any other byte.
+#[test]
+fn pipelined_socks5_payload_is_forwarded_and_counted() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], false);
+    lab.start_relays(&configs);
+    let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+    let server = TestServer::bind(&lab.server, dst);
+
+    let payload = b"request line sent before any SOCKS reply arrived\n".repeat(20);
+    let mut socks =
+        connect_in(&lab.client, sock(&format!("{ENTRY_V4}:{SOCKS_PORT}"))).expect("socks connect");
+    let port = SERVER_PORT.to_be_bytes();
+    let mut bytes = vec![5, 1, 0, 5, 1, 0, 1, 10, 0, 3, 2, port[0], port[1]];
+    bytes.extend_from_slice(&payload);
+    socks.write_all(&bytes).expect("pipelined write");
+    socks.shutdown(Shutdown::Write).expect("shutdown(Write)");
+
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let mut received = Vec::new();
+    conn.read_to_end(&mut received).expect("server read");
+    assert_eq!(received, payload, "pipelined payload at the server");
+    conn.write_all(b"ok").expect("server reply");
+    drop(conn);
+
+    let mut replies = Vec::new();
+    socks.read_to_end(&mut replies).expect("client read");
+    assert_eq!(&replies[..2], &[5, 0], "method selection");
+    assert_eq!(&replies[2..4], &[5, 0], "CONNECT reply: succeeded");
+    assert!(replies.ends_with(b"ok"), "server data after the replies");
+
+    lab.assert_forwarded_bytes("rc", payload.len() as u64, 2, deadline);
+    lab.assert_forwarded_bytes("rs", payload.len() as u64, 2, deadline);
     lab.assert_relays_alive();
 }

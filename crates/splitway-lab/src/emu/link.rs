@@ -26,6 +26,9 @@ pub const REALTIME_PRIORITY: i32 = 50;
 /// Longest sleep without checking the stop flag and new parameters.
 const MAX_IDLE_NS: u64 = 20_000_000;
 
+/// How often the thread publishes its CPU time.
+const CPU_SAMPLE_NS: u64 = 10_000_000;
+
 /// Packets read from one device before checking what is due again.
 const READ_BATCH: usize = 64;
 
@@ -83,6 +86,10 @@ struct Shared {
     generation: AtomicU64,
     params: Mutex<(DirectionParams, DirectionParams, usize)>,
     realtime: AtomicBool,
+    /// The thread's CPU time, sampled every `CPU_SAMPLE_NS`.
+    cpu_ns: AtomicU64,
+    /// `cpu_ns` at the last counter reset.
+    cpu_baseline_ns: AtomicU64,
     forward: DirectionCounters,
     reverse: DirectionCounters,
 }
@@ -108,6 +115,8 @@ impl LinkHandle {
             generation: AtomicU64::new(0),
             params: Mutex::new((config.forward, config.reverse, config.max_buffers)),
             realtime: AtomicBool::new(false),
+            cpu_ns: AtomicU64::new(0),
+            cpu_baseline_ns: AtomicU64::new(0),
             forward: DirectionCounters::default(),
             reverse: DirectionCounters::default(),
         });
@@ -165,7 +174,19 @@ impl LinkHandle {
         self.shared.realtime.load(Ordering::Relaxed)
     }
 
+    /// CPU time of the emulator thread since the last reset (sampled every
+    /// 10 ms, so up to 10 ms stale).
+    pub fn cpu_time(&self) -> std::time::Duration {
+        let now = self.shared.cpu_ns.load(Ordering::Relaxed);
+        let base = self.shared.cpu_baseline_ns.load(Ordering::Relaxed);
+        std::time::Duration::from_nanos(now.saturating_sub(base))
+    }
+
     pub fn reset_counters(&self) {
+        self.shared.cpu_baseline_ns.store(
+            self.shared.cpu_ns.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         self.shared.forward.reset();
         self.shared.reverse.reset();
     }
@@ -229,8 +250,16 @@ fn run<L: PacketDevice, R: PacketDevice>(config: LinkConfig, left: L, right: R, 
     // Drains a device when no buffer is free, so the kernel queue keeps moving.
     let mut scratch = vec![0u8; PACKET_BUF];
     let mut generation = 0;
+    let mut last_cpu_sample = 0;
 
     while !shared.stop.load(Ordering::Relaxed) {
+        let now = rt::now_ns();
+        if now - last_cpu_sample >= CPU_SAMPLE_NS {
+            last_cpu_sample = now;
+            shared
+                .cpu_ns
+                .store(rt::thread_cpu_time_ns(), Ordering::Relaxed);
+        }
         let current = shared.generation.load(Ordering::Acquire);
         if current != generation {
             generation = current;
@@ -342,9 +371,14 @@ fn release_due(
         let c = counters[dir];
         c.lateness.record_ns(now - pkt.release_at);
         match outputs[dir].send_packet(pkt.data()) {
-            Ok(_) => {
+            Ok(n) if n == pkt.len => {
                 DirectionCounters::add(&c.forwarded_packets, 1);
-                DirectionCounters::add(&c.forwarded_bytes, pkt.len as u64);
+                DirectionCounters::add(&c.forwarded_bytes, n as u64);
+            }
+            Ok(n) => {
+                // A TUN write is all or nothing; a short one is a lost packet.
+                DirectionCounters::add(&c.write_failures, 1);
+                tracing::debug!(written = n, len = pkt.len, "emulator short write");
             }
             Err(e) => {
                 DirectionCounters::add(&c.write_failures, 1);

@@ -238,6 +238,10 @@ pub struct LinkStats {
     pub rate_capped: bool,
     /// Whether the link's thread runs at SCHED_FIFO.
     pub realtime: bool,
+    /// CPU time of the link's thread since the last reset, ms.
+    pub cpu_ms: f64,
+    /// `cpu_ms` per packet forwarded or dropped (both directions), µs.
+    pub cpu_us_per_packet: f64,
     pub forward: DirectionStats,
     pub reverse: DirectionStats,
     pub tun_left: TunCounters,
@@ -376,6 +380,20 @@ impl fmt::Display for EmuStats {
                 )?;
             }
         }
+        for l in &self.links {
+            writeln!(
+                f,
+                "link {} emulator thread: {:.1} ms CPU, {:.2} µs per packet{}",
+                l.index,
+                l.cpu_ms,
+                l.cpu_us_per_packet,
+                if l.realtime {
+                    ", SCHED_FIFO"
+                } else {
+                    ", not real-time"
+                }
+            )?;
+        }
         if self.suspect.is_empty() {
             writeln!(f, "emulator: clean run")
         } else {
@@ -432,6 +450,8 @@ mod tests {
             right: "server".into(),
             rate_capped: false,
             realtime: true,
+            cpu_ms: 0.0,
+            cpu_us_per_packet: 0.0,
             forward: DirectionStats::default(),
             reverse: DirectionStats::default(),
             tun_left: clean_tun.clone(),

@@ -15,6 +15,7 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -62,6 +63,7 @@ pub fn netns_usable() -> bool {
             return Err("not running as root".into());
         }
         netns::remove_stale(PREFIX);
+        remove_stale_temp_dirs();
         let name = netns::unique_name(PREFIX);
         Netns::create(&name)
             .map(drop)
@@ -135,6 +137,13 @@ impl Deadline {
         left
     }
 
+    /// The earlier of two deadlines.
+    pub fn min(self, other: Deadline) -> Deadline {
+        Deadline {
+            at: self.at.min(other.at),
+        }
+    }
+
     pub fn expired(&self) -> bool {
         Instant::now() >= self.at
     }
@@ -174,7 +183,9 @@ pub struct TempDir {
 
 impl TempDir {
     pub fn new() -> TempDir {
-        let path = std::env::temp_dir().join(format!("{}-{}", netns::unique_name(PREFIX), "tmp"));
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("{PREFIX}-tmp-{}-{n}", std::process::id()));
         fs::create_dir_all(&path).expect("create temp dir");
         TempDir { path }
     }
@@ -191,6 +202,27 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Removes temp dirs of earlier runs whose process is gone (a killed test
+/// binary never runs its destructors). Names are `{PREFIX}-tmp-{pid}-{n}`.
+fn remove_stale_temp_dirs() {
+    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    let prefix = format!("{PREFIX}-tmp-");
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((pid, _n)) = name.strip_prefix(&prefix).and_then(|r| r.split_once('-')) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -224,6 +256,8 @@ pub struct RelayConfig {
     pub routes: Vec<(String, String)>,
     /// Raw TOML tables appended at the end (`[timeouts]`, `[forwarding]`, ...).
     pub extra: String,
+    /// Key file other than the lab's shared one.
+    pub psk_file: Option<PathBuf>,
 }
 
 impl RelayConfig {
@@ -234,6 +268,7 @@ impl RelayConfig {
             peers: Vec::new(),
             routes: Vec::new(),
             extra: String::new(),
+            psk_file: None,
         }
     }
 
@@ -282,6 +317,7 @@ impl RelayConfig {
     }
 
     pub fn render(&self, psk_file: &Path) -> String {
+        let psk_file = self.psk_file.as_deref().unwrap_or(psk_file);
         let mut out = String::new();
         writeln!(out, "name = {:?}", self.name).unwrap();
         writeln!(out, "psk_file = {:?}", psk_file.display().to_string()).unwrap();
@@ -402,6 +438,8 @@ pub struct Lab {
     pub server: Netns,
     pub dir: TempDir,
     pub psk_path: PathBuf,
+    /// `/etc/netns/<ns>` dirs created for per-namespace files.
+    etc_dirs: Vec<PathBuf>,
 }
 
 impl Lab {
@@ -416,13 +454,15 @@ impl Lab {
         let dir = TempDir::new();
         let psk_path = dir.join("psk.key");
         write_psk(&psk_path, 0x5717_0001);
-        let mk = |_role: &str| {
+        let create = || {
             let name = netns::unique_name(PREFIX);
             Netns::create(&name).unwrap_or_else(|e| panic!("create netns {name}: {e}"))
         };
-        let client = mk("client");
-        let relays: Vec<Netns> = relay_names.iter().map(|r| mk(r)).collect();
-        let server = mk("server");
+        // Each namespace is owned as soon as it exists, so a failure below
+        // still removes the ones already created.
+        let client = create();
+        let relays: Vec<Netns> = relay_names.iter().map(|_| create()).collect();
+        let server = create();
         let lab = Lab {
             relays_running: Vec::new(),
             helpers_running: Vec::new(),
@@ -432,6 +472,7 @@ impl Lab {
             server,
             dir,
             psk_path,
+            etc_dirs: Vec::new(),
         };
         lab.wire();
         lab
@@ -614,7 +655,7 @@ impl Lab {
         let deadline = Deadline::after(Duration::from_secs(15));
         let ns = &self.relays[r];
         let process = &mut self.relays_running[index];
-        wait_until(
+        let status = wait_until(
             deadline,
             &format!("waiting for relay {name} to become ready"),
             || {
@@ -624,10 +665,33 @@ impl Lab {
                         process.stderr()
                     );
                 }
-                let admin_ok = curl_admin(ns, "/status").is_ok();
-                (admin_ok && listening_ports(ns).is_superset_of(&ports)).then_some(())
+                let status = curl_admin(ns, "/status").ok()?;
+                listening_ports(ns).is_superset_of(&ports).then_some(status)
             },
         );
+        let status: serde_json::Value = serde_json::from_str(&status)
+            .unwrap_or_else(|e| panic!("relay {name}: /status is not JSON ({e}): {status}"));
+        assert_eq!(
+            status["name"].as_str(),
+            Some(name.as_str()),
+            "/status of relay {name}: {status}"
+        );
+    }
+
+    /// Gives every relay namespace an `/etc/hosts` with `entries` (`ip
+    /// netns exec` bind-mounts `/etc/netns/<ns>/hosts` over `/etc/hosts`).
+    /// Call before starting the relays.
+    pub fn relay_hosts_file(&mut self, entries: &str) {
+        for ns in &self.relays {
+            let dir = Path::new("/etc/netns").join(ns.name());
+            fs::create_dir_all(&dir).expect("create /etc/netns dir");
+            self.etc_dirs.push(dir.clone());
+            fs::write(
+                dir.join("hosts"),
+                format!("127.0.0.1 localhost\n{entries}\n"),
+            )
+            .expect("write hosts file");
+        }
     }
 
     /// Fails the test if a relay has exited (a crash mid-test).
@@ -679,6 +743,9 @@ impl Lab {
         deadline: Deadline,
     ) -> f64 {
         let mut last = 0.0;
+        // Counters follow the event they count within moments; a long wait
+        // only delays the failure report.
+        let deadline = deadline.min(Deadline::after(Duration::from_secs(10)));
         let reached = poll_until(deadline, || {
             last = self.metrics(relay).counter(name, labels);
             (last >= at_least).then_some(last)
@@ -691,6 +758,38 @@ impl Lab {
         })
     }
 
+    /// Waits until `relay` has counted the payload of every finished
+    /// transfer in `splitway_forwarded_bytes_total`, then checks the counts
+    /// are exact: every byte forwarded is counted once, whatever path (copy,
+    /// splice, carried with the relay header) it took.
+    pub fn assert_forwarded_bytes(
+        &self,
+        relay: &str,
+        to_server: u64,
+        to_client: u64,
+        deadline: Deadline,
+    ) {
+        let name = "splitway_forwarded_bytes_total";
+        for (direction, expected) in [("to_server", to_server), ("to_client", to_client)] {
+            let labels = [("direction", direction)];
+            // Counters of a just-closed connection may land a moment later,
+            // but not seconds later.
+            let settle = Deadline::after(Duration::from_secs(5));
+            deadline.remaining("checking forwarded byte counters");
+            let settled = poll_until(settle, || {
+                let v = self.metrics(relay).counter(name, &labels);
+                (v >= expected as f64).then_some(v)
+            });
+            let metrics = self.metrics(relay);
+            let counted = settled.unwrap_or_else(|| metrics.counter(name, &labels));
+            assert_eq!(
+                counted, expected as f64,
+                "{relay} {name}{{direction={direction:?}}}: counted {counted}, payload {expected}; metrics:\n{}",
+                metrics.text
+            );
+        }
+    }
+
     /// Keeps a helper process (nginx, ...) to be killed with the lab.
     pub fn adopt(&mut self, child: Child) {
         self.helpers_running.push(child);
@@ -700,7 +799,11 @@ impl Lab {
     pub fn dump_logs(&self) {
         for p in &self.relays_running {
             let text = p.stderr();
-            let lines: Vec<&str> = text.lines().collect();
+            // The harness's own admin polling would crowd out everything else.
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.contains("admin request"))
+                .collect();
             let tail = &lines[lines.len().saturating_sub(300)..];
             eprintln!(
                 "===== relay {} ({} lines, last {}) =====\n{}\n===== config {} =====\n{}",
@@ -723,6 +826,9 @@ impl Drop for Lab {
         for h in &mut self.helpers_running {
             let _ = h.kill();
             let _ = h.wait();
+        }
+        for dir in &self.etc_dirs {
+            let _ = fs::remove_dir_all(dir);
         }
         if std::thread::panicking() {
             self.dump_logs();

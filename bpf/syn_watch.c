@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+//
+// syn_watch: a tc ingress (cls_bpf direct-action or TCX) program that reports
+// every TCP SYN (SYN set, ACK clear) to user space through a ring buffer, so
+// the relay can start the next leg before accept() returns (KTCP's
+// "Early SYN").
+//
+// It never drops, redirects or holds a packet. Every path returns
+// TC_ACT_UNSPEC rather than TC_ACT_OK: both let the packet through, but OK
+// also ends classification, so under TCX it would skip later TCX programs
+// and every legacy clsact filter (e.g. a lab's mirred redirect), and under
+// cls_bpf it would skip lower-priority filters. UNSPEC means "no opinion":
+// the next program or filter runs, and at the end the packet passes.
+//
+// Headers are read relative to the network header
+// (bpf_skb_load_bytes_relative with BPF_HDR_START_NET), so the same program
+// works on Ethernet devices (veth) and on L3-only devices (TUN), where tc
+// ingress sees no MAC header. skb->protocol selects IPv4 or IPv6; TUN devices
+// opened with IFF_NO_PI set it from the IP version nibble.
+//
+// Event layout is shared with crates/splitway-sys/src/bpf/mod.rs
+// (RawSynEvent): addresses and ports in network byte order, exactly as on the
+// wire; IPv4 addresses occupy the first 4 bytes of the 16-byte fields.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#define SW_FAMILY_V4 4
+#define SW_FAMILY_V6 6
+
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_ACK 0x10
+#define TCP_FLAGS_OFFSET 13
+
+struct syn_event {
+	__u64 at_ns;      // bpf_ktime_get_ns(): CLOCK_MONOTONIC
+	__u8 saddr[16];   // client
+	__u8 daddr[16];   // original destination
+	__u16 sport;      // network byte order
+	__u16 dport;      // network byte order
+	__u32 ifindex;    // device the SYN arrived on
+	__u8 family;      // SW_FAMILY_V4 or SW_FAMILY_V6
+	__u8 _pad[7];
+};
+
+// Ring buffer of struct syn_event. 256 KiB = 4096 events of 64 bytes
+// (event + 8-byte record header) between two reads.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} SW_EVENTS SEC(".maps");
+
+// Destination ports to watch (host byte order key; value unused). Consulted
+// only when SW_FILTER_PORTS is set: then an empty map watches nothing.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u16);
+	__type(value, __u8);
+} SW_PORTS SEC(".maps");
+
+// Events lost because the ring buffer was full, per CPU (index 0).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} SW_DROPPED SEC(".maps");
+
+// Set by the loader before load: 1 = only ports in SW_PORTS, 0 = every port.
+volatile const __u8 SW_FILTER_PORTS = 1;
+
+struct ipv4_min {
+	__u8 ver_ihl;
+	__u8 tos;
+	__u16 tot_len;
+	__u16 id;
+	__u16 frag_off;
+	__u8 ttl;
+	__u8 protocol;
+	__u16 check;
+	__u8 saddr[4];
+	__u8 daddr[4];
+};
+
+struct ipv6_min {
+	__u32 ver_tc_flow;
+	__u16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+// The first 14 bytes of the TCP header: ports and flags.
+struct tcp_min {
+	__u16 source;
+	__u16 dest;
+	__u32 seq;
+	__u32 ack_seq;
+	__u8 doff_res;
+	__u8 flags;
+};
+
+static __always_inline int port_watched(__u16 dport_be)
+{
+	if (!SW_FILTER_PORTS)
+		return 1;
+	__u16 key = bpf_ntohs(dport_be);
+	return bpf_map_lookup_elem(&SW_PORTS, &key) != 0;
+}
+
+static __always_inline void count_dropped(void)
+{
+	__u32 zero = 0;
+	__u64 *dropped = bpf_map_lookup_elem(&SW_DROPPED, &zero);
+	if (dropped)
+		*dropped += 1; // per-CPU slot: no other writer, no atomic needed
+}
+
+static __always_inline int is_bare_syn(const struct tcp_min *tcp)
+{
+	return (tcp->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+}
+
+SEC("classifier") // aya 0.14 knows "classifier", not libbpf's "tc"
+int syn_watch(struct __sk_buff *skb)
+{
+	struct tcp_min tcp;
+	struct syn_event *event;
+	__u32 tcp_offset;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct ipv4_min ip;
+		if (bpf_skb_load_bytes_relative(skb, 0, &ip, sizeof(ip), BPF_HDR_START_NET))
+			return TC_ACT_UNSPEC;
+		// Non-first fragments carry no TCP header.
+		if (ip.protocol != IPPROTO_TCP || (ip.frag_off & bpf_htons(0x1fff)))
+			return TC_ACT_UNSPEC;
+		tcp_offset = (ip.ver_ihl & 0x0f) * 4;
+		if (tcp_offset < sizeof(ip))
+			return TC_ACT_UNSPEC;
+		if (bpf_skb_load_bytes_relative(skb, tcp_offset, &tcp, sizeof(tcp), BPF_HDR_START_NET))
+			return TC_ACT_UNSPEC;
+		if (!is_bare_syn(&tcp) || !port_watched(tcp.dest))
+			return TC_ACT_UNSPEC;
+		event = bpf_ringbuf_reserve(&SW_EVENTS, sizeof(*event), 0);
+		if (!event) {
+			count_dropped();
+			return TC_ACT_UNSPEC;
+		}
+		__builtin_memset(event, 0, sizeof(*event));
+		__builtin_memcpy(event->saddr, ip.saddr, 4);
+		__builtin_memcpy(event->daddr, ip.daddr, 4);
+		event->family = SW_FAMILY_V4;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6_min ip6;
+		if (bpf_skb_load_bytes_relative(skb, 0, &ip6, sizeof(ip6), BPF_HDR_START_NET))
+			return TC_ACT_UNSPEC;
+		// Extension headers are not walked: a SYN behind one is not reported.
+		if (ip6.nexthdr != IPPROTO_TCP)
+			return TC_ACT_UNSPEC;
+		if (bpf_skb_load_bytes_relative(skb, sizeof(ip6), &tcp, sizeof(tcp), BPF_HDR_START_NET))
+			return TC_ACT_UNSPEC;
+		if (!is_bare_syn(&tcp) || !port_watched(tcp.dest))
+			return TC_ACT_UNSPEC;
+		event = bpf_ringbuf_reserve(&SW_EVENTS, sizeof(*event), 0);
+		if (!event) {
+			count_dropped();
+			return TC_ACT_UNSPEC;
+		}
+		__builtin_memset(event, 0, sizeof(*event));
+		__builtin_memcpy(event->saddr, ip6.saddr, 16);
+		__builtin_memcpy(event->daddr, ip6.daddr, 16);
+		event->family = SW_FAMILY_V6;
+	} else {
+		return TC_ACT_UNSPEC;
+	}
+
+	event->sport = tcp.source;
+	event->dport = tcp.dest;
+	event->ifindex = skb->ifindex;
+	event->at_ns = bpf_ktime_get_ns();
+	bpf_ringbuf_submit(event, 0);
+	return TC_ACT_UNSPEC;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

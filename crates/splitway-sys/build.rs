@@ -1,0 +1,93 @@
+//! Compiles the BPF programs in `<workspace>/bpf/*.c` into `OUT_DIR` with
+//! clang (`-target bpf`, with BTF), so `src/bpf` can embed the objects.
+//!
+//! A missing clang is a build failure, not a stub: a relay built without its
+//! BPF object would only fail later, at run time, on another machine.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
+    let bpf_dir = manifest_dir.join("../../bpf");
+    let out_dir = PathBuf::from(env("OUT_DIR"));
+    let clang = std::env::var("SPLITWAY_CLANG").unwrap_or_else(|_| "clang".to_owned());
+    println!("cargo:rerun-if-env-changed=SPLITWAY_CLANG");
+    println!("cargo:rerun-if-changed={}", bpf_dir.display());
+
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&bpf_dir)
+        .unwrap_or_else(|e| panic!("cannot read BPF source dir {}: {e}", bpf_dir.display()))
+        .map(|entry| entry.expect("read_dir entry").path())
+        .filter(|p| p.extension().is_some_and(|ext| ext == "c"))
+        .collect();
+    sources.sort();
+    assert!(
+        !sources.is_empty(),
+        "no BPF sources (*.c) in {}",
+        bpf_dir.display()
+    );
+
+    for source in &sources {
+        println!("cargo:rerun-if-changed={}", source.display());
+        compile(&clang, source, &out_dir);
+    }
+}
+
+fn env(key: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| panic!("cargo did not set {key}"))
+}
+
+fn compile(clang: &str, source: &Path, out_dir: &Path) {
+    let stem = source.file_stem().expect("source has a file name");
+    let object = out_dir.join(stem).with_extension("o");
+    let mut cmd = Command::new(clang);
+    cmd.args(["-O2", "-g", "-Wall", "-target", "bpf"]);
+    // <linux/bpf.h> includes <asm/types.h>, which Debian keeps under the
+    // multiarch directory that `-target bpf` does not search by itself.
+    if let Some(dir) = multiarch_include_dir() {
+        cmd.arg("-I").arg(dir);
+    }
+    cmd.arg("-c").arg(source).arg("-o").arg(&object);
+    let output = match cmd.output() {
+        Ok(output) => output,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "\n\nsplitway-sys: `{clang}` not found; it compiles the BPF programs in bpf/.\n\
+             Run `./scripts/install-deps.sh` (installs clang, llvm and libbpf-dev) and build again.\n"
+        ),
+        Err(e) => panic!("splitway-sys: running {clang}: {e}"),
+    };
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let hint = if stderr.contains("bpf/bpf_helpers.h") || stderr.contains("asm/types.h") {
+            "\nMissing headers: run `./scripts/install-deps.sh` (libbpf-dev, linux-libc-dev).\n"
+        } else {
+            ""
+        };
+        panic!(
+            "\n\nsplitway-sys: {cmd:?} failed ({}):\n{stderr}{hint}",
+            output.status
+        );
+    }
+    // Not -Werror (a newer clang may add warnings), but never silent.
+    for line in String::from_utf8_lossy(&output.stderr).lines() {
+        println!("cargo:warning={line}");
+    }
+}
+
+fn multiarch_include_dir() -> Option<PathBuf> {
+    // Host headers are what the kernel UAPI includes resolve to; the BPF
+    // object itself is target-independent.
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").ok()?;
+    let triple = match arch.as_str() {
+        "x86_64" => "x86_64-linux-gnu",
+        "aarch64" => "aarch64-linux-gnu",
+        "x86" => "i386-linux-gnu",
+        "arm" => "arm-linux-gnueabihf",
+        "riscv64" => "riscv64-linux-gnu",
+        "powerpc64" => "powerpc64le-linux-gnu",
+        "s390x" => "s390x-linux-gnu",
+        _ => return None,
+    };
+    let dir = Path::new("/usr/include").join(triple);
+    dir.is_dir().then_some(dir)
+}

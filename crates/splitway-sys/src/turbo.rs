@@ -1,0 +1,129 @@
+//! Turbo-start routes: a large initial congestion and receive window for
+//! relay↔relay legs only, as per-destination routes (`ip route ... initcwnd
+//! N initrwnd M`). Routes apply to every connection to that destination, so
+//! they are installed for peer relays' addresses and never for clients' or
+//! servers'. The kernel reads them when a connection is established.
+
+use std::net::IpAddr;
+
+use crate::SysError;
+use crate::netns::ip;
+
+/// The window sizes to install, in segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Windows {
+    pub initcwnd: u32,
+    pub initrwnd: u32,
+}
+
+/// An installed route; dropping it restores what was there before.
+#[derive(Debug)]
+pub struct TurboRoute {
+    dst: String,
+    family: &'static str,
+    /// The route we replaced (same destination, same table), re-added on drop.
+    previous: Option<String>,
+}
+
+fn family(addr: IpAddr) -> &'static str {
+    if addr.is_ipv4() { "-4" } else { "-6" }
+}
+
+/// Installs a turbo route to `dst` (an address, or a prefix `addr/len`),
+/// copying the nexthop the kernel uses today (`ip route get`).
+pub fn install(dst_addr: IpAddr, prefix_len: u8, w: Windows) -> Result<TurboRoute, SysError> {
+    let fam = family(dst_addr);
+    let dst = format!("{dst_addr}/{prefix_len}");
+    let out = ip(&[fam, "route", "get", &dst_addr.to_string()])?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let nexthop = parse_nexthop(&text).ok_or_else(|| {
+        SysError::Internal(format!("no usable route to {dst_addr}: {}", text.trim()))
+    })?;
+    let previous = ip(&[fam, "route", "show", "exact", &dst])
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|s| !s.is_empty() && !s.contains('\n'));
+    let mut args: Vec<String> = vec![fam.into(), "route".into(), "replace".into(), dst.clone()];
+    args.extend(nexthop);
+    args.extend([
+        "initcwnd".into(),
+        w.initcwnd.to_string(),
+        "initrwnd".into(),
+        w.initrwnd.to_string(),
+    ]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    ip(&refs)?;
+    Ok(TurboRoute {
+        dst,
+        family: fam,
+        previous,
+    })
+}
+
+/// `via X dev Y` (or `dev Y`) from `ip route get` output; local
+/// destinations (`local ...`) have no nexthop to copy.
+fn parse_nexthop(get_output: &str) -> Option<Vec<String>> {
+    let line = get_output.lines().next()?;
+    if line.starts_with("local ") || line.starts_with("unreachable") {
+        return None;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut out = Vec::new();
+    for key in ["via", "dev"] {
+        if let Some(i) = words.iter().position(|w| *w == key)
+            && let Some(v) = words.get(i + 1)
+        {
+            out.push(key.to_owned());
+            out.push((*v).to_owned());
+        }
+    }
+    out.iter().any(|w| w == "dev").then_some(out)
+}
+
+impl TurboRoute {
+    pub fn destination(&self) -> &str {
+        &self.dst
+    }
+}
+
+impl Drop for TurboRoute {
+    fn drop(&mut self) {
+        let restored = match &self.previous {
+            Some(prev) => {
+                let mut args = vec![self.family, "route", "replace"];
+                args.extend(prev.split_whitespace());
+                ip(&args)
+            }
+            None => ip(&[self.family, "route", "del", &self.dst]),
+        };
+        if let Err(e) = restored {
+            tracing::warn!(route = %self.dst, error = %e, "failed to remove turbo-start route");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nexthop_from_route_get() {
+        assert_eq!(
+            parse_nexthop("10.0.3.2 via 10.0.12.2 dev eth1 src 10.0.12.1 uid 0 \n    cache \n"),
+            Some(vec![
+                "via".into(),
+                "10.0.12.2".into(),
+                "dev".into(),
+                "eth1".into()
+            ])
+        );
+        assert_eq!(
+            parse_nexthop("10.0.12.2 dev eth1 src 10.0.12.1 uid 0\n"),
+            Some(vec!["dev".into(), "eth1".into()])
+        );
+        assert_eq!(
+            parse_nexthop("local 127.0.0.1 dev lo src 127.0.0.1\n"),
+            None
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! What a relay leaves behind and applies to its sockets: interception rules
+//! removed on exit, per-leg congestion control, idle timeout.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use splitway_sys::netns::Netns;
+use support::*;
+
+fn server_v4() -> SocketAddr {
+    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
+}
+
+/// What interception installs in a namespace, as text: the nft ruleset,
+/// the policy routing rules and the routes of tables other than main and
+/// local (those two change by themselves, e.g. when IPv6 link-local
+/// addresses finish DAD).
+fn interception_state(ns: &Netns) -> String {
+    let mut state = String::new();
+    for (prog, args, keep) in [
+        ("nft", &["list", "ruleset"][..], None),
+        ("ip", &["-4", "rule", "show"][..], None),
+        ("ip", &["-6", "rule", "show"][..], None),
+        (
+            "ip",
+            &["-4", "route", "show", "table", "all"][..],
+            Some("table "),
+        ),
+        (
+            "ip",
+            &["-6", "route", "show", "table", "all"][..],
+            Some("table "),
+        ),
+    ] {
+        let out = output(ns.command(prog).args(args));
+        assert!(out.status.success(), "{prog} {args:?} failed");
+        state.push_str(&format!("$ {prog} {}\n", args.join(" ")));
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let custom_table = |marker: &str| {
+                line.contains(marker)
+                    && !line.contains("table local")
+                    && !line.contains("table main")
+            };
+            if keep.is_none_or(custom_table) {
+                state.push_str(line);
+                state.push('\n');
+            }
+        }
+    }
+    state
+}
+
+#[test]
+fn intercept_rules_are_removed_on_sigterm() {
+    require_netns!();
+    let mut lab = Lab::two_relays();
+    let before = interception_state(lab.rc());
+    let configs = lab.default_configs(&[SERVER_PORT], true);
+    lab.start_relays(&configs);
+    let during = interception_state(lab.rc());
+    let expected = [
+        ("tproxy ip to", 1),
+        ("tproxy ip6 to", 1),
+        ("fwmark", 2),                     // one IPv4 and one IPv6 rule
+        ("local default dev lo table", 2), // one IPv4 and one IPv6 route
+    ];
+    for (installed, count) in expected {
+        assert_eq!(
+            during.matches(installed).count(),
+            count,
+            "rc should have installed {count} × {installed:?}:\n{during}"
+        );
+    }
+
+    // Interception works while it is installed.
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_client_to_server(&lab.client, &server, server_v4(), 1024, LAST_RELAY_V4);
+
+    let status = lab.stop_relay("rc");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "rc should exit cleanly on SIGTERM, got {status:?}"
+    );
+    let after = interception_state(lab.rc());
+    assert_eq!(
+        before, after,
+        "rc left interception state behind after SIGTERM"
+    );
+}
+
+/// Text of `ss -tin` for established sockets matching `filter`.
+fn ss_info(ns: &Netns, filter: &str) -> String {
+    let out = output(
+        ns.command("ss")
+            .args(["-Htin", "state", "established"])
+            .arg(filter),
+    );
+    assert!(out.status.success(), "ss failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Congestion control algorithm names shown by `ss -i`, one per socket.
+fn congestion_algorithms(ss_text: &str) -> Vec<String> {
+    const KNOWN: [&str; 3] = ["cubic", "reno", "bbr"];
+    ss_text
+        .split_whitespace()
+        .filter(|word| KNOWN.contains(word))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn congestion_control_is_applied_per_leg() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    // The namespaces' default is bbr; ask for two other algorithms so that
+    // only the relay's setsockopt can explain what ss shows.
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].2 = "congestion = \"cubic\"".into();
+    configs[0].extra("[client]\ncongestion = \"reno\"");
+    configs[1].extra("[direct]\ncongestion = \"reno\"");
+    lab.start_relays(&configs);
+    let default_cc = output(
+        lab.rc()
+            .command("sysctl")
+            .args(["-n", "net.ipv4.tcp_congestion_control"]),
+    );
+    let default_cc = String::from_utf8_lossy(&default_cc.stdout)
+        .trim()
+        .to_owned();
+    assert!(
+        default_cc != "cubic" && default_cc != "reno",
+        "the test needs a namespace default other than cubic and reno, got {default_cc}"
+    );
+
+    let server = TestServer::bind(&lab.server, server_v4());
+    let mut client = connect_in(&lab.client, server_v4()).expect("connect");
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    send_pattern(&mut client, 64 * 1024, 1).expect("client send");
+    let peer_legs = ss_info(lab.rc(), &format!("dport = :{PEER_PORT}"));
+    let direct_legs = ss_info(lab.rs(), &format!("dst {SERVER_V4}"));
+    // TPROXY-accepted sockets carry the server's address as their own.
+    let client_legs = ss_info(lab.rc(), &format!("src {SERVER_V4}"));
+    let client_ccs = congestion_algorithms(&client_legs);
+    assert!(
+        !client_ccs.is_empty() && client_ccs.iter().all(|cc| cc == "reno"),
+        "rc's accepted client sockets should use reno:\n{client_legs}"
+    );
+    let peer_ccs = congestion_algorithms(&peer_legs);
+    let direct_ccs = congestion_algorithms(&direct_legs);
+    assert!(
+        !peer_ccs.is_empty() && peer_ccs.iter().all(|cc| cc == "cubic"),
+        "rc → rs legs should use cubic:\n{peer_legs}"
+    );
+    assert!(
+        !direct_ccs.is_empty() && direct_ccs.iter().all(|cc| cc == "reno"),
+        "rs → server legs should use reno:\n{direct_legs}"
+    );
+    drop(client);
+    let (received, _) = read_until_end(&mut conn);
+    assert_eq!(received, 64 * 1024);
+    deadline.remaining("congestion test");
+    lab.assert_relays_alive();
+}
+
+#[test]
+fn idle_connections_are_closed() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].extra("[timeouts]\nidle = \"1s\"");
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+    let mut client = connect_in(&lab.client, server_v4()).expect("connect");
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let started = Instant::now();
+    // Neither side sends: rc must close both ends by itself.
+    let (client_bytes, _client_end) = read_until_end(&mut client);
+    let (server_bytes, _server_end) = read_until_end(&mut conn);
+    let waited = started.elapsed();
+    assert_eq!((client_bytes, server_bytes), (0, 0));
+    assert!(
+        waited >= Duration::from_millis(900),
+        "closed after {waited:?}, before the 1 s idle timeout"
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_connections_closed_total",
+        &[("reason", "idle_timeout")],
+        1.0,
+        deadline,
+    );
+    lab.assert_relays_alive();
+}
