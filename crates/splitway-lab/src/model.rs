@@ -505,19 +505,19 @@ fn deliver(leg: &Leg, initcwnd: u32, available: &[f64], sizes: &[u32]) -> Vec<f6
     let mut link_free = f64::NEG_INFINITY;
     let mut now = available.first().copied().unwrap_or(0.0);
     // The loss-limited rate is a long-run average, not a serialisation: a
-    // token bucket that lets the first window leave at once.
-    let mut loss_pace_free = match mathis {
-        Some(r) => now - f64::from(initcwnd.max(1)) * f64::from(MSS + WIRE_OVERHEAD) / r,
-        None => f64::NEG_INFINITY,
-    };
+    // token bucket (GCRA) that lets the first window leave at once.
+    let burst = mathis.map_or(0.0, |r| {
+        f64::from(initcwnd.max(1)) * f64::from(MSS + WIRE_OVERHEAD) / r
+    });
+    let mut theoretical = now;
     while acked < n {
         // Send everything the window and the data allow right now.
         while next < n && ((next - acked) as f64) < cwnd && available[next] <= now {
             let wire = f64::from(sizes[next] + WIRE_OVERHEAD);
             let mut start = now.max(link_free);
             if let Some(r) = mathis {
-                start = start.max(loss_pace_free);
-                loss_pace_free = start.max(loss_pace_free) + wire / r;
+                start = start.max(theoretical - burst);
+                theoretical = theoretical.max(start) + wire / r;
             }
             let done = match rate {
                 Some(r) => start + wire / r,

@@ -326,7 +326,7 @@ impl Scenario {
             },
             model: ModelFile::default(),
             chain: vec![ChainFile {
-                name: format!("{} ms", rtt_text.join("/")),
+                name: "what-if".into(),
                 hosts: None,
                 link: links,
             }],
@@ -488,7 +488,8 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
                 }
             }
             let jitter = link.jitter_ms.unwrap_or(0.0);
-            if !(jitter.is_finite() && jitter >= 0.0 && jitter <= link.rtt_ms / 2.0 + 1e-9) {
+            if !(jitter.is_finite() && jitter >= 0.0 && jitter <= link.rtt_ms.max(0.0) / 2.0 + 1e-9)
+            {
                 bad(
                     key("jitter_ms"),
                     "must be between 0 and half the RTT".into(),

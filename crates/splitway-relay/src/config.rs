@@ -131,6 +131,9 @@ impl ListenMode {
 pub struct Listener {
     pub mode: ListenMode,
     pub addr: SocketAddr,
+    /// A `[::]` listener serves IPv4 too (dual stack) unless a `0.0.0.0`
+    /// listener has the same port, in which case it is IPv6-only.
+    pub v6_only: bool,
     pub intercept: Option<Intercept>,
     /// Clients allowed to connect; empty means any.
     pub allow_clients: Vec<IpNet>,
@@ -638,10 +641,23 @@ impl Config {
                 listeners.push(Listener {
                     mode: raw.mode,
                     addr,
+                    v6_only: false,
                     intercept: raw.intercept,
                     allow_clients: allow,
                 });
             }
+        }
+
+        let v4_any_ports: HashSet<u16> = listeners
+            .iter()
+            .filter(|l| l.addr.is_ipv4() && l.addr.ip().is_unspecified())
+            .map(|l| l.addr.port())
+            .collect();
+        for l in &mut listeners {
+            l.v6_only = match l.addr {
+                SocketAddr::V6(a) => !a.ip().is_unspecified() || v4_any_ports.contains(&a.port()),
+                SocketAddr::V4(_) => false,
+            };
         }
 
         // Peers.

@@ -136,6 +136,7 @@ impl EarlyStarts {
                 next_ttl: DEFAULT_TTL,
                 origin: key.0,
                 early_data: Vec::new(),
+                speculative: true,
             };
             let r = connect_next(&shared, &mut req).await;
             // Nobody waiting (expired): dropping the leg closes it.

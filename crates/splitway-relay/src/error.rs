@@ -58,6 +58,8 @@ pub enum ConnError {
     },
     #[error("peer relay {peer}: protocol error: {detail}")]
     PeerProtocol { peer: String, detail: String },
+    #[error("peer relay {peer} refused our authentication: {reason}")]
+    PeerRejected { peer: String, reason: String },
     #[error("peer relay {peer}: timed out {during}")]
     PeerTimeout { peer: String, during: &'static str },
     #[error("peer relay {peer} reported: {status:?}")]
@@ -92,6 +94,7 @@ impl ConnError {
             ConnError::PeerIo { .. }
             | ConnError::PeerProtocol { .. }
             | ConnError::PeerTimeout { .. }
+            | ConnError::PeerRejected { .. }
             | ConnError::Downstream { .. } => Culprit::PeerRelay,
             ConnError::ServerConnect { .. } | ConnError::ServerTimeout { .. } => Culprit::Server,
             ConnError::Resolve { .. } | ConnError::NoRoute(_) | ConnError::TtlExceeded => {
@@ -124,7 +127,7 @@ impl ConnError {
             ConnError::ClientProtocol(_) => CloseReason::BadRequest,
             ConnError::ClientTimeout(_) => CloseReason::HandshakeTimeout,
             ConnError::ClientNotAllowed { .. } => CloseReason::NotAllowed,
-            ConnError::PeerAuth(_) => CloseReason::AuthFailed,
+            ConnError::PeerAuth(_) | ConnError::PeerRejected { .. } => CloseReason::AuthFailed,
             // An upstream pool retiring a connection it never needed.
             ConnError::PooledUnused => CloseReason::Completed,
             _ => match self.reply_status() {

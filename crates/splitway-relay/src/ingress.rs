@@ -41,9 +41,8 @@ pub fn bind(
     let domain = Domain::for_address(l.addr);
     let sock = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(err)?;
     sock.set_reuse_address(true).map_err(err)?;
-    if let SocketAddr::V6(a) = l.addr {
-        // `[::]` serves IPv4 too (dual stack); a specific v6 address only v6.
-        sock.set_only_v6(!a.ip().is_unspecified()).map_err(err)?;
+    if l.addr.is_ipv6() {
+        sock.set_only_v6(l.v6_only).map_err(err)?;
     }
     if l.mode == ListenMode::Tproxy {
         splitway_sys::sock::set_transparent(&sock, l.addr.is_ipv6())

@@ -200,9 +200,9 @@ pub async fn dial_pooled(
         during: "waiting for its proof",
     })?
     .map_err(|e| match e {
-        FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerProtocol {
+        FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerRejected {
             peer: peer.name.clone(),
-            detail: format!("refused our authentication: {r}"),
+            reason: r.to_string(),
         },
         e => peer_frame_error(&peer.name, "proof", e),
     })?;
@@ -286,9 +286,9 @@ impl PeerLeg {
             })
             .await
             .map_err(|e| match e {
-                FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerProtocol {
+                FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerRejected {
                     peer: peer.to_owned(),
-                    detail: format!("refused our authentication: {r}"),
+                    reason: r.to_string(),
                 },
                 e => peer_frame_error(peer, "proof", e),
             })?;

@@ -113,6 +113,16 @@ impl PeerPool {
         found
     }
 
+    /// Like [`take`](Self::take), but only while more than `low` are idle:
+    /// for speculative (early-SYN) legs, which must not drain the pool.
+    pub fn take_above_low(&self) -> Option<Pooled> {
+        if self.level() > self.peer.pool.low {
+            self.take()
+        } else {
+            None
+        }
+    }
+
     fn count(&self, stat: &AtomicUsize, event: PoolEvent, n: usize) {
         stat.fetch_add(n, Ordering::Relaxed);
         self.metrics.pool_event(&self.peer.name, event, n as u64);

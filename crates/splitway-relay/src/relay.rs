@@ -165,7 +165,7 @@ impl Relay {
         }
         let mut listeners = Vec::new();
         let mut interceptions = Vec::new();
-        for l in &cfg.listeners {
+        for (index, l) in cfg.listeners.iter().enumerate() {
             listeners.push(ingress::bind(
                 l,
                 cfg.accel.tfo,
@@ -173,7 +173,10 @@ impl Relay {
             )?);
             if let Some(i) = &l.intercept {
                 let spec = InterceptSpec {
-                    table: format!("splitway_{}", cfg.name.replace('-', "_")),
+                    // One table per listener: two tproxy listeners (v4 and
+                    // v6-only) may both intercept.
+                    table: format!("splitway_{}_{index}", cfg.name.replace('-', "_")),
+                    v6_only: l.v6_only,
                     interfaces: i.interfaces.clone(),
                     ports: i.ports.clone(),
                     listener: l.addr,

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use splitway_control::metrics::{CloseReason, Mode};
+use splitway_control::metrics::{CloseReason, Direction, Mode, Path};
 use splitway_proto::Destination;
 use splitway_proto::header::{Header, ReplyStatus};
 use splitway_proto::{http_connect, socks5};
@@ -59,6 +59,10 @@ pub struct LegRequest {
     pub origin: SocketAddr,
     /// Client bytes to send with the first segment; a peer dial consumes them.
     pub early_data: Vec<u8>,
+    /// Started from a SYN that may never complete: such a leg only takes a
+    /// pooled connection while the pool is above its low watermark, so a
+    /// SYN flood cannot drain the pool.
+    pub speculative: bool,
 }
 
 async fn resolve(dst: &Destination) -> Result<SocketAddr, ConnError> {
@@ -129,7 +133,13 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 .ok_or_else(|| ConnError::Internal("peer route without a PSK".into()))?;
             let mut header = Header::new(inbound.conn_id, Destination::Ip(dst), inbound.origin);
             header.ttl = inbound.next_ttl;
-            let pooled = shared.pools[*i].as_ref().and_then(|p| p.take());
+            let pooled = shared.pools[*i].as_ref().and_then(|p| {
+                if inbound.speculative {
+                    p.take_above_low()
+                } else {
+                    p.take()
+                }
+            });
             let early = std::mem::take(&mut inbound.early_data);
             let leg = match pooled {
                 Some(c) => c.carry(&peer.name, &header, &early).await,
@@ -146,8 +156,15 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                     .await
                 }
             };
-            if leg.is_err() {
-                shared.metrics.peer_connect_failure(&peer.name);
+            match &leg {
+                // The client's first bytes left with the header.
+                Ok(_) if !early.is_empty() => {
+                    shared
+                        .metrics
+                        .bytes(Direction::ToServer, Path::Copy, early.len() as u64)
+                }
+                Ok(_) => {}
+                Err(_) => shared.metrics.peer_connect_failure(&peer.name),
             }
             leg.map(Next::Peer)
         }
@@ -246,6 +263,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                 next_ttl: inbound.next_ttl,
                 origin: inbound.origin,
                 early_data: std::mem::take(&mut inbound.early_data),
+                speculative: false,
             };
             let r = connect_next(&shared, &mut req).await;
             inbound.early_data = req.early_data;

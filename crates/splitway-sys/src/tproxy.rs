@@ -24,6 +24,8 @@ pub struct InterceptSpec {
     pub ports: Vec<u16>,
     /// The transparent listener's address; only its port and family matter.
     pub listener: SocketAddr,
+    /// An IPv6-only `[::]` listener (another one serves IPv4 on the port).
+    pub v6_only: bool,
 }
 
 /// Installed rules; dropping this removes them.
@@ -38,7 +40,7 @@ impl InterceptSpec {
     fn families(&self) -> Vec<&'static str> {
         match self.listener {
             SocketAddr::V4(_) => vec!["ip"],
-            SocketAddr::V6(a) if a.ip().is_unspecified() => vec!["ip", "ip6"],
+            SocketAddr::V6(a) if a.ip().is_unspecified() && !self.v6_only => vec!["ip", "ip6"],
             SocketAddr::V6(_) => vec!["ip6"],
         }
     }
@@ -163,6 +165,7 @@ mod tests {
             interfaces: vec!["eth0".into(), "eth1".into()],
             ports: vec![80, 443],
             listener: "[::]:7000".parse().unwrap(),
+            v6_only: false,
         };
         let r = spec.ruleset();
         assert!(r.contains("tproxy ip to :7000"), "{r}");
@@ -178,6 +181,7 @@ mod tests {
             interfaces: vec!["eth0".into()],
             ports: vec![80],
             listener: "0.0.0.0:7000".parse().unwrap(),
+            v6_only: false,
         };
         let r = spec.ruleset();
         assert!(r.contains("tproxy ip to :7000"));

@@ -243,6 +243,8 @@ pub struct ListenerSpec {
     pub addr: String,
     /// (interfaces, ports) for relay-installed TPROXY interception.
     pub intercept: Option<(Vec<String>, Vec<u16>)>,
+    /// `allow_clients` prefixes (empty: key omitted).
+    pub allow_clients: Vec<String>,
 }
 
 /// One relay's TOML config, rendered by [`RelayConfig::render`].
@@ -277,6 +279,7 @@ impl RelayConfig {
             mode,
             addr: addr.to_owned(),
             intercept: None,
+            allow_clients: Vec::new(),
         });
         self
     }
@@ -295,6 +298,7 @@ impl RelayConfig {
                 interfaces.iter().map(|s| s.to_string()).collect(),
                 ports.to_vec(),
             )),
+            allow_clients: Vec::new(),
         });
         self
     }
@@ -336,6 +340,9 @@ impl RelayConfig {
                     interfaces, ports
                 )
                 .unwrap();
+            }
+            if !l.allow_clients.is_empty() {
+                writeln!(out, "allow_clients = {:?}", l.allow_clients).unwrap();
             }
         }
         for (name, addr, extra) in &self.peers {
@@ -717,6 +724,20 @@ impl Lab {
         p.stop()
     }
 
+    /// Starts a stopped relay again with `config` (same name, same namespace).
+    pub fn restart_relay(&mut self, name: &str, config: &RelayConfig) {
+        if let Some(i) = self.relays_running.iter().position(|p| p.name == name) {
+            let mut old = self.relays_running.remove(i);
+            old.stop();
+        }
+        let r = self
+            .relay_names
+            .iter()
+            .position(|n| n == name)
+            .expect("relay name");
+        self.start_relay(r, config);
+    }
+
     pub fn relay_ns(&self, name: &str) -> &Netns {
         let i = self
             .relay_names
@@ -984,6 +1005,32 @@ impl TestServer {
         (stream, peer)
     }
 
+    /// Accepts connections on a background thread, handing each to `handle`
+    /// on its own thread, until the returned guard is dropped.
+    pub fn serve_forever(&self, handle: impl Fn(TcpStream) + Send + Sync + 'static) -> ServeGuard {
+        let listener = self.listener.try_clone().expect("dup listener");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handle = std::sync::Arc::new(handle);
+        let flag = stop.clone();
+        let waker = self.listener.try_clone().expect("dup listener");
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                set_timeouts(&conn);
+                let handle = handle.clone();
+                std::thread::spawn(move || handle(conn));
+            }
+        });
+        ServeGuard {
+            stop,
+            waker,
+            thread: Some(thread),
+        }
+    }
+
     /// Fails if a connection is waiting to be accepted.
     pub fn assert_no_pending_connection(&self) {
         self.listener.set_nonblocking(true).expect("nonblocking");
@@ -993,6 +1040,25 @@ impl TestServer {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Ok((_, peer)) => panic!("the server unexpectedly got a connection from {peer}"),
             Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+/// Stops a [`TestServer::serve_forever`] loop when dropped.
+pub struct ServeGuard {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    waker: TcpListener,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ServeGuard {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // The loop is blocked in accept(): shutting the listening socket
+        // down makes accept fail at once, and the loop sees the flag.
+        let _ = socket2::SockRef::from(&self.waker).shutdown(std::net::Shutdown::Both);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }

@@ -1,0 +1,351 @@
+//! Connection-time accelerations through real relays in namespaces: early
+//! SYN pairing (retransmits, expiry, flood budget), the relay↔relay pool
+//! (dead connections skipped, refill after a peer restart) and turbo-start
+//! windows on relay legs only.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use splitway_sys::netns::Netns;
+use support::*;
+
+fn server_v4() -> SocketAddr {
+    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
+}
+
+fn status(lab: &Lab, relay: &str) -> serde_json::Value {
+    let text = curl_admin(lab.relay_ns(relay), "/status")
+        .unwrap_or_else(|e| panic!("GET /status from {relay}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{relay} /status: {e}: {text}"))
+}
+
+fn nft(ns: &Netns, script: &str) {
+    let mut child = ns
+        .command("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn nft");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("write nft script");
+    assert!(
+        child.wait().expect("wait nft").success(),
+        "nft failed: {script}"
+    );
+}
+
+/// Drops SYN-ACKs arriving at the client for local ports in `ports`.
+fn drop_syn_acks(client: &Netns, ports: &str, extra_match: &str) {
+    nft(
+        client,
+        &format!(
+            "table inet swtest {{\n chain input {{\n  type filter hook input priority 0;\n  \
+             tcp dport {ports} tcp flags & (syn | ack) == syn | ack {extra_match} drop\n }}\n}}\n"
+        ),
+    );
+}
+
+/// Starts a connect from `ns` without waiting for it (its SYNs go out and
+/// are retransmitted by the kernel); the socket is returned to keep it alive.
+fn start_connect(ns: &Netns, local_port: u16, dst: SocketAddr) -> socket2::Socket {
+    ns.run_in(move || {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        s.set_nonblocking(true)?;
+        s.bind(&SocketAddr::from(([10, 0, 1, 1], local_port)).into())?;
+        match s.connect(&dst.into()) {
+            Err(e) if e.raw_os_error() == Some(libc_einprogress()) => Ok(s),
+            Err(e) => Err(e),
+            Ok(()) => Ok(s),
+        }
+    })
+    .expect("enter namespace")
+    .expect("start connect")
+}
+
+/// The `cwnd:N` values in `ss -i` output.
+fn cwnds(ss: &str) -> Vec<u32> {
+    ss.split_whitespace()
+        .filter_map(|w| w.strip_prefix("cwnd:")?.parse().ok())
+        .collect()
+}
+
+fn libc_einprogress() -> i32 {
+    115
+}
+
+/// A lab whose relays get extra config lines.
+fn lab_with(extra_rc: &str, extra_rs: &str) -> Lab {
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].extra(extra_rc);
+    configs[1].extra(extra_rs);
+    lab.start_relays(&configs);
+    lab
+}
+
+fn assert_early_syn_up(lab: &Lab) {
+    let st = status(lab, "rc");
+    assert!(
+        st["early_syn"].is_object(),
+        "early SYN did not come up (BPF SYN detector failed to attach): {st}"
+    );
+}
+
+fn early(lab: &Lab, outcome: &str) -> f64 {
+    lab.metrics("rc")
+        .counter("splitway_early_syn_total", &[("outcome", outcome)])
+}
+
+/// The client's first SYN-ACK is lost, so it retransmits its SYN: the relay
+/// starts the next leg once, pairs it with the accepted socket, and the
+/// transfer arrives intact.
+#[test]
+fn early_syn_pairs_once_under_syn_retransmit() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = lab_with("[accel]\nearly_syn = true", "");
+    assert_early_syn_up(&lab);
+    // Only the first SYN-ACK (numgen starts at 0) is dropped.
+    drop_syn_acks(&lab.client, "0-65535", "numgen inc mod 1000000 == 0");
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_server_to_client(&lab.client, &server, server_v4(), 3 * MIB, LAST_RELAY_V4);
+    deadline.remaining("transfer");
+    let dup = lab.wait_counter(
+        "rc",
+        "splitway_early_syn_total",
+        &[("outcome", "duplicate")],
+        1.0,
+        deadline,
+    );
+    assert!(dup >= 1.0);
+    assert_eq!(
+        early(&lab, "started"),
+        1.0,
+        "a retransmitted SYN must not start a second leg"
+    );
+    assert_eq!(
+        early(&lab, "hit"),
+        1.0,
+        "the accepted socket found its early leg"
+    );
+    server.assert_no_pending_connection();
+    lab.assert_relays_alive();
+}
+
+/// A SYN whose handshake never completes: its early leg reaches the server,
+/// then expires and is closed without a byte.
+#[test]
+fn early_syn_that_never_completes_expires_and_closes_its_leg() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = lab_with("[accel]\nearly_syn = true\nearly_syn_expiry = \"1s\"", "");
+    assert_early_syn_up(&lab);
+    drop_syn_acks(&lab.client, "0-65535", "");
+    let server = TestServer::bind(&lab.server, server_v4());
+    let half_open = start_connect(&lab.client, 41000, server_v4());
+    let (mut leg, peer) = server.accept(deadline.remaining("early leg at the server"));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    // The entry relay drops the leg unused (abortively: nobody will ever
+    // read the downstream's reply), so the server may see EOF or a reset.
+    let (n, end) = read_until_end(&mut leg);
+    assert_eq!(n, 0, "no client byte can have been forwarded ({end:?})");
+    lab.wait_counter(
+        "rc",
+        "splitway_early_syn_total",
+        &[("outcome", "expired")],
+        1.0,
+        deadline,
+    );
+    assert_eq!(early(&lab, "hit"), 0.0);
+    drop(half_open);
+    lab.assert_relays_alive();
+}
+
+/// Thousands of SYNs that never complete: pending early starts stay within
+/// the budget, the pool is back at its watermark afterwards, and a real
+/// client is served throughout.
+#[test]
+fn syn_flood_is_bounded_by_the_budget() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let deadline = Deadline::after(Duration::from_secs(120));
+    let budget = 32u64;
+    let mut lab = lab_with(
+        &format!(
+            "[accel]\nearly_syn = true\npool = true\nearly_syn_budget = {budget}\nearly_syn_expiry = \"2s\""
+        ),
+        "",
+    );
+    assert_early_syn_up(&lab);
+    let pool_full = || {
+        let st = status(&lab, "rc");
+        let pool = &st["peers"][0]["pool"];
+        (pool["level"].as_u64()? >= pool["high"].as_u64()?).then_some(())
+    };
+    wait_until(deadline, "pool filled before the flood", pool_full);
+
+    // The server answers real requests and lets early legs of flood SYNs
+    // (which never carry a byte) close by themselves.
+    let server = TestServer::bind(&lab.server, server_v4());
+    let serving = server.serve_forever(|mut s| {
+        let mut req = [0u8; 2];
+        if s.read_exact(&mut req).is_ok() && &req == b"GO" {
+            let _ = send_pattern(&mut s, MIB, 7);
+        }
+    });
+
+    // Flood from local ports 40000-41999, whose SYN-ACKs are dropped.
+    drop_syn_acks(&lab.client, "40000-41999", "");
+    let flood: Vec<socket2::Socket> = (0..2000u16)
+        .map(|i| start_connect(&lab.client, 40000 + i, server_v4()))
+        .collect();
+    lab.wait_counter(
+        "rc",
+        "splitway_early_syn_total",
+        &[("outcome", "over_budget")],
+        1.0,
+        deadline,
+    );
+    let mut max_pending = 0;
+    for _ in 0..20 {
+        let p = status(&lab, "rc")["early_syn"]["pending"]
+            .as_u64()
+            .expect("pending");
+        max_pending = max_pending.max(p);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        max_pending <= budget,
+        "pending early starts {max_pending} > budget {budget}"
+    );
+
+    // A real client during the flood.
+    real_request(&lab.client, server_v4());
+    drop(flood);
+    wait_until(
+        deadline,
+        "pool back at its watermark after the flood",
+        pool_full,
+    );
+    real_request(&lab.client, server_v4());
+    drop(serving);
+    lab.assert_relays_alive();
+}
+
+fn real_request(client: &Netns, dst: SocketAddr) {
+    let mut c = connect_in(client, dst).expect("real client connects");
+    c.write_all(b"GO").expect("request");
+    c.shutdown(std::net::Shutdown::Write).expect("half-close");
+    let got = recv_all(&mut c).expect("response");
+    let want = send_pattern(&mut std::io::sink(), MIB, 7).expect("digest");
+    assert_eq!(got, want, "real client's response");
+}
+
+/// The next relay restarts: every pooled connection at the entry relay is
+/// dead. The next client does not notice (dead ones are skipped), and the
+/// pool refills to its watermark.
+#[test]
+fn pool_skips_dead_connections_and_refills_after_peer_restart() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].extra("[accel]\npool = true");
+    configs[0].peers[0].2 = "pool = { low = 2, high = 4 }".into();
+    lab.start_relays(&configs);
+    let pool_at = |level: u64| {
+        move |lab: &Lab| {
+            let st = status(lab, "rc");
+            (st["peers"][0]["pool"]["level"].as_u64()? >= level).then_some(())
+        }
+    };
+    wait_until(deadline, "pool filled", || pool_at(4)(&lab));
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_server_to_client(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
+    let taken = lab
+        .metrics("rc")
+        .counter("splitway_pool_events_total", &[("event", "taken")]);
+    assert!(taken >= 1.0, "the transfer used a pooled connection");
+
+    lab.stop_relay("rs");
+    lab.restart_relay("rs", &configs[1]);
+    // Right after the restart the pool still holds connections to the old rs.
+    transfer_server_to_client(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
+    lab.wait_counter(
+        "rc",
+        "splitway_pool_events_total",
+        &[("event", "dead")],
+        1.0,
+        deadline,
+    );
+    wait_until(deadline, "pool refilled after the restart", || {
+        pool_at(4)(&lab)
+    });
+    transfer_client_to_server(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
+    lab.assert_relays_alive();
+}
+
+/// Turbo-start: idle pooled relay legs start with the configured window;
+/// the client-facing leg keeps the kernel default.
+#[test]
+fn turbo_start_on_relay_legs_only() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].extra("[accel]\npool = true\nturbo = { initcwnd = 40, initrwnd = 40 }");
+    configs[1].extra("[accel]\nturbo = { initcwnd = 40, initrwnd = 40 }");
+    // Upstream relays' prefix known in advance: rs installs the return
+    // route at start, before the first pooled connection arrives.
+    configs[1].listeners[0].allow_clients = vec!["10.0.12.0/24".into()];
+    lab.start_relays(&configs);
+    wait_until(deadline, "pool filled", || {
+        let st = status(&lab, "rc");
+        (st["peers"][0]["pool"]["level"].as_u64()? >= 4).then_some(())
+    });
+    // Established relay legs (no data yet) show their initial cwnd.
+    let ss = |ns: &Netns, filter: &str| -> String {
+        let out = output(
+            ns.command("ss")
+                .args(["-tin", "state", "established", filter]),
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let relay_legs = ss(lab.rc(), "( dport = :7100 )");
+    let windows = cwnds(&relay_legs);
+    // The authentication exchange may have grown them by a segment.
+    assert!(
+        !windows.is_empty() && windows.iter().all(|&w| w >= 40),
+        "rc's legs to rs should start at cwnd 40:\n{relay_legs}"
+    );
+    let rs_legs = ss(lab.rs(), "( sport = :7100 )");
+    let windows = cwnds(&rs_legs);
+    assert!(
+        !windows.is_empty() && windows.iter().all(|&w| w >= 40),
+        "rs's legs to rc (learned at authentication) should start at cwnd 40:\n{rs_legs}"
+    );
+    // A client connection held open without data: its leg at rc is default.
+    let server = TestServer::bind(&lab.server, server_v4());
+    let client = connect_in(&lab.client, server_v4()).expect("connect");
+    let (_at_server, _) = server.accept(deadline.remaining("connection at server"));
+    for (ns, filter, what) in [
+        (lab.rc(), "( sport = :5001 )", "client-facing leg at rc"),
+        (lab.rs(), "( dport = :5001 )", "server-facing leg at rs"),
+    ] {
+        let text = ss(ns, filter);
+        let windows = cwnds(&text);
+        assert!(
+            windows.len() == 1 && windows[0] <= 11,
+            "{what} must keep the kernel default window (10):\n{text}"
+        );
+    }
+    drop(client);
+    lab.assert_relays_alive();
+}
