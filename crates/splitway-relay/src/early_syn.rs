@@ -35,8 +35,8 @@ pub type Started = oneshot::Receiver<Result<Next, ConnError>>;
 enum Slot {
     /// The leg started at the SYN, waiting for the accepted connection.
     Started(Started),
-    /// The connection was accepted before its SYN event was read (possible
-    /// on very short client legs): a late event must not start a leg.
+    /// The connection was accepted (with or without an early leg): a SYN
+    /// event read late must not start a leg. Swept after the expiry.
     Accepted,
 }
 
@@ -104,13 +104,10 @@ impl EarlyStarts {
     pub fn on_syn(&self, shared: &Arc<Shared>, client: SocketAddr, dst: SocketAddr) {
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
-        if let Some(e) = shard.get(&key) {
-            if matches!(e.slot, Slot::Accepted) {
-                // The accept won the race; nothing left to start.
-                shard.remove(&key);
-            } else {
-                self.count(&self.stats.duplicates, EarlySynOutcome::Duplicate, 1);
-            }
+        if shard.contains_key(&key) {
+            // A retransmitted SYN, or one whose accept won the race: the
+            // leg exists or is no longer needed.
+            self.count(&self.stats.duplicates, EarlySynOutcome::Duplicate, 1);
             return;
         }
         if self.in_table.load(Relaxed) >= self.budget {
@@ -148,7 +145,18 @@ impl EarlyStarts {
     pub fn take(&self, client: SocketAddr, dst: SocketAddr) -> Option<Started> {
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
-        match shard.remove(&key) {
+        // Either way the 4-tuple is now accepted: a SYN event still queued
+        // behind the accept (a retransmit, on a loaded host) must not start
+        // a leg, so a tombstone stays until the sweep.
+        let previous = shard.insert(
+            key,
+            Entry {
+                slot: Slot::Accepted,
+                born: Instant::now(),
+            },
+        );
+        drop(shard);
+        match previous {
             Some(Entry {
                 slot: Slot::Started(started),
                 ..
@@ -158,14 +166,6 @@ impl EarlyStarts {
                 Some(started)
             }
             _ => {
-                shard.insert(
-                    key,
-                    Entry {
-                        slot: Slot::Accepted,
-                        born: Instant::now(),
-                    },
-                );
-                drop(shard);
                 self.count(&self.stats.misses, EarlySynOutcome::Miss, 1);
                 None
             }
