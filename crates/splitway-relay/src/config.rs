@@ -36,6 +36,26 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub forwarding: Forwarding,
     pub accel: Accel,
+    pub limits: Limits,
+}
+
+/// Connection limits (0 = unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Split connections open at once, all listeners together.
+    pub max_connections: usize,
+    /// Connections open at once from one client address (peer listeners,
+    /// whose clients are relays carrying many users, are exempt).
+    pub per_client: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 100_000,
+            per_client: 0,
+        }
+    }
 }
 
 /// Connection-time accelerations (the KTCP paper's, plus TFO). Each has its
@@ -135,7 +155,9 @@ pub struct Listener {
     /// listener has the same port, in which case it is IPv6-only.
     pub v6_only: bool,
     pub intercept: Option<Intercept>,
-    /// Clients allowed to connect; empty means any.
+    /// Clients allowed to connect. Empty means any for tproxy and peer
+    /// listeners, and loopback only for explicit (SOCKS5, HTTP CONNECT)
+    /// ones: an explicit proxy open to the world is an open relay.
     pub allow_clients: Vec<IpNet>,
 }
 
@@ -333,6 +355,13 @@ struct RawTimeouts {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_connections: Option<usize>,
+    per_client: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct RawForwarding {
     data_path: Option<DataPath>,
 }
@@ -349,6 +378,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "timeouts",
     "forwarding",
     "accel",
+    "limits",
 ];
 
 /// Collects issues while walking the file.
@@ -823,6 +853,20 @@ impl Config {
             None => Forwarding::default(),
         };
 
+        let limits = match table.get("limits") {
+            Some(v) => c
+                .section::<RawLimits>("limits", v)
+                .map(|r| {
+                    let d = Limits::default();
+                    Limits {
+                        max_connections: r.max_connections.unwrap_or(d.max_connections),
+                        per_client: r.per_client.unwrap_or(d.per_client),
+                    }
+                })
+                .unwrap_or_default(),
+            None => Limits::default(),
+        };
+
         let mut accel = Accel::default();
         if let Some(v) = table.get("accel")
             && let Some(raw) = c.section::<RawAccel>("accel", v)
@@ -938,6 +982,7 @@ impl Config {
                 timeouts,
                 forwarding,
                 accel,
+                limits,
             })
         } else {
             Err(c.issues)
@@ -951,7 +996,7 @@ impl Config {
             let explicit = matches!(l.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
             if explicit && !l.addr.ip().is_loopback() && l.allow_clients.is_empty() {
                 w.push(format!(
-                    "listen[{i}]: {} listener on non-loopback {} without allow_clients: anyone who reaches it can use this relay",
+                    "listen[{i}]: {} listener on non-loopback {} without allow_clients: only loopback clients are accepted",
                     l.mode.as_str(),
                     l.addr
                 ));

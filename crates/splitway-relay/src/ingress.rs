@@ -17,10 +17,11 @@ use tracing::{info, warn};
 use crate::config::{ListenMode, Listener};
 use crate::error::{ConnError, RelayError};
 use crate::forward::write_all;
+use crate::limits::Refused;
 use crate::peer::{self, FrameError, read_frame};
 use crate::relay::{Shared, stopped};
 use crate::route::allowed;
-use crate::session::{self, Inbound, metric_mode};
+use crate::session::{self, Inbound, metric_mode, unspecified};
 use crate::tuning;
 
 /// Accept backlog: large enough for connection bursts (KTCP's 1k conn/s).
@@ -109,10 +110,23 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
     let _active = shared.metrics.active(mode);
     let client = SocketAddr::new(client.ip().to_canonical(), client.port());
 
-    if !allowed(&spec.allow_clients, client.ip()) {
-        deny(&shared, &spec, &stream, client).await;
-        return;
-    }
+    let explicit = matches!(spec.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
+    let per_client = (spec.mode != ListenMode::Peer).then_some(client.ip());
+    let permit = if !allowed(&spec.allow_clients, client.ip(), explicit) {
+        Err("client not allowed on this listener")
+    } else {
+        shared.limiter.acquire(per_client).map_err(|why| match why {
+            Refused::Total => "connection limit reached",
+            Refused::PerClient => "per-client connection limit reached",
+        })
+    };
+    let _permit = match permit {
+        Ok(p) => p,
+        Err(why) => {
+            deny(&shared, &spec, &stream, client, why).await;
+            return;
+        }
+    };
     // Client-facing tuning applies to explicit and transparent clients;
     // upstream relays dialed us with their own peer tuning.
     let tuning_result = if spec.mode == ListenMode::Peer {
@@ -201,27 +215,37 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
     .await;
 }
 
-async fn deny(shared: &Shared, spec: &Listener, stream: &TcpStream, client: SocketAddr) {
-    let reply = match spec.mode {
-        ListenMode::Socks5 => Some(socks5::encode_reply(
-            socks5::ReplyCode::NotAllowed,
-            SocketAddr::from(([0, 0, 0, 0], 0)),
-        )),
-        ListenMode::HttpConnect => Some(http_connect::response(403)),
-        _ => None,
-    };
-    match reply {
-        Some(b) => {
-            let _ = write_all(stream, &b).await;
+/// Refuses a connection by policy: explicit clients get their protocol's
+/// "not allowed" answer once their request is read; others a reset.
+async fn deny(
+    shared: &Shared,
+    spec: &Listener,
+    stream: &TcpStream,
+    client: SocketAddr,
+    why: &'static str,
+) {
+    let deadline = shared.cfg.timeouts.handshake;
+    match spec.mode {
+        ListenMode::Socks5 => {
+            if socks5_handshake(stream, client, deadline).await.is_ok() {
+                let reply =
+                    socks5::encode_reply(socks5::ReplyCode::NotAllowed, unspecified(client));
+                let _ = write_all(stream, &reply).await;
+            }
         }
-        None => {
+        ListenMode::HttpConnect => {
+            if http_connect_handshake(stream, deadline).await.is_ok() {
+                let _ = write_all(stream, &http_connect::response(403)).await;
+            }
+        }
+        ListenMode::Tproxy | ListenMode::Peer => {
             let _ = splitway_sys::sock::set_linger_zero(stream);
         }
     }
     shared
         .metrics
         .closed(metric_mode(spec.mode), CloseReason::NotAllowed);
-    info!(%client, listener = %spec.addr, "client not allowed");
+    info!(%client, listener = %spec.addr, why, "refused");
 }
 
 fn frame_err<E: std::fmt::Display>(e: FrameError<E>) -> ConnError {
@@ -242,11 +266,7 @@ async fn socks5_handshake(
 ) -> Result<(Destination, Vec<u8>), ConnError> {
     let fail = |code: Option<socks5::ReplyCode>| async move {
         if let Some(code) = code {
-            let unspec = match client {
-                SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
-                SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
-            };
-            let _ = write_all(stream, &socks5::encode_reply(code, unspec)).await;
+            let _ = write_all(stream, &socks5::encode_reply(code, unspecified(client))).await;
         }
     };
     let run = async {

@@ -3,6 +3,7 @@
 //! - `config`: the TOML file, validated as a whole
 //! - `route`: destination prefix → next relay or direct
 //! - `ingress`: listeners (TPROXY, SOCKS5, HTTP CONNECT, peer) and their handshakes
+//! - `limits`: global and per-client connection caps
 //! - `peer`: the authenticated relay↔relay leg, both ends
 //! - `pool`: pre-established, authenticated connections to each peer
 //! - `early_syn`: legs started at the client's SYN, paired with accepts
@@ -17,6 +18,7 @@ pub mod early_syn;
 pub mod error;
 pub mod forward;
 pub mod ingress;
+pub mod limits;
 pub mod peer;
 pub mod pool;
 pub mod relay;

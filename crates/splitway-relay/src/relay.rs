@@ -17,6 +17,7 @@ use crate::config::{Config, ListenMode, Turbo, Via};
 use crate::early_syn::EarlyStarts;
 use crate::error::RelayError;
 use crate::ingress;
+use crate::limits::ConnLimiter;
 use crate::pool::PeerPool;
 use crate::route::RouteTable;
 use splitway_sys::bpf::SynWatch;
@@ -34,6 +35,7 @@ pub struct Shared {
     pub pools: Vec<Option<Arc<PeerPool>>>,
     /// Legs started at the client's SYN, when early SYN is on and works.
     pub early: Option<Arc<EarlyStarts>>,
+    pub limiter: Arc<ConnLimiter>,
     /// Turbo-start routes, by destination; removed when the relay stops.
     pub turbo_routes: std::sync::Mutex<HashMap<IpAddr, TurboRoute>>,
 }
@@ -136,6 +138,11 @@ impl Shared {
                     "routes": self.turbo_routes.lock().expect("turbo lock").values().map(|r| r.destination().to_owned()).collect::<Vec<_>>(),
                 })),
             },
+            "connections_open": self.limiter.open(),
+            "limits": {
+                "max_connections": self.cfg.limits.max_connections,
+                "per_client": self.cfg.limits.per_client,
+            },
             "connections_active": {
                 "tproxy": self.metrics.active_count(Mode::Tproxy),
                 "socks5": self.metrics.active_count(Mode::Socks5),
@@ -159,6 +166,20 @@ pub struct Relay {
 
 impl Relay {
     pub async fn bind(cfg: Config) -> Result<Relay, RelayError> {
+        // Two sockets per split connection, plus pipes while data moves.
+        match splitway_sys::sock::raise_nofile_limit() {
+            Ok((soft, _)) => {
+                let need = cfg.limits.max_connections.saturating_mul(2) + 1024;
+                if cfg.limits.max_connections != 0 && (soft as usize) < need {
+                    warn!(
+                        nofile = soft,
+                        max_connections = cfg.limits.max_connections,
+                        "open-file limit below what limits.max_connections needs ({need}); raise LimitNOFILE or lower the limit"
+                    );
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot raise the open-file limit"),
+        }
         let metrics = Arc::new(Metrics::new());
         for p in &cfg.peers {
             metrics.register_peer(&p.name);
@@ -269,6 +290,7 @@ impl Relay {
         }
         let shared = Arc::new(Shared {
             turbo_routes: std::sync::Mutex::new(turbo_routes),
+            limiter: ConnLimiter::new(cfg.limits),
             routes: RouteTable::new(&cfg.routes),
             cfg,
             metrics,

@@ -37,10 +37,14 @@ impl RouteTable {
     }
 }
 
-/// Whether `addr` is inside any of `nets` (empty = everything allowed).
-pub fn allowed(nets: &[IpNet], addr: IpAddr) -> bool {
+/// Whether `addr` is inside any of `nets`; an empty list allows everything,
+/// or only loopback when `empty_means_loopback` (explicit proxies).
+pub fn allowed(nets: &[IpNet], addr: IpAddr, empty_means_loopback: bool) -> bool {
     let addr = addr.to_canonical();
-    nets.is_empty() || nets.iter().any(|n| n.contains(&addr))
+    if nets.is_empty() {
+        return !empty_means_loopback || addr.is_loopback();
+    }
+    nets.iter().any(|n| n.contains(&addr))
 }
 
 #[cfg(test)]

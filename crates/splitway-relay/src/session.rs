@@ -213,7 +213,8 @@ fn take_ready_bytes(s: &TcpStream, into: &mut Vec<u8>) -> std::io::Result<()> {
     }
 }
 
-fn unspecified(like: SocketAddr) -> SocketAddr {
+/// The unspecified address of `like`'s family (SOCKS replies' BND.ADDR).
+pub(crate) fn unspecified(like: SocketAddr) -> SocketAddr {
     match like {
         SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
         SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),

@@ -256,3 +256,36 @@ pub fn fastopen_server_enabled() -> bool {
         .and_then(|s| s.trim().parse::<u32>().ok())
         .is_some_and(|v| v & 0x2 != 0)
 }
+
+/// Raises this process's open-file soft limit to its hard limit (a relay
+/// holds two sockets per split connection, plus pipes while data is in
+/// flight). Returns the (soft, hard) limits now in force.
+pub fn raise_nofile_limit() -> Result<(u64, u64), SysError> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(SysError::io(
+            "getrlimit(NOFILE)",
+            io::Error::last_os_error(),
+        ));
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a valid rlimit struct; raising the soft limit
+        // up to the hard limit needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(SysError::io(
+                "setrlimit(NOFILE)",
+                io::Error::last_os_error(),
+            ));
+        }
+        lim = raised;
+    }
+    Ok((lim.rlim_cur, lim.rlim_max))
+}

@@ -605,6 +605,11 @@ impl Lab {
                     );
                     cfg.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
                     cfg.listen("http-connect", &format!("{ENTRY_V4}:{HTTP_CONNECT_PORT}"));
+                    // Explicit proxies accept loopback only unless told otherwise.
+                    let n = cfg.listeners.len();
+                    for l in &mut cfg.listeners[n - 2..] {
+                        l.allow_clients = vec!["10.0.1.0/24".into()];
+                    }
                 } else {
                     cfg.listen("peer", &format!("0.0.0.0:{PEER_PORT}"));
                 }

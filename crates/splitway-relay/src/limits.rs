@@ -1,0 +1,132 @@
+//! Connection limits: a global cap and a per-client-address cap, taken at
+//! accept and released when the connection's task ends.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::config::Limits;
+
+const SHARDS: usize = 16;
+
+pub struct ConnLimiter {
+    limits: Limits,
+    total: AtomicUsize,
+    per_client: Vec<Mutex<HashMap<IpAddr, usize>>>,
+    hasher: RandomState,
+}
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Total,
+    PerClient,
+}
+
+/// Held for a connection's lifetime.
+pub struct Permit {
+    limiter: Arc<ConnLimiter>,
+    client: Option<IpAddr>,
+}
+
+impl ConnLimiter {
+    pub fn new(limits: Limits) -> Arc<ConnLimiter> {
+        Arc::new(ConnLimiter {
+            limits,
+            total: AtomicUsize::new(0),
+            per_client: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+        })
+    }
+
+    fn shard(&self, ip: &IpAddr) -> &Mutex<HashMap<IpAddr, usize>> {
+        &self.per_client[self.hasher.hash_one(ip) as usize % SHARDS]
+    }
+
+    /// Takes a slot for a connection from `client` (`None`: exempt from the
+    /// per-client cap, e.g. a peer relay).
+    pub fn acquire(self: &Arc<Self>, client: Option<IpAddr>) -> Result<Permit, Refused> {
+        let max = self.limits.max_connections;
+        let prev = self.total.fetch_add(1, Ordering::AcqRel);
+        if max != 0 && prev >= max {
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refused::Total);
+        }
+        let client = client.filter(|_| self.limits.per_client != 0);
+        if let Some(ip) = client {
+            let mut shard = self.shard(&ip).lock().expect("limiter lock");
+            let n = shard.entry(ip).or_insert(0);
+            if *n >= self.limits.per_client {
+                drop(shard);
+                self.total.fetch_sub(1, Ordering::AcqRel);
+                return Err(Refused::PerClient);
+            }
+            *n += 1;
+        }
+        Ok(Permit {
+            limiter: self.clone(),
+            client,
+        })
+    }
+
+    pub fn open(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(ip) = self.client {
+            let mut shard = self.limiter.shard(&ip).lock().expect("limiter lock");
+            if let Some(n) = shard.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    shard.remove(&ip);
+                }
+            }
+        }
+        self.limiter.total.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_total_and_per_client_and_releases() {
+        let l = ConnLimiter::new(Limits {
+            max_connections: 3,
+            per_client: 2,
+        });
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let p1 = l.acquire(Some(a)).unwrap();
+        let p2 = l.acquire(Some(a)).unwrap();
+        assert_eq!(l.acquire(Some(a)).err(), Some(Refused::PerClient));
+        let p3 = l.acquire(Some(b)).unwrap();
+        assert_eq!(l.acquire(None).err(), Some(Refused::Total));
+        drop(p1);
+        let p4 = l.acquire(Some(a)).unwrap();
+        assert_eq!(l.open(), 3);
+        drop((p2, p3, p4));
+        assert_eq!(l.open(), 0);
+        assert!(l.per_client.iter().all(|s| s.lock().unwrap().is_empty()));
+    }
+
+    #[test]
+    fn zero_means_unlimited() {
+        let l = ConnLimiter::new(Limits {
+            max_connections: 0,
+            per_client: 0,
+        });
+        let permits: Vec<_> = (0..1000)
+            .map(|_| l.acquire(Some("10.0.0.1".parse().unwrap())).unwrap())
+            .collect();
+        assert_eq!(l.open(), 1000);
+        drop(permits);
+        assert_eq!(l.open(), 0);
+    }
+}
