@@ -1,4 +1,18 @@
-//! The admin HTTP server: `GET /metrics` and `GET /status`.
+//! The admin HTTP server.
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | `GET /metrics` | OpenMetrics text |
+//! | `GET /status` | [`AdminHandler::status`] |
+//! | `GET /connections?sample=N` | [`AdminHandler::connections`] (N default 20, at most 1000) |
+//! | `GET /params` | [`AdminHandler::params`]: `[{name, kind, description, value}]` |
+//! | `PUT /params` | body `{"name": value, ...}`: `200 {"changed": [{name, old, new}]}` or `400 {"errors": [{param, message}]}`, nothing changed |
+//! | `POST /drain` | [`AdminHandler::drain`] |
+//! | `POST /reload` | [`AdminHandler::reload`]; `422 {"errors": [...]}` if the config is invalid |
+//!
+//! Unsupported operations answer `501`, refused ones `409`. Requests that
+//! change something (`PUT`, `POST`) are refused with `403` when they carry an
+//! `Origin` header, i.e. come from a browser.
 //!
 //! Hand-written HTTP/1.1, one request per connection (`Connection: close`):
 //! the admin API is scraped every few seconds, so keep-alive buys nothing and
@@ -10,36 +24,104 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::error::ControlError;
 use crate::http::{self, Limits, Request, RequestError, Response, Status};
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE};
+use crate::params::{self, ParamChange, ParamError, ParamInfo, ParamUpdate};
 
-/// Supplies the JSON document served at `GET /status`.
+/// What the relay offers the admin API. Every method is called on the admin
+/// server's task, once per request: keep them cheap and non-blocking (read
+/// atomics or a snapshot, don't do I/O); start long work (a drain) and return.
 ///
-/// Called once per request on the admin server's task: keep it cheap and
-/// non-blocking (read atomics or a snapshot, don't do I/O).
-pub trait StatusProvider: Send + Sync + 'static {
-    /// The current status document.
-    fn status(&self) -> serde_json::Value;
+/// Only [`AdminHandler::status`] is required; the other operations default
+/// to [`AdminError::Unsupported`] (answered `501`) or to no parameters. Any
+/// `Fn() -> serde_json::Value` closure is a handler serving just `/status`.
+pub trait AdminHandler: Send + Sync + 'static {
+    /// The document served at `GET /status`.
+    fn status(&self) -> Value;
+
+    /// `GET /connections?sample=N`: counts by state and at most `sample`
+    /// connections. Suggested shape (what `splitway ctl connections`
+    /// renders): `{"total": n, "by_state": {state: n}, "by_mode": {mode: n},
+    /// "sample": [{"id", "mode", "state", "client", "dst", "via",
+    /// "age_seconds", "bytes_to_server", "bytes_to_client"}]}`.
+    fn connections(&self, sample: usize) -> Result<Value, AdminError> {
+        let _ = sample;
+        Err(AdminError::Unsupported)
+    }
+
+    /// The live-tunable parameters and their current values (`GET /params`).
+    /// The server validates `PUT /params` against these before calling
+    /// [`AdminHandler::set_params`].
+    fn params(&self) -> Vec<ParamInfo> {
+        Vec::new()
+    }
+
+    /// Applies validated updates, all or nothing (`PUT /params`). Every
+    /// update names a declared parameter and has a value of its kind within
+    /// its range; refuse cross-parameter violations with errors naming the
+    /// parameter. Returns the changes that took effect; the server logs each
+    /// one (name, old, new) at info and returns them to the client.
+    fn set_params(&self, updates: &[ParamUpdate]) -> Result<Vec<ParamChange>, Vec<ParamError>> {
+        Err(updates
+            .iter()
+            .map(|update| ParamError::new(&update.name, "this relay has no tunable parameters"))
+            .collect())
+    }
+
+    /// `POST /drain`: stop accepting new connections and let open ones
+    /// finish. Returns at once with a document describing the drain.
+    fn drain(&self) -> Result<Value, AdminError> {
+        Err(AdminError::Unsupported)
+    }
+
+    /// `POST /reload`: re-read the config file and apply what can change
+    /// live. An invalid config changes nothing and is reported as
+    /// [`AdminError::Invalid`] (one message per problem, each naming its key).
+    fn reload(&self) -> Result<Value, AdminError> {
+        Err(AdminError::Unsupported)
+    }
 }
 
-/// Any `Fn() -> Value` closure is a provider.
-impl<F> StatusProvider for F
+/// Any `Fn() -> Value` closure serves `/status` only.
+impl<F> AdminHandler for F
 where
-    F: Fn() -> serde_json::Value + Send + Sync + 'static,
+    F: Fn() -> Value + Send + Sync + 'static,
 {
-    fn status(&self) -> serde_json::Value {
+    fn status(&self) -> Value {
         self()
     }
+}
+
+/// The former name of [`AdminHandler`], for handlers serving `/status` only.
+pub use AdminHandler as StatusProvider;
+
+/// Why an admin operation was not carried out.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    /// This relay does not offer the operation (`501`).
+    #[error("not supported by this relay")]
+    Unsupported,
+    /// The operation conflicts with the relay's state, e.g. a drain is
+    /// already under way (`409`).
+    #[error("{0}")]
+    Refused(String),
+    /// The input (the config file, for a reload) is invalid; nothing changed
+    /// (`422`). Each message names its key.
+    #[error("{} error(s), nothing changed", .0.len())]
+    Invalid(Vec<String>),
 }
 
 /// Limits of the admin server. [`Default`] is what [`serve`] uses.
@@ -87,10 +169,10 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ControlError> {
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
-    status: Arc<dyn StatusProvider>,
+    handler: Arc<dyn AdminHandler>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ControlError> {
-    serve_with_config(listener, metrics, status, AdminConfig::default(), shutdown).await
+    serve_with_config(listener, metrics, handler, AdminConfig::default(), shutdown).await
 }
 
 /// Serves the admin API on `listener` until `shutdown` completes.
@@ -102,11 +184,93 @@ pub async fn serve(
 pub async fn serve_with_config(
     listener: TcpListener,
     metrics: Arc<Metrics>,
-    status: Arc<dyn StatusProvider>,
+    handler: Arc<dyn AdminHandler>,
     config: AdminConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ControlError> {
-    let api = Arc::new(Api { metrics, status });
+    run_server(listener, metrics, handler, config, shutdown).await
+}
+
+/// Binds the admin API on a unix socket at `path` (e.g.
+/// `/run/splitway/admin.sock`), mode 0660: access is then controlled by the
+/// file system instead of by whoever can reach a TCP port. A socket file
+/// left by a relay that is gone is replaced; one a live relay still answers
+/// on is not.
+pub fn bind_unix(path: &Path) -> Result<UnixListener, ControlError> {
+    let bind_error = |source| ControlError::BindUnix {
+        path: path.to_owned(),
+        source,
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(bind_error(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is in the way",
+            )));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(bind_error(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                "another process is serving on this socket",
+            )));
+        }
+        std::fs::remove_file(path).map_err(bind_error)?;
+    }
+    let listener = UnixListener::bind(path).map_err(bind_error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(bind_error)?;
+    Ok(listener)
+}
+
+/// [`serve`] on a unix socket from [`bind_unix`]. The socket file is left in
+/// place; the next [`bind_unix`] replaces it.
+pub async fn serve_unix(
+    listener: UnixListener,
+    metrics: Arc<Metrics>,
+    handler: Arc<dyn AdminHandler>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ControlError> {
+    run_server(listener, metrics, handler, AdminConfig::default(), shutdown).await
+}
+
+/// A listening socket the admin server accepts from.
+trait AdminListener: Send {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// The next connection and a description of the client for logs.
+    fn accept_client(&self) -> impl Future<Output = io::Result<(Self::Stream, String)>> + Send;
+    /// The local address, for errors (TCP only).
+    fn local_socket_addr(&self) -> Option<SocketAddr>;
+}
+
+impl AdminListener for TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn accept_client(&self) -> io::Result<(Self::Stream, String)> {
+        let (stream, peer) = self.accept().await?;
+        Ok((stream, peer.to_string()))
+    }
+    fn local_socket_addr(&self) -> Option<SocketAddr> {
+        self.local_addr().ok()
+    }
+}
+
+impl AdminListener for UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn accept_client(&self) -> io::Result<(Self::Stream, String)> {
+        let (stream, _) = self.accept().await?;
+        Ok((stream, "unix socket".to_owned()))
+    }
+    fn local_socket_addr(&self) -> Option<SocketAddr> {
+        None
+    }
+}
+
+async fn run_server<L: AdminListener>(
+    listener: L,
+    metrics: Arc<Metrics>,
+    handler: Arc<dyn AdminHandler>,
+    config: AdminConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ControlError> {
+    let api = Arc::new(Api { metrics, handler });
     let config = Arc::new(config);
     let slots = Arc::new(Semaphore::new(config.max_connections.max(1)));
     let mut connections = JoinSet::new();
@@ -123,7 +287,7 @@ pub async fn serve_with_config(
                     .acquire_owned()
                     .await
                     .expect("the connection semaphore is never closed");
-                (slot, listener.accept().await)
+                (slot, listener.accept_client().await)
             } => accepted,
         };
         while let Some(finished) = connections.try_join_next() {
@@ -147,7 +311,7 @@ pub async fn serve_with_config(
             (_slot, Err(source)) => {
                 connections.shutdown().await;
                 return Err(ControlError::Accept {
-                    addr: listener.local_addr().ok(),
+                    addr: listener.local_socket_addr(),
                     source,
                 });
             }
@@ -260,31 +424,165 @@ async fn linger<S: AsyncRead + Unpin>(stream: &mut S, limit: Duration) -> io::Re
     tokio::time::timeout(limit, drain).await.unwrap_or(Ok(()))
 }
 
-/// The routes. New endpoints (params, connections, drain, reload) add their
-/// handles here and a match arm in [`Api::handle`].
+/// `GET /connections` sample size when the request names none.
+pub const DEFAULT_CONNECTION_SAMPLE: usize = 20;
+/// Largest `GET /connections` sample served; larger requests get this many.
+pub const MAX_CONNECTION_SAMPLE: usize = 1000;
+
+/// The routes.
 struct Api {
     metrics: Arc<Metrics>,
-    status: Arc<dyn StatusProvider>,
+    handler: Arc<dyn AdminHandler>,
 }
 
 const ALLOW_GET: &str = "GET, HEAD";
+const ALLOW_PARAMS: &str = "GET, HEAD, PUT";
+const ALLOW_POST: &str = "POST";
 
 impl Api {
     fn handle(&self, request: &Request) -> Response {
-        let is_get = matches!(request.method.as_str(), "GET" | "HEAD");
-        match request.path.as_str() {
-            "/metrics" if is_get => Response::new(
+        let method = request.method.as_str();
+        let is_get = matches!(method, "GET" | "HEAD");
+        let allow = match request.path.as_str() {
+            "/metrics" | "/status" | "/connections" => ALLOW_GET,
+            "/params" => ALLOW_PARAMS,
+            "/drain" | "/reload" => ALLOW_POST,
+            _ => return Response::error(Status::NotFound, "no such endpoint"),
+        };
+        let is_change = matches!(method, "PUT" | "POST") && allow.contains(method);
+        if !is_get && !is_change || is_get && allow == ALLOW_POST {
+            return Response::error(Status::MethodNotAllowed, "method not allowed")
+                .with_header("Allow", allow);
+        }
+        // Browsers send Origin on every PUT/POST, same-origin ones included:
+        // refusing it stops a web page (cross-site or DNS-rebound) from
+        // reconfiguring the relay through the operator's browser.
+        if is_change && request.header("origin").is_some() {
+            return Response::error(
+                Status::Forbidden,
+                "the admin API does not accept changes from browsers (Origin header present)",
+            );
+        }
+        match (request.path.as_str(), is_get) {
+            ("/metrics", _) => Response::new(
                 Status::Ok,
                 OPENMETRICS_CONTENT_TYPE,
                 self.metrics.encode().into_bytes(),
             ),
-            "/status" if is_get => Response::json(Status::Ok, &self.status.status()),
-            "/metrics" | "/status" => {
-                Response::error(Status::MethodNotAllowed, "method not allowed")
-                    .with_header("Allow", ALLOW_GET)
+            ("/status", _) => Response::json(Status::Ok, &self.handler.status()),
+            ("/connections", _) => match sample_size(request.query.as_deref()) {
+                Ok(sample) => outcome(self.handler.connections(sample)),
+                Err(message) => Response::error(Status::BadRequest, &message),
+            },
+            ("/params", true) => Response::json(Status::Ok, &json!(self.handler.params())),
+            ("/params", false) => self.set_params(request),
+            ("/drain", _) => {
+                let result = self.handler.drain();
+                match &result {
+                    Ok(_) => info!("admin API: drain requested"),
+                    Err(error) => warn!(%error, "admin API: drain refused"),
+                }
+                outcome(result)
+            }
+            ("/reload", _) => {
+                let result = self.handler.reload();
+                match &result {
+                    Ok(_) => info!("admin API: config reloaded"),
+                    Err(AdminError::Invalid(errors)) => {
+                        warn!(errors = ?errors, "admin API: reload refused, config invalid")
+                    }
+                    Err(error) => warn!(%error, "admin API: reload refused"),
+                }
+                outcome(result)
             }
             _ => Response::error(Status::NotFound, "no such endpoint"),
         }
+    }
+
+    /// `PUT /params`: a JSON object of name → value, validated against the
+    /// declared parameters, then applied all or nothing.
+    fn set_params(&self, request: &Request) -> Response {
+        let body: Value = match serde_json::from_slice(&request.body) {
+            Ok(body) => body,
+            Err(error) => {
+                return Response::error(Status::BadRequest, &format!("body is not JSON: {error}"));
+            }
+        };
+        let Value::Object(changes) = body else {
+            return Response::error(
+                Status::BadRequest,
+                "body must be a JSON object of parameter name to value",
+            );
+        };
+        if changes.is_empty() {
+            return Response::error(Status::BadRequest, "no parameters given");
+        }
+        let result = params::validate(&self.handler.params(), &changes)
+            .and_then(|updates| self.handler.set_params(&updates));
+        match result {
+            Ok(changes) => {
+                for change in &changes {
+                    info!(
+                        param = %change.name,
+                        old = %change.old,
+                        new = %change.new,
+                        "admin API: parameter changed"
+                    );
+                }
+                Response::json(Status::Ok, &json!({ "changed": changes }))
+            }
+            Err(errors) => {
+                warn!(errors = ?errors, "admin API: parameter change refused");
+                Response::json(
+                    Status::BadRequest,
+                    &json!({
+                        "error": "invalid parameters, nothing changed",
+                        "status": Status::BadRequest.code(),
+                        "errors": errors,
+                    }),
+                )
+            }
+        }
+    }
+}
+
+/// Parses `sample=N` from the query string.
+fn sample_size(query: Option<&str>) -> Result<usize, String> {
+    let mut sample = DEFAULT_CONNECTION_SAMPLE;
+    for pair in query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("sample", value)) => {
+                sample = value
+                    .parse::<usize>()
+                    .map_err(|_| format!("sample must be a non-negative integer, got {value:?}"))?;
+            }
+            _ => return Err(format!("unknown query parameter {pair:?} (only `sample`)")),
+        }
+    }
+    Ok(sample.min(MAX_CONNECTION_SAMPLE))
+}
+
+/// The response for a handler's answer.
+fn outcome(result: Result<Value, AdminError>) -> Response {
+    match result {
+        Ok(value) => Response::json(Status::Ok, &value),
+        Err(AdminError::Unsupported) => Response::error(
+            Status::NotImplemented,
+            "this relay does not support the operation",
+        ),
+        Err(AdminError::Refused(message)) => Response::error(Status::Conflict, &message),
+        Err(AdminError::Invalid(errors)) => Response::json(
+            Status::UnprocessableContent,
+            &json!({
+                "error": format!("{} error(s), nothing changed", errors.len()),
+                "status": Status::UnprocessableContent.code(),
+                "errors": errors,
+            }),
+        ),
     }
 }
 
@@ -295,7 +593,7 @@ mod tests {
     fn api() -> Api {
         Api {
             metrics: Arc::new(Metrics::new()),
-            status: Arc::new(|| serde_json::json!({"ok": true})),
+            handler: Arc::new(|| serde_json::json!({"ok": true})),
         }
     }
 

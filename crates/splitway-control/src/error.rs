@@ -3,6 +3,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 /// A failure of the admin server's own socket handling.
 #[derive(Debug, thiserror::Error)]
@@ -14,6 +15,15 @@ pub enum ControlError {
         /// The address that was asked for.
         addr: SocketAddr,
         /// Why the kernel refused.
+        #[source]
+        source: io::Error,
+    },
+    /// The admin unix socket could not be created at `path`.
+    #[error("admin API: cannot listen on unix socket {}", .path.display())]
+    BindUnix {
+        /// The socket path that was asked for.
+        path: PathBuf,
+        /// Why it failed.
         #[source]
         source: io::Error,
     },

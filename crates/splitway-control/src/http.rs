@@ -21,7 +21,6 @@ pub(crate) struct Request {
     /// Origin-form target without the query string.
     pub(crate) path: String,
     /// Query string (after `?`), if any.
-    #[allow(dead_code)] // read by the planned PUT /params and /connections routes
     pub(crate) query: Option<String>,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Vec<u8>,
@@ -29,7 +28,6 @@ pub(crate) struct Request {
 
 impl Request {
     /// First value of header `name` (case-insensitive).
-    #[allow(dead_code)] // used by the planned PUT routes (Content-Type checks)
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -76,10 +74,13 @@ impl RequestError {
 pub(crate) enum Status {
     Ok,
     BadRequest,
+    Forbidden,
     NotFound,
     MethodNotAllowed,
     RequestTimeout,
+    Conflict,
     ContentTooLarge,
+    UnprocessableContent,
     HeaderFieldsTooLarge,
     NotImplemented,
 }
@@ -89,9 +90,12 @@ impl Status {
         match self {
             Status::Ok => 200,
             Status::BadRequest => 400,
+            Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
             Status::RequestTimeout => 408,
+            Status::Conflict => 409,
+            Status::UnprocessableContent => 422,
             Status::ContentTooLarge => 413,
             Status::HeaderFieldsTooLarge => 431,
             Status::NotImplemented => 501,
@@ -102,9 +106,12 @@ impl Status {
         match self {
             Status::Ok => "OK",
             Status::BadRequest => "Bad Request",
+            Status::Forbidden => "Forbidden",
             Status::NotFound => "Not Found",
             Status::MethodNotAllowed => "Method Not Allowed",
             Status::RequestTimeout => "Request Timeout",
+            Status::Conflict => "Conflict",
+            Status::UnprocessableContent => "Unprocessable Content",
             Status::ContentTooLarge => "Content Too Large",
             Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
             Status::NotImplemented => "Not Implemented",

@@ -6,30 +6,45 @@
 //!   [`AuthFailureReason`], [`Direction`], [`Path`]) or configured peer names,
 //!   so series cardinality never depends on traffic. Updates on the data path
 //!   are single atomic operations.
-//! * [`serve`] runs the admin server: `GET /metrics` (OpenMetrics text) and
-//!   `GET /status` (JSON from a [`StatusProvider`]).
+//! * [`serve`] runs the admin server: `GET /metrics` (OpenMetrics text),
+//!   `GET /status`, `GET /connections`, `GET`/`PUT /params`, `POST /drain`,
+//!   `POST /reload`, answered by the relay's [`AdminHandler`]; [`serve_unix`]
+//!   serves the same on a unix socket.
+//! * [`params`] declares live-tunable parameters with types and ranges and
+//!   validates changes before the relay sees them.
+//! * [`client`] is the blocking client `splitway ctl` uses.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), splitway_control::ControlError> {
 //! use std::sync::Arc;
-//! use splitway_control::{Metrics, Mode, StatusProvider, bind, serve};
+//! use splitway_control::{AdminHandler, Metrics, Mode, bind, serve};
 //!
 //! let metrics = Arc::new(Metrics::new());
 //! metrics.accepted(Mode::Socks5);
-//! let status: Arc<dyn StatusProvider> = Arc::new(|| serde_json::json!({"state": "running"}));
+//! // A closure is a handler that serves `/status` only.
+//! let handler: Arc<dyn AdminHandler> = Arc::new(|| serde_json::json!({"state": "running"}));
 //! let listener = bind("127.0.0.1:9090".parse().unwrap()).await?;
-//! serve(listener, metrics, status, std::future::pending()).await
+//! serve(listener, metrics, handler, std::future::pending()).await
 //! # }
 //! ```
 
 mod admin;
+pub mod client;
 mod error;
 mod http;
 pub mod metrics;
+pub mod params;
 
-pub use admin::{AdminConfig, StatusProvider, bind, serve, serve_with_config};
+pub use admin::{
+    AdminConfig, AdminError, AdminHandler, DEFAULT_CONNECTION_SAMPLE, MAX_CONNECTION_SAMPLE,
+    StatusProvider, bind, bind_unix, serve, serve_unix, serve_with_config,
+};
 pub use error::ControlError;
 pub use metrics::{
-    ActiveGuard, AuthFailureReason, CloseReason, Direction, EarlySynOutcome, Metrics, Mode,
+    ActiveGuard, AuthFailureReason, CloseReason, Direction, EarlySynOutcome, Leg, Metrics, Mode,
     OPENMETRICS_CONTENT_TYPE, Path, PeerLabels, PoolEvent, SETUP_SECONDS_BUCKETS,
+};
+pub use params::{
+    ParamChange, ParamError, ParamInfo, ParamKind, ParamRegistry, ParamSpec, ParamUpdate,
+    ParamValue,
 };

@@ -162,6 +162,18 @@ label_enum! {
 }
 
 label_enum! {
+    /// What a leg of a relayed connection connects to.
+    pub enum Leg {
+        /// An end client (accepted via tproxy, SOCKS5 or HTTP CONNECT).
+        Client => "client",
+        /// Another splitway relay (accepted from upstream or dialled downstream).
+        Peer => "peer",
+        /// The final server.
+        Direct => "direct",
+    }
+}
+
+label_enum! {
     /// How relayed bytes were moved between the two sockets.
     pub enum Path {
         /// Zero-copy `splice(2)` through a pipe.
@@ -241,6 +253,12 @@ struct BytesLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LegBytesLabels {
+    leg: Leg,
+    direction: Direction,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
     path: Path,
 }
@@ -276,6 +294,10 @@ fn new_setup_histogram() -> Histogram {
 /// | `data_path_chosen_total` | counter | `path` |
 /// | `setup_seconds` | histogram | `mode` |
 /// | `peer_connect_failures_total` | counter | `peer` (config names) |
+/// | `early_syn_total` | counter | `outcome` |
+/// | `pool_events_total` | counter | `peer`, `event` |
+/// | `pool_level` | gauge | `peer` |
+/// | `leg_sent_bytes_total` | counter | `leg`, `direction` |
 pub struct Metrics {
     registry: Registry,
     accepted: [CounterU64; Mode::COUNT],
@@ -283,6 +305,7 @@ pub struct Metrics {
     closed: [[CounterU64; CloseReason::COUNT]; Mode::COUNT],
     auth_failures: [CounterU64; AuthFailureReason::COUNT],
     forwarded_bytes: [[CounterU64; Path::COUNT]; Direction::COUNT],
+    leg_sent_bytes: [[CounterU64; Direction::COUNT]; Leg::COUNT],
     path_chosen: [CounterU64; Path::COUNT],
     setup_seconds: [Histogram; Mode::COUNT],
     peer_connect_failures: Family<PeerLabels, CounterU64>,
@@ -339,6 +362,13 @@ impl Metrics {
             "forwarded_bytes",
             "Bytes forwarded, by direction and data path",
             bytes_family.clone(),
+        );
+        let leg_bytes_family = Family::<LegBytesLabels, CounterU64>::default();
+        registry.register_with_unit(
+            "leg_sent",
+            "Bytes the relay wrote to its legs, by leg kind and direction",
+            Unit::Bytes,
+            leg_bytes_family.clone(),
         );
         let path_family = Family::<PathLabels, CounterU64>::default();
         registry.register(
@@ -411,6 +441,13 @@ impl Metrics {
                         .clone()
                 })
             }),
+            leg_sent_bytes: Leg::ALL.map(|leg| {
+                Direction::ALL.map(|direction| {
+                    leg_bytes_family
+                        .get_or_create(&LegBytesLabels { leg, direction })
+                        .clone()
+                })
+            }),
             path_chosen: Path::ALL
                 .map(|path| path_family.get_or_create(&PathLabels { path }).clone()),
             setup_seconds: Mode::ALL
@@ -445,6 +482,16 @@ impl Metrics {
     /// Adds `n` bytes forwarded in `direction` over `path`.
     pub fn bytes(&self, direction: Direction, path: Path, n: u64) {
         self.forwarded_bytes[direction.index()][path.index()].inc_by(n);
+    }
+
+    /// Adds `n` bytes written to a leg of kind `leg` in `direction`.
+    ///
+    /// Counted where the relay writes, so every forwarded byte is counted
+    /// once per leg it leaves on: on a client relay, `{leg="peer",
+    /// direction="to_server"}` is the upload carried over the long haul and
+    /// `{leg="client", direction="to_client"}` the download delivered.
+    pub fn leg_bytes(&self, leg: Leg, direction: Direction, n: u64) {
+        self.leg_sent_bytes[leg.index()][direction.index()].inc_by(n);
     }
 
     /// Counts one connection direction that moved data over `path`.
@@ -588,6 +635,7 @@ mod tests {
         check(&AuthFailureReason::ALL.map(AuthFailureReason::as_str));
         check(&Direction::ALL.map(Direction::as_str));
         check(&Path::ALL.map(Path::as_str));
+        check(&Leg::ALL.map(Leg::as_str));
         assert_eq!(Mode::HttpConnect.to_string(), "http_connect");
         assert_eq!(CloseReason::COUNT, 14);
         assert_eq!(AuthFailureReason::COUNT, 7);
@@ -631,9 +679,30 @@ mod tests {
             "splitway_setup_seconds_count{mode=\"socks5\"} 0",
             "splitway_peer_connect_failures_total{peer=\"tokyo\"} 0",
             "# UNIT splitway_setup_seconds seconds",
+            "splitway_leg_sent_bytes_total{leg=\"direct\",direction=\"to_server\"} 0",
+            "splitway_early_syn_total{outcome=\"hit\"} 0",
+            "splitway_pool_events_total{peer=\"tokyo\",event=\"miss\"} 0",
+            "splitway_pool_level{peer=\"tokyo\"} 0",
         ] {
             assert!(text.contains(family), "missing {family:?} in:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn leg_bytes_land_in_their_series_only() {
+        let metrics = Metrics::new();
+        metrics.leg_bytes(Leg::Peer, Direction::ToServer, 1000);
+        metrics.leg_bytes(Leg::Peer, Direction::ToServer, 24);
+        metrics.leg_bytes(Leg::Client, Direction::ToClient, 7);
+        let text = metrics.encode();
+        for line in [
+            "splitway_leg_sent_bytes_total{leg=\"peer\",direction=\"to_server\"} 1024",
+            "splitway_leg_sent_bytes_total{leg=\"client\",direction=\"to_client\"} 7",
+            "splitway_leg_sent_bytes_total{leg=\"peer\",direction=\"to_client\"} 0",
+            "splitway_leg_sent_bytes_total{leg=\"direct\",direction=\"to_server\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
     }
 }

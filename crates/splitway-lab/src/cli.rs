@@ -77,6 +77,8 @@ pub enum LabCommand {
     },
     /// List the scenarios.
     List,
+    /// Benchmark: splitway vs direct TCP, HAProxy and socat on loopback (`make bench`).
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Options shared by everything that runs a scenario.
@@ -149,6 +151,7 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
             execute(&scenario, &run)
         }
         Some(LabCommand::Fidelity { quick, json }) => fidelity(quick, json),
+        Some(LabCommand::Bench(bench)) => crate::bench::run(bench),
         Some(LabCommand::List) => {
             print!("{}", list());
             Ok(())

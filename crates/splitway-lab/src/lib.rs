@@ -10,6 +10,7 @@
 //! - `report`: terminal tables, JSON and SVG charts
 //! - `cli`: the `splitway lab` command line
 
+pub mod bench;
 pub mod cli;
 pub mod emu;
 pub mod fidelity;

@@ -39,7 +39,7 @@ use crate::emu::EmuError;
 use crate::model::Config;
 use crate::report::{ChainReport, LabReport, Measurement, ReportError, Spread, Status};
 use crate::scenario::{Chain, Scenario, ScenarioError, format_size};
-use crate::topology::{DEV_LEFT, DEV_RIGHT, Host, Topology};
+use crate::topology::{DEV_LEFT, Host, Topology};
 
 /// Prefix of the lab's namespaces (stale ones are removed on the next run).
 pub const NETNS_PREFIX: &str = "swlab";
@@ -55,9 +55,10 @@ const ADMIN_PORT: u16 = 9090;
 pub const END_HOST_CONGESTION: &str = "reno";
 /// Congestion control splitway sets on its legs.
 pub const RELAY_CONGESTION: &str = "cubic";
-/// Receive buffer of relay↔relay legs under Turbo-Start (net.core.rmem_max
-/// caps SO_RCVBUF; 4 MiB is this machine's).
-const TURBO_RCVBUF: usize = 4 * 1024 * 1024;
+/// Socket buffers of relay↔relay legs under Turbo-Start: the initial receive
+/// window can only be advertised if the buffer holds it (net.core.rmem_max,
+/// 4 MiB here, caps SO_RCVBUF).
+const TURBO_BUFFER: usize = 4 * 1024 * 1024;
 /// Unrecorded downloads before measuring a configuration.
 const WARM_UP_DOWNLOADS: usize = 2;
 /// Size of the warm-up object (small: a lossy scenario's bulk size would
@@ -65,6 +66,8 @@ const WARM_UP_DOWNLOADS: usize = 2;
 const WARM_UP_SIZE: u64 = 10_000;
 /// How long a peer may take to start listening.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a peer may take to exit after SIGTERM.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Interval between readiness polls.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
@@ -582,7 +585,28 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// SIGTERM first, so peers undo what they installed in the shared
+    /// namespaces (a relay's nft rules and turbo routes would otherwise leak
+    /// into the next configuration); SIGKILL if they do not exit in time.
     fn drop(&mut self) {
+        let terminated = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if terminated {
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while Instant::now() < deadline {
+                match self.child.try_wait() {
+                    Ok(Some(_)) => return,
+                    Ok(None) => std::thread::sleep(POLL_INTERVAL),
+                    Err(_) => break,
+                }
+            }
+            tracing::warn!(what = %self.what, host = %self.host, "did not stop on SIGTERM; killing it");
+        }
         if let Err(e) = self.child.kill() {
             tracing::debug!(what = %self.what, error = %e, "kill");
         }
@@ -706,7 +730,7 @@ fn start_nginx(server: &Host, work: &Path) -> Result<Proc, LabError> {
 // --------------------------------------------------------- configurations
 
 /// The peers of one configuration, torn down on drop.
-struct Setup<'t> {
+struct Setup {
     /// Base URL the client fetches, without the object name.
     base: String,
     /// How the client reaches the relay, for the report.
@@ -716,67 +740,21 @@ struct Setup<'t> {
     /// A feature of the configuration the relay reported unavailable.
     degraded: Option<String>,
     _procs: Vec<Proc>,
-    _routes: Vec<RouteGuard<'t>>,
 }
 
-/// A host route with initcwnd/initrwnd (Turbo-Start on relay legs),
-/// deleted on drop so the next configuration starts clean.
-struct RouteGuard<'t> {
-    host: &'t Host,
-    dst: Ipv4Addr,
-    dev: &'static str,
-}
-
-impl<'t> RouteGuard<'t> {
-    fn add(
-        host: &'t Host,
-        dst: Ipv4Addr,
-        dev: &'static str,
-        window: u32,
-    ) -> Result<Self, LabError> {
-        let window = window.to_string();
-        host.netns()
-            .ip(&[
-                "route",
-                "replace",
-                &format!("{dst}/32"),
-                "dev",
-                dev,
-                "initcwnd",
-                &window,
-                "initrwnd",
-                &window,
-            ])
-            .map_err(|e| LabError::peer("ip route", host.name(), e.to_string()))?;
-        Ok(RouteGuard { host, dst, dev })
-    }
-}
-
-impl Drop for RouteGuard<'_> {
-    fn drop(&mut self) {
-        if let Err(e) =
-            self.host
-                .netns()
-                .ip(&["route", "del", &format!("{}/32", self.dst), "dev", self.dev])
-        {
-            tracing::warn!(host = %self.host.name(), error = %e, "cannot remove Turbo-Start route");
-        }
-    }
-}
-
-impl Setup<'_> {
+impl Setup {
     fn url(&self, size: u64) -> String {
         format!("{}/{}", self.base, object_name(size))
     }
 }
 
-fn setup_config<'t>(
+fn setup_config(
     config: Config,
-    topo: &'t Topology,
+    topo: &Topology,
     server_addr: Ipv4Addr,
     work: &Path,
     turbo_initcwnd: u32,
-) -> Result<Setup<'t>, LabError> {
+) -> Result<Setup, LabError> {
     let relays = topo.relays();
     let direct = format!("http://{server_addr}:{HTTP_PORT}");
     if config != Config::E2e && relays.is_empty() {
@@ -793,7 +771,6 @@ fn setup_config<'t>(
             tcp_fastopen: false,
             degraded: None,
             _procs: Vec::new(),
-            _routes: Vec::new(),
         }),
         Config::Haproxy => setup_haproxy(relays, server_addr, &dir),
         Config::Ssh => setup_ssh(relays, server_addr, &dir),
@@ -808,7 +785,7 @@ fn left_addr(host: &Host) -> Result<Ipv4Addr, LabError> {
         .ok_or_else(|| LabError::Usage(format!("host {} has no client-side link", host.name())))
 }
 
-fn setup_haproxy<'t>(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup<'t>, LabError> {
+fn setup_haproxy(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, LabError> {
     let mut procs = Vec::new();
     // Start from the server side so each HAProxy's next hop already listens.
     for (i, relay) in relays.iter().enumerate().rev() {
@@ -845,7 +822,6 @@ fn setup_haproxy<'t>(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Se
         tcp_fastopen: false,
         degraded: None,
         _procs: procs,
-        _routes: Vec::new(),
     })
 }
 
@@ -868,7 +844,7 @@ fn run_tool(what: &str, cmd: &mut Command) -> Result<(), LabError> {
     Ok(())
 }
 
-fn setup_ssh<'t>(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup<'t>, LabError> {
+fn setup_ssh(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, LabError> {
     let first = &relays[0];
     let last = &relays[relays.len() - 1];
     let host_key = dir.join("ssh_host_ed25519_key");
@@ -942,7 +918,6 @@ fn setup_ssh<'t>(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup<
         tcp_fastopen: false,
         degraded: None,
         _procs: vec![ssh, sshd],
-        _routes: Vec::new(),
     })
 }
 
@@ -1022,7 +997,13 @@ impl Accel {
     }
 }
 
-fn relay_config(relays: &[Host], i: usize, psk: &Path, accel: Accel) -> Result<String, LabError> {
+fn relay_config(
+    relays: &[Host],
+    i: usize,
+    psk: &Path,
+    accel: Accel,
+    turbo_initcwnd: u32,
+) -> Result<String, LabError> {
     let relay = &relays[i];
     let mut conf = format!(
         "name = \"{}\"\npsk_file = \"{}\"\nadmin = \"127.0.0.1:{ADMIN_PORT}\"\n\n",
@@ -1046,11 +1027,6 @@ fn relay_config(relays: &[Host], i: usize, psk: &Path, accel: Accel) -> Result<S
                 next.name(),
                 left_addr(next)?
             ));
-            if accel.turbo {
-                // A large initial window needs a receive buffer to match
-                // (the default 128 KiB advertises only 64 KiB at first).
-                conf.push_str(&format!("rcvbuf = {TURBO_RCVBUF}\n"));
-            }
             conf.push('\n');
             next.name().to_owned()
         }
@@ -1061,51 +1037,45 @@ fn relay_config(relays: &[Host], i: usize, psk: &Path, accel: Accel) -> Result<S
     ));
     let early_syn = accel.early_syn && i == 0;
     let pool = accel.pool && i + 1 < relays.len();
-    if early_syn || pool || accel.tfo {
+    if early_syn || pool || accel.tfo || accel.turbo {
         conf.push_str(&format!(
             "\n[accel]\nearly_syn = {early_syn}\npool = {pool}\ntfo = {}\n",
             accel.tfo
         ));
     }
+    if accel.turbo {
+        // Every relay: the dialer installs routes to its peer, the acceptor
+        // to its upstream relay, whose direction carries the downloads.
+        conf.push_str(&format!(
+            "\n[accel.turbo]\ninitcwnd = {turbo_initcwnd}\ninitrwnd = {turbo_initcwnd}\nbuffer = {TURBO_BUFFER}\n"
+        ));
+    }
     Ok(conf)
 }
 
-fn setup_splitway<'t>(
+fn setup_splitway(
     config: Config,
-    relays: &'t [Host],
+    relays: &[Host],
     direct: &str,
     dir: &Path,
     turbo_initcwnd: u32,
-) -> Result<Setup<'t>, LabError> {
+) -> Result<Setup, LabError> {
     let accel = Accel::of(config);
-    // Turbo-Start: large initial windows on relay↔relay routes, both ways
-    // (the data flows toward the client, so the server-side relay's route
-    // back matters most). The lab sets them; the relay does not yet.
-    let mut routes = Vec::new();
-    if accel.turbo {
-        for pair in relays.windows(2) {
-            routes.push(RouteGuard::add(
-                &pair[0],
-                left_addr(&pair[1])?,
-                DEV_RIGHT,
-                turbo_initcwnd,
-            )?);
-            let back = pair[0].right_addr().ok_or_else(|| {
-                LabError::Usage(format!("relay {} has no server-side link", pair[0].name()))
-            })?;
-            routes.push(RouteGuard::add(&pair[1], back, DEV_LEFT, turbo_initcwnd)?);
-        }
-    }
     let bin = splitway_binary()?;
     let psk = dir.join("psk.key");
     write_file(&psk, random_psk_hex()?.as_bytes())?;
     let mut procs = Vec::new();
     for (i, relay) in relays.iter().enumerate().rev() {
-        let conf = relay_config(relays, i, &psk, accel)?;
+        let conf = relay_config(relays, i, &psk, accel, turbo_initcwnd)?;
         let path = dir.join(format!("relay-{}.toml", relay.name()));
         write_file(&path, conf.as_bytes())?;
         let mut cmd = relay.netns().command(&bin.to_string_lossy());
-        cmd.arg("relay").arg("--config").arg(&path);
+        // Open connections need not drain: the lab's downloads are done.
+        cmd.arg("relay")
+            .arg("--config")
+            .arg(&path)
+            .arg("--drain-timeout")
+            .arg("1s");
         let mut proc = Proc::spawn(
             "splitway relay",
             relay,
@@ -1133,6 +1103,9 @@ fn setup_splitway<'t>(
         if accel.pool && i + 1 < relays.len() && status["peers"][0]["pool"].is_null() {
             missing.push(format!("the connection pool on {}", relay.name()));
         }
+        if accel.turbo && relays.len() > 1 && status["features"]["turbo_start"].is_null() {
+            missing.push(format!("Turbo-Start on {}", relay.name()));
+        }
         if accel.tfo && status["features"]["tfo"] != serde_json::Value::Bool(true) {
             missing.push(format!("TFO on {}", relay.name()));
         }
@@ -1149,9 +1122,7 @@ fn setup_splitway<'t>(
             "transparent: {} intercepts the client's port {HTTP_PORT} with TPROXY{}",
             relays[0].name(),
             if accel.turbo {
-                format!(
-                    "; Turbo-Start set by the lab as initcwnd/initrwnd {turbo_initcwnd} on relay-to-relay routes"
-                )
+                format!("; Turbo-Start initcwnd/initrwnd {turbo_initcwnd} on relay-to-relay legs")
             } else {
                 String::new()
             }
@@ -1159,7 +1130,6 @@ fn setup_splitway<'t>(
         tcp_fastopen: accel.tfo,
         degraded,
         _procs: procs,
-        _routes: routes,
     })
 }
 

@@ -230,3 +230,73 @@ fn set_link_changes_delay_live() {
     assert!(before >= Duration::from_millis(10) && before < Duration::from_millis(15));
     assert!(after >= Duration::from_millis(40) && after < Duration::from_millis(45));
 }
+
+/// Sends `bytes` from the server to the client over TCP (a download, as
+/// nginx would serve it) and returns how long it took, or None when the
+/// transfer did not finish within `deadline`.
+fn download(topo: &Topology, bytes: usize, deadline: Duration) -> Option<Duration> {
+    let server_ip = IpAddr::V4(topo.server().addr());
+    let listener = topo
+        .server()
+        .netns()
+        .run_in(move || TcpListener::bind(SocketAddr::new(server_ip, 0)))
+        .expect("enter server netns")
+        .expect("bind in server netns");
+    let addr = listener.local_addr().expect("local addr");
+    let sender = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        s.set_write_timeout(Some(deadline)).expect("write timeout");
+        let chunk = vec![0x5au8; 64 * 1024];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if s.write_all(&chunk[..n]).is_err() {
+                return;
+            }
+            left -= n;
+        }
+    });
+    let elapsed = topo
+        .client()
+        .netns()
+        .run_in(move || {
+            let t0 = Instant::now();
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                .expect("connect through the chain");
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut got = 0;
+            while got < bytes {
+                let left = deadline.checked_sub(t0.elapsed())?;
+                s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                    .expect("read timeout");
+                match s.read(&mut buf) {
+                    Ok(0) => return None,
+                    Ok(n) => got += n,
+                    Err(_) => return None,
+                }
+            }
+            Some(t0.elapsed())
+        })
+        .expect("enter client netns");
+    sender.join().expect("sender thread");
+    elapsed
+}
+
+/// Regression: loss together with a rate cap stalled TCP transfers (the
+/// njit-lossy scenario), while loss alone did not.
+#[test]
+fn lossy_rate_capped_link_carries_a_bulk_transfer() {
+    if !require_netns("lossy_rate_capped_link_carries_a_bulk_transfer") {
+        return;
+    }
+    let spec = ChainSpec::chain(vec![
+        LinkSpec::symmetric(Duration::from_millis(10)).with_rate(100.0),
+        LinkSpec::wan(Duration::from_millis(10), 0.05, 100.0),
+    ]);
+    let topo = Topology::build(&spec, "swst").expect("build chain");
+    let bytes = 4 << 20;
+    let took = download(&topo, bytes, Duration::from_secs(60));
+    let stats = topo.stats();
+    eprintln!("4 MiB download took {took:?}\n{stats}");
+    assert!(took.is_some(), "transfer stalled:\n{stats}");
+}

@@ -102,6 +102,9 @@ impl EarlyStarts {
     /// A client's SYN was seen: start its next leg unless already started
     /// or over budget.
     pub fn on_syn(&self, shared: &Arc<Shared>, client: SocketAddr, dst: SocketAddr) {
+        if !shared.live.early_syn_enabled() {
+            return;
+        }
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
         if shard.contains_key(&key) {

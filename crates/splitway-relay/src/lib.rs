@@ -6,6 +6,7 @@
 //! - `limits`: global and per-client connection caps
 //! - `peer`: the authenticated relay↔relay leg, both ends
 //! - `pool`: pre-established, authenticated connections to each peer
+//! - `control`: the admin API's view of the relay: live parameters, drain, open connections
 //! - `early_syn`: legs started at the client's SYN, paired with accepts
 //! - `session`: one split connection from accept to close
 //! - `forward`: zero-copy (splice) or small-chunk (recv/send) forwarding with
@@ -14,6 +15,7 @@
 //! - `relay`: startup, admin API, shutdown and drain
 
 pub mod config;
+pub mod control;
 pub mod early_syn;
 pub mod error;
 pub mod forward;

@@ -42,6 +42,9 @@ pub struct PoolStats {
 
 pub struct PeerPool {
     peer: Peer,
+    /// Watermarks, tunable live through the admin API.
+    low: AtomicUsize,
+    high: AtomicUsize,
     turbo_buffer: Option<usize>,
     metrics: Arc<Metrics>,
     psk: Psk,
@@ -62,6 +65,8 @@ impl PeerPool {
         metrics: Arc<Metrics>,
     ) -> Arc<PeerPool> {
         Arc::new(PeerPool {
+            low: AtomicUsize::new(peer.pool.low),
+            high: AtomicUsize::new(peer.pool.high),
             peer,
             turbo_buffer,
             metrics,
@@ -116,11 +121,27 @@ impl PeerPool {
     /// Like [`take`](Self::take), but only while more than `low` are idle:
     /// for speculative (early-SYN) legs, which must not drain the pool.
     pub fn take_above_low(&self) -> Option<Pooled> {
-        if self.level() > self.peer.pool.low {
+        if self.level() > self.low() {
             self.take()
         } else {
             None
         }
+    }
+
+    pub fn low(&self) -> usize {
+        self.low.load(Ordering::Relaxed)
+    }
+
+    pub fn high(&self) -> usize {
+        self.high.load(Ordering::Relaxed)
+    }
+
+    /// New watermarks (validated by the caller: low <= high). A lower
+    /// `high` lets the surplus retire by age; a higher `low` refills now.
+    pub fn set_watermarks(&self, low: usize, high: usize) {
+        self.low.store(low, Ordering::Relaxed);
+        self.high.store(high, Ordering::Relaxed);
+        self.wake.notify_one();
     }
 
     fn count(&self, stat: &AtomicUsize, event: PoolEvent, n: usize) {
@@ -130,8 +151,8 @@ impl PeerPool {
 
     fn needs_refill(&self) -> usize {
         let level = self.level() + self.in_flight.load(Ordering::Relaxed);
-        if self.level() < self.peer.pool.low || level < self.peer.pool.low {
-            self.peer.pool.high.saturating_sub(level)
+        if self.level() < self.low() || level < self.low() {
+            self.high().saturating_sub(level)
         } else {
             0
         }
@@ -162,7 +183,7 @@ impl PeerPool {
     /// Keeps the pool between its watermarks until `stop`.
     pub async fn maintain(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut backoff = MIN_BACKOFF;
-        info!(peer = %self.peer.name, low = self.peer.pool.low, high = self.peer.pool.high, "pool started");
+        info!(peer = %self.peer.name, low = self.low(), high = self.high(), "pool started");
         loop {
             self.sweep();
             let want = self.needs_refill();
@@ -235,8 +256,8 @@ impl PeerPool {
         serde_json::json!({
             "level": self.level(),
             "in_flight": self.in_flight.load(Ordering::Relaxed),
-            "low": self.peer.pool.low,
-            "high": self.peer.pool.high,
+            "low": self.low(),
+            "high": self.high(),
             "idle_seconds": self.peer.pool.idle.as_secs_f64(),
             "taken": self.stats.taken.load(Ordering::Relaxed),
             "refilled": self.stats.refilled.load(Ordering::Relaxed),

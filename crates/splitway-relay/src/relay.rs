@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::config::{Config, ListenMode, Turbo, Via};
+use crate::control::{ConnRegistry, Live, RelayAdmin};
 use crate::early_syn::EarlyStarts;
 use crate::error::RelayError;
 use crate::ingress;
@@ -36,6 +37,10 @@ pub struct Shared {
     /// Legs started at the client's SYN, when early SYN is on and works.
     pub early: Option<Arc<EarlyStarts>>,
     pub limiter: Arc<ConnLimiter>,
+    /// Values tunable at run time (admin API `PUT /params`).
+    pub live: Live,
+    /// Open connections, for `GET /connections`.
+    pub conns: ConnRegistry,
     /// Turbo-start routes, by destination; removed when the relay stops.
     pub turbo_routes: std::sync::Mutex<HashMap<IpAddr, TurboRoute>>,
 }
@@ -101,7 +106,7 @@ impl Shared {
         self.cfg.timeouts.connect * 2 + self.cfg.timeouts.handshake
     }
 
-    fn status(&self) -> serde_json::Value {
+    pub fn status(&self) -> serde_json::Value {
         let via = |v: &Via| match v {
             Via::Direct => "direct".to_owned(),
             Via::Peer(i) => self.cfg.peers[*i].name.clone(),
@@ -291,6 +296,8 @@ impl Relay {
         let shared = Arc::new(Shared {
             turbo_routes: std::sync::Mutex::new(turbo_routes),
             limiter: ConnLimiter::new(cfg.limits),
+            live: Live::new(&cfg),
+            conns: ConnRegistry::default(),
             routes: RouteTable::new(&cfg.routes),
             cfg,
             metrics,
@@ -326,6 +333,8 @@ impl Relay {
         drain: Duration,
     ) -> Result<(), RelayError> {
         let (stop_tx, stop_rx) = watch::channel(false);
+        // `POST /drain` ends the relay like a signal does.
+        let (drain_tx, mut drain_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         for (i, l) in self.listeners.into_iter().enumerate() {
             let spec = &self.shared.cfg.listeners[i];
@@ -342,9 +351,9 @@ impl Relay {
             let metrics = self.shared.metrics.clone();
             let mut stop = stop_rx.clone();
             info!(addr = ?l.local_addr().ok(), "admin API listening");
+            let admin = RelayAdmin::new(shared, drain_tx);
             tokio::spawn(async move {
-                let status = move || shared.status();
-                let r = splitway_control::serve(l, metrics, Arc::new(status), async move {
+                let r = splitway_control::serve(l, metrics, Arc::new(admin), async move {
                     let _ = stop.wait_for(|s| *s).await;
                 })
                 .await;
@@ -381,7 +390,10 @@ impl Relay {
         }
         info!(name = %self.shared.cfg.name, "relay ready");
 
-        shutdown.await;
+        tokio::select! {
+            () = shutdown => {}
+            () = stopped(&mut drain_rx) => info!("drain requested through the admin API"),
+        }
         info!("shutting down: no new connections");
         let _ = stop_tx.send(true);
         for t in tasks {

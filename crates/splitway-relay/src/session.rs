@@ -235,6 +235,13 @@ async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
 /// Runs one split connection to its end.
 pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
     let mode = metric_mode(inbound.mode);
+    let _registered = shared.conns.register(
+        inbound.conn_id,
+        inbound.mode.as_str(),
+        inbound.client,
+        inbound.dst.to_string(),
+        shared.clone(),
+    );
     let metrics = shared.metrics.clone();
     if matches!(inbound.mode, ListenMode::Tproxy) {
         // Whatever the client already sent (a TFO client's request rode its
@@ -282,7 +289,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
 
     let opts = forward::Options {
         data_path: shared.cfg.forwarding.data_path,
-        idle: shared.cfg.timeouts.idle,
+        idle: shared.live.idle(),
     };
     let early = std::mem::take(&mut inbound.early_data);
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod ctl;
 mod relay_cmd;
 
 #[derive(Parser)]
@@ -56,6 +57,7 @@ up to --drain-timeout. Log verbosity follows RUST_LOG (default: info).")]
     Keygen,
     /// Emulated WAN in network namespaces: every configuration measured against the model.
     Lab(Box<splitway_lab::cli::LabArgs>),
+    Ctl(ctl::CtlArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -85,6 +87,7 @@ fn main() -> ExitCode {
             drain_timeout,
         } => relay_cmd::run(&config, check, drain_timeout),
         Command::Keygen => keygen(),
+        Command::Ctl(args) => ctl::run(args),
         Command::Lab(args) => splitway_lab::cli::run(*args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(anyhow::Error::from),

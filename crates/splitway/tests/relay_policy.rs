@@ -17,7 +17,9 @@ fn socks5_connect(client: &splitway_sys::netns::Netns, proxy: SocketAddr, dst: S
     let mut method = [0u8; 2];
     s.read_exact(&mut method).expect("method selection");
     assert_eq!(method, [5, 0], "no-auth selected");
-    let SocketAddr::V4(d) = dst else { panic!("v4 only") };
+    let SocketAddr::V4(d) = dst else {
+        panic!("v4 only")
+    };
     let mut req = vec![5, 1, 0, 1];
     req.extend_from_slice(&d.ip().octets());
     req.extend_from_slice(&d.port().to_be_bytes());
@@ -39,7 +41,11 @@ fn explicit_listener_without_allow_clients_refuses_remote_clients() {
     lab.start_relays(&configs);
     let _server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
     let proxy = sock(&format!("{ENTRY_V4}:{SOCKS_PORT}"));
-    let code = socks5_connect(&lab.client, proxy, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let code = socks5_connect(
+        &lab.client,
+        proxy,
+        sock(&format!("{SERVER_V4}:{SERVER_PORT}")),
+    );
     assert_eq!(code, 2, "SOCKS5 reply 2: connection not allowed by ruleset");
     lab.wait_counter(
         "rc",

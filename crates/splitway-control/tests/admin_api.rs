@@ -1,0 +1,376 @@
+//! Every admin endpoint over real loopback sockets, answered by a fake
+//! relay, and queried with the blocking client `splitway ctl` uses.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use splitway_control::client::{AdminClient, Answer};
+use splitway_control::params::ParamValues;
+use splitway_control::{
+    AdminError, AdminHandler, MAX_CONNECTION_SAMPLE, Metrics, Mode, ParamChange, ParamError,
+    ParamInfo, ParamRegistry, ParamSpec, ParamUpdate, ParamValue, bind, serve,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+/// A relay stand-in: a parameter registry, a drain flag, and a reload that
+/// fails once `config_broken` is set.
+struct FakeRelay {
+    params: ParamRegistry,
+    drains: AtomicUsize,
+    config_broken: Mutex<bool>,
+    last_sample: Mutex<Option<usize>>,
+}
+
+impl FakeRelay {
+    fn new() -> Self {
+        let params = ParamRegistry::new();
+        params
+            .declare(ParamSpec::pool_low("rs"), ParamValue::Int(4))
+            .unwrap();
+        params
+            .declare(ParamSpec::pool_high("rs"), ParamValue::Int(16))
+            .unwrap();
+        params
+            .declare(ParamSpec::early_syn(), ParamValue::Bool(false))
+            .unwrap();
+        params
+            .declare(
+                ParamSpec::idle_timeout(),
+                ParamValue::Duration(Duration::from_secs(300)),
+            )
+            .unwrap();
+        params
+            .declare(ParamSpec::log_level(), ParamValue::Text("info".into()))
+            .unwrap();
+        Self {
+            params,
+            drains: AtomicUsize::new(0),
+            config_broken: Mutex::new(false),
+            last_sample: Mutex::new(None),
+        }
+    }
+}
+
+impl AdminHandler for FakeRelay {
+    fn status(&self) -> Value {
+        json!({"name": "rc", "version": "test"})
+    }
+
+    fn connections(&self, sample: usize) -> Result<Value, AdminError> {
+        *self.last_sample.lock().unwrap() = Some(sample);
+        let all: Vec<Value> = (0..3)
+            .map(|id| json!({"id": id, "mode": "socks5", "state": "forwarding"}))
+            .collect();
+        Ok(json!({
+            "total": 3,
+            "by_state": {"forwarding": 3},
+            "sample": all.into_iter().take(sample).collect::<Vec<_>>(),
+        }))
+    }
+
+    fn params(&self) -> Vec<ParamInfo> {
+        self.params.infos()
+    }
+
+    fn set_params(&self, updates: &[ParamUpdate]) -> Result<Vec<ParamChange>, Vec<ParamError>> {
+        self.params.update(updates, |values: &ParamValues| {
+            match (values.int("pool.rs.low"), values.int("pool.rs.high")) {
+                (Some(low), Some(high)) if low > high => vec![ParamError::new(
+                    "pool.rs.low",
+                    format!("low ({low}) is above high ({high})"),
+                )],
+                _ => Vec::new(),
+            }
+        })
+    }
+
+    fn drain(&self) -> Result<Value, AdminError> {
+        if self.drains.fetch_add(1, Ordering::SeqCst) > 0 {
+            return Err(AdminError::Refused("already draining".into()));
+        }
+        Ok(json!({"draining": true, "active": 3}))
+    }
+
+    fn reload(&self) -> Result<Value, AdminError> {
+        if *self.config_broken.lock().unwrap() {
+            return Err(AdminError::Invalid(vec![
+                "peer.rs.addr: `nowhere` is not IP:port".into(),
+                "route[0].via: no peer named `rx`".into(),
+            ]));
+        }
+        Ok(json!({"reloaded": true, "changed": []}))
+    }
+}
+
+/// A running admin server; dropping it shuts the server down.
+struct Server {
+    addr: String,
+    relay: Arc<FakeRelay>,
+    metrics: Arc<Metrics>,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn start(handler: Option<Arc<dyn AdminHandler>>) -> Server {
+    let relay = Arc::new(FakeRelay::new());
+    let metrics = Arc::new(Metrics::new());
+    let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handler = handler.unwrap_or_else(|| relay.clone());
+    tokio::spawn(serve(listener, metrics.clone(), handler, async move {
+        let _ = stopped.await;
+    }));
+    Server {
+        addr,
+        relay,
+        metrics,
+        _stop: stop,
+    }
+}
+
+/// One request through the blocking client, off the runtime's threads.
+async fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> Answer {
+    let client = AdminClient::new(&server.addr, Duration::from_secs(5));
+    let (method, path) = (method.to_owned(), path.to_owned());
+    tokio::task::spawn_blocking(move || client.request(&method, &path, body.as_ref()))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// A request with hand-written headers, for what the client never sends.
+async fn raw(server: &Server, request: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+#[tokio::test]
+async fn status_and_metrics_are_served() {
+    let server = start(None).await;
+    server.metrics.accepted(Mode::Peer);
+    let status = call(&server, "GET", "/status", None).await;
+    assert_eq!(status.status, 200);
+    assert_eq!(status.content_type.as_deref(), Some("application/json"));
+    assert_eq!(status.json().unwrap()["name"], "rc");
+
+    let metrics = call(&server, "GET", "/metrics", None).await;
+    assert_eq!(metrics.status, 200);
+    let text = String::from_utf8(metrics.body).unwrap();
+    assert!(text.contains("splitway_connections_accepted_total{mode=\"peer\"} 1"));
+}
+
+#[tokio::test]
+async fn connections_honours_and_bounds_the_sample() {
+    let server = start(None).await;
+    let default = call(&server, "GET", "/connections", None).await;
+    assert_eq!(default.status, 200);
+    assert_eq!(*server.relay.last_sample.lock().unwrap(), Some(20));
+    assert_eq!(default.json().unwrap()["by_state"]["forwarding"], 3);
+
+    let one = call(&server, "GET", "/connections?sample=1", None).await;
+    assert_eq!(one.json().unwrap()["sample"].as_array().unwrap().len(), 1);
+
+    call(&server, "GET", "/connections?sample=999999", None).await;
+    assert_eq!(
+        *server.relay.last_sample.lock().unwrap(),
+        Some(MAX_CONNECTION_SAMPLE)
+    );
+
+    let bad = call(&server, "GET", "/connections?sample=lots", None).await;
+    assert_eq!(bad.status, 400);
+    assert!(
+        bad.json().unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .contains("sample")
+    );
+}
+
+#[tokio::test]
+async fn params_are_listed_with_kind_and_value() {
+    let server = start(None).await;
+    let answer = call(&server, "GET", "/params", None).await;
+    assert_eq!(answer.status, 200);
+    let params = answer.json().unwrap();
+    let low = params
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "pool.rs.low")
+        .unwrap();
+    assert_eq!(low["value"], 4);
+    assert_eq!(low["kind"], json!({"type": "int", "min": 0, "max": 4096}));
+}
+
+#[tokio::test]
+async fn put_params_applies_all_and_reports_old_and_new() {
+    let server = start(None).await;
+    let answer = call(
+        &server,
+        "PUT",
+        "/params",
+        Some(json!({"pool.rs.high": 32, "pool.rs.low": "8", "timeouts.idle": "10m"})),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.json());
+    assert_eq!(
+        answer.json().unwrap(),
+        json!({"changed": [
+            {"name": "pool.rs.high", "old": 16, "new": 32},
+            {"name": "pool.rs.low", "old": 4, "new": 8},
+            {"name": "timeouts.idle", "old": "300s", "new": "600s"},
+        ]})
+    );
+    assert_eq!(
+        server.relay.params.get("pool.rs.low"),
+        Some(ParamValue::Int(8))
+    );
+}
+
+#[tokio::test]
+async fn put_params_refuses_everything_if_anything_is_wrong() {
+    let server = start(None).await;
+    let answer = call(
+        &server,
+        "PUT",
+        "/params",
+        Some(json!({"pool.rs.low": 5, "pool.rx.low": 1, "early_syn": 2, "pool.rs.high": 99999})),
+    )
+    .await;
+    assert_eq!(answer.status, 400);
+    let errors = answer.json().unwrap()["errors"].clone();
+    let named: Vec<&str> = errors
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["param"].as_str().unwrap())
+        .collect();
+    assert_eq!(named, ["early_syn", "pool.rs.high", "pool.rx.low"]);
+    assert_eq!(errors[1]["message"], "99999 is outside 0..=4096");
+    assert_eq!(
+        server.relay.params.get("pool.rs.low"),
+        Some(ParamValue::Int(4))
+    );
+
+    // Valid one by one, invalid together: the relay's cross-check refuses.
+    let crossed = call(&server, "PUT", "/params", Some(json!({"pool.rs.low": 20}))).await;
+    assert_eq!(crossed.status, 400);
+    assert_eq!(
+        crossed.json().unwrap()["errors"],
+        json!([{"param": "pool.rs.low", "message": "low (20) is above high (16)"}])
+    );
+
+    for body in [json!([1, 2]), json!({})] {
+        let refused = call(&server, "PUT", "/params", Some(body)).await;
+        assert_eq!(refused.status, 400);
+    }
+}
+
+#[tokio::test]
+async fn drain_answers_then_refuses_a_second_drain() {
+    let server = start(None).await;
+    let first = call(&server, "POST", "/drain", None).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.json().unwrap()["draining"], true);
+    let second = call(&server, "POST", "/drain", None).await;
+    assert_eq!(second.status, 409);
+    assert_eq!(second.json().unwrap()["error"], "already draining");
+}
+
+#[tokio::test]
+async fn reload_reports_each_config_error() {
+    let server = start(None).await;
+    let ok = call(&server, "POST", "/reload", None).await;
+    assert_eq!(ok.status, 200);
+    *server.relay.config_broken.lock().unwrap() = true;
+    let broken = call(&server, "POST", "/reload", None).await;
+    assert_eq!(broken.status, 422);
+    let body = broken.json().unwrap();
+    assert_eq!(body["errors"].as_array().unwrap().len(), 2);
+    assert!(
+        body["errors"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("peer.rs.addr")
+    );
+}
+
+#[tokio::test]
+async fn wrong_methods_unknown_paths_and_browsers_are_refused() {
+    let server = start(None).await;
+    let get_drain = call(&server, "GET", "/drain", None).await;
+    assert_eq!(get_drain.status, 405);
+    let post_status = call(&server, "POST", "/status", None).await;
+    assert_eq!(post_status.status, 405);
+    let nowhere = call(&server, "GET", "/nowhere", None).await;
+    assert_eq!(nowhere.status, 404);
+
+    let from_browser = raw(
+        &server,
+        "POST /drain HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\nContent-Length: 0\r\n\r\n",
+    )
+    .await;
+    assert!(from_browser.starts_with("HTTP/1.1 403 "), "{from_browser}");
+    assert_eq!(server.relay.drains.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_status_only_handler_answers_501_and_knows_no_parameters() {
+    let server = start(Some(Arc::new(|| json!({"name": "minimal"})))).await;
+    assert_eq!(call(&server, "GET", "/status", None).await.status, 200);
+    assert_eq!(call(&server, "GET", "/connections", None).await.status, 501);
+    assert_eq!(call(&server, "POST", "/drain", None).await.status, 501);
+    assert_eq!(call(&server, "POST", "/reload", None).await.status, 501);
+    let params = call(&server, "GET", "/params", None).await;
+    assert_eq!(params.json().unwrap(), json!([]));
+    let set = call(&server, "PUT", "/params", Some(json!({"early_syn": true}))).await;
+    assert_eq!(set.status, 400);
+    assert_eq!(set.json().unwrap()["errors"][0]["param"], "early_syn");
+}
+
+#[tokio::test]
+async fn unix_socket_serves_the_same_api_and_replaces_a_stale_socket() {
+    let dir = std::env::temp_dir().join(format!("splitway-admin-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("admin.sock");
+    // A socket file nobody serves on, as a crashed relay leaves behind.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+
+    let listener = splitway_control::bind_unix(&path).unwrap();
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o660);
+    // A second relay must not steal a live socket.
+    let taken = splitway_control::bind_unix(&path).unwrap_err();
+    assert!(taken.to_string().contains("admin.sock"), "{taken}");
+
+    let relay = Arc::new(FakeRelay::new());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(splitway_control::serve_unix(
+        listener,
+        Arc::new(Metrics::new()),
+        relay.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let client = AdminClient::new(&format!("unix:{}", path.display()), Duration::from_secs(5));
+    let answer = tokio::task::spawn_blocking(move || {
+        client.request("PUT", "/params", Some(&json!({"early_syn": true})))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(answer.status, 200, "{:?}", answer.json());
+    assert_eq!(relay.params.get("early_syn"), Some(ParamValue::Bool(true)));
+
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
