@@ -1016,8 +1016,17 @@ fn relay_config(
              intercept = {{ interfaces = [\"{DEV_LEFT}\"], ports = [{HTTP_PORT}] }}\n\n"
         ));
     } else {
+        // Only the upstream relay may dial in; naming it also lets turbo
+        // install the return route at start, before the first (pooled)
+        // connection arrives.
+        let upstream = relays[i - 1].right_addr().ok_or_else(|| {
+            LabError::Usage(format!(
+                "host {} has no server-side link",
+                relays[i - 1].name()
+            ))
+        })?;
         conf.push_str(&format!(
-            "[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\n\n"
+            "[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\nallow_clients = [\"{upstream}/32\"]\n\n"
         ));
     }
     let via = match relays.get(i + 1) {

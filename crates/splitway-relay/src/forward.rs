@@ -300,11 +300,35 @@ async fn copy_once(
         Err(e) => return Err(rd(e)),
     };
     if n > 0 {
-        write_all(dst, &buf[..n]).await.map_err(wr)?;
+        let more = more_queued(src);
+        write_all_more(dst, &buf[..n], more).await.map_err(wr)?;
     }
     let filled = n == buf.len();
     give_buf(buf);
     Ok((Some(n), filled))
+}
+
+/// Whether the source already holds more bytes: then the write just made
+/// is not the end of a burst, and a partial segment should wait for the
+/// next one (MSG_MORE / SPLICE_F_MORE) instead of leaving short. An error
+/// here is reported by the next read.
+fn more_queued(src: &TcpStream) -> bool {
+    splitway_sys::sock::queued_bytes(src).is_ok_and(|n| n > 0)
+}
+
+/// Writes all of `data`; with `more`, hints that more follows at once.
+async fn write_all_more(dst: &TcpStream, mut data: &[u8], more: bool) -> io::Result<()> {
+    while !data.is_empty() {
+        dst.writable().await?;
+        match dst.try_io(Interest::WRITABLE, || {
+            splitway_sys::sock::send(dst, data, more)
+        }) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// One splice into a pipe and out until the pipe is empty.
@@ -328,10 +352,13 @@ async fn splice_once(
             return Err(rd(e));
         }
     };
+    let more = more_queued(src);
     let mut left = n;
     while left > 0 {
         dst.writable().await.map_err(&wr)?;
-        match dst.try_io(Interest::WRITABLE, || pipe.drain_to(dst.as_raw_fd(), left)) {
+        match dst.try_io(Interest::WRITABLE, || {
+            pipe.drain_to(dst.as_raw_fd(), left, more)
+        }) {
             Ok(m) => left -= m,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             // The pipe still holds bytes: dropping it (not pooling) discards

@@ -289,3 +289,29 @@ pub fn raise_nofile_limit() -> Result<(u64, u64), SysError> {
     }
     Ok((lim.rlim_cur, lim.rlim_max))
 }
+
+/// Bytes queued for reading on a socket (`FIONREAD`).
+pub fn queued_bytes(sock: &impl AsRawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the valid pointer.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if rc == 0 {
+        Ok(n.max(0) as usize)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Non-blocking send. With `more`, the kernel may hold a partial segment
+/// back for the write that follows (MSG_MORE), so a burst forwarded in
+/// chunks leaves as full segments instead of one short segment per chunk.
+pub fn send(sock: &impl AsRawFd, buf: &[u8], more: bool) -> io::Result<usize> {
+    let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
+    // SAFETY: buf is a valid readable slice for the duration of the call.
+    let n = unsafe { libc::send(sock.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}

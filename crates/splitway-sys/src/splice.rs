@@ -63,12 +63,13 @@ impl Pipe {
     /// Moves up to `len` bytes from socket `from` into the pipe.
     /// Ok(0) means end of stream on the socket.
     pub fn fill_from(&self, from: RawFd, len: usize) -> io::Result<usize> {
-        splice(from, self.write.as_raw_fd(), len)
+        splice(from, self.write.as_raw_fd(), len, false)
     }
 
-    /// Moves up to `len` bytes from the pipe into socket `to`.
-    pub fn drain_to(&self, to: RawFd, len: usize) -> io::Result<usize> {
-        splice(self.read.as_raw_fd(), to, len)
+    /// Moves up to `len` bytes from the pipe into socket `to`. With `more`,
+    /// more data follows at once (SPLICE_F_MORE: no short segment at the end).
+    pub fn drain_to(&self, to: RawFd, len: usize, more: bool) -> io::Result<usize> {
+        splice(self.read.as_raw_fd(), to, len, more)
     }
 
     /// Takes a pipe from this thread's pool, or creates one.
@@ -95,7 +96,8 @@ thread_local! {
     static POOL: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
 }
 
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+fn splice(from: RawFd, to: RawFd, len: usize, more: bool) -> io::Result<usize> {
+    let more = if more { libc::SPLICE_F_MORE } else { 0 };
     // SAFETY: both fds are open for the duration of the call (borrowed from
     // live owners); null offsets are required for pipes and sockets.
     let n = unsafe {
@@ -105,7 +107,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
             to,
             std::ptr::null_mut(),
             len,
-            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | more,
         )
     };
     if n < 0 {
@@ -145,7 +147,7 @@ mod tests {
             }
             let mut left = n;
             while left > 0 {
-                left -= pipe.drain_to(c.as_raw_fd(), left).unwrap();
+                left -= pipe.drain_to(c.as_raw_fd(), left, false).unwrap();
             }
             moved += n;
         }
