@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint unit fuzz fuzz-smoke lab-full fidelity clean
+.PHONY: demo test deps build release lint fuzz lab-full fidelity bench clean
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -40,6 +40,10 @@ lab-full: deps release
 ## fidelity: the link emulator measured against its configuration.
 fidelity: deps release
 	./target/release/splitway lab fidelity
+
+## bench: splitway vs direct TCP, HAProxy (splice) and socat on loopback; results in bench-results/.
+bench: deps release
+	./target/release/splitway lab bench --json bench-results/latest.json
 
 clean:
 	$(CARGO) clean

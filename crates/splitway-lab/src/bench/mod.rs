@@ -132,10 +132,13 @@ pub fn run(args: BenchArgs) -> Result<(), LabError> {
         op: format!("create {}", dir.display()),
         source,
     })?;
+    let work_dir = dir.clone();
     let outcome = ns
-        .run_in(move || measure(plan, splitway_bin, dir))
+        .run_in(move || measure(plan, splitway_bin, work_dir))
         .map_err(BenchError::from);
     drop(ns);
+    // Configs and the key of this run only; nothing else lives there.
+    let _ = std::fs::remove_dir_all(&dir);
     let (samples, mut notes) = outcome??;
     if plan.idle_connections < IDLE_CONNECTIONS {
         notes.push(format!(
@@ -331,6 +334,23 @@ fn fresh_instance(
     }
     let idle = procs::sum_rss(&pids);
     push(method, "idle_rss_bytes", idle as f64);
+    // RSS per active bulk connection: 8 streams through the fresh instance
+    // (a warmed-up one reuses buffers it already holds), sampled half-way.
+    const STREAMS: usize = 8;
+    let sampler_pids = pids.clone();
+    let bulk_time = plan.test_time / 2;
+    let sampler = std::thread::spawn(move || {
+        std::thread::sleep(bulk_time / 2);
+        procs::sum_rss(&sampler_pids)
+    });
+    load::bulk(inst.sink, STREAMS, bulk_time).map_err(tool_err(method, "bulk"))?;
+    let busy = sampler.join().unwrap_or(idle);
+    push(
+        method,
+        "bulk8_rss_per_conn_bytes",
+        busy.saturating_sub(idle) as f64 / STREAMS as f64,
+    );
+    let idle = procs::sum_rss(&pids);
     // socat forks a process per connection: 10,000 of them would measure
     // the machine, not socat.
     if method == Method::Socat {
@@ -356,18 +376,9 @@ fn bulk_test(
     push: &mut impl FnMut(Method, &str, f64),
 ) -> Result<(), BenchError> {
     let pids = inst.pids();
-    let rss_before = procs::sum_rss(&pids);
     let cpu_before = procs::sum_cpu(&pids);
-    let sampler_pids = pids.clone();
-    let half = plan.test_time / 2;
-    // RSS while every stream is busy (half-way through the run).
-    let sampler = std::thread::spawn(move || {
-        std::thread::sleep(half);
-        procs::sum_rss(&sampler_pids)
-    });
     let result =
         load::bulk(inst.sink, streams, plan.test_time).map_err(tool_err(inst.method, "bulk"))?;
-    let rss_busy = sampler.join().unwrap_or(rss_before);
     let cpu = (procs::sum_cpu(&pids).saturating_sub(cpu_before)) as f64 / ticks;
     let key = if streams == 1 { "bulk1" } else { "bulk8" };
     let gb = result.bytes as f64 / 1e9;
@@ -378,11 +389,6 @@ fn bulk_test(
     );
     if inst.method != Method::Direct {
         push(inst.method, &format!("{key}_cpu_s_per_gb"), cpu / gb);
-        push(
-            inst.method,
-            &format!("{key}_rss_per_conn_bytes"),
-            rss_busy.saturating_sub(rss_before) as f64 / streams as f64,
-        );
     }
     Ok(())
 }

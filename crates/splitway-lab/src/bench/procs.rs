@@ -141,11 +141,14 @@ impl Launcher {
                 plain_fronts(&mut inst, base)
             }
             Method::Splitway1 => {
+                // An admin listener because `admin = "off"` currently makes
+                // the relay drain at once (its drain channel closes).
+                let admin = base + 50;
                 let cfg = self.dir.join(format!("splitway1-{base}.toml"));
                 write(
                     &cfg,
                     &format!(
-                        "name = \"bench1\"\nadmin = \"off\"\n\n[[listen]]\nmode = \"http-connect\"\n\
+                        "name = \"bench1\"\nadmin = \"127.0.0.1:{admin}\"\n\n[[listen]]\nmode = \"http-connect\"\n\
                          addr = \"127.0.0.1:{base}\"\n\n[[route]]\ndst = \"127.0.0.0/8\"\nvia = \"direct\"\n{}",
                         self.limits()
                     ),
@@ -155,11 +158,12 @@ impl Launcher {
             }
             Method::Splitway2 => {
                 let rs_port = base + 1;
+                let (admin, admin_rs) = (base + 50, base + 51);
                 let rs = self.dir.join(format!("splitway-rs-{base}.toml"));
                 write(
                     &rs,
                     &format!(
-                        "name = \"rs\"\nadmin = \"off\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"peer\"\n\
+                        "name = \"rs\"\nadmin = \"127.0.0.1:{admin_rs}\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"peer\"\n\
                          addr = \"127.0.0.1:{rs_port}\"\n\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n{}",
                         self.psk_file.display(),
                         self.limits()
@@ -169,7 +173,7 @@ impl Launcher {
                 write(
                     &rc,
                     &format!(
-                        "name = \"rc\"\nadmin = \"off\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"http-connect\"\n\
+                        "name = \"rc\"\nadmin = \"127.0.0.1:{admin}\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"http-connect\"\n\
                          addr = \"127.0.0.1:{base}\"\n\n[[peer]]\nname = \"rs\"\naddr = \"127.0.0.1:{rs_port}\"\n\n\
                          [[route]]\ndst = \"127.0.0.0/8\"\nvia = \"rs\"\n{}",
                         self.psk_file.display(),

@@ -281,7 +281,7 @@ impl BenchReport {
         }
         let _ = writeln!(
             md,
-            "\n| method | setup at {} new conn/s: connect → first response byte p50 / p99 / p99.9 µs (p50 × direct) | user-space bytes per idle proxied conn ({} open) | bytes per active bulk conn | RSS after start | exec → listening, ms |\n\
+            "\n| method | setup at {} new conn/s: connect → first response byte p50 / p99 / p99.9 µs (p50 × direct) | user-space bytes per idle proxied conn ({} open) | bytes per active bulk conn | RSS after start (idle) | exec → listening, ms |\n\
              |---|---|---|---|---|---|",
             fmt_value(self.fixed_rate_per_s),
             fmt_bytes(self.idle_connections as f64)
@@ -332,7 +332,8 @@ impl BenchReport {
              request/response). HAProxy runs in TCP mode with `option splice-request`/`splice-response` and \
              `tune.pipesize 262144` (`maxpipes 64`, so its fd reservation fits the fd limit); socat forks per connection (its idle memory is not measured). CPU is \
              utime+stime of the proxy processes and their children; memory is RSS, excluding kernel socket buffers; \
-             the relay pair's CPU and memory are both relays together. Percentiles are nearest-rank over {} \
+             bytes per active bulk connection is the RSS growth of a freshly started proxy half-way through 8 streams, \
+             divided by 8 (socat's includes its forked processes); the relay pair's CPU and memory are both relays together. Percentiles are nearest-rank over {} \
              fixed-rate connections per round.",
             self.command,
             self.date,
