@@ -27,6 +27,9 @@ pub struct Config {
     pub psk_file: Option<PathBuf>,
     /// Loaded and checked at validation time; `None` when no peer leg exists.
     pub psk: Option<Psk>,
+    /// A second key a peer listener also accepts during a key rollover
+    /// (`psk_file_previous`); dialers always use `psk`.
+    pub psk_previous: Option<Psk>,
     pub admin: Option<SocketAddr>,
     pub listeners: Vec<Listener>,
     pub peers: Vec<Peer>,
@@ -369,6 +372,7 @@ struct RawForwarding {
 const TOP_LEVEL_KEYS: &[&str] = &[
     "name",
     "psk_file",
+    "psk_file_previous",
     "admin",
     "listen",
     "peer",
@@ -968,8 +972,36 @@ impl Config {
             }
         };
 
+        let psk_previous = match table.get("psk_file_previous") {
+            Some(v) => c.section::<String>("psk_file_previous", v).and_then(|p| {
+                let p = base.join(p);
+                match std::fs::read_to_string(&p) {
+                    Ok(text) => match Psk::from_hex(&text) {
+                        Ok(k) => Some(k),
+                        Err(e) => {
+                            c.err("psk_file_previous", format!("{}: {e}", p.display()));
+                            None
+                        }
+                    },
+                    Err(e) => {
+                        c.err(
+                            "psk_file_previous",
+                            format!("cannot read {}: {e}", p.display()),
+                        );
+                        None
+                    }
+                }
+            }),
+            None => None,
+        };
+        if psk_previous.is_some() && psk.is_none() && !c.issues.iter().any(|i| i.key == "psk_file")
+        {
+            c.err("psk_file_previous", "needs psk_file (the current key)");
+        }
+
         if c.issues.is_empty() {
             Ok(Config {
+                psk_previous,
                 name: name.expect("checked"),
                 psk_file,
                 psk,
@@ -1143,6 +1175,21 @@ mod tests {
         )
         .unwrap_err();
         assert!(issues.iter().any(|i| i.key == "psk_file"), "{issues:?}");
+    }
+
+    #[test]
+    fn previous_key_for_rollover() {
+        let dir = std::env::temp_dir().join(format!("swcfg-roll-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("new.key"), PSK_HEX).unwrap();
+        std::fs::write(dir.join("old.key"), PSK_HEX.replace('0', "f")).unwrap();
+        let cfg = Config::parse(
+            "name = \"r\"\npsk_file = \"new.key\"\npsk_file_previous = \"old.key\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:1\"\n",
+            &dir,
+        )
+        .unwrap();
+        assert!(cfg.psk.is_some() && cfg.psk_previous.is_some());
+        assert_ne!(cfg.psk, cfg.psk_previous);
     }
 
     #[test]

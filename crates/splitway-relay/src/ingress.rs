@@ -164,7 +164,14 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
             .await
             .map(|(dst, early)| (dst, early, conn_id(), DEFAULT_TTL, client)),
         ListenMode::Peer => {
-            let keys: Vec<_> = shared.cfg.psk.iter().cloned().collect();
+            // During a rollover both the current and the previous key pass.
+            let keys: Vec<_> = shared
+                .cfg
+                .psk
+                .iter()
+                .chain(shared.cfg.psk_previous.iter())
+                .cloned()
+                .collect();
             match peer::accept(&stream, &keys, &shared.cfg.timeouts, &shared.metrics).await {
                 Ok(a) => {
                     shared.learn_upstream(client.ip());

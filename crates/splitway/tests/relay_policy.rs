@@ -84,3 +84,33 @@ fn per_client_limit_refuses_the_extra_connection() {
     drop((a, b));
     lab.assert_relays_alive();
 }
+
+/// Key rollover: the downstream relay accepts the current and the previous
+/// key, so upstream relays can move to the new key one at a time.
+#[test]
+fn peer_listener_accepts_previous_key_during_rollover() {
+    require_netns!();
+    let mut lab = Lab::two_relays();
+    let old_key = lab.dir.join("old.key");
+    write_psk(&old_key, 0x01d_0001);
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    // rc still has the old key; rs has the new one and accepts the old.
+    configs[0].psk_file = Some(old_key.clone());
+    configs[1].top = format!("psk_file_previous = {:?}\n", old_key.display().to_string());
+    lab.start_relays(&configs);
+    let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+    let server = TestServer::bind(&lab.server, dst);
+    transfer_client_to_server(&lab.client, &server, dst, MIB, LAST_RELAY_V4);
+    // rc moves to the new key: still accepted.
+    configs[0].psk_file = None;
+    lab.restart_relay("rc", &configs[0]);
+    transfer_server_to_client(&lab.client, &server, dst, MIB, LAST_RELAY_V4);
+    let failures = lab
+        .metrics("rs")
+        .counter("splitway_peer_auth_failures_total", &[]);
+    assert_eq!(
+        failures, 0.0,
+        "no authentication failure during the rollover"
+    );
+    lab.assert_relays_alive();
+}

@@ -260,6 +260,8 @@ pub struct RelayConfig {
     pub extra: String,
     /// Key file other than the lab's shared one.
     pub psk_file: Option<PathBuf>,
+    /// Raw top-level TOML lines, rendered before any table.
+    pub top: String,
 }
 
 impl RelayConfig {
@@ -271,6 +273,7 @@ impl RelayConfig {
             routes: Vec::new(),
             extra: String::new(),
             psk_file: None,
+            top: String::new(),
         }
     }
 
@@ -326,6 +329,7 @@ impl RelayConfig {
         writeln!(out, "name = {:?}", self.name).unwrap();
         writeln!(out, "psk_file = {:?}", psk_file.display().to_string()).unwrap();
         writeln!(out, "admin = \"127.0.0.1:9090\"").unwrap();
+        out.push_str(&self.top);
         for l in &self.listeners {
             writeln!(
                 out,
