@@ -140,20 +140,20 @@ fn tcp_connect_takes_the_configured_rtt() {
             "connect {t:?} faster than the configured {configured:?}"
         );
     }
-    // Emulator p99 lateness is well under 1 ms; end-host scheduling adds
-    // the rest (lab-facts: connect mean +0.1–0.7 ms).
+    // This guards that each link's delay is applied once per direction (a
+    // missing or doubled delay is off by ≥ 20 ms), not timing precision on
+    // a shared CI machine: `splitway lab fidelity` measures that (emulator
+    // p99 lateness well under 1 ms; lab-facts: connect mean +0.1–0.7 ms).
+    let slack = Duration::from_millis(15);
     assert!(
-        m <= configured + Duration::from_millis(5),
+        m <= configured + slack,
         "median connect {m:?} vs configured {configured:?}"
     );
 
     eprintln!("server IPv6: {:?}", topo.server().left_addr6());
     if let Some(v6) = topo.server().left_addr6() {
         let t6 = median(connect_times(&topo, IpAddr::V6(v6), 3));
-        assert!(
-            t6 >= configured && t6 <= configured + Duration::from_millis(5),
-            "{t6:?}"
-        );
+        assert!(t6 >= configured && t6 <= configured + slack, "{t6:?}");
     }
 
     let stats = topo.stats();
@@ -228,8 +228,9 @@ fn set_link_changes_delay_live() {
         .expect("set_link");
     let after = median(connect_times(&topo, server_ip, 3));
     eprintln!("connect before {before:?}, after {after:?}");
-    assert!(before >= Duration::from_millis(10) && before < Duration::from_millis(15));
-    assert!(after >= Duration::from_millis(40) && after < Duration::from_millis(45));
+    // Bounds tell 10 ms from 40 ms with room for a loaded machine.
+    assert!(before >= Duration::from_millis(10) && before < Duration::from_millis(25));
+    assert!(after >= Duration::from_millis(40) && after < Duration::from_millis(55));
 }
 
 /// Serves `bytes` from a listener in the server's namespace, once; returns
