@@ -339,6 +339,8 @@ impl Relay {
         let (stop_tx, stop_rx) = watch::channel(false);
         // `POST /drain` ends the relay like a signal does.
         let (drain_tx, mut drain_rx) = watch::channel(false);
+        // The admin API outlives the listeners: it answers during a drain.
+        let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         for (i, l) in self.listeners.into_iter().enumerate() {
             let spec = &self.shared.cfg.listeners[i];
@@ -353,7 +355,7 @@ impl Relay {
         let admin_task = self.admin.map(|l| {
             let shared = self.shared.clone();
             let metrics = self.shared.metrics.clone();
-            let mut stop = stop_rx.clone();
+            let mut stop = admin_stop_rx;
             info!(addr = ?l.local_addr().ok(), "admin API listening");
             let admin = RelayAdmin::new(shared, drain_tx);
             tokio::spawn(async move {
@@ -426,6 +428,7 @@ impl Relay {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let _ = admin_stop_tx.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;
         }
