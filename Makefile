@@ -10,7 +10,7 @@ demo: deps release
 
 ## test: lint, then unit and namespace integration tests (needs root; CI runs this).
 test: deps lint
-	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --all-targets
+	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --all-targets --no-fail-fast
 	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --doc
 
 deps:

@@ -167,8 +167,15 @@ fn tcp_connect_takes_the_configured_rtt() {
             assert_eq!(t.tx_dropped, Some(0), "{t:?}");
         }
     }
+    // Background packets (IPv6 neighbour discovery, late ACKs) may cross
+    // the link at any moment, so a reset shows as a drop, not as zero.
+    let before = stats.links[0].forward.forwarded_packets;
     topo.reset_stats();
-    assert_eq!(topo.stats().links[0].forward.forwarded_packets, 0);
+    let after = topo.stats().links[0].forward.forwarded_packets;
+    assert!(
+        after < before && after <= 4,
+        "reset_stats: {before} packets before, {after} after"
+    );
 }
 
 #[test]

@@ -14,9 +14,14 @@ pub const MAX_HEADER_LEN: usize = 1024;
 /// TTL the first relay of a chain puts in the header.
 pub const DEFAULT_TTL: u8 = 16;
 
-/// Flag bits this version understands. None are defined yet: a header with
-/// any flag set comes from a newer peer and is refused rather than half-understood.
-pub const KNOWN_FLAGS: u16 = 0;
+/// The connection's first relay forwards client data without waiting for
+/// the chain's Reply (transparent capture). The last relay may then hold
+/// its Reply back to share a segment with the server's first bytes.
+pub const FLAG_OPTIMISTIC: u16 = 0x0001;
+
+/// Flag bits this version understands. Any other bit comes from a newer
+/// peer and is refused rather than half-understood.
+pub const KNOWN_FLAGS: u16 = FLAG_OPTIMISTIC;
 
 /// Extension kinds with this bit set must be understood by the receiver.
 pub const EXTENSION_CRITICAL: u16 = 0x8000;
@@ -484,10 +489,18 @@ mod tests {
     }
 
     #[test]
+    fn optimistic_flag_round_trips() {
+        let mut header = sample();
+        header.flags = FLAG_OPTIMISTIC;
+        let bytes = encoded(&header);
+        assert_eq!(Header::decode(&bytes), Ok(Some((header, bytes.len()))));
+    }
+
+    #[test]
     fn unknown_flags_fail_early() {
         assert_eq!(
             Header::decode(&[1, 0, 28, 0x80, 0x01]),
-            Err(HeaderError::UnknownFlags(0x8001))
+            Err(HeaderError::UnknownFlags(0x8000))
         );
         let mut header = sample();
         header.flags = 4;

@@ -137,6 +137,8 @@ impl EarlyStarts {
                 origin: key.0,
                 early_data: Vec::new(),
                 speculative: true,
+                // Early SYN serves transparent clients only.
+                optimistic: true,
             };
             let r = connect_next(&shared, &mut req).await;
             // Nobody waiting (expired): dropping the leg closes it.

@@ -317,7 +317,7 @@ fn more_queued(src: &TcpStream) -> bool {
 }
 
 /// Writes all of `data`; with `more`, hints that more follows at once.
-async fn write_all_more(dst: &TcpStream, mut data: &[u8], more: bool) -> io::Result<()> {
+pub async fn write_all_more(dst: &TcpStream, mut data: &[u8], more: bool) -> io::Result<()> {
     while !data.is_empty() {
         dst.writable().await?;
         match dst.try_io(Interest::WRITABLE, || {

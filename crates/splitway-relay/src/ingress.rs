@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rand::RngCore;
 use socket2::{Domain, Protocol, Socket, Type};
 use splitway_control::metrics::CloseReason;
-use splitway_proto::header::DEFAULT_TTL;
+use splitway_proto::header::{DEFAULT_TTL, FLAG_OPTIMISTIC};
 use splitway_proto::{Destination, http_connect, socks5};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -147,22 +147,23 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
         ListenMode::Tproxy => {
             // TPROXY keeps the original destination as the local address.
             match stream.local_addr() {
-                Ok(local) => Ok((
-                    Destination::Ip(SocketAddr::new(local.ip().to_canonical(), local.port())),
-                    Vec::new(),
-                    conn_id(),
-                    DEFAULT_TTL,
-                    client,
-                )),
+                Ok(local) => Ok(Learned {
+                    dst: Destination::Ip(SocketAddr::new(local.ip().to_canonical(), local.port())),
+                    early_data: Vec::new(),
+                    conn_id: conn_id(),
+                    next_ttl: DEFAULT_TTL,
+                    origin: client,
+                    optimistic: true,
+                }),
                 Err(e) => Err(ConnError::Internal(format!("getsockname: {e}"))),
             }
         }
         ListenMode::Socks5 => socks5_handshake(&stream, client, handshake)
             .await
-            .map(|(dst, early)| (dst, early, conn_id(), DEFAULT_TTL, client)),
+            .map(|(dst, early_data)| Learned::explicit(dst, early_data, client)),
         ListenMode::HttpConnect => http_connect_handshake(&stream, handshake)
             .await
-            .map(|(dst, early)| (dst, early, conn_id(), DEFAULT_TTL, client)),
+            .map(|(dst, early_data)| Learned::explicit(dst, early_data, client)),
         ListenMode::Peer => {
             // During a rollover both the current and the previous key pass.
             let keys: Vec<_> = shared
@@ -175,19 +176,20 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
             match peer::accept(&stream, &keys, &shared.cfg.timeouts, &shared.metrics).await {
                 Ok(a) => {
                     shared.learn_upstream(client.ip());
-                    Ok((
-                        a.header.dst,
-                        a.early_data,
-                        a.header.conn_id,
-                        a.header.ttl.saturating_sub(1),
-                        a.header.src,
-                    ))
+                    Ok(Learned {
+                        optimistic: a.header.flags & FLAG_OPTIMISTIC != 0,
+                        dst: a.header.dst,
+                        early_data: a.early_data,
+                        conn_id: a.header.conn_id,
+                        next_ttl: a.header.ttl.saturating_sub(1),
+                        origin: a.header.src,
+                    })
                 }
                 Err(e) => Err(e),
             }
         }
     };
-    let (dst, early_data, conn_id, next_ttl, origin) = match ingress {
+    let learned = match ingress {
         Ok(x) => x,
         Err(ConnError::PooledUnused) => {
             shared
@@ -211,15 +213,40 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
             stream,
             mode: spec.mode,
             client,
-            dst,
-            early_data,
-            conn_id,
-            next_ttl,
-            origin,
+            dst: learned.dst,
+            early_data: learned.early_data,
+            conn_id: learned.conn_id,
+            next_ttl: learned.next_ttl,
+            origin: learned.origin,
+            optimistic: learned.optimistic,
             accepted_at,
         },
     )
     .await;
+}
+
+/// What an ingress handshake learned about a connection.
+struct Learned {
+    dst: Destination,
+    early_data: Vec<u8>,
+    conn_id: u64,
+    next_ttl: u8,
+    origin: SocketAddr,
+    optimistic: bool,
+}
+
+impl Learned {
+    /// An explicit proxy's client waits for our answer: not optimistic.
+    fn explicit(dst: Destination, early_data: Vec<u8>, client: SocketAddr) -> Learned {
+        Learned {
+            dst,
+            early_data,
+            conn_id: conn_id(),
+            next_ttl: DEFAULT_TTL,
+            origin: client,
+            optimistic: false,
+        }
+    }
 }
 
 /// Refuses a connection by policy: explicit clients get their protocol's

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use splitway_control::metrics::{CloseReason, Direction, Mode, Path};
 use splitway_proto::Destination;
-use splitway_proto::header::{Header, ReplyStatus};
+use splitway_proto::header::{FLAG_OPTIMISTIC, Header, ReplyStatus};
 use splitway_proto::{http_connect, socks5};
 use tokio::net::{TcpSocket, TcpStream};
 use tracing::{debug, info, warn};
@@ -33,6 +33,9 @@ pub struct Inbound {
     pub next_ttl: u8,
     /// The original client as the first relay saw it.
     pub origin: SocketAddr,
+    /// The chain's first relay forwards client data without waiting for
+    /// the Reply (transparent capture): header flag OPTIMISTIC.
+    pub optimistic: bool,
     pub accepted_at: Instant,
 }
 
@@ -63,6 +66,8 @@ pub struct LegRequest {
     /// pooled connection while the pool is above its low watermark, so a
     /// SYN flood cannot drain the pool.
     pub speculative: bool,
+    /// Sets the header's OPTIMISTIC flag (see [`Inbound::optimistic`]).
+    pub optimistic: bool,
 }
 
 async fn resolve(dst: &Destination) -> Result<SocketAddr, ConnError> {
@@ -133,6 +138,9 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 .ok_or_else(|| ConnError::Internal("peer route without a PSK".into()))?;
             let mut header = Header::new(inbound.conn_id, Destination::Ip(dst), inbound.origin);
             header.ttl = inbound.next_ttl;
+            if inbound.optimistic {
+                header.flags |= FLAG_OPTIMISTIC;
+            }
             let pooled = shared.pools[*i].as_ref().and_then(|p| {
                 if inbound.speculative {
                     p.take_above_low()
@@ -222,14 +230,21 @@ pub(crate) fn unspecified(like: SocketAddr) -> SocketAddr {
 }
 
 /// Tells an explicit-proxy client or upstream relay that the chain is up.
+///
+/// When the chain is optimistic nobody upstream waits for a peer Reply
+/// before sending, so it may wait (MSG_MORE) for the server's first bytes
+/// and share their segment instead of taking a slot of the initial window.
 async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
-    let bytes = match inbound.mode {
+    let (bytes, more) = match inbound.mode {
         ListenMode::Tproxy => return Ok(()),
-        ListenMode::Socks5 => socks5::encode_reply(socks5::ReplyCode::Succeeded, bound),
-        ListenMode::HttpConnect => http_connect::response(200),
-        ListenMode::Peer => reply_bytes(ReplyStatus::Ok),
+        ListenMode::Socks5 => (
+            socks5::encode_reply(socks5::ReplyCode::Succeeded, bound),
+            false,
+        ),
+        ListenMode::HttpConnect => (http_connect::response(200), false),
+        ListenMode::Peer => (reply_bytes(ReplyStatus::Ok), inbound.optimistic),
     };
-    write_all(&inbound.stream, &bytes).await
+    forward::write_all_more(&inbound.stream, &bytes, more).await
 }
 
 /// Runs one split connection to its end.
@@ -272,6 +287,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                 origin: inbound.origin,
                 early_data: std::mem::take(&mut inbound.early_data),
                 speculative: false,
+                optimistic: inbound.optimistic,
             };
             let r = connect_next(&shared, &mut req).await;
             inbound.early_data = req.early_data;
