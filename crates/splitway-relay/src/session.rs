@@ -247,6 +247,44 @@ async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
     forward::write_all_more(&inbound.stream, &bytes, more).await
 }
 
+/// The next leg is up: records the setup time, answers the client in its
+/// protocol, then forwards. `None` when the answer could not be sent (the
+/// connection is then finished and counted).
+async fn confirm_and_forward(
+    shared: &Shared,
+    inbound: &Inbound,
+    out: &TcpStream,
+    to_server_first: Vec<u8>,
+    to_client_first: Vec<u8>,
+    opts: forward::Options,
+) -> Option<forward::Outcome> {
+    let mode = metric_mode(inbound.mode);
+    shared
+        .metrics
+        .observe_setup(mode, inbound.accepted_at.elapsed());
+    let bound = out
+        .local_addr()
+        .unwrap_or_else(|_| unspecified(inbound.client));
+    if let Err(source) = confirm(inbound, bound).await {
+        let e = ConnError::ClientIo {
+            op: "send reply",
+            source,
+        };
+        finish(shared, inbound, e.close_reason(), Some(&e), 0, 0);
+        return None;
+    }
+    let outcome = forward::forward(
+        &inbound.stream,
+        out,
+        to_server_first,
+        async { Ok(to_client_first) },
+        opts,
+        &shared.metrics,
+    )
+    .await;
+    Some(outcome)
+}
+
 /// Runs one split connection to its end.
 pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
     let mode = metric_mode(inbound.mode);
@@ -311,27 +349,11 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
 
     let (outbound, outcome) = match next {
         Next::Direct(out) => {
-            let bound = out
-                .local_addr()
-                .unwrap_or_else(|_| unspecified(inbound.client));
-            metrics.observe_setup(mode, inbound.accepted_at.elapsed());
-            if let Err(source) = confirm(&inbound, bound).await {
-                let e = ConnError::ClientIo {
-                    op: "send reply",
-                    source,
-                };
-                finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+            let Some(outcome) =
+                confirm_and_forward(&shared, &inbound, &out, early, Vec::new(), opts).await
+            else {
                 return;
-            }
-            let outcome = forward::forward(
-                &inbound.stream,
-                &out,
-                early,
-                async { Ok(Vec::new()) },
-                opts,
-                &metrics,
-            )
-            .await;
+            };
             (out, outcome)
         }
         Next::Peer(leg) => {
@@ -366,27 +388,11 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                             return;
                         }
                     };
-                    metrics.observe_setup(mode, inbound.accepted_at.elapsed());
-                    let bound = out
-                        .local_addr()
-                        .unwrap_or_else(|_| unspecified(inbound.client));
-                    if let Err(source) = confirm(&inbound, bound).await {
-                        let e = ConnError::ClientIo {
-                            op: "send reply",
-                            source,
-                        };
-                        finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+                    let Some(outcome) =
+                        confirm_and_forward(&shared, &inbound, &out, early, leftover, opts).await
+                    else {
                         return;
-                    }
-                    let outcome = forward::forward(
-                        &inbound.stream,
-                        &out,
-                        early,
-                        async { Ok(leftover) },
-                        opts,
-                        &metrics,
-                    )
-                    .await;
+                    };
                     (out, outcome)
                 }
                 // Transparent clients and upstream relays get their data
