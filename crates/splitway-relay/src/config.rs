@@ -1047,11 +1047,22 @@ mod tests {
 
     const PSK_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
+    /// A fresh directory per call: tests run in parallel, and one test
+    /// rewriting a shared key file would let another read it half-written.
+    fn fresh_dir(tag: &str) -> std::path::PathBuf {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::env::temp_dir().join(format!("swcfg-{tag}-{}-{n}", std::process::id()))
+    }
+
     fn with_psk(text: &str) -> Result<Config, Vec<ConfigIssue>> {
-        let dir = std::env::temp_dir().join(format!("swcfg-{}", std::process::id()));
+        let dir = fresh_dir("psk");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("psk.key"), PSK_HEX).unwrap();
-        Config::parse(text, &dir)
+        let parsed = Config::parse(text, &dir);
+        // Keys are read during parsing; the files are no longer needed.
+        let _ = std::fs::remove_dir_all(&dir);
+        parsed
     }
 
     #[test]
@@ -1166,7 +1177,7 @@ mod tests {
 
     #[test]
     fn bad_psk_is_refused() {
-        let dir = std::env::temp_dir().join(format!("swcfg-bad-{}", std::process::id()));
+        let dir = fresh_dir("bad");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("short.key"), "abcd").unwrap();
         let issues = Config::parse(
@@ -1179,7 +1190,7 @@ mod tests {
 
     #[test]
     fn previous_key_for_rollover() {
-        let dir = std::env::temp_dir().join(format!("swcfg-roll-{}", std::process::id()));
+        let dir = fresh_dir("roll");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("new.key"), PSK_HEX).unwrap();
         std::fs::write(dir.join("old.key"), PSK_HEX.replace('0', "f")).unwrap();
