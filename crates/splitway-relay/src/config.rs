@@ -433,6 +433,23 @@ impl Checker {
         }
     }
 
+    /// Reads a pre-shared key file, recording a failure under `key`.
+    fn key_file(&mut self, key: &str, path: &Path) -> Option<Psk> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => match Psk::from_hex(&text) {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    self.err(key, format!("{}: {e}", path.display()));
+                    None
+                }
+            },
+            Err(e) => {
+                self.err(key, format!("cannot read {}: {e}", path.display()));
+                None
+            }
+        }
+    }
+
     fn socket_addr(&mut self, key: &str, text: &str) -> Option<SocketAddr> {
         match text.parse::<SocketAddr>() {
             Ok(a) => Some(a),
@@ -951,19 +968,7 @@ impl Config {
             None => None,
         };
         let psk = match &psk_file {
-            Some(p) => match std::fs::read_to_string(p) {
-                Ok(text) => match Psk::from_hex(&text) {
-                    Ok(k) => Some(k),
-                    Err(e) => {
-                        c.err("psk_file", format!("{}: {e}", p.display()));
-                        None
-                    }
-                },
-                Err(e) => {
-                    c.err("psk_file", format!("cannot read {}: {e}", p.display()));
-                    None
-                }
-            },
+            Some(p) => c.key_file("psk_file", p),
             None => {
                 if needs_psk {
                     c.err("psk_file", "missing: peers and peer listeners need the shared key (generate one with `splitway keygen`)");
@@ -973,25 +978,9 @@ impl Config {
         };
 
         let psk_previous = match table.get("psk_file_previous") {
-            Some(v) => c.section::<String>("psk_file_previous", v).and_then(|p| {
-                let p = base.join(p);
-                match std::fs::read_to_string(&p) {
-                    Ok(text) => match Psk::from_hex(&text) {
-                        Ok(k) => Some(k),
-                        Err(e) => {
-                            c.err("psk_file_previous", format!("{}: {e}", p.display()));
-                            None
-                        }
-                    },
-                    Err(e) => {
-                        c.err(
-                            "psk_file_previous",
-                            format!("cannot read {}: {e}", p.display()),
-                        );
-                        None
-                    }
-                }
-            }),
+            Some(v) => c
+                .section::<String>("psk_file_previous", v)
+                .and_then(|p| c.key_file("psk_file_previous", &base.join(p))),
             None => None,
         };
         if psk_previous.is_some() && psk.is_none() && !c.issues.iter().any(|i| i.key == "psk_file")
