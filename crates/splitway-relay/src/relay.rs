@@ -198,6 +198,7 @@ impl Shared {
             "name": self.cfg.name,
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "config_generation": self.generation,
             "listeners": self.cfg.listeners.iter().map(|l| json!({
                 "mode": l.mode.as_str(),
                 "addr": l.addr.to_string(),
