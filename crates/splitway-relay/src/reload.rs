@@ -94,6 +94,16 @@ impl Reloader {
         }
     }
 
+    /// The snapshot new connections start on.
+    pub fn snapshot(&self) -> Arc<Shared> {
+        self.current.load()
+    }
+
+    /// Pools whose refill task runs (stopped pools are gone from it).
+    pub fn running_pools(&self) -> Vec<Arc<PeerPool>> {
+        self.running().iter().map(|r| r.pool.clone()).collect()
+    }
+
     fn running(&self) -> std::sync::MutexGuard<'_, Vec<RunningPool>> {
         self.pools
             .lock()
