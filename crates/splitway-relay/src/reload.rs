@@ -205,8 +205,13 @@ impl Reloader {
         running.retain(|r| {
             let stays = pools.iter().flatten().any(|p| Arc::ptr_eq(p, &r.pool));
             if !stays {
-                info!(peer = %r.pool.peer().name, "reload: stopping the old pool");
+                let name = &r.pool.peer().name;
+                info!(peer = %name, "reload: stopping the old pool");
                 let _ = r.stop.send(true);
+                if !pools.iter().flatten().any(|p| &p.peer().name == name) {
+                    // No pool reports for this peer any more.
+                    old.metrics.pool_level(name, 0);
+                }
             }
             stays
         });

@@ -38,8 +38,14 @@ fn rand_suffix() -> u64 {
 /// A relay config: one SOCKS5 listener, the given extra listener and peers
 /// (nothing listens at their addresses: their pools just fail to dial).
 fn config(name: &str, key: &str, peers: &[(&str, u16, usize, usize)], extra: &str) -> String {
+    // The key file doubles as the switch for the SOCKS5 client ACL.
+    let allow = if key == "k2" {
+        "allow_clients = [\"127.0.0.0/8\", \"10.0.0.0/8\"]\n"
+    } else {
+        ""
+    };
     let mut out = format!(
-        "name = \"{name}\"\nadmin = \"off\"\npsk_file = \"{key}\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:0\"\n"
+        "name = \"{name}\"\nadmin = \"off\"\npsk_file = \"{key}\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:0\"\n{allow}"
     );
     for (peer, port, low, high) in peers {
         out.push_str(&format!(
@@ -186,7 +192,16 @@ async fn reload_applies_keeps_replaces_and_refuses() {
         "{:?}",
         report.needs_restart
     );
+    assert!(
+        report
+            .changed
+            .iter()
+            .any(|c| c.key == "listen.127.0.0.1:0.allow_clients" && c.new.contains("10.0.0.0/8")),
+        "{:?}",
+        report.changed
+    );
     let third = reloader.snapshot();
+    assert_eq!(third.cfg.listeners[0].allow_clients.len(), 2);
     for i in 0..3 {
         assert!(!Arc::ptr_eq(&pool(&second, i), &pool(&third, i)));
     }
