@@ -429,7 +429,7 @@ impl Relay {
     /// Runs until `shutdown` completes, then stops accepting and lets open
     /// connections finish for up to `drain`.
     pub async fn run(
-        self,
+        mut self,
         shutdown: impl Future<Output = ()>,
         drain: Duration,
     ) -> Result<(), RelayError> {
@@ -505,9 +505,17 @@ impl Relay {
         for t in tasks.into_iter().chain(pools) {
             let _ = t.await;
         }
-        // Interception goes with the listeners: packets must not be
-        // redirected to a port nobody accepts on.
-        drop(self.interceptions);
+        // New connections stop being redirected with the listeners gone
+        // (they go to their destination directly); packets of transparent
+        // connections still open keep reaching their sockets until the
+        // drain ends, when the rules go.
+        for i in &self.interceptions {
+            if let Err(e) = i.stop_new() {
+                warn!(error = %e, "cannot stop intercepting new connections; removing the interception now, open transparent connections will break");
+                self.interceptions.clear();
+                break;
+            }
+        }
         self.shared.turbo_routes.lock().expect("turbo lock").clear();
 
         let deadline = Instant::now() + drain;
@@ -528,6 +536,7 @@ impl Relay {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        drop(self.interceptions);
         let _ = admin_stop_tx.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;

@@ -243,6 +243,26 @@ fn pool_watermarks_follow_ctl_set_while_a_transfer_runs() {
     });
     transfer.finish("transfer during the watermark change");
 
+    // The log filter, as RUST_LOG directives; a filter that does not
+    // parse is refused with the reason.
+    let out = ctl_ok(
+        &lab,
+        "rc",
+        &["set", "log.level", "splitway_relay=debug,warn"],
+    );
+    assert!(
+        out.contains("-> splitway_relay=debug,warn"),
+        "ctl set output:\n{out}"
+    );
+    let refused = lab.ctl("rc", &["set", "log.level", "splitway=loud"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("log.level: `splitway=loud` is not a log filter"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(ctl_ok(&lab, "rc", &["params"]).contains("splitway_relay=debug,warn"));
+
     // A value outside the range is refused, naming the parameter.
     let refused = lab.ctl("rc", &["set", "pool.rs.high", "5000"]);
     assert_eq!(refused.status.code(), Some(1));
@@ -382,6 +402,9 @@ fn drain_finishes_an_inflight_transfer_refuses_new_ones_and_exits_0() {
     let client = socks_connect(&lab, server_v4()).expect("SOCKS5 connect");
     let (conn, _) = server.accept(Duration::from_secs(20));
     let transfer = Paused::start(client, conn, MIB, 100 * MIB);
+    // A transparent connection too: the drain removes the interception
+    // rules, and its packets must still reach rc's socket.
+    let transparent = paused_tproxy(&lab, &server, 8 * MIB);
 
     let out = ctl_ok(&lab, "rc", &["drain"]);
     assert!(out.contains("draining: on"), "ctl drain output:\n{out}");
@@ -396,6 +419,7 @@ fn drain_finishes_an_inflight_transfer_refuses_new_ones_and_exits_0() {
     );
     let sent = transfer.finish("transfer in flight during the drain");
     assert_eq!(sent, 100 * MIB);
+    transparent.finish("transparent connection in flight during the drain");
     let exit = lab.wait_relay_exit("rc", deadline);
     assert!(exit.success(), "rc exited with {exit} after the drain");
 }
