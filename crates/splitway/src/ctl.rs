@@ -840,6 +840,30 @@ mod tests {
     }
 
     #[test]
+    fn reload_lists_changes_and_what_needs_a_restart() {
+        let rendered = render_reload(&json!({
+            "reloaded": true,
+            "generation": 3,
+            "changed": [
+                {"key": "route.10.9.0.0/16", "old": "(none)", "new": "rs"},
+                {"key": "limits.per_client", "old": "0", "new": "8"},
+            ],
+            "needs_restart": ["listen.0.0.0.0:7000", "name"],
+        }));
+        assert_eq!(
+            rendered,
+            "reloaded: 2 change(s)\n\
+             \x20 route.10.9.0.0/16: (none) -> rs\n\
+             \x20 limits.per_client: 0 -> 8\n\
+             not applied, need a restart: listen.0.0.0.0:7000, name (the old values stay in effect)\n"
+        );
+        assert_eq!(
+            render_reload(&json!({"changed": [], "needs_restart": []})),
+            "reloaded: nothing changed\n"
+        );
+    }
+
+    #[test]
     fn set_pairs_become_a_typed_json_object() {
         let words = |list: &[&str]| list.iter().map(|w| w.to_string()).collect::<Vec<_>>();
         assert_eq!(
