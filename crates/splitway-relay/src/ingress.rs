@@ -106,7 +106,10 @@ pub async fn accept_loop(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) {
-    let spec = current.load().cfg.listeners[index].clone();
+    // The snapshot at start, for what every snapshot shares (metrics, this
+    // listener's address and mode); each connection takes the current one.
+    let shared = current.load();
+    let spec = shared.cfg.listeners[index].clone();
     loop {
         let (stream, client) = tokio::select! {
             r = listener.accept() => match r {
