@@ -256,8 +256,16 @@ fn start(pool: Arc<PeerPool>) -> RunningPool {
 }
 
 /// Whether a pool dialing `a` can serve `b`: everything but the watermarks.
+/// Compared through `Debug` so that every field a pool dials with counts,
+/// including ones added to `Peer` later (a changed field must never leave a
+/// pool dialing with the old value).
 fn same_dialing(a: &Peer, b: &Peer) -> bool {
-    a.name == b.name && a.addr == b.addr && a.tuning == b.tuning && a.pool.idle == b.pool.idle
+    let without_watermarks = |p: &Peer| {
+        let mut p = p.clone();
+        (p.pool.low, p.pool.high) = (0, 0);
+        format!("{p:?}")
+    };
+    a.name == b.name && without_watermarks(a) == without_watermarks(b)
 }
 
 /// A listener as far as the running process is concerned: its socket and
@@ -343,21 +351,26 @@ impl Plan {
             self.restart_if("accel.early_syn", &o.accel.early_syn, &new.accel.early_syn);
             new.accel.early_syn = o.accel.early_syn;
         }
-        // The running listeners stay, with the client ACL of the file's
-        // listener on the same socket.
+        // The running listeners stay. Where the file has a listener on the
+        // same socket, its per-connection settings (the client ACL, ...)
+        // apply; what belongs to the socket (interception, v6-only) stays.
         let listeners = o
             .listeners
             .iter()
             .map(|l| {
-                let mut l = l.clone();
-                if let Some(n) = new
+                match new
                     .listeners
                     .iter()
                     .find(|n| n.mode == l.mode && n.addr == l.addr)
                 {
-                    l.allow_clients = n.allow_clients.clone();
+                    Some(n) => {
+                        let mut n = n.clone();
+                        n.intercept = l.intercept.clone();
+                        n.v6_only = l.v6_only;
+                        n
+                    }
+                    None => l.clone(),
                 }
-                l
             })
             .collect();
         new.listeners = listeners;
