@@ -3,7 +3,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use splitway_control::metrics::CloseReason;
+use splitway_control::metrics::{CloseReason, DenyReason};
 use splitway_proto::header::ReplyStatus;
 
 /// Who is to blame for a failure: what an operator needs first.
@@ -78,6 +78,8 @@ pub enum ConnError {
     NoRoute(SocketAddr),
     #[error("relay chain TTL exceeded")]
     TtlExceeded,
+    #[error("client: destination refused by policy: {0}")]
+    Denied(#[from] crate::policy::Denial),
     #[error("internal: {0}")]
     Internal(String),
 }
@@ -90,6 +92,7 @@ impl ConnError {
             | ConnError::ClientTimeout(_)
             | ConnError::ClientNotAllowed { .. }
             | ConnError::PeerAuth(_)
+            | ConnError::Denied(_)
             | ConnError::PooledUnused => Culprit::Client,
             ConnError::PeerIo { .. }
             | ConnError::PeerProtocol { .. }
@@ -113,10 +116,24 @@ impl ConnError {
             ConnError::Resolve { .. } => ReplyStatus::Unreachable,
             ConnError::NoRoute(_) => ReplyStatus::NoRoute,
             ConnError::TtlExceeded => ReplyStatus::TtlExceeded,
-            ConnError::ClientNotAllowed { .. } => ReplyStatus::NotAllowed,
+            ConnError::ClientNotAllowed { .. } | ConnError::Denied(_) => ReplyStatus::NotAllowed,
             ConnError::ClientProtocol(_) => ReplyStatus::BadHeader,
             ConnError::PeerIo { .. } | ConnError::PeerProtocol { .. } => ReplyStatus::Unreachable,
             _ => ReplyStatus::Internal,
+        }
+    }
+
+    /// Why the connection was refused by access policy, here or (for a
+    /// `NotAllowed` Reply) at the next relay; `None` for other failures.
+    pub fn deny_reason(&self) -> Option<DenyReason> {
+        match self {
+            ConnError::Denied(d) => Some(d.reason()),
+            ConnError::ClientNotAllowed { .. } => Some(DenyReason::Client),
+            ConnError::Downstream {
+                status: ReplyStatus::NotAllowed,
+                ..
+            } => Some(DenyReason::Downstream),
+            _ => None,
         }
     }
 
