@@ -112,6 +112,8 @@ label_enum! {
         ConnectUnreachable => "connect_unreachable",
         /// The next leg's connect timed out.
         ConnectTimeout => "connect_timeout",
+        /// The destination name did not resolve.
+        ResolveFailed => "resolve_failed",
         /// No route matched the destination.
         NoRoute => "no_route",
         /// The relay-chain TTL ran out.
@@ -704,7 +706,7 @@ mod tests {
         check(&Path::ALL.map(Path::as_str));
         check(&Leg::ALL.map(Leg::as_str));
         assert_eq!(Mode::HttpConnect.to_string(), "http_connect");
-        assert_eq!(CloseReason::COUNT, 14);
+        assert_eq!(CloseReason::COUNT, 15);
         assert_eq!(AuthFailureReason::COUNT, 7);
     }
 
