@@ -761,6 +761,25 @@ mod tests {
     }
 
     #[test]
+    fn denials_and_accept_errors_land_in_their_series_only() {
+        let metrics = Metrics::new();
+        metrics.denied(DenyReason::Port);
+        metrics.denied(DenyReason::Port);
+        metrics.denied(DenyReason::Downstream);
+        metrics.accept_error(Mode::Peer);
+        let text = metrics.encode();
+        for line in [
+            "splitway_denied_total{reason=\"port\"} 2",
+            "splitway_denied_total{reason=\"downstream\"} 1",
+            "splitway_denied_total{reason=\"destination\"} 0",
+            "splitway_accept_errors_total{mode=\"peer\"} 1",
+            "splitway_accept_errors_total{mode=\"tproxy\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+    }
+
+    #[test]
     fn leg_bytes_land_in_their_series_only() {
         let metrics = Metrics::new();
         metrics.leg_bytes(Leg::Peer, Direction::ToServer, 1000);
