@@ -25,7 +25,12 @@ fuzz_target!(|data: &[u8]| {
             for p in &cfg.policy.allow_ports {
                 assert!(*p.start() >= 1 && p.start() <= p.end(), "{p:?}");
             }
-            for n in cfg.policy.allow_destinations.iter().chain(&cfg.policy.deny_destinations) {
+            for n in cfg
+                .policy
+                .allow_destinations
+                .iter()
+                .chain(&cfg.policy.deny_destinations)
+            {
                 assert_eq!(n.trunc(), *n, "prefix with host bits");
             }
             let _ = cfg.warnings();
