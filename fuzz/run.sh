@@ -1,30 +1,71 @@
 #!/usr/bin/env bash
-# Runs every splitway-proto fuzz target for N seconds each (default 60).
-#   fuzz/run.sh [seconds]
-# Needs cargo-fuzz (`cargo install cargo-fuzz --locked`). Only a stable
-# toolchain is assumed: RUSTC_BOOTSTRAP=1 unlocks the nightly flags cargo-fuzz
-# passes (-Zsanitizer=address, coverage passes).
-# New inputs go to corpus/<target>/ (git keeps only seed-*); crashes to artifacts/<target>/.
+# Runs the fuzz targets (splitway-proto's parsers and the relay config).
+#   fuzz/run.sh [seconds] [target...]   each target for N seconds (default 60);
+#                                       new inputs go to corpus/<target>/
+#   fuzz/run.sh --ci [seconds]          CI smoke run: installs cargo-fuzz when
+#                                       missing, every target for N seconds
+#                                       (default 25), corpus/ left untouched
+# Only a stable toolchain is assumed: RUSTC_BOOTSTRAP=1 unlocks the nightly
+# flags cargo-fuzz passes (-Zsanitizer=address, coverage passes).
+# git keeps only corpus/*/seed-*; crashes go to artifacts/<target>/.
 set -euo pipefail
 
-seconds="${1:-60}"
+ci=0
+if [[ "${1:-}" == "--ci" ]]; then
+    ci=1
+    shift
+fi
+seconds="${1:-$((ci ? 25 : 60))}"
 case "$seconds" in
-    '' | *[!0-9]*) echo "usage: $0 [seconds]" >&2; exit 2 ;;
+    '' | *[!0-9]*) echo "usage: $0 [--ci] [seconds] [target...]" >&2; exit 2 ;;
 esac
+shift || true
 cd "$(dirname "$0")"
 export RUSTC_BOOTSTRAP=1
-targets=(header socks5 http_connect auth)
+all=(header socks5 http_connect auth config)
+targets=("${all[@]}")
+if (($#)) && ((!ci)); then
+    targets=("$@")
+fi
 
-command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz missing: cargo install cargo-fuzz --locked" >&2; exit 1; }
+started=$SECONDS
+if ! command -v cargo-fuzz >/dev/null; then
+    if ((ci)); then
+        echo "=== installing cargo-fuzz"
+        cargo install cargo-fuzz --locked
+        echo "cargo-fuzz installed in $((SECONDS - started))s"
+    else
+        echo "cargo-fuzz missing: cargo install cargo-fuzz --locked (or: $0 --ci)" >&2
+        exit 1
+    fi
+fi
 
+phase=$SECONDS
 cargo fuzz build
+echo "fuzz targets built in $((SECONDS - phase))s"
+
+scratch=""
+if ((ci)); then
+    # New inputs go to a scratch dir: a CI run must not grow the checkout.
+    scratch="$(mktemp -d)"
+    trap 'rm -rf "$scratch"' EXIT
+fi
 
 failed=()
 for target in "${targets[@]}"; do
     mkdir -p "corpus/$target"
+    corpora=("corpus/$target")
+    if ((ci)); then
+        mkdir -p "$scratch/$target"
+        corpora=("$scratch/$target" "corpus/$target")
+    fi
+    dict=()
+    if [[ -f "dict/$target.dict" ]]; then
+        dict=("-dict=dict/$target.dict")
+    fi
     echo "=== $target: ${seconds}s"
     log="$(mktemp)"
-    if cargo fuzz run "$target" "corpus/$target" -- -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
+    if cargo fuzz run "$target" "${corpora[@]}" -- "${dict[@]}" -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
         grep -E '^(Done|stat::number_of_executed_units|stat::new_units_added|stat::peak_rss_mb)' "$log" || tail -n 3 "$log"
     else
         failed+=("$target")
@@ -34,8 +75,9 @@ for target in "${targets[@]}"; do
     rm -f "$log"
 done
 
+echo "total $((SECONDS - started))s"
 if ((${#failed[@]})); then
     echo "fuzz failures: ${failed[*]}" >&2
     exit 1
 fi
-echo "all fuzz targets ran ${seconds}s without a crash"
+echo "all fuzz targets (${targets[*]}) ran ${seconds}s without a crash"

@@ -112,6 +112,8 @@ label_enum! {
         ConnectUnreachable => "connect_unreachable",
         /// The next leg's connect timed out.
         ConnectTimeout => "connect_timeout",
+        /// The destination name did not resolve.
+        ResolveFailed => "resolve_failed",
         /// No route matched the destination.
         NoRoute => "no_route",
         /// The relay-chain TTL ran out.
@@ -148,6 +150,30 @@ label_enum! {
         Timeout => "timeout",
         /// The peer closed before completing its header.
         Closed => "closed",
+    }
+}
+
+label_enum! {
+    /// Why the relay refused a connection before relaying any byte: access
+    /// policy or connection limits. Each also counts in
+    /// `connections_closed_total{reason="not_allowed"}`.
+    pub enum DenyReason {
+        /// The client's address is not in the listener's `allow_clients`.
+        Client => "client",
+        /// The destination address is outside `policy.allow_destinations`
+        /// or inside `policy.deny_destinations`.
+        Destination => "destination",
+        /// The destination port is outside `policy.allow_ports`.
+        Port => "port",
+        /// A host-local destination (loopback, unspecified) asked for by a
+        /// client from another host.
+        Local => "local",
+        /// `limits.max_connections` reached.
+        ConnectionLimit => "connection_limit",
+        /// `limits.per_client` reached for the client's address.
+        PerClientLimit => "per_client_limit",
+        /// The next relay refused the destination by its own policy.
+        Downstream => "downstream",
     }
 }
 
@@ -242,6 +268,11 @@ struct ClosedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeniedLabels {
+    reason: DenyReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AuthFailureLabels {
     reason: AuthFailureReason,
 }
@@ -289,6 +320,8 @@ fn new_setup_histogram() -> Histogram {
 /// | `connections_accepted_total` | counter | `mode` |
 /// | `connections_active` | gauge | `mode` |
 /// | `connections_closed_total` | counter | `mode`, `reason` |
+/// | `denied_total` | counter | `reason` |
+/// | `accept_errors_total` | counter | `mode` |
 /// | `peer_auth_failures_total` | counter | `reason` |
 /// | `forwarded_bytes_total` | counter | `direction`, `path` |
 /// | `data_path_chosen_total` | counter | `path` |
@@ -303,6 +336,8 @@ pub struct Metrics {
     accepted: [CounterU64; Mode::COUNT],
     active: [Gauge; Mode::COUNT],
     closed: [[CounterU64; CloseReason::COUNT]; Mode::COUNT],
+    denied: [CounterU64; DenyReason::COUNT],
+    accept_errors: [CounterU64; Mode::COUNT],
     auth_failures: [CounterU64; AuthFailureReason::COUNT],
     forwarded_bytes: [[CounterU64; Path::COUNT]; Direction::COUNT],
     leg_sent_bytes: [[CounterU64; Direction::COUNT]; Leg::COUNT],
@@ -350,6 +385,18 @@ impl Metrics {
             "connections_closed",
             "Connections closed, by mode and reason",
             closed_family.clone(),
+        );
+        let denied_family = Family::<DeniedLabels, CounterU64>::default();
+        registry.register(
+            "denied",
+            "Connections refused by access policy or connection limits, by reason",
+            denied_family.clone(),
+        );
+        let accept_errors_family = Family::<ModeLabels, CounterU64>::default();
+        registry.register(
+            "accept_errors",
+            "Failed accept() calls (e.g. out of file descriptors), by listener mode",
+            accept_errors_family.clone(),
         );
         let auth_family = Family::<AuthFailureLabels, CounterU64>::default();
         registry.register(
@@ -429,6 +476,16 @@ impl Metrics {
                         .clone()
                 })
             }),
+            denied: DenyReason::ALL.map(|reason| {
+                denied_family
+                    .get_or_create(&DeniedLabels { reason })
+                    .clone()
+            }),
+            accept_errors: Mode::ALL.map(|mode| {
+                accept_errors_family
+                    .get_or_create(&ModeLabels { mode })
+                    .clone()
+            }),
             auth_failures: AuthFailureReason::ALL.map(|reason| {
                 auth_family
                     .get_or_create(&AuthFailureLabels { reason })
@@ -472,6 +529,17 @@ impl Metrics {
     /// Counts a connection in `mode` closed for `reason`.
     pub fn closed(&self, mode: Mode, reason: CloseReason) {
         self.closed[mode.index()][reason.index()].inc();
+    }
+
+    /// Counts a connection refused by policy or limits. The caller also
+    /// counts it closed with [`CloseReason::NotAllowed`].
+    pub fn denied(&self, reason: DenyReason) {
+        self.denied[reason.index()].inc();
+    }
+
+    /// Counts a failed `accept()` on a listener of `mode`.
+    pub fn accept_error(&self, mode: Mode) {
+        self.accept_errors[mode.index()].inc();
     }
 
     /// Counts a failed peer authentication.
@@ -633,11 +701,12 @@ mod tests {
         check(&Mode::ALL.map(Mode::as_str));
         check(&CloseReason::ALL.map(CloseReason::as_str));
         check(&AuthFailureReason::ALL.map(AuthFailureReason::as_str));
+        check(&DenyReason::ALL.map(DenyReason::as_str));
         check(&Direction::ALL.map(Direction::as_str));
         check(&Path::ALL.map(Path::as_str));
         check(&Leg::ALL.map(Leg::as_str));
         assert_eq!(Mode::HttpConnect.to_string(), "http_connect");
-        assert_eq!(CloseReason::COUNT, 14);
+        assert_eq!(CloseReason::COUNT, 15);
         assert_eq!(AuthFailureReason::COUNT, 7);
     }
 
@@ -674,6 +743,8 @@ mod tests {
             "splitway_connections_active{mode=\"peer\"} 0",
             "splitway_connections_closed_total{mode=\"tproxy\",reason=\"ttl_exceeded\"} 0",
             "splitway_peer_auth_failures_total{reason=\"bad_mac\"} 0",
+            "splitway_denied_total{reason=\"port\"} 0",
+            "splitway_accept_errors_total{mode=\"socks5\"} 0",
             "splitway_forwarded_bytes_total{direction=\"to_client\",path=\"splice\"} 0",
             "splitway_data_path_chosen_total{path=\"copy\"} 0",
             "splitway_setup_seconds_count{mode=\"socks5\"} 0",
@@ -687,6 +758,25 @@ mod tests {
             assert!(text.contains(family), "missing {family:?} in:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn denials_and_accept_errors_land_in_their_series_only() {
+        let metrics = Metrics::new();
+        metrics.denied(DenyReason::Port);
+        metrics.denied(DenyReason::Port);
+        metrics.denied(DenyReason::Downstream);
+        metrics.accept_error(Mode::Peer);
+        let text = metrics.encode();
+        for line in [
+            "splitway_denied_total{reason=\"port\"} 2",
+            "splitway_denied_total{reason=\"downstream\"} 1",
+            "splitway_denied_total{reason=\"destination\"} 0",
+            "splitway_accept_errors_total{mode=\"peer\"} 1",
+            "splitway_accept_errors_total{mode=\"tproxy\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
     }
 
     #[test]

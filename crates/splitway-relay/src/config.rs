@@ -8,7 +8,9 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::io::Read;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +18,8 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use splitway_proto::auth::Psk;
+
+use crate::policy::{Policy, is_host_local};
 
 /// Default admin address (loopback only).
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
@@ -40,6 +44,7 @@ pub struct Config {
     pub forwarding: Forwarding,
     pub accel: Accel,
     pub limits: Limits,
+    pub policy: Policy,
 }
 
 /// Connection limits (0 = unlimited).
@@ -365,6 +370,17 @@ struct RawLimits {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RawPolicy {
+    allow_destinations: Option<Vec<String>>,
+    deny_destinations: Option<Vec<String>>,
+    /// Integers or "first-last" strings; checked one by one so each
+    /// error names its element.
+    allow_ports: Option<Vec<toml::Value>>,
+    allow_local_destinations: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct RawForwarding {
     data_path: Option<DataPath>,
 }
@@ -383,14 +399,45 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "forwarding",
     "accel",
     "limits",
+    "policy",
 ];
 
-/// Collects issues while walking the file.
-struct Checker {
-    issues: Vec<ConfigIssue>,
+/// A key file is a few dozen hex digits; anything much longer (or endless,
+/// like a device) is a mistake, not a key.
+const MAX_KEY_FILE: u64 = 16 * 1024;
+
+/// Reads a key file, at most [`MAX_KEY_FILE`] bytes.
+fn read_key_file(path: &Path) -> std::io::Result<String> {
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_KEY_FILE + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_KEY_FILE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("longer than {MAX_KEY_FILE} bytes: not a key file"),
+        ));
+    }
+    Ok(text)
 }
 
-impl Checker {
+/// How [`Config::parse_str`] answers for key files: it reads none.
+fn no_key_files(_: &Path) -> std::io::Result<String> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "key files are not read when parsing text alone",
+    ))
+}
+
+/// Collects issues while walking the file.
+struct Checker<'a> {
+    issues: Vec<ConfigIssue>,
+    read_key: &'a dyn Fn(&Path) -> std::io::Result<String>,
+    /// The kernel's congestion controls, read once per parse.
+    congestion_controls: Option<Vec<String>>,
+}
+
+impl Checker<'_> {
     fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
         self.issues.push(ConfigIssue {
             key: key.into(),
@@ -435,7 +482,7 @@ impl Checker {
 
     /// Reads a pre-shared key file, recording a failure under `key`.
     fn key_file(&mut self, key: &str, path: &Path) -> Option<Psk> {
-        match std::fs::read_to_string(path) {
+        match (self.read_key)(path) {
             Ok(text) => match Psk::from_hex(&text) {
                 Ok(k) => Some(k),
                 Err(e) => {
@@ -476,8 +523,85 @@ impl Checker {
         }
     }
 
+    /// A list of prefixes without host bits, each error under `key[i]`.
+    fn prefixes(&mut self, key: &str, list: &[String]) -> Vec<IpNet> {
+        let mut out = Vec::new();
+        for (i, text) in list.iter().enumerate() {
+            let k = format!("{key}[{i}]");
+            match text.parse::<IpNet>() {
+                Ok(n) if n.trunc() != n => self.err(
+                    k,
+                    format!("`{text}` has host bits set (did you mean {}?)", n.trunc()),
+                ),
+                Ok(n) => out.push(n),
+                Err(_) => self.err(
+                    k,
+                    format!("`{text}` is not a prefix (e.g. 10.0.0.0/8, 192.0.2.7/32, ::1/128)"),
+                ),
+            }
+        }
+        out
+    }
+
+    /// One `allow_ports` element: a port, or a "first-last" range.
+    fn port_range(&mut self, key: &str, value: &toml::Value) -> Option<RangeInclusive<u16>> {
+        let port = |n: i64| u16::try_from(n).ok().filter(|&p| p != 0);
+        let range = match value {
+            toml::Value::Integer(n) => port(*n).map(|p| p..=p),
+            toml::Value::String(s) => {
+                let (first, last) = s.split_once('-').unwrap_or((s, s));
+                match (first.trim().parse::<i64>(), last.trim().parse::<i64>()) {
+                    (Ok(a), Ok(b)) => match (port(a), port(b)) {
+                        (Some(a), Some(b)) if a <= b => Some(a..=b),
+                        (Some(_), Some(_)) => {
+                            self.err(key, format!("`{s}`: the first port is above the last"));
+                            return None;
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if range.is_none() {
+            self.err(
+                key,
+                format!("`{value}` is not a port (1-65535) or a range like \"8000-8100\""),
+            );
+        }
+        range
+    }
+
+    fn policy(&mut self, raw: RawPolicy) -> Policy {
+        let allow_destinations = self.prefixes(
+            "policy.allow_destinations",
+            raw.allow_destinations.as_deref().unwrap_or_default(),
+        );
+        let deny_destinations = self.prefixes(
+            "policy.deny_destinations",
+            raw.deny_destinations.as_deref().unwrap_or_default(),
+        );
+        let allow_ports = raw
+            .allow_ports
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| self.port_range(&format!("policy.allow_ports[{i}]"), v))
+            .collect();
+        Policy {
+            allow_destinations,
+            deny_destinations,
+            allow_ports,
+            allow_local_destinations: raw.allow_local_destinations.unwrap_or(false),
+        }
+    }
+
     fn tuning(&mut self, key: &str, raw: RawTuning) -> LegTuning {
-        let available = splitway_sys::sock::available_congestion_controls();
+        let available = self
+            .congestion_controls
+            .get_or_insert_with(splitway_sys::sock::available_congestion_controls)
+            .clone();
         let congestion = raw.congestion.and_then(|cc| {
             if cc.is_empty()
                 || cc.len() > 15
@@ -579,6 +703,21 @@ impl Config {
 
     /// Parses and validates config text; `base` resolves relative paths.
     pub fn parse(text: &str, base: &Path) -> Result<Config, Vec<ConfigIssue>> {
+        Config::parse_with(text, base, &read_key_file)
+    }
+
+    /// Parses and validates config text without touching the filesystem:
+    /// a `psk_file` (or `psk_file_previous`) is reported as unreadable.
+    /// For checks of the text alone, and for fuzzing.
+    pub fn parse_str(text: &str) -> Result<Config, Vec<ConfigIssue>> {
+        Config::parse_with(text, Path::new("."), &no_key_files)
+    }
+
+    fn parse_with(
+        text: &str,
+        base: &Path,
+        read_key: &dyn Fn(&Path) -> std::io::Result<String>,
+    ) -> Result<Config, Vec<ConfigIssue>> {
         let table: toml::Table = match text.parse() {
             Ok(t) => t,
             Err(e) => {
@@ -588,7 +727,11 @@ impl Config {
                 }]);
             }
         };
-        let mut c = Checker { issues: Vec::new() };
+        let mut c = Checker {
+            issues: Vec::new(),
+            read_key,
+            congestion_controls: None,
+        };
 
         for key in table.keys() {
             if !TOP_LEVEL_KEYS.contains(&key.as_str()) {
@@ -888,6 +1031,14 @@ impl Config {
             None => Limits::default(),
         };
 
+        let policy = match table.get("policy") {
+            Some(v) => c
+                .section::<RawPolicy>("policy", v)
+                .map(|r| c.policy(r))
+                .unwrap_or_default(),
+            None => Policy::default(),
+        };
+
         let mut accel = Accel::default();
         if let Some(v) = table.get("accel")
             && let Some(raw) = c.section::<RawAccel>("accel", v)
@@ -1004,6 +1155,7 @@ impl Config {
                 forwarding,
                 accel,
                 limits,
+                policy,
             })
         } else {
             Err(c.issues)
@@ -1021,6 +1173,15 @@ impl Config {
                     l.mode.as_str(),
                     l.addr
                 ));
+            }
+        }
+        if !self.policy.allow_local_destinations {
+            for n in &self.policy.allow_destinations {
+                if is_host_local(n.network()) {
+                    w.push(format!(
+                        "policy.allow_destinations: {n} is host-local: only loopback clients reach it unless policy.allow_local_destinations = true"
+                    ));
+                }
             }
         }
         if self.routes.is_empty() {
@@ -1201,6 +1362,116 @@ mod tests {
         assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
         assert_eq!(parse_duration("soon"), None);
         assert_eq!(parse_duration("-1s"), None);
+    }
+
+    const MINIMAL: &str = "name = \"r\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n";
+
+    #[test]
+    fn policy_section_parses() {
+        let cfg = Config::parse_str(&format!(
+            "{MINIMAL}[policy]\nallow_destinations = [\"10.0.0.0/8\", \"192.0.2.7/32\", \"::1/128\"]\n\
+             deny_destinations = [\"10.9.0.0/16\"]\nallow_ports = [80, 443, \"8000-8100\", \"9000\"]\n"
+        ))
+        .unwrap();
+        let p = &cfg.policy;
+        assert_eq!(p.allow_destinations.len(), 3);
+        assert_eq!(p.deny_destinations, vec!["10.9.0.0/16".parse().unwrap()]);
+        assert_eq!(
+            p.allow_ports,
+            vec![80..=80, 443..=443, 8000..=8100, 9000..=9000]
+        );
+        assert!(!p.allow_local_destinations);
+        // ::1/128 is host-local: the operator is told it needs the switch.
+        assert!(
+            cfg.warnings()
+                .iter()
+                .any(|w| w.contains("::1/128") && w.contains("allow_local_destinations")),
+            "{:?}",
+            cfg.warnings()
+        );
+    }
+
+    #[test]
+    fn absent_policy_allows_any_destination_but_local_ones_to_remote_clients() {
+        let cfg = Config::parse_str(MINIMAL).unwrap();
+        assert_eq!(cfg.policy, Policy::default());
+        let empty = Config::parse_str(&format!(
+            "{MINIMAL}[policy]\nallow_destinations = []\nallow_local_destinations = true\n"
+        ))
+        .unwrap();
+        assert!(empty.policy.allow_destinations.is_empty());
+        assert!(empty.policy.allow_local_destinations);
+    }
+
+    #[test]
+    fn every_policy_error_is_reported_with_its_key() {
+        let issues = Config::parse_str(&format!(
+            "{MINIMAL}[policy]\nallow_destinations = [\"10.0.0.0/8\", \"10.0.0.1/8\", \"nowhere\"]\n\
+             deny_destinations = [\"192.0.2.7\"]\n\
+             allow_ports = [80, 0, 70000, \"9000-8000\", \"http\", \"-5\", true]\n"
+        ))
+        .unwrap_err();
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        for k in [
+            "policy.allow_destinations[1]",
+            "policy.allow_destinations[2]",
+            "policy.deny_destinations[0]",
+            "policy.allow_ports[1]",
+            "policy.allow_ports[2]",
+            "policy.allow_ports[3]",
+            "policy.allow_ports[4]",
+            "policy.allow_ports[5]",
+            "policy.allow_ports[6]",
+        ] {
+            assert!(keys.contains(&k), "missing {k} in {issues:#?}");
+        }
+        assert!(!keys.contains(&"policy.allow_destinations[0]"));
+        assert!(!keys.contains(&"policy.allow_ports[0]"));
+        assert_eq!(issues.len(), 9, "{issues:#?}");
+
+        let unknown =
+            Config::parse_str(&format!("{MINIMAL}[policy]\nallow_dst = []\n")).unwrap_err();
+        assert!(
+            unknown
+                .iter()
+                .any(|i| i.key == "policy" && i.message.contains("allow_dst")),
+            "{unknown:?}"
+        );
+        let not_a_list =
+            Config::parse_str(&format!("{MINIMAL}[policy]\nallow_ports = 80\n")).unwrap_err();
+        assert!(
+            not_a_list.iter().any(|i| i.key == "policy"),
+            "{not_a_list:?}"
+        );
+    }
+
+    #[test]
+    fn parse_str_reads_no_key_file() {
+        let issues = Config::parse_str(
+            "name = \"r\"\npsk_file = \"/etc/hostname\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:1\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.key == "psk_file" && i.message.contains("not read")),
+            "{issues:?}"
+        );
+    }
+
+    #[test]
+    fn endless_key_file_is_refused_not_read_forever() {
+        let issues = Config::parse(
+            "name = \"r\"\npsk_file = \"/dev/zero\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:1\"\n",
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.key == "psk_file" && i.message.contains("not a key file")),
+            "{issues:?}"
+        );
     }
 
     #[test]

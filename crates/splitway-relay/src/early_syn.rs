@@ -135,6 +135,7 @@ impl EarlyStarts {
                 conn_id: rand::rngs::OsRng.next_u64(),
                 next_ttl: DEFAULT_TTL,
                 origin: key.0,
+                client: key.0.ip(),
                 early_data: Vec::new(),
                 speculative: true,
                 // Early SYN serves transparent clients only.

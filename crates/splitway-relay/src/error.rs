@@ -3,7 +3,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use splitway_control::metrics::CloseReason;
+use splitway_control::metrics::{CloseReason, DenyReason};
 use splitway_proto::header::ReplyStatus;
 
 /// Who is to blame for a failure: what an operator needs first.
@@ -78,6 +78,8 @@ pub enum ConnError {
     NoRoute(SocketAddr),
     #[error("relay chain TTL exceeded")]
     TtlExceeded,
+    #[error("client: destination refused by policy: {0}")]
+    Denied(#[from] crate::policy::Denial),
     #[error("internal: {0}")]
     Internal(String),
 }
@@ -90,6 +92,7 @@ impl ConnError {
             | ConnError::ClientTimeout(_)
             | ConnError::ClientNotAllowed { .. }
             | ConnError::PeerAuth(_)
+            | ConnError::Denied(_)
             | ConnError::PooledUnused => Culprit::Client,
             ConnError::PeerIo { .. }
             | ConnError::PeerProtocol { .. }
@@ -113,10 +116,24 @@ impl ConnError {
             ConnError::Resolve { .. } => ReplyStatus::Unreachable,
             ConnError::NoRoute(_) => ReplyStatus::NoRoute,
             ConnError::TtlExceeded => ReplyStatus::TtlExceeded,
-            ConnError::ClientNotAllowed { .. } => ReplyStatus::NotAllowed,
+            ConnError::ClientNotAllowed { .. } | ConnError::Denied(_) => ReplyStatus::NotAllowed,
             ConnError::ClientProtocol(_) => ReplyStatus::BadHeader,
             ConnError::PeerIo { .. } | ConnError::PeerProtocol { .. } => ReplyStatus::Unreachable,
             _ => ReplyStatus::Internal,
+        }
+    }
+
+    /// Why the connection was refused by access policy, here or (for a
+    /// `NotAllowed` Reply) at the next relay; `None` for other failures.
+    pub fn deny_reason(&self) -> Option<DenyReason> {
+        match self {
+            ConnError::Denied(d) => Some(d.reason()),
+            ConnError::ClientNotAllowed { .. } => Some(DenyReason::Client),
+            ConnError::Downstream {
+                status: ReplyStatus::NotAllowed,
+                ..
+            } => Some(DenyReason::Downstream),
+            _ => None,
         }
     }
 
@@ -127,6 +144,9 @@ impl ConnError {
             ConnError::ClientProtocol(_) => CloseReason::BadRequest,
             ConnError::ClientTimeout(_) => CloseReason::HandshakeTimeout,
             ConnError::ClientNotAllowed { .. } => CloseReason::NotAllowed,
+            // Told apart from an unreachable server: a DNS problem is the
+            // operator's to fix, not the network's.
+            ConnError::Resolve { .. } => CloseReason::ResolveFailed,
             ConnError::PeerAuth(_) | ConnError::PeerRejected { .. } => CloseReason::AuthFailed,
             // An upstream pool retiring a connection it never needed.
             ConnError::PooledUnused => CloseReason::Completed,
@@ -186,4 +206,52 @@ pub enum RelayError {
     Admin(#[from] splitway_control::ControlError),
     #[error("internal: {0}")]
     Internal(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Denial;
+
+    #[test]
+    fn denials_map_to_not_allowed_everywhere() {
+        let ip = "192.0.2.1".parse().unwrap();
+        for (denial, reason) in [
+            (Denial::Port(22), DenyReason::Port),
+            (Denial::NotAllowed(ip), DenyReason::Destination),
+            (Denial::Denied(ip), DenyReason::Destination),
+            (Denial::Local(ip), DenyReason::Local),
+        ] {
+            let e = ConnError::from(denial);
+            assert_eq!(e.reply_status(), ReplyStatus::NotAllowed, "{e}");
+            assert_eq!(e.close_reason(), CloseReason::NotAllowed, "{e}");
+            assert_eq!(e.deny_reason(), Some(reason), "{e}");
+            assert_eq!(e.culprit(), Culprit::Client, "{e}");
+        }
+        let downstream = ConnError::Downstream {
+            peer: "rs".into(),
+            status: ReplyStatus::NotAllowed,
+        };
+        assert_eq!(downstream.close_reason(), CloseReason::NotAllowed);
+        assert_eq!(downstream.deny_reason(), Some(DenyReason::Downstream));
+        let refused = ConnError::Downstream {
+            peer: "rs".into(),
+            status: ReplyStatus::Refused,
+        };
+        assert_eq!(refused.deny_reason(), None);
+        assert_eq!(
+            ConnError::NoRoute(([10, 0, 0, 1], 80).into()).deny_reason(),
+            None
+        );
+    }
+
+    #[test]
+    fn resolve_failure_has_its_own_close_reason() {
+        let e = ConnError::Resolve {
+            host: "nowhere.test".into(),
+            detail: "no addresses".into(),
+        };
+        assert_eq!(e.close_reason(), CloseReason::ResolveFailed);
+        assert_eq!(e.reply_status(), ReplyStatus::Unreachable);
+    }
 }

@@ -7,18 +7,19 @@ use std::time::{Duration, Instant};
 
 use rand::RngCore;
 use socket2::{Domain, Protocol, Socket, Type};
-use splitway_control::metrics::CloseReason;
+use splitway_control::metrics::{CloseReason, DenyReason};
 use splitway_proto::header::{DEFAULT_TTL, FLAG_OPTIMISTIC};
 use splitway_proto::{Destination, http_connect, socks5};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::{ListenMode, Listener};
 use crate::error::{ConnError, RelayError};
 use crate::forward::write_all;
 use crate::limits::Refused;
 use crate::peer::{self, FrameError, read_frame};
+use crate::policy::DENIALS;
 use crate::relay::{Current, Shared, stopped};
 use crate::route::allowed;
 use crate::session::{self, Inbound, metric_mode, unspecified};
@@ -116,6 +117,7 @@ pub async fn accept_loop(
                 Ok(x) => x,
                 Err(e) => {
                     // EMFILE/ENFILE/ENOBUFS: back off instead of spinning.
+                    shared.metrics.accept_error(metric_mode(spec.mode));
                     warn!(listener = %spec.addr, error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
@@ -148,11 +150,11 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
     let explicit = matches!(spec.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
     let per_client = (spec.mode != ListenMode::Peer).then_some(client.ip());
     let permit = if !allowed(&spec.allow_clients, client.ip(), explicit) {
-        Err("client not allowed on this listener")
+        Err(DenyReason::Client)
     } else {
         shared.limiter.acquire(per_client).map_err(|why| match why {
-            Refused::Total => "connection limit reached",
-            Refused::PerClient => "per-client connection limit reached",
+            Refused::Total => DenyReason::ConnectionLimit,
+            Refused::PerClient => DenyReason::PerClientLimit,
         })
     };
     let _permit = match permit {
@@ -291,7 +293,7 @@ async fn deny(
     spec: &Listener,
     stream: &TcpStream,
     client: SocketAddr,
-    why: &'static str,
+    why: DenyReason,
 ) {
     let deadline = shared.cfg.timeouts.handshake;
     match spec.mode {
@@ -314,7 +316,18 @@ async fn deny(
     shared
         .metrics
         .closed(metric_mode(spec.mode), CloseReason::NotAllowed);
-    info!(%client, listener = %spec.addr, why, "refused");
+    shared.metrics.denied(why);
+    let why = match why {
+        DenyReason::Client => "client not allowed on this listener",
+        DenyReason::ConnectionLimit => "connection limit reached",
+        DenyReason::PerClientLimit => "per-client connection limit reached",
+        _ => why.as_str(),
+    };
+    // Throttled: a scan or a flood must not flood the log too.
+    match DENIALS.admit() {
+        Some(suppressed) => info!(%client, listener = %spec.addr, why, suppressed, "refused"),
+        None => debug!(%client, listener = %spec.addr, why, "refused"),
+    }
 }
 
 fn frame_err<E: std::fmt::Display>(e: FrameError<E>) -> ConnError {

@@ -4,6 +4,7 @@
 //! - `route`: destination prefix → next relay or direct
 //! - `ingress`: listeners (TPROXY, SOCKS5, HTTP CONNECT, peer) and their handshakes
 //! - `limits`: global and per-client connection caps
+//! - `policy`: which destinations and ports the relay dials for its clients
 //! - `peer`: the authenticated relay↔relay leg, both ends
 //! - `pool`: pre-established, authenticated connections to each peer
 //! - `control`: the admin API's view of the relay: live parameters, drain, open connections
@@ -23,6 +24,7 @@ pub mod forward;
 pub mod ingress;
 pub mod limits;
 pub mod peer;
+pub mod policy;
 pub mod pool;
 pub mod relay;
 pub mod reload;

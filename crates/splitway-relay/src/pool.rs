@@ -223,6 +223,8 @@ impl PeerPool {
                             *last = Some(msg);
                         }
                         Err(e) => {
+                            failed = true;
+                            self.count(&self.stats.dial_failures, PoolEvent::DialFailure, 1);
                             warn!(peer = %self.peer.name, error = %e, "pool dial task failed")
                         }
                     }

@@ -2,7 +2,7 @@
 //! forwarding: resolve, route, dial the next leg, answer the client in its
 //! own protocol, forward, account.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +17,7 @@ use crate::config::{ListenMode, Via};
 use crate::error::{ConnError, Culprit};
 use crate::forward::{self, End, Side, write_all};
 use crate::peer::{self, PeerLeg, reply_bytes};
+use crate::policy::DENIALS;
 use crate::relay::Shared;
 use crate::tuning;
 
@@ -60,6 +61,9 @@ pub struct LegRequest {
     pub conn_id: u64,
     pub next_ttl: u8,
     pub origin: SocketAddr,
+    /// Who asks for the leg, as `[policy]` judges it: the accepted socket's
+    /// peer (on a peer listener, the upstream relay; not `origin`).
+    pub client: IpAddr,
     /// Client bytes to send with the first segment; a peer dial consumes them.
     pub early_data: Vec<u8>,
     /// Started from a SYN that may never complete: such a leg only takes a
@@ -117,7 +121,11 @@ async fn connect_direct(
 /// taken from `req.early_data`.
 pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next, ConnError> {
     let inbound = req;
+    let policy = &shared.cfg.policy;
+    // The port first: a forbidden port costs no DNS lookup.
+    policy.check_port(inbound.dst.port())?;
     let dst = resolve(&inbound.dst).await?;
+    policy.check_addr(inbound.client, dst.ip())?;
     let via = shared
         .routes
         .lookup(dst.ip())
@@ -323,6 +331,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                 conn_id: inbound.conn_id,
                 next_ttl: inbound.next_ttl,
                 origin: inbound.origin,
+                client: inbound.client.ip(),
                 early_data: std::mem::take(&mut inbound.early_data),
                 speculative: false,
                 optimistic: inbound.optimistic,
@@ -472,7 +481,20 @@ fn finish(
 ) {
     shared.metrics.closed(metric_mode(inbound.mode), reason);
     let conn = format_args!("{:016x}", inbound.conn_id);
+    let denied = err.and_then(|e| e.deny_reason().map(|r| (e, r)));
+    if let Some((_, why)) = denied {
+        shared.metrics.denied(why);
+    }
     match err {
+        // Denials are throttled: a scan must not flood the log.
+        Some(e) if denied.is_some() => match DENIALS.admit() {
+            Some(suppressed) => {
+                info!(%conn, client = %inbound.client, dst = %inbound.dst, reason = reason.as_str(), error = %e, suppressed, "denied")
+            }
+            None => {
+                debug!(%conn, client = %inbound.client, dst = %inbound.dst, reason = reason.as_str(), error = %e, "denied")
+            }
+        },
         None => {
             debug!(%conn, client = %inbound.client, dst = %inbound.dst, to_server, to_client, reason = reason.as_str(), "closed")
         }

@@ -54,6 +54,13 @@ fn explicit_listener_without_allow_clients_refuses_remote_clients() {
         1.0,
         deadline,
     );
+    lab.wait_counter(
+        "rc",
+        "splitway_denied_total",
+        &[("reason", "client")],
+        1.0,
+        deadline,
+    );
     lab.assert_relays_alive();
 }
 
@@ -88,6 +95,13 @@ fn per_client_limit_refuses_the_extra_connection() {
         "rc",
         "splitway_connections_closed_total",
         &[("mode", "tproxy"), ("reason", "not_allowed")],
+        1.0,
+        deadline,
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_denied_total",
+        &[("reason", "per_client_limit")],
         1.0,
         deadline,
     );

@@ -1,0 +1,337 @@
+//! Destination policy (`[policy]`): the first relay refuses a forbidden
+//! destination or port in each client protocol's terms before any relay
+//! leg is used; a downstream relay applies its own policy to the headers it
+//! receives. Every denial is counted by reason; allowed traffic arrives
+//! sha256-intact.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::time::Duration;
+
+use support::*;
+
+/// Resolves (in the relays' hosts files) to the server.
+const ORIGIN_NAME: &str = "origin.splitway.test";
+/// Resolves to the server's second address, which policy denies.
+const DENIED_NAME: &str = "denied.splitway.test";
+const DENIED_V4: &str = "10.0.3.3";
+/// A port inside an allowed range ("5100-5110").
+const RANGE_PORT: u16 = 5105;
+/// The relays' admin API: a host-local destination.
+const ADMIN: &str = "127.0.0.1:9090";
+
+/// SOCKS5 reply 2: connection not allowed by ruleset.
+const SOCKS_NOT_ALLOWED: u8 = 2;
+
+enum Target<'a> {
+    Ip(SocketAddr),
+    Name(&'a str, u16),
+}
+
+/// SOCKS5 CONNECT through rc; returns the reply code and the stream (ready
+/// for tunnel data when the code is 0).
+fn socks5(client: &splitway_sys::netns::Netns, target: Target<'_>) -> (u8, std::net::TcpStream) {
+    let proxy = sock(&format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    let mut s = connect_in(client, proxy).expect("connect to the SOCKS5 listener");
+    s.write_all(&[5, 1, 0]).expect("greeting");
+    let mut method = [0u8; 2];
+    s.read_exact(&mut method).expect("method selection");
+    assert_eq!(method, [5, 0], "no-auth selected");
+    let mut req = vec![5, 1, 0];
+    let port = match target {
+        Target::Ip(SocketAddr::V4(a)) => {
+            req.push(1);
+            req.extend_from_slice(&a.ip().octets());
+            a.port()
+        }
+        Target::Ip(SocketAddr::V6(a)) => {
+            req.push(4);
+            req.extend_from_slice(&a.ip().octets());
+            a.port()
+        }
+        Target::Name(host, port) => {
+            req.push(3);
+            req.push(host.len() as u8);
+            req.extend_from_slice(host.as_bytes());
+            port
+        }
+    };
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).expect("request");
+    let mut head = [0u8; 4];
+    s.read_exact(&mut head).expect("reply head");
+    assert_eq!(head[0], 5, "SOCKS version in the reply");
+    let rest = match head[3] {
+        1 => 4 + 2,
+        4 => 16 + 2,
+        other => panic!("unexpected BND.ADDR type {other}"),
+    };
+    let mut bound = vec![0u8; rest];
+    s.read_exact(&mut bound).expect("reply address");
+    (head[1], s)
+}
+
+/// HTTP CONNECT through rc; returns the status and the stream.
+fn http_connect(client: &splitway_sys::netns::Netns, target: &str) -> (u16, std::net::TcpStream) {
+    let proxy = sock(&format!("{ENTRY_V4}:{HTTP_CONNECT_PORT}"));
+    let mut s = connect_in(client, proxy).expect("connect to the HTTP CONNECT listener");
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .expect("send CONNECT");
+    // Byte by byte: nothing after the head may be consumed here.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => head.push(byte[0]),
+            Err(e) => panic!("reading the CONNECT response for {target}: {e}"),
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let status = text
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    (status, s)
+}
+
+/// A transparent client of `dst` gets a reset (possibly before connect()
+/// even reports success).
+fn tproxy_reset(client: &splitway_sys::netns::Netns, dst: SocketAddr) {
+    match connect_in(client, dst) {
+        Ok(mut s) => {
+            expect_reset(&mut s, &format!("transparent client of denied {dst}"));
+        }
+        Err(e) => assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "transparent connect to denied {dst}: {e}"
+        ),
+    }
+}
+
+/// Through an established tunnel: `len` bytes each way, sha256-checked at
+/// both ends, the server seeing the last relay as its peer.
+fn round_trip(mut stream: std::net::TcpStream, server: &TestServer, len: u64, seed: u64) {
+    let client = std::thread::spawn(move || {
+        let sent = send_pattern(&mut stream, len, seed).expect("client send");
+        stream.shutdown(Shutdown::Write).expect("client shutdown");
+        let got = recv_all(&mut stream).expect("client receive");
+        (sent, got)
+    });
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let at_server = recv_all(&mut conn).expect("server receive");
+    let from_server = send_pattern(&mut conn, len, seed + 1).expect("server send");
+    conn.shutdown(Shutdown::Write).expect("server shutdown");
+    let (sent, got) = client.join().expect("client thread");
+    assert_eq!(at_server, sent, "client→server through the tunnel");
+    assert_eq!(got, from_server, "server→client through the tunnel");
+}
+
+/// Waits for `name{labels}` on `relay` to reach `expected`, then checks it
+/// is exactly that: every denial counted once.
+fn assert_count(
+    lab: &Lab,
+    relay: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    expected: f64,
+    deadline: Deadline,
+) {
+    lab.wait_counter(relay, name, labels, expected, deadline);
+    let now = lab.metrics(relay).counter(name, labels);
+    assert_eq!(now, expected, "{relay} {name}{labels:?}");
+}
+
+fn add_denied_server_address(lab: &Lab) {
+    lab.server
+        .ip(&["addr", "add", &format!("{DENIED_V4}/24"), "dev", WEST_IF])
+        .expect("second server address");
+}
+
+#[test]
+fn first_relay_refuses_denied_destinations_and_ports_before_any_relay_leg() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(120));
+    let mut lab = Lab::two_relays();
+    lab.relay_hosts_file(&format!(
+        "{SERVER_V4} {ORIGIN_NAME}\n{DENIED_V4} {DENIED_NAME}"
+    ));
+    add_denied_server_address(&lab);
+    let mut configs = lab.default_configs(&[SERVER_PORT, REFUSED_PORT, RANGE_PORT], false);
+    configs[0].extra(
+        "[policy]\n\
+         allow_destinations = [\"10.0.3.0/24\"]\n\
+         deny_destinations = [\"10.0.3.3/32\"]\n\
+         allow_ports = [5001, \"5100-5110\", 9090]",
+    );
+    lab.start_relays(&configs);
+    let allowed = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+    let in_range = sock(&format!("{SERVER_V4}:{RANGE_PORT}"));
+    let denied_dst = sock(&format!("{DENIED_V4}:{SERVER_PORT}"));
+    let denied_port = sock(&format!("{SERVER_V4}:{REFUSED_PORT}"));
+    let server = TestServer::bind(&lab.server, allowed);
+    let range_server = TestServer::bind(&lab.server, in_range);
+    let denied_server = TestServer::bind(&lab.server, denied_dst);
+
+    // Allowed: each protocol, an IP, a name, a port inside a range.
+    let (code, s) = socks5(&lab.client, Target::Ip(allowed));
+    assert_eq!(code, 0, "SOCKS5 to an allowed destination");
+    round_trip(s, &server, MIB, 0xA110_0001);
+    let (status, s) = http_connect(&lab.client, &format!("{ORIGIN_NAME}:{RANGE_PORT}"));
+    assert_eq!(status, 200, "CONNECT to an allowed name and ranged port");
+    round_trip(s, &range_server, 256 * 1024, 0xA110_0002);
+    transfer_client_to_server(&lab.client, &server, allowed, 256 * 1024, LAST_RELAY_V4);
+    let allowed_connections = 3.0;
+
+    // Denied port: checked before the name is even resolved. Without the
+    // policy this port is refused by the server (SOCKS 5, HTTP 502).
+    let (code, _) = socks5(&lab.client, Target::Ip(denied_port));
+    assert_eq!(code, SOCKS_NOT_ALLOWED, "SOCKS5 to a denied port");
+    let (code, _) = socks5(&lab.client, Target::Name(ORIGIN_NAME, REFUSED_PORT));
+    assert_eq!(code, SOCKS_NOT_ALLOWED, "SOCKS5 to a name on a denied port");
+    let (status, _) = http_connect(&lab.client, &denied_port.to_string());
+    assert_eq!(status, 403, "CONNECT to a denied port");
+    tproxy_reset(&lab.client, denied_port);
+
+    // Denied destination: deny list (by address, and by a name resolving
+    // there), and outside the allow list (without the policy: no route,
+    // SOCKS 3).
+    let (code, _) = socks5(&lab.client, Target::Ip(denied_dst));
+    assert_eq!(code, SOCKS_NOT_ALLOWED, "SOCKS5 to a denied prefix");
+    let (status, _) = http_connect(&lab.client, &format!("{DENIED_NAME}:{SERVER_PORT}"));
+    assert_eq!(
+        status, 403,
+        "CONNECT to a name resolving into a denied prefix"
+    );
+    tproxy_reset(&lab.client, denied_dst);
+    let (code, _) = socks5(
+        &lab.client,
+        Target::Ip(sock(&format!("10.0.1.1:{SERVER_PORT}"))),
+    );
+    assert_eq!(code, SOCKS_NOT_ALLOWED, "SOCKS5 outside allow_destinations");
+
+    // Host-local: rc's own admin API, from a client on another host.
+    let (code, _) = socks5(&lab.client, Target::Ip(sock(ADMIN)));
+    assert_eq!(code, SOCKS_NOT_ALLOWED, "SOCKS5 to the relay's admin API");
+
+    let denied = "splitway_denied_total";
+    assert_count(&lab, "rc", denied, &[("reason", "port")], 4.0, deadline);
+    assert_count(
+        &lab,
+        "rc",
+        denied,
+        &[("reason", "destination")],
+        4.0,
+        deadline,
+    );
+    assert_count(&lab, "rc", denied, &[("reason", "local")], 1.0, deadline);
+    let closed = "splitway_connections_closed_total";
+    for (mode, n) in [("socks5", 5.0), ("http_connect", 2.0), ("tproxy", 2.0)] {
+        assert_count(
+            &lab,
+            "rc",
+            closed,
+            &[("mode", mode), ("reason", "not_allowed")],
+            n,
+            deadline,
+        );
+    }
+    // No relay leg was opened for a denied connection, and nothing reached
+    // a denied server.
+    assert_count(
+        &lab,
+        "rs",
+        "splitway_connections_accepted_total",
+        &[("mode", "peer")],
+        allowed_connections,
+        deadline,
+    );
+    denied_server.assert_no_pending_connection();
+    server.assert_no_pending_connection();
+    lab.assert_relays_alive();
+}
+
+#[test]
+fn downstream_relay_enforces_its_own_policy() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(120));
+    let mut lab = Lab::two_relays();
+    add_denied_server_address(&lab);
+    let mut configs = lab.default_configs(&[SERVER_PORT, REFUSED_PORT], false);
+    // rc lets everything through, even host-local destinations, and routes
+    // loopback to rs: only rs's policy stands in the way.
+    configs[0]
+        .route("127.0.0.0/8", "rs")
+        .extra("[policy]\nallow_local_destinations = true");
+    configs[1].extra("[policy]\ndeny_destinations = [\"10.0.3.3/32\"]\nallow_ports = [5001, 9090]");
+    lab.start_relays(&configs);
+    let allowed = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+    let denied_dst = sock(&format!("{DENIED_V4}:{SERVER_PORT}"));
+    let denied_port = sock(&format!("{SERVER_V4}:{REFUSED_PORT}"));
+    let server = TestServer::bind(&lab.server, allowed);
+    let denied_server = TestServer::bind(&lab.server, denied_dst);
+
+    let (code, s) = socks5(&lab.client, Target::Ip(allowed));
+    assert_eq!(code, 0, "SOCKS5 to a destination both relays allow");
+    round_trip(s, &server, MIB, 0xD0_0001);
+    transfer_client_to_server(&lab.client, &server, allowed, 256 * 1024, LAST_RELAY_V4);
+
+    // rs answers NotAllowed; rc turns it into each client protocol's answer.
+    let (code, _) = socks5(&lab.client, Target::Ip(denied_dst));
+    assert_eq!(code, SOCKS_NOT_ALLOWED, "SOCKS5, denied by rs");
+    let (status, _) = http_connect(&lab.client, &denied_dst.to_string());
+    assert_eq!(status, 403, "CONNECT, denied by rs");
+    tproxy_reset(&lab.client, denied_dst);
+    // Port: rs refuses it by policy (a refused connect would be SOCKS 5).
+    let (code, _) = socks5(&lab.client, Target::Ip(denied_port));
+    assert_eq!(code, SOCKS_NOT_ALLOWED, "SOCKS5 to a port rs denies");
+    // rs's loopback, asked for by rc (another host): refused by default.
+    let (code, _) = socks5(&lab.client, Target::Ip(sock(ADMIN)));
+    assert_eq!(code, SOCKS_NOT_ALLOWED, "SOCKS5 to rs's admin API");
+
+    let denied = "splitway_denied_total";
+    assert_count(
+        &lab,
+        "rs",
+        denied,
+        &[("reason", "destination")],
+        3.0,
+        deadline,
+    );
+    assert_count(&lab, "rs", denied, &[("reason", "port")], 1.0, deadline);
+    assert_count(&lab, "rs", denied, &[("reason", "local")], 1.0, deadline);
+    assert_count(
+        &lab,
+        "rs",
+        "splitway_connections_closed_total",
+        &[("mode", "peer"), ("reason", "not_allowed")],
+        5.0,
+        deadline,
+    );
+    // rc refused nothing itself: it counts what rs refused.
+    assert_count(
+        &lab,
+        "rc",
+        denied,
+        &[("reason", "downstream")],
+        5.0,
+        deadline,
+    );
+    assert_count(
+        &lab,
+        "rc",
+        denied,
+        &[("reason", "destination")],
+        0.0,
+        deadline,
+    );
+    denied_server.assert_no_pending_connection();
+    server.assert_no_pending_connection();
+    lab.assert_relays_alive();
+}
