@@ -19,6 +19,7 @@ pub mod control;
 pub mod early_syn;
 pub mod error;
 pub mod forward;
+pub mod forward_tls;
 pub mod ingress;
 pub mod limits;
 pub mod peer;
@@ -26,6 +27,7 @@ pub mod pool;
 pub mod relay;
 pub mod route;
 pub mod session;
+pub mod tls;
 pub mod tuning;
 
 pub use config::Config;
