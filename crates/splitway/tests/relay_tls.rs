@@ -68,23 +68,28 @@ fn server_v4() -> SocketAddr {
     sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
 }
 
-/// The default two-relay configs with the rc→rs leg in TLS: rc dials with
-/// `tls = true` unless `plain_dialer`, rs's peer listener requires TLS.
+/// The lab's default configs with every relay↔relay leg in TLS: each
+/// dialer has `tls = true` unless `plain_dialer`, each peer listener
+/// requires TLS.
 fn tls_configs(lab: &Lab, pki: &Pki, plain_dialer: bool) -> Vec<RelayConfig> {
     let dir = lab.dir.path();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    if !plain_dialer {
-        configs[0].peers[0].2.push_str("tls = true\n");
-        let rc_tls = pki.section(dir, "good", "rc");
-        configs[0].extra(&rc_tls);
+    let n = configs.len();
+    for (r, cfg) in configs.iter_mut().enumerate() {
+        let mut extra = pki.section(dir, "good", &lab.relay_names[r]);
+        if r + 1 < n && !plain_dialer {
+            cfg.peers[0].2.push_str("tls = true\n");
+        }
+        if r > 0 {
+            // The harness renders listeners without a `tls` key: the peer
+            // listener is written out here instead.
+            cfg.listeners.retain(|l| l.mode != "peer");
+            extra.push_str(&format!(
+                "\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\ntls = true\n"
+            ));
+        }
+        cfg.extra(&extra);
     }
-    // The harness renders listeners without a `tls` key: rs's peer
-    // listener is written out here instead.
-    configs[1].listeners.retain(|l| l.mode != "peer");
-    let rs_tls = pki.section(dir, "good", "rs");
-    configs[1].extra(&format!(
-        "{rs_tls}\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\ntls = true\n"
-    ));
     configs
 }
 
@@ -139,6 +144,35 @@ fn tls_legs_carry_100mib_both_ways_intact() {
         );
     }
     assert_eq!(lab.metrics("rs").counter(AUTH_FAILURES, &[]), 0.0);
+    lab.assert_relays_alive();
+}
+
+#[test]
+fn a_middle_relay_pumps_tls_to_tls() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::chain(&["rc", "rm", "rs"]);
+    let pki = Pki::create(lab.dir.path(), "good", &["rc", "rm", "rs"]);
+    let configs = tls_configs(&lab, &pki, false);
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    transfer_server_to_client(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    lab.assert_forwarded_bytes("rm", 8 * MIB, 8 * MIB, deadline);
+    let metrics = lab.metrics("rm");
+    assert_eq!(
+        metrics.counter(FORWARDED, &[("path", "tls")]),
+        (16 * MIB) as f64,
+        "{}",
+        metrics.text
+    );
+    for relay in ["rm", "rs"] {
+        assert_eq!(
+            lab.metrics(relay).counter(AUTH_FAILURES, &[]),
+            0.0,
+            "{relay}"
+        );
+    }
     lab.assert_relays_alive();
 }
 
