@@ -150,6 +150,9 @@ label_enum! {
         Timeout => "timeout",
         /// The peer closed before completing its header.
         Closed => "closed",
+        /// The TLS handshake failed (no TLS, or a certificate not signed
+        /// by the configured CA).
+        Tls => "tls",
     }
 }
 
@@ -206,6 +209,8 @@ label_enum! {
         Splice => "splice",
         /// Userspace read/write copy.
         Copy => "copy",
+        /// A TLS leg: records sealed and opened in user space (no kTLS).
+        Tls => "tls",
     }
 }
 
@@ -707,7 +712,7 @@ mod tests {
         check(&Leg::ALL.map(Leg::as_str));
         assert_eq!(Mode::HttpConnect.to_string(), "http_connect");
         assert_eq!(CloseReason::COUNT, 15);
-        assert_eq!(AuthFailureReason::COUNT, 7);
+        assert_eq!(AuthFailureReason::COUNT, 8);
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //! mac_s = HMAC-SHA256(psk, "splitway-v1 server" || nonce_c || nonce_s)
 //! ```
 //!
+//! On a TLS leg the Challenge is not sent: both ends take `nonce_s` from the
+//! TLS session's keying-material exporter ([`Dialer::on_bound_nonce`]), and
+//! the dialer's Response goes out right after the TLS handshake.
+//!
 //! The key never crosses the wire. A recorded Response is useless against a
 //! new connection because the acceptor's nonce is fresh every time. Callers
 //! supply both nonces from a CSPRNG; this module has no randomness of its own.
@@ -433,6 +437,21 @@ impl Dialer {
             return Ok(None);
         }
         let nonce_s: [u8; NONCE_LEN] = buf[6..CHALLENGE_LEN].try_into().expect("length checked");
+        Ok(Some((self.respond(nonce_s), CHALLENGE_LEN)))
+    }
+
+    /// For a leg inside TLS: the acceptor's nonce is not sent but derived by
+    /// both ends from the TLS session (a keying-material exporter), which
+    /// binds the PSK proof to that session and saves the Challenge's round
+    /// trip. Returns the Response to send.
+    pub fn on_bound_nonce(&mut self, nonce_s: [u8; NONCE_LEN]) -> Result<Vec<u8>, AuthError> {
+        if self.state != DialerState::AwaitingChallenge {
+            return Err(AuthError::OutOfOrder);
+        }
+        Ok(self.respond(nonce_s))
+    }
+
+    fn respond(&mut self, nonce_s: [u8; NONCE_LEN]) -> Vec<u8> {
         let mac_c = self
             .psk
             .client_mac(&nonce_s, &self.nonce_c)
@@ -445,7 +464,7 @@ impl Dialer {
         response.extend_from_slice(&self.nonce_c);
         response.extend_from_slice(&mac_c);
         self.state = DialerState::AwaitingProof { nonce_s };
-        Ok(Some((response, CHALLENGE_LEN)))
+        response
     }
 
     /// Verifies the ServerProof; returns the bytes consumed. After `Ok(Some)`
@@ -779,6 +798,25 @@ mod tests {
             assert_eq!(dialer.on_server_proof(&proof[..cut]), Ok(None), "cut {cut}");
         }
         assert_eq!(dialer.on_server_proof(&proof), Ok(Some(SERVER_PROOF_LEN)));
+    }
+
+    #[test]
+    fn bound_nonce_equals_a_sent_challenge() {
+        // A TLS-bound handshake is the plain one with nonce_s not on the wire.
+        let (proof, _, mut sent) = handshake(vec![key(1)], key(1));
+        let mut bound = Dialer::new(key(1), NONCE_C);
+        let response = bound.on_bound_nonce(NONCE_S).unwrap();
+        let mut acceptor = Acceptor::new(vec![key(1)], NONCE_S);
+        let (bound_proof, used) = acceptor.on_response(&response).unwrap().unwrap();
+        assert_eq!(used, RESPONSE_LEN);
+        let proof = proof.unwrap();
+        assert_eq!(bound_proof, proof);
+        assert_eq!(bound.on_server_proof(&proof), Ok(Some(SERVER_PROOF_LEN)));
+        assert_eq!(sent.on_server_proof(&proof), Ok(Some(SERVER_PROOF_LEN)));
+        // Another TLS session derives another nonce: the Response is refused.
+        let mut other = Acceptor::new(vec![key(1)], [0x11; NONCE_LEN]);
+        assert_eq!(other.on_response(&response), Err(AuthError::BadMac));
+        assert_eq!(bound.on_bound_nonce(NONCE_S), Err(AuthError::OutOfOrder));
     }
 
     #[test]

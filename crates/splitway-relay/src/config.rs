@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use splitway_proto::auth::Psk;
 
 use crate::policy::{Policy, is_host_local};
+use crate::tls::{self, PeerTls, TlsContext};
 
 /// Default admin address (loopback only).
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
@@ -45,6 +46,8 @@ pub struct Config {
     pub accel: Accel,
     pub limits: Limits,
     pub policy: Policy,
+    /// `[tls]`: this relay's certificate for `tls = true` peer legs.
+    pub tls: Option<TlsContext>,
 }
 
 /// Connection limits (0 = unlimited).
@@ -167,6 +170,9 @@ pub struct Listener {
     /// listeners, and loopback only for explicit (SOCKS5, HTTP CONNECT)
     /// ones: an explicit proxy open to the world is an open relay.
     pub allow_clients: Vec<IpNet>,
+    /// A peer listener with `tls = true`: TLS 1.3 with client certificates
+    /// signed by `[tls] ca`.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -182,6 +188,9 @@ pub struct Peer {
     pub addr: SocketAddr,
     pub tuning: LegTuning,
     pub pool: PoolSize,
+    /// `tls = true`: the leg is TLS 1.3, the peer's certificate checked
+    /// against `[tls] ca` for `server_name` (default: the peer's name).
+    pub tls: Option<PeerTls>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -293,6 +302,7 @@ struct RawListener {
     intercept: Option<Intercept>,
     #[serde(default)]
     allow_clients: Vec<String>,
+    tls: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -316,6 +326,16 @@ struct RawPeer {
     rcvbuf: Option<u64>,
     keepalive: Option<String>,
     pool: Option<RawPool>,
+    tls: Option<bool>,
+    server_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: String,
+    key: String,
+    ca: String,
 }
 
 #[derive(Deserialize)]
@@ -400,6 +420,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "accel",
     "limits",
     "policy",
+    "tls",
 ];
 
 /// A key file is a few dozen hex digits; anything much longer (or endless,
@@ -769,6 +790,33 @@ impl Config {
             },
         };
 
+        // TLS, before the listeners and peers that use it. `None` with an
+        // issue recorded when the section is there but unusable.
+        let tls_section = table.get("tls");
+        let tls = tls_section
+            .and_then(|v| c.section::<RawTls>("tls", v))
+            .and_then(|raw| {
+                tls::load(
+                    &base.join(&raw.cert),
+                    &base.join(&raw.key),
+                    &base.join(&raw.ca),
+                )
+                .map_err(|errs| {
+                    for (sub, msg) in errs {
+                        c.err(format!("tls.{sub}"), msg);
+                    }
+                })
+                .ok()
+            });
+        let tls_user = |c: &mut Checker, key: &str| {
+            if tls_section.is_none() {
+                c.err(
+                    format!("{key}.tls"),
+                    "needs a [tls] section (cert, key, ca)",
+                );
+            }
+        };
+
         // Listeners.
         let mut listeners = Vec::new();
         let mut seen_addrs = HashSet::new();
@@ -831,6 +879,16 @@ impl Config {
                     ),
                 }
             }
+            let want_tls = raw.tls == Some(true);
+            if want_tls {
+                if raw.mode != ListenMode::Peer {
+                    c.err(
+                        format!("{key}.tls"),
+                        "only a mode = \"peer\" listener can use TLS",
+                    );
+                }
+                tls_user(&mut c, &key);
+            }
             if let Some(addr) = addr {
                 listeners.push(Listener {
                     mode: raw.mode,
@@ -838,6 +896,7 @@ impl Config {
                     v6_only: false,
                     intercept: raw.intercept,
                     allow_clients: allow,
+                    tls: tls.as_ref().filter(|_| want_tls).map(|t| t.server.clone()),
                 });
             }
         }
@@ -905,12 +964,34 @@ impl Config {
                     pool.idle = d;
                 }
             }
+            let want_tls = raw.tls == Some(true);
+            if want_tls {
+                tls_user(&mut c, &key);
+            } else if raw.server_name.is_some() {
+                c.err(format!("{key}.server_name"), "only used with tls = true");
+            }
+            let name_text = raw.server_name.as_deref().unwrap_or(&raw.name);
+            let server_name = tls::server_name(name_text);
+            if want_tls && server_name.is_none() {
+                c.err(
+                    format!("{key}.server_name"),
+                    format!("`{name_text}` is not a DNS name or IP address"),
+                );
+            }
+            let peer_tls = match (&tls, server_name) {
+                (Some(t), Some(server_name)) if want_tls => Some(PeerTls {
+                    server_name,
+                    config: t.client.clone(),
+                }),
+                _ => None,
+            };
             if let Some(addr) = addr {
                 peers.push(Peer {
                     name: raw.name,
                     addr,
                     tuning,
                     pool,
+                    tls: peer_tls,
                 });
             }
         }
@@ -1156,6 +1237,7 @@ impl Config {
                 accel,
                 limits,
                 policy,
+                tls,
             })
         } else {
             Err(c.issues)

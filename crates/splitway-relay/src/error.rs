@@ -47,6 +47,8 @@ pub enum ConnError {
     ClientNotAllowed { client: SocketAddr },
     #[error("upstream relay closed an authenticated connection without using it")]
     PooledUnused,
+    #[error("upstream relay failed TLS: {0}")]
+    ClientTls(String),
     #[error("upstream relay failed authentication: {0}")]
     PeerAuth(#[from] splitway_proto::auth::AuthError),
     #[error("peer relay {peer}: {op}: {source}")]
@@ -56,6 +58,8 @@ pub enum ConnError {
         #[source]
         source: io::Error,
     },
+    #[error("peer relay {peer}: TLS: {detail}")]
+    PeerTls { peer: String, detail: String },
     #[error("peer relay {peer}: protocol error: {detail}")]
     PeerProtocol { peer: String, detail: String },
     #[error("peer relay {peer} refused our authentication: {reason}")]
@@ -93,8 +97,10 @@ impl ConnError {
             | ConnError::ClientNotAllowed { .. }
             | ConnError::PeerAuth(_)
             | ConnError::Denied(_)
+            | ConnError::ClientTls(_)
             | ConnError::PooledUnused => Culprit::Client,
             ConnError::PeerIo { .. }
+            | ConnError::PeerTls { .. }
             | ConnError::PeerProtocol { .. }
             | ConnError::PeerTimeout { .. }
             | ConnError::PeerRejected { .. }
@@ -118,7 +124,9 @@ impl ConnError {
             ConnError::TtlExceeded => ReplyStatus::TtlExceeded,
             ConnError::ClientNotAllowed { .. } | ConnError::Denied(_) => ReplyStatus::NotAllowed,
             ConnError::ClientProtocol(_) => ReplyStatus::BadHeader,
-            ConnError::PeerIo { .. } | ConnError::PeerProtocol { .. } => ReplyStatus::Unreachable,
+            ConnError::PeerIo { .. }
+            | ConnError::PeerProtocol { .. }
+            | ConnError::PeerTls { .. } => ReplyStatus::Unreachable,
             _ => ReplyStatus::Internal,
         }
     }
@@ -147,7 +155,9 @@ impl ConnError {
             // Told apart from an unreachable server: a DNS problem is the
             // operator's to fix, not the network's.
             ConnError::Resolve { .. } => CloseReason::ResolveFailed,
-            ConnError::PeerAuth(_) | ConnError::PeerRejected { .. } => CloseReason::AuthFailed,
+            ConnError::PeerAuth(_) | ConnError::ClientTls(_) | ConnError::PeerRejected { .. } => {
+                CloseReason::AuthFailed
+            }
             // An upstream pool retiring a connection it never needed.
             ConnError::PooledUnused => CloseReason::Completed,
             _ => match self.reply_status() {

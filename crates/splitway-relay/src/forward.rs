@@ -38,12 +38,12 @@ thread_local! {
     static BUFS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
 }
 
-fn take_buf() -> Box<[u8]> {
+pub(crate) fn take_buf() -> Box<[u8]> {
     BUFS.with(|b| b.borrow_mut().pop())
         .unwrap_or_else(|| vec![0u8; COPY_BUF].into_boxed_slice())
 }
 
-fn give_buf(buf: Box<[u8]>) {
+pub(crate) fn give_buf(buf: Box<[u8]>) {
     BUFS.with(|b| {
         let mut pool = b.borrow_mut();
         if pool.len() < BUF_POOL_PER_THREAD {
@@ -102,20 +102,20 @@ impl DirCounters {
 }
 
 /// When a byte last moved, as milliseconds since the connection started.
-struct Activity {
+pub(crate) struct Activity {
     start: Instant,
     last_ms: AtomicU64,
 }
 
 impl Activity {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Activity {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
         }
     }
 
-    fn touch(&self) {
+    pub(crate) fn touch(&self) {
         self.last_ms
             .store(self.start.elapsed().as_millis() as u64, Relaxed);
     }
@@ -223,7 +223,7 @@ where
     }
 }
 
-async fn idle_watch(activity: &Activity, idle: Duration) {
+pub(crate) async fn idle_watch(activity: &Activity, idle: Duration) {
     loop {
         tokio::time::sleep_until(activity.last() + idle).await;
         if activity.last() + idle <= Instant::now() {

@@ -180,6 +180,7 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
     }
 
     let handshake = shared.cfg.timeouts.handshake;
+    let mut inbound_tls = None;
     let ingress = match spec.mode {
         ListenMode::Tproxy => {
             // TPROXY keeps the original destination as the local address.
@@ -210,9 +211,18 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
                 .chain(shared.cfg.psk_previous.iter())
                 .cloned()
                 .collect();
-            match peer::accept(&stream, &keys, &shared.cfg.timeouts, &shared.metrics).await {
+            match peer::accept(
+                &stream,
+                spec.tls.as_ref(),
+                &keys,
+                &shared.cfg.timeouts,
+                &shared.metrics,
+            )
+            .await
+            {
                 Ok(a) => {
                     shared.learn_upstream(client.ip());
+                    inbound_tls = a.tls;
                     Ok(Learned {
                         optimistic: a.header.flags & FLAG_OPTIMISTIC != 0,
                         dst: a.header.dst,
@@ -257,6 +267,7 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
             origin: learned.origin,
             optimistic: learned.optimistic,
             accepted_at,
+            tls: inbound_tls,
         },
     )
     .await;

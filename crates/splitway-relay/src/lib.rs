@@ -21,6 +21,7 @@ pub mod control;
 pub mod early_syn;
 pub mod error;
 pub mod forward;
+pub mod forward_tls;
 pub mod ingress;
 pub mod limits;
 pub mod peer;
@@ -30,6 +31,7 @@ pub mod relay;
 pub mod reload;
 pub mod route;
 pub mod session;
+pub mod tls;
 pub mod tuning;
 
 pub use config::Config;

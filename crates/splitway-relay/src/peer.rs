@@ -8,9 +8,11 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::RngCore;
+use rustls::ServerConfig;
 use splitway_control::metrics::{AuthFailureReason, Metrics};
 use splitway_proto::auth::{Acceptor, AuthError, Dialer, NONCE_LEN, Psk};
 use splitway_proto::header::{Header, Reply, ReplyStatus};
@@ -18,7 +20,7 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use crate::config::{Peer, Timeouts};
 use crate::error::ConnError;
-use crate::forward::write_all;
+use crate::tls::{LegIo, TlsLeg};
 use crate::tuning::{self, PEER_KEEPALIVE_DEFAULT};
 
 /// Why reading a frame stopped.
@@ -33,11 +35,12 @@ pub enum FrameError<E> {
 /// Reads from `s` into `buf` until `decode` yields a frame; the frame's bytes
 /// are removed from `buf` and whatever followed stays there (it belongs to
 /// the data stream).
-pub async fn read_frame<T, E>(
-    s: &TcpStream,
+pub async fn read_frame<'a, T, E>(
+    s: impl Into<LegIo<'a>>,
     buf: &mut Vec<u8>,
     mut decode: impl FnMut(&[u8]) -> Result<Option<(T, usize)>, E>,
 ) -> Result<T, FrameError<E>> {
+    let s = s.into();
     loop {
         if !buf.is_empty()
             && let Some((v, n)) = decode(buf).map_err(FrameError::Bad)?
@@ -45,12 +48,13 @@ pub async fn read_frame<T, E>(
             buf.drain(..n);
             return Ok(v);
         }
-        s.readable().await.map_err(FrameError::Io)?;
         let mut chunk = [0u8; 2048];
-        match s.try_read(&mut chunk) {
+        match s.read(&mut chunk).await {
             Ok(0) => return Err(FrameError::Closed),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // A TLS leg closed without close_notify: between frames that is
+            // a plain close (a pooled connection retired by its owner).
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
             Err(e) => return Err(FrameError::Io(e)),
         }
     }
@@ -69,6 +73,8 @@ pub struct PeerLeg {
     pub peer: String,
     dialer: Dialer,
     buf: Vec<u8>,
+    /// Set on a `tls = true` peer: the leg's bytes go through it.
+    pub tls: Option<TlsLeg>,
 }
 
 /// Opens a tuned connection to `peer`. `turbo_buffer` is turbo-start's
@@ -105,14 +111,44 @@ pub async fn connect(
     }
 }
 
-/// Reads the peer's Challenge and computes our Response.
-async fn answer_challenge(
+/// The TLS handshake on a `tls = true` peer's leg (none otherwise).
+async fn secure(
     stream: &TcpStream,
+    peer: &Peer,
+    timeouts: &Timeouts,
+) -> Result<Option<TlsLeg>, ConnError> {
+    let Some(cfg) = &peer.tls else {
+        return Ok(None);
+    };
+    match tokio::time::timeout(timeouts.handshake, TlsLeg::connect(stream, cfg)).await {
+        Ok(Ok(t)) => Ok(Some(t)),
+        Ok(Err(e)) => Err(ConnError::PeerTls {
+            peer: peer.name.clone(),
+            detail: e.to_string(),
+        }),
+        Err(_) => Err(ConnError::PeerTimeout {
+            peer: peer.name.clone(),
+            during: "in the TLS handshake",
+        }),
+    }
+}
+
+/// Reads the peer's Challenge (or, inside TLS, derives its nonce from the
+/// session) and computes our Response.
+async fn answer_challenge(
+    stream: LegIo<'_>,
     peer: &Peer,
     psk: &Psk,
     timeouts: &Timeouts,
 ) -> Result<(Dialer, Vec<u8>), ConnError> {
     let mut dialer = Dialer::new(psk.clone(), nonce());
+    if let Some(tls) = stream.tls {
+        let response = tls
+            .binding_nonce()
+            .and_then(|n| dialer.on_bound_nonce(n).map_err(io::Error::other))
+            .map_err(|e| ConnError::Internal(format!("TLS binding for {}: {e}", peer.name)))?;
+        return Ok((dialer, response));
+    }
     let mut buf = Vec::new();
     let response = tokio::time::timeout(
         timeouts.handshake,
@@ -145,10 +181,12 @@ pub async fn dial(
     turbo_buffer: Option<usize>,
 ) -> Result<PeerLeg, ConnError> {
     let stream = connect(peer, timeouts, turbo_buffer).await?;
-    let (dialer, mut out) = answer_challenge(&stream, peer, psk, timeouts).await?;
+    let tls = secure(&stream, peer, timeouts).await?;
+    let io = LegIo::new(&stream, tls.as_ref());
+    let (dialer, mut out) = answer_challenge(io, peer, psk, timeouts).await?;
     header.encode(&mut out);
     out.extend_from_slice(early_data);
-    write_all(&stream, &out)
+    io.write_all(&out)
         .await
         .map_err(|source| ConnError::PeerIo {
             peer: peer.name.clone(),
@@ -160,6 +198,7 @@ pub async fn dial(
         peer: peer.name.clone(),
         dialer,
         buf: Vec::new(),
+        tls,
     })
 }
 
@@ -167,6 +206,7 @@ pub async fn dial(
 /// idle, for the one split connection it will carry.
 pub struct Pooled {
     pub stream: TcpStream,
+    tls: Option<TlsLeg>,
     dialer: Dialer,
     pub born: std::time::Instant,
 }
@@ -179,8 +219,10 @@ pub async fn dial_pooled(
     turbo_buffer: Option<usize>,
 ) -> Result<Pooled, ConnError> {
     let stream = connect(peer, timeouts, turbo_buffer).await?;
-    let (mut dialer, response) = answer_challenge(&stream, peer, psk, timeouts).await?;
-    write_all(&stream, &response)
+    let tls = secure(&stream, peer, timeouts).await?;
+    let io = LegIo::new(&stream, tls.as_ref());
+    let (mut dialer, response) = answer_challenge(io, peer, psk, timeouts).await?;
+    io.write_all(&response)
         .await
         .map_err(|source| ConnError::PeerIo {
             peer: peer.name.clone(),
@@ -190,7 +232,7 @@ pub async fn dial_pooled(
     let mut buf = Vec::new();
     tokio::time::timeout(
         timeouts.handshake,
-        read_frame(&stream, &mut buf, |b| {
+        read_frame(io, &mut buf, |b| {
             dialer.on_server_proof(b).map(|o| o.map(|n| ((), n)))
         }),
     )
@@ -214,13 +256,16 @@ pub async fn dial_pooled(
     }
     Ok(Pooled {
         stream,
+        tls,
         dialer,
         born: std::time::Instant::now(),
     })
 }
 
 impl Pooled {
-    /// Whether the peer is still there: no FIN, no RST, no stray bytes.
+    /// Whether the peer is still there: no FIN, no RST, no stray bytes (on
+    /// TLS too: the acceptor sends nothing after its proof, not even a
+    /// session ticket).
     pub fn is_alive(&self) -> bool {
         let mut probe = [0u8; 1];
         matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
@@ -237,7 +282,8 @@ impl Pooled {
         let mut out = Vec::new();
         header.encode(&mut out);
         out.extend_from_slice(early_data);
-        write_all(&self.stream, &out)
+        LegIo::new(&self.stream, self.tls.as_ref())
+            .write_all(&out)
             .await
             .map_err(|source| ConnError::PeerIo {
                 peer: peer.to_owned(),
@@ -249,6 +295,7 @@ impl Pooled {
             peer: peer.to_owned(),
             dialer: self.dialer,
             buf: Vec::new(),
+            tls: self.tls,
         })
     }
 }
@@ -275,7 +322,7 @@ impl PeerLeg {
     /// Reads the peer's proof (mutual authentication) and its Reply. Returns
     /// the status and the data bytes that followed the Reply.
     pub async fn await_reply(
-        stream: &TcpStream,
+        stream: LegIo<'_>,
         peer: &str,
         mut dialer: Dialer,
         mut buf: Vec<u8>,
@@ -300,8 +347,9 @@ impl PeerLeg {
     }
 
     /// Splits the leg into what forwarding needs.
-    pub fn into_parts(self) -> (TcpStream, String, Dialer, Vec<u8>) {
-        (self.stream, self.peer, self.dialer, self.buf)
+    #[allow(clippy::type_complexity)]
+    pub fn into_parts(self) -> (TcpStream, String, Dialer, Vec<u8>, Option<TlsLeg>) {
+        (self.stream, self.peer, self.dialer, self.buf, self.tls)
     }
 }
 
@@ -310,6 +358,8 @@ pub struct Accepted {
     pub header: Header,
     /// Client bytes that arrived right behind the header.
     pub early_data: Vec<u8>,
+    /// The leg's TLS session, on a `tls = true` peer listener.
+    pub tls: Option<TlsLeg>,
 }
 
 /// Runs the acceptor side of the handshake within `deadline`. Failures are
@@ -317,6 +367,7 @@ pub struct Accepted {
 /// operator on the other end (wrong key), never with anything forwarded.
 pub async fn accept(
     stream: &TcpStream,
+    tls: Option<&Arc<ServerConfig>>,
     keys: &[Psk],
     timeouts: &Timeouts,
     metrics: &Metrics,
@@ -325,7 +376,27 @@ pub async fn accept(
         metrics.auth_failure(reason);
         err
     };
-    let buf = match tokio::time::timeout(timeouts.handshake, authenticate(stream, keys)).await {
+    // A TLS listener's first stage: anything that does not complete TLS in
+    // time (no TLS at all, a certificate not from our CA, silence) counts
+    // as reason "tls".
+    let leg = match tls {
+        Some(cfg) => {
+            let tls_failed = |detail| fail((AuthFailureReason::Tls, ConnError::ClientTls(detail)));
+            match tokio::time::timeout(timeouts.handshake, TlsLeg::accept(stream, cfg)).await {
+                Ok(Ok(leg)) => Some(leg),
+                Ok(Err(e)) => return Err(tls_failed(e.to_string())),
+                Err(_) => {
+                    return Err(tls_failed(format!(
+                        "handshake not finished within {:?}",
+                        timeouts.handshake
+                    )));
+                }
+            }
+        }
+        None => None,
+    };
+    let io = LegIo::new(stream, leg.as_ref());
+    let buf = match tokio::time::timeout(timeouts.handshake, authenticate(io, keys)).await {
         Ok(r) => r.map_err(fail)?,
         Err(_) => {
             return Err(fail((
@@ -336,16 +407,22 @@ pub async fn accept(
     };
     // Authenticated: an upstream pool may keep this connection idle for a
     // while before its header, so the header has its own, longer deadline.
-    read_header(stream, buf, timeouts.pooled_header)
-        .await
-        .map_err(|(reason, err)| {
-            // A pooled connection closed unused (upstream restart, retired
-            // by age) is not an authentication failure.
-            if let Some(r) = reason {
-                metrics.auth_failure(r);
-            }
-            err
-        })
+    let (header, early_data) =
+        read_header(io, buf, timeouts.pooled_header)
+            .await
+            .map_err(|(reason, err)| {
+                // A pooled connection closed unused (upstream restart, retired
+                // by age) is not an authentication failure.
+                if let Some(r) = reason {
+                    metrics.auth_failure(r);
+                }
+                err
+            })?;
+    Ok(Accepted {
+        header,
+        early_data,
+        tls: leg,
+    })
 }
 
 fn client_io(op: &'static str) -> impl Fn(io::Error) -> (AuthFailureReason, ConnError) {
@@ -358,21 +435,34 @@ fn client_io(op: &'static str) -> impl Fn(io::Error) -> (AuthFailureReason, Conn
 }
 
 /// Challenge, Response, proof. Returns bytes that followed the Response.
+/// Inside TLS the Challenge is not sent: its nonce is the session's.
 async fn authenticate(
-    stream: &TcpStream,
+    stream: LegIo<'_>,
     keys: &[Psk],
 ) -> Result<Vec<u8>, (AuthFailureReason, ConnError)> {
-    let mut acceptor = Acceptor::new(keys.to_vec(), nonce());
-    write_all(stream, &acceptor.challenge())
-        .await
-        .map_err(client_io("send challenge"))?;
+    let nonce_s = match stream.tls {
+        Some(t) => t.binding_nonce().map_err(|e| {
+            (
+                AuthFailureReason::Tls,
+                ConnError::Internal(format!("TLS binding: {e}")),
+            )
+        })?,
+        None => nonce(),
+    };
+    let mut acceptor = Acceptor::new(keys.to_vec(), nonce_s);
+    if stream.tls.is_none() {
+        stream
+            .write_all(&acceptor.challenge())
+            .await
+            .map_err(client_io("send challenge"))?;
+    }
     let mut buf = Vec::new();
     let proof = match read_frame(stream, &mut buf, |b| acceptor.on_response(b)).await {
         Ok(p) => p,
         Err(FrameError::Bad(e)) => {
             if let Some(r) = e.reject_reason() {
                 // Best effort: the connection is refused either way.
-                let _ = write_all(stream, &Acceptor::reject(r)).await;
+                let _ = stream.write_all(&Acceptor::reject(r)).await;
             }
             return Err((auth_reason(&e), ConnError::PeerAuth(e)));
         }
@@ -384,17 +474,18 @@ async fn authenticate(
         }
         Err(FrameError::Io(e)) => return Err(client_io("read response")(e)),
     };
-    write_all(stream, &proof)
+    stream
+        .write_all(&proof)
         .await
         .map_err(client_io("send proof"))?;
     Ok(buf)
 }
 
 async fn read_header(
-    stream: &TcpStream,
+    stream: LegIo<'_>,
     mut buf: Vec<u8>,
     deadline: Duration,
-) -> Result<Accepted, (Option<AuthFailureReason>, ConnError)> {
+) -> Result<(Header, Vec<u8>), (Option<AuthFailureReason>, ConnError)> {
     let header =
         match tokio::time::timeout(deadline, read_frame(stream, &mut buf, Header::decode)).await {
             Err(_) => {
@@ -402,7 +493,7 @@ async fn read_header(
             }
             Ok(Ok(h)) => h,
             Ok(Err(FrameError::Bad(e))) => {
-                let _ = write_all(stream, &reply_bytes(ReplyStatus::BadHeader)).await;
+                let _ = stream.write_all(&reply_bytes(ReplyStatus::BadHeader)).await;
                 return Err((
                     Some(AuthFailureReason::Malformed),
                     ConnError::ClientProtocol(format!("bad header: {e}")),
@@ -419,10 +510,7 @@ async fn read_header(
                 ));
             }
         };
-    Ok(Accepted {
-        header,
-        early_data: buf,
-    })
+    Ok((header, buf))
 }
 
 fn auth_reason(e: &AuthError) -> AuthFailureReason {

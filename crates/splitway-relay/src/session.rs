@@ -15,10 +15,12 @@ use tracing::{debug, info, warn};
 
 use crate::config::{ListenMode, Via};
 use crate::error::{ConnError, Culprit};
-use crate::forward::{self, End, Side, write_all};
+use crate::forward::{self, End, Side};
+use crate::forward_tls::forward_legs;
 use crate::peer::{self, PeerLeg, reply_bytes};
 use crate::policy::DENIALS;
 use crate::relay::Shared;
+use crate::tls::{LegIo, TlsLeg};
 use crate::tuning;
 
 /// A connection accepted on one of the listeners, with its destination known.
@@ -38,6 +40,14 @@ pub struct Inbound {
     /// the Reply (transparent capture): header flag OPTIMISTIC.
     pub optimistic: bool,
     pub accepted_at: Instant,
+    /// The TLS session of a leg accepted on a `tls = true` peer listener.
+    pub tls: Option<TlsLeg>,
+}
+
+impl Inbound {
+    fn io(&self) -> LegIo<'_> {
+        LegIo::new(&self.stream, self.tls.as_ref())
+    }
 }
 
 pub fn metric_mode(mode: ListenMode) -> Mode {
@@ -175,9 +185,14 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
             match &leg {
                 // The client's first bytes left with the header.
                 Ok(_) if !early.is_empty() => {
+                    let path = if peer.tls.is_some() {
+                        Path::Tls
+                    } else {
+                        Path::Copy
+                    };
                     shared
                         .metrics
-                        .bytes(Direction::ToServer, Path::Copy, early.len() as u64)
+                        .bytes(Direction::ToServer, path, early.len() as u64)
                 }
                 Ok(_) => {}
                 Err(_) => shared.metrics.peer_connect_failure(&peer.name),
@@ -204,8 +219,8 @@ async fn refuse(inbound: &Inbound, status: ReplyStatus) {
     match reply {
         // Best effort: the client may already be gone, and it is refused either way.
         Some(bytes) => {
-            let _ = write_all(s, &bytes).await;
-            let _ = splitway_sys::sock::shutdown_write(s);
+            let _ = inbound.io().write_all(&bytes).await;
+            let _ = inbound.io().shutdown_write().await;
         }
         None => {
             let _ = splitway_sys::sock::set_linger_zero(s);
@@ -252,6 +267,9 @@ async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
         ListenMode::HttpConnect => (http_connect::response(200), false),
         ListenMode::Peer => (reply_bytes(ReplyStatus::Ok), inbound.optimistic),
     };
+    if inbound.tls.is_some() {
+        return inbound.io().write_all(&bytes).await;
+    }
     forward::write_all_more(&inbound.stream, &bytes, more).await
 }
 
@@ -261,7 +279,7 @@ async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
 async fn confirm_and_forward(
     shared: &Shared,
     inbound: &Inbound,
-    out: &TcpStream,
+    out: LegIo<'_>,
     to_server_first: Vec<u8>,
     to_client_first: Vec<u8>,
     opts: forward::Options,
@@ -271,6 +289,7 @@ async fn confirm_and_forward(
         .metrics
         .observe_setup(mode, inbound.accepted_at.elapsed());
     let bound = out
+        .tcp
         .local_addr()
         .unwrap_or_else(|_| unspecified(inbound.client));
     if let Err(source) = confirm(inbound, bound).await {
@@ -281,8 +300,8 @@ async fn confirm_and_forward(
         finish(shared, inbound, e.close_reason(), Some(&e), 0, 0);
         return None;
     }
-    let outcome = forward::forward(
-        &inbound.stream,
+    let outcome = forward_legs(
+        inbound.io(),
         out,
         to_server_first,
         async { Ok(to_client_first) },
@@ -359,21 +378,23 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
     let (outbound, outcome) = match next {
         Next::Direct(out) => {
             let Some(outcome) =
-                confirm_and_forward(&shared, &inbound, &out, early, Vec::new(), opts).await
+                confirm_and_forward(&shared, &inbound, (&out).into(), early, Vec::new(), opts)
+                    .await
             else {
                 return;
             };
             (out, outcome)
         }
         Next::Peer(leg) => {
-            let (out, peer_name, dialer, buf) = leg.into_parts();
+            let (out, peer_name, dialer, buf, tls) = leg.into_parts();
+            let out_io = LegIo::new(&out, tls.as_ref());
             match inbound.mode {
                 // Explicit clients wait for our answer before sending, so we
                 // wait for the chain's Reply before giving it.
                 ListenMode::Socks5 | ListenMode::HttpConnect => {
                     let reply = tokio::time::timeout(
                         shared.reply_timeout(),
-                        PeerLeg::await_reply(&out, &peer_name, dialer, buf),
+                        PeerLeg::await_reply(out_io, &peer_name, dialer, buf),
                     )
                     .await
                     .unwrap_or(Err(ConnError::PeerTimeout {
@@ -398,7 +419,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                         }
                     };
                     let Some(outcome) =
-                        confirm_and_forward(&shared, &inbound, &out, early, leftover, opts).await
+                        confirm_and_forward(&shared, &inbound, out_io, early, leftover, opts).await
                     else {
                         return;
                     };
@@ -411,7 +432,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                     metrics.observe_setup(mode, inbound.accepted_at.elapsed());
                     let preamble = async {
                         let (status, leftover) =
-                            PeerLeg::await_reply(&out, &peer_name, dialer, buf).await?;
+                            PeerLeg::await_reply(out_io, &peer_name, dialer, buf).await?;
                         if status != ReplyStatus::Ok {
                             return Err(ConnError::Downstream {
                                 peer: peer_name.clone(),
@@ -419,7 +440,9 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                             });
                         }
                         if inbound.mode == ListenMode::Peer {
-                            write_all(&inbound.stream, &reply_bytes(ReplyStatus::Ok))
+                            inbound
+                                .io()
+                                .write_all(&reply_bytes(ReplyStatus::Ok))
                                 .await
                                 .map_err(|source| ConnError::ClientIo {
                                     op: "relay reply",
@@ -429,8 +452,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                         Ok(leftover)
                     };
                     let outcome =
-                        forward::forward(&inbound.stream, &out, early, preamble, opts, &metrics)
-                            .await;
+                        forward_legs(inbound.io(), out_io, early, preamble, opts, &metrics).await;
                     (out, outcome)
                 }
             }

@@ -1,0 +1,148 @@
+//! Forwarding when a leg is TLS: user-space copy through rustls (this
+//! kernel has no kTLS, so no splice). Plain legs keep `forward`'s fast path;
+//! [`forward_legs`] picks.
+//!
+//! Same close semantics as `forward`: EOF on one side (TLS close_notify, or
+//! a plain FIN) → half-close of the other (close_notify + FIN on a TLS leg);
+//! an error (RST, a TLS alert, or a TCP FIN without close_notify, which may
+//! be a truncation) → both TCP sockets are closed abortively (SO_LINGER 0).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use splitway_control::metrics::{Direction, Metrics, Path};
+
+use crate::error::ConnError;
+use crate::forward::{self, Activity, End, Options, Outcome, Side, give_buf, take_buf};
+use crate::tls::LegIo;
+
+struct PumpError {
+    side: Side,
+    source: std::io::Error,
+}
+
+enum Stop {
+    Pump(PumpError),
+    Setup(ConnError),
+}
+
+/// Forwards between two legs, either of which may be TLS; the arguments and
+/// the outcome are `forward::forward`'s.
+pub async fn forward_legs<P>(
+    inbound: LegIo<'_>,
+    outbound: LegIo<'_>,
+    to_server_prefix: Vec<u8>,
+    preamble: P,
+    opts: Options,
+    metrics: &Metrics,
+) -> Outcome
+where
+    P: Future<Output = Result<Vec<u8>, ConnError>>,
+{
+    if inbound.tls.is_none() && outbound.tls.is_none() {
+        return forward::forward(
+            inbound.tcp,
+            outbound.tcp,
+            to_server_prefix,
+            preamble,
+            opts,
+            metrics,
+        )
+        .await;
+    }
+    let activity = Activity::new();
+    let up = AtomicU64::new(0);
+    let down = AtomicU64::new(0);
+    let to_server = async {
+        pump(
+            inbound,
+            outbound,
+            Side::Inbound,
+            Side::Outbound,
+            &to_server_prefix,
+            &activity,
+            &up,
+        )
+        .await
+        .map_err(Stop::Pump)
+    };
+    let to_client = async {
+        let prefix = preamble.await.map_err(Stop::Setup)?;
+        pump(
+            outbound,
+            inbound,
+            Side::Outbound,
+            Side::Inbound,
+            &prefix,
+            &activity,
+            &down,
+        )
+        .await
+        .map_err(Stop::Pump)
+    };
+    let end = tokio::select! {
+        r = async { tokio::try_join!(to_server, to_client) } => match r {
+            Ok(((), ())) => End::Completed,
+            Err(Stop::Pump(PumpError { side, source })) => End::Failed { side, source },
+            Err(Stop::Setup(e)) => End::Setup(e),
+        },
+        () = forward::idle_watch(&activity, opts.idle) => End::IdleTimeout,
+    };
+    if matches!(end, End::Failed { .. } | End::IdleTimeout) {
+        // As in `forward`: errors mean the socket is already gone.
+        let _ = splitway_sys::sock::set_linger_zero(inbound.tcp);
+        let _ = splitway_sys::sock::set_linger_zero(outbound.tcp);
+    }
+    let (up, down) = (up.load(Relaxed), down.load(Relaxed));
+    for (dir, n) in [(Direction::ToServer, up), (Direction::ToClient, down)] {
+        if n > 0 {
+            metrics.bytes(dir, Path::Tls, n);
+            metrics.data_path_chosen(Path::Tls);
+        }
+    }
+    Outcome {
+        end,
+        to_server: up,
+        to_client: down,
+    }
+}
+
+async fn pump(
+    src: LegIo<'_>,
+    dst: LegIo<'_>,
+    src_side: Side,
+    dst_side: Side,
+    prefix: &[u8],
+    activity: &Activity,
+    counter: &AtomicU64,
+) -> Result<(), PumpError> {
+    let wr = |source| PumpError {
+        side: dst_side,
+        source,
+    };
+    if !prefix.is_empty() {
+        dst.write_all(prefix).await.map_err(wr)?;
+        counter.fetch_add(prefix.len() as u64, Relaxed);
+        activity.touch();
+    }
+    // Held for the direction's life: rustls keeps its own buffers per TLS
+    // leg anyway, so returning this one while idle would save little.
+    let mut buf = take_buf();
+    let result = async {
+        loop {
+            let n = src.read(&mut buf).await.map_err(|source| PumpError {
+                side: src_side,
+                source,
+            })?;
+            if n == 0 {
+                return dst.shutdown_write().await.map_err(wr);
+            }
+            dst.write_all(&buf[..n]).await.map_err(wr)?;
+            counter.fetch_add(n as u64, Relaxed);
+            activity.touch();
+        }
+    }
+    .await;
+    give_buf(buf);
+    result
+}
