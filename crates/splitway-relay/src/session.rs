@@ -277,7 +277,7 @@ async fn confirm_and_forward(
         &inbound.stream,
         out,
         to_server_first,
-        async { Ok(to_client_first) },
+        forward::no_preamble(to_client_first),
         opts,
         &shared.metrics,
     )
@@ -400,7 +400,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                 // read concurrently and only a failure interrupts.
                 ListenMode::Tproxy | ListenMode::Peer => {
                     metrics.observe_setup(mode, inbound.accepted_at.elapsed());
-                    let preamble = async {
+                    let preamble = Box::pin(async {
                         let (status, leftover) =
                             PeerLeg::await_reply(&out, &peer_name, dialer, buf).await?;
                         if status != ReplyStatus::Ok {
@@ -418,7 +418,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                                 })?;
                         }
                         Ok(leftover)
-                    };
+                    });
                     let outcome =
                         forward::forward(&inbound.stream, &out, early, preamble, opts, &metrics)
                             .await;
