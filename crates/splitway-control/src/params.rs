@@ -46,6 +46,12 @@ pub enum ParamKind {
         /// The allowed words.
         choices: &'static [&'static str],
     },
+    /// Free text of at most `max_len` bytes; the relay checks its meaning
+    /// (e.g. a log filter) in its own cross-check.
+    Text {
+        /// Longest allowed text.
+        max_len: usize,
+    },
 }
 
 impl ParamKind {
@@ -98,6 +104,14 @@ impl ParamKind {
                 }
                 _ => Err(format!("expected one of {}, got {raw}", choices.join(", "))),
             },
+            ParamKind::Text { max_len } => match raw {
+                Value::String(s) if s.trim().is_empty() => Err("must not be empty".into()),
+                Value::String(s) if s.len() > *max_len => {
+                    Err(format!("longer than {max_len} bytes"))
+                }
+                Value::String(s) => Ok(ParamValue::Text(s.trim().to_owned())),
+                _ => Err(format!("expected a string, got {raw}")),
+            },
         }
     }
 
@@ -110,6 +124,7 @@ impl ParamKind {
                 (*min..=*max).contains(d)
             }
             (ParamKind::Choice { choices }, ParamValue::Text(s)) => choices.contains(&s.as_str()),
+            (ParamKind::Text { max_len }, ParamValue::Text(s)) => s.len() <= *max_len,
             _ => false,
         }
     }
@@ -294,14 +309,16 @@ impl ParamSpec {
         )
     }
 
-    /// `log.level`: the relay's log verbosity.
+    /// `log.level`: the relay's log filter, a level (`debug`) or tracing
+    /// `EnvFilter` directives (`splitway_relay=debug,info`), as `RUST_LOG`.
     pub fn log_level() -> Self {
         Self::new(
             "log.level",
-            ParamKind::Choice {
-                choices: LOG_LEVELS,
-            },
-            "log verbosity",
+            ParamKind::Text { max_len: 1024 },
+            format!(
+                "log filter: a level ({}) or directives like splitway_relay=debug,info",
+                LOG_LEVELS.join(", ")
+            ),
         )
     }
 }
@@ -637,7 +654,7 @@ mod tests {
                 "pool.nowhere.low": 1,
                 "early_syn": 3,
                 "timeouts.idle": "forever",
-                "log.level": "loud",
+                "log.level": 3,
                 "pool.rs.high": 8,
             })),
         )
@@ -670,7 +687,7 @@ mod tests {
                 .find(|e| e.param == "log.level")
                 .unwrap()
                 .message
-                .contains("error, warn, info, debug, trace")
+                .contains("expected a string")
         );
     }
 

@@ -16,12 +16,27 @@ use splitway_control::{
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::relay::Shared;
+use crate::relay::{Current, Shared};
+use crate::reload::{ReloadError, Reloader};
 
-/// Values that `PUT /params` may change while connections run.
+/// Values that `PUT /params` may change while connections run. A reload
+/// sets them to the config file's values: the file wins over earlier
+/// `PUT /params` changes.
 pub struct Live {
     idle_ms: AtomicU64,
     early_syn: AtomicBool,
+}
+
+/// The process's log filter, owned by the binary (which owns the tracing
+/// subscriber) and changed through `log.level` in `PUT /params`.
+pub trait LogControl: Send + Sync + 'static {
+    /// The filter in effect, as it was given (e.g. `info`,
+    /// `splitway_relay=debug,info`).
+    fn current(&self) -> String;
+    /// Checks a filter without applying it. `Err` says what is wrong.
+    fn check(&self, filter: &str) -> Result<(), String>;
+    /// Applies a filter.
+    fn set(&self, filter: &str) -> Result<(), String>;
 }
 
 impl Live {
@@ -39,6 +54,14 @@ impl Live {
 
     pub fn early_syn_enabled(&self) -> bool {
         self.early_syn.load(Relaxed)
+    }
+
+    pub(crate) fn set_idle(&self, idle: Duration) {
+        self.idle_ms.store(idle.as_millis() as u64, Relaxed);
+    }
+
+    pub(crate) fn set_early_syn(&self, on: bool) {
+        self.early_syn.store(on, Relaxed);
     }
 }
 
@@ -131,49 +154,87 @@ impl Drop for Registered {
 
 /// Serves the admin API for a running relay.
 pub struct RelayAdmin {
-    shared: Arc<Shared>,
-    params: ParamRegistry,
+    current: Arc<Current>,
+    reloader: Arc<Reloader>,
+    log: Option<Arc<dyn LogControl>>,
+    /// The parameters of one snapshot (its generation): a reload, by SIGHUP
+    /// or `POST /reload`, may add or remove peers and their watermarks.
+    params: Mutex<(u64, ParamRegistry)>,
     drain: watch::Sender<bool>,
 }
 
+const LOG_LEVEL: &str = "log.level";
+
 impl RelayAdmin {
-    pub fn new(shared: Arc<Shared>, drain: watch::Sender<bool>) -> RelayAdmin {
-        let params = ParamRegistry::new();
-        let declare = |spec: ParamSpec, v: ParamValue| {
-            params
-                .declare(spec, v)
-                .expect("parameter declared once with a valid initial value");
-        };
-        declare(
-            ParamSpec::idle_timeout(),
-            ParamValue::Duration(shared.live.idle()),
-        );
-        if shared.early.is_some() {
-            declare(
-                ParamSpec::early_syn(),
-                ParamValue::Bool(shared.live.early_syn_enabled()),
-            );
-        }
-        for pool in shared.pools.iter().flatten() {
-            let name = &pool.peer().name;
-            declare(
-                ParamSpec::pool_low(name),
-                ParamValue::Int(pool.low() as i64),
-            );
-            declare(
-                ParamSpec::pool_high(name),
-                ParamValue::Int(pool.high() as i64),
-            );
-        }
+    pub fn new(
+        current: Arc<Current>,
+        reloader: Arc<Reloader>,
+        log: Option<Arc<dyn LogControl>>,
+        drain: watch::Sender<bool>,
+    ) -> RelayAdmin {
+        let shared = current.load();
+        let params = declare_params(&shared, log.as_deref());
         RelayAdmin {
-            shared,
-            params,
+            current,
+            reloader,
+            log,
+            params: Mutex::new((shared.generation, params)),
             drain,
         }
     }
+
+    /// The parameter registry, rebuilt from the running values if the
+    /// snapshot changed since it was built.
+    fn params_of(&self, shared: &Shared) -> std::sync::MutexGuard<'_, (u64, ParamRegistry)> {
+        let mut params = self
+            .params
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if params.0 != shared.generation {
+            *params = (
+                shared.generation,
+                declare_params(shared, self.log.as_deref()),
+            );
+        }
+        params
+    }
 }
 
-fn pool_cross_check(shared: &Shared, v: &ParamValues) -> Vec<ParamError> {
+fn declare_params(shared: &Shared, log: Option<&dyn LogControl>) -> ParamRegistry {
+    let params = ParamRegistry::new();
+    let declare = |spec: ParamSpec, v: ParamValue| {
+        params
+            .declare(spec, v)
+            .expect("parameter declared once with a valid initial value");
+    };
+    declare(
+        ParamSpec::idle_timeout(),
+        ParamValue::Duration(shared.live.idle()),
+    );
+    if shared.early.is_some() {
+        declare(
+            ParamSpec::early_syn(),
+            ParamValue::Bool(shared.live.early_syn_enabled()),
+        );
+    }
+    for pool in shared.pools.iter().flatten() {
+        let name = &pool.peer().name;
+        declare(
+            ParamSpec::pool_low(name),
+            ParamValue::Int(pool.low() as i64),
+        );
+        declare(
+            ParamSpec::pool_high(name),
+            ParamValue::Int(pool.high() as i64),
+        );
+    }
+    if let Some(log) = log {
+        declare(ParamSpec::log_level(), ParamValue::Text(log.current()));
+    }
+    params
+}
+
+fn cross_check(shared: &Shared, log: Option<&dyn LogControl>, v: &ParamValues) -> Vec<ParamError> {
     let mut errors = Vec::new();
     for pool in shared.pools.iter().flatten() {
         let name = &pool.peer().name;
@@ -187,45 +248,65 @@ fn pool_cross_check(shared: &Shared, v: &ParamValues) -> Vec<ParamError> {
             ));
         }
     }
+    if let (Some(log), Some(filter)) = (log, v.text(LOG_LEVEL))
+        && let Err(e) = log.check(filter)
+    {
+        errors.push(ParamError::new(
+            LOG_LEVEL,
+            format!("`{filter}` is not a log filter: {e}"),
+        ));
+    }
     errors
 }
 
 impl AdminHandler for RelayAdmin {
     fn status(&self) -> Value {
-        self.shared.status()
+        let mut status = self.current.load().status();
+        if let Some(log) = &self.log {
+            status["log_level"] = json!(log.current());
+        }
+        status
     }
 
     fn connections(&self, sample: usize) -> Result<Value, AdminError> {
-        Ok(self.shared.conns.snapshot(sample))
+        Ok(self.current.load().conns.snapshot(sample))
     }
 
     fn params(&self) -> Vec<ParamInfo> {
-        self.params.infos()
+        let shared = self.current.load();
+        self.params_of(&shared).1.infos()
     }
 
     fn set_params(&self, updates: &[ParamUpdate]) -> Result<Vec<ParamChange>, Vec<ParamError>> {
-        let changes = self
-            .params
-            .update(updates, |v| pool_cross_check(&self.shared, v))?;
+        let shared = self.current.load();
+        let params = self.params_of(&shared);
+        let params = &params.1;
+        let log = self.log.as_deref();
+        let changes = params.update(updates, |v| cross_check(&shared, log, v))?;
         for c in &changes {
             if c.name == "timeouts.idle"
                 && let Some(d) = c.new.as_duration()
             {
-                self.shared
-                    .live
-                    .idle_ms
-                    .store(d.as_millis() as u64, Relaxed);
+                shared.live.set_idle(d);
             } else if c.name == "early_syn"
                 && let Some(b) = c.new.as_bool()
             {
-                self.shared.live.early_syn.store(b, Relaxed);
+                shared.live.set_early_syn(b);
+            } else if c.name == LOG_LEVEL
+                && let (Some(log), Some(filter)) = (log, c.new.as_text())
+            {
+                // Said before the switch, so a quieter filter does not hide it.
+                tracing::warn!(old = %c.old, new = filter, "log filter changing");
+                if let Err(e) = log.set(filter) {
+                    tracing::error!(filter, error = %e, "log filter passed its check but was not applied");
+                }
             }
         }
         // Watermarks move together: apply each pool's pair once.
-        for pool in self.shared.pools.iter().flatten() {
+        for pool in shared.pools.iter().flatten() {
             let name = &pool.peer().name;
-            let low = self.params.get(&format!("pool.{name}.low"));
-            let high = self.params.get(&format!("pool.{name}.high"));
+            let low = params.get(&format!("pool.{name}.low"));
+            let high = params.get(&format!("pool.{name}.high"));
             if let (Some(l), Some(h)) =
                 (low.and_then(|v| v.as_int()), high.and_then(|v| v.as_int()))
                 && (l as usize, h as usize) != (pool.low(), pool.high())
@@ -240,7 +321,17 @@ impl AdminHandler for RelayAdmin {
         let _ = self.drain.send(true);
         Ok(json!({
             "draining": true,
-            "open_connections": self.shared.limiter.open(),
+            "open_connections": self.current.load().limiter.open(),
         }))
+    }
+
+    fn reload(&self) -> Result<Value, AdminError> {
+        match self.reloader.reload() {
+            Ok(report) => Ok(report.to_json()),
+            Err(ReloadError::Invalid(errors)) => Err(AdminError::Invalid(
+                errors.issues.iter().map(|i| i.to_string()).collect(),
+            )),
+            Err(e) => Err(AdminError::Refused(e.to_string())),
+        }
     }
 }

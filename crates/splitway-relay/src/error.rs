@@ -174,6 +174,14 @@ pub enum RelayError {
         #[source]
         source: splitway_sys::SysError,
     },
+    /// A listening socket passed by the service manager (socket
+    /// activation) that the config cannot use.
+    #[error("inherited listening socket {addr} (fd {fd}): {reason}")]
+    Inherited {
+        addr: String,
+        fd: i32,
+        reason: String,
+    },
     #[error("admin API: {0}")]
     Admin(#[from] splitway_control::ControlError),
     #[error("internal: {0}")]

@@ -19,7 +19,7 @@ use crate::error::{ConnError, RelayError};
 use crate::forward::write_all;
 use crate::limits::Refused;
 use crate::peer::{self, FrameError, read_frame};
-use crate::relay::{Shared, stopped};
+use crate::relay::{Current, Shared, stopped};
 use crate::route::allowed;
 use crate::session::{self, Inbound, metric_mode, unspecified};
 use crate::tuning;
@@ -68,14 +68,47 @@ pub fn bind(
     TcpListener::from_std(sock.into()).map_err(err)
 }
 
+/// Takes over a listening socket the service manager bound for `l` (socket
+/// activation). Options the relay sets before `listen` on its own sockets
+/// are set here where the kernel still honours them.
+pub fn adopt(
+    l: &Listener,
+    sock: std::net::TcpListener,
+    tfo: bool,
+    turbo_buffer: Option<usize>,
+) -> Result<TcpListener, RelayError> {
+    let err = |source| RelayError::Listen {
+        addr: l.addr,
+        mode: l.mode.as_str(),
+        source,
+    };
+    let sock = Socket::from(sock);
+    if let (ListenMode::Peer, Some(n)) = (l.mode, turbo_buffer) {
+        // Connections accepted from now on inherit these buffers.
+        sock.set_recv_buffer_size(n).map_err(err)?;
+        sock.set_send_buffer_size(n).map_err(err)?;
+    }
+    if tfo && l.mode != ListenMode::Peer {
+        splitway_sys::sock::set_fastopen_listener(&sock, BACKLOG)
+            .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+    }
+    sock.set_nonblocking(true).map_err(err)?;
+    TcpListener::from_std(sock.into()).map_err(err)
+}
+
 /// Accepts until `stop` turns true; each connection runs in its own task
 /// (tasks, not threads: nothing is created per connection but the task).
+/// Each connection runs on the config snapshot current at its accept, so a
+/// reload changes new connections only.
 pub async fn accept_loop(
-    shared: Arc<Shared>,
+    current: Arc<Current>,
     index: usize,
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) {
+    // The snapshot at start, for what every snapshot shares (metrics, this
+    // listener's address and mode); each connection takes the current one.
+    let shared = current.load();
     let spec = shared.cfg.listeners[index].clone();
     loop {
         let (stream, client) = tokio::select! {
@@ -90,8 +123,10 @@ pub async fn accept_loop(
             },
             () = stopped(&mut stop) => break,
         };
-        let shared = shared.clone();
-        let spec = spec.clone();
+        // A reload keeps the listener set, so `index` still names this
+        // listener; its `allow_clients` may have changed.
+        let shared = current.load();
+        let spec = shared.cfg.listeners[index].clone();
         tokio::spawn(async move {
             handle(shared, spec, stream, client).await;
         });

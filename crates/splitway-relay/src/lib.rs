@@ -13,6 +13,7 @@
 //!   exact half-close and reset propagation
 //! - `tuning`: per-leg socket options
 //! - `relay`: startup, admin API, shutdown and drain
+//! - `reload`: re-reading the config file while running (SIGHUP, `POST /reload`)
 
 pub mod config;
 pub mod control;
@@ -24,6 +25,7 @@ pub mod limits;
 pub mod peer;
 pub mod pool;
 pub mod relay;
+pub mod reload;
 pub mod route;
 pub mod session;
 pub mod tuning;

@@ -12,7 +12,9 @@ use crate::config::Limits;
 const SHARDS: usize = 16;
 
 pub struct ConnLimiter {
-    limits: Limits,
+    /// `Limits`, changeable by a reload; permits taken before keep counting.
+    max_connections: AtomicUsize,
+    per_client_max: AtomicUsize,
     total: AtomicUsize,
     per_client: Vec<Mutex<HashMap<IpAddr, usize>>>,
     hasher: RandomState,
@@ -34,7 +36,8 @@ pub struct Permit {
 impl ConnLimiter {
     pub fn new(limits: Limits) -> Arc<ConnLimiter> {
         Arc::new(ConnLimiter {
-            limits,
+            max_connections: AtomicUsize::new(limits.max_connections),
+            per_client_max: AtomicUsize::new(limits.per_client),
             total: AtomicUsize::new(0),
             per_client: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
@@ -48,17 +51,18 @@ impl ConnLimiter {
     /// Takes a slot for a connection from `client` (`None`: exempt from the
     /// per-client cap, e.g. a peer relay).
     pub fn acquire(self: &Arc<Self>, client: Option<IpAddr>) -> Result<Permit, Refused> {
-        let max = self.limits.max_connections;
+        let max = self.max_connections.load(Ordering::Relaxed);
+        let per_client_max = self.per_client_max.load(Ordering::Relaxed);
         let prev = self.total.fetch_add(1, Ordering::AcqRel);
         if max != 0 && prev >= max {
             self.total.fetch_sub(1, Ordering::AcqRel);
             return Err(Refused::Total);
         }
-        let client = client.filter(|_| self.limits.per_client != 0);
+        let client = client.filter(|_| per_client_max != 0);
         if let Some(ip) = client {
             let mut shard = self.shard(&ip).lock().expect("limiter lock");
             let n = shard.entry(ip).or_insert(0);
-            if *n >= self.limits.per_client {
+            if *n >= per_client_max {
                 drop(shard);
                 self.total.fetch_sub(1, Ordering::AcqRel);
                 return Err(Refused::PerClient);
@@ -69,6 +73,15 @@ impl ConnLimiter {
             limiter: self.clone(),
             client,
         })
+    }
+
+    /// New caps for connections from now on (a reload). Connections over a
+    /// lowered cap are not closed; new ones wait until the count is below.
+    pub fn set_limits(&self, limits: Limits) {
+        self.max_connections
+            .store(limits.max_connections, Ordering::Relaxed);
+        self.per_client_max
+            .store(limits.per_client, Ordering::Relaxed);
     }
 
     pub fn open(&self) -> usize {

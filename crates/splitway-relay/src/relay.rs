@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,20 +14,24 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::config::{Config, ListenMode, Turbo, Via};
-use crate::control::{ConnRegistry, Live, RelayAdmin};
+use crate::config::{Config, ListenMode, Peer, Turbo, Via};
+use crate::control::{ConnRegistry, Live, LogControl, RelayAdmin};
 use crate::early_syn::EarlyStarts;
 use crate::error::RelayError;
 use crate::ingress;
 use crate::limits::ConnLimiter;
 use crate::pool::PeerPool;
+use crate::reload::Reloader;
 use crate::route::RouteTable;
 use splitway_sys::bpf::SynWatch;
 use splitway_sys::turbo::{self, TurboRoute, Windows};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-/// State shared by every connection of a running relay.
+/// What a connection runs on: one snapshot of the config and what is built
+/// from it (routes, pools), plus handles to the state every snapshot shares
+/// (metrics, limits, registry). A reload builds a new snapshot; connections
+/// keep the one they started with.
 pub struct Shared {
     pub cfg: Config,
     pub routes: RouteTable,
@@ -38,11 +43,85 @@ pub struct Shared {
     pub early: Option<Arc<EarlyStarts>>,
     pub limiter: Arc<ConnLimiter>,
     /// Values tunable at run time (admin API `PUT /params`).
-    pub live: Live,
+    pub live: Arc<Live>,
     /// Open connections, for `GET /connections`.
-    pub conns: ConnRegistry,
+    pub conns: Arc<ConnRegistry>,
     /// Turbo-start routes, by destination; removed when the relay stops.
-    pub turbo_routes: std::sync::Mutex<HashMap<IpAddr, TurboRoute>>,
+    pub turbo_routes: Arc<std::sync::Mutex<HashMap<IpAddr, TurboRoute>>>,
+    /// 0 for the config the relay started with, +1 per applied reload.
+    pub generation: u64,
+}
+
+/// The snapshot new connections start on, swapped by a reload.
+pub struct Current(std::sync::RwLock<Arc<Shared>>);
+
+impl Current {
+    pub fn new(shared: Arc<Shared>) -> Current {
+        Current(std::sync::RwLock::new(shared))
+    }
+
+    pub fn load(&self) -> Arc<Shared> {
+        // Only a pointer swap happens under the lock: it cannot be poisoned
+        // half-way.
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn store(&self, shared: Arc<Shared>) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = shared;
+    }
+}
+
+/// How the process around the relay hands it what it owns.
+#[derive(Default)]
+pub struct RelayOptions {
+    /// The config file, re-read by [`Reloader::reload`] (SIGHUP, `POST
+    /// /reload`). Without it a reload is refused.
+    pub config_path: Option<PathBuf>,
+    /// Listening sockets inherited from the service manager (socket
+    /// activation), used instead of binding the `[[listen]]` entry with the
+    /// same address.
+    pub inherited: Vec<splitway_sys::activation::Inherited>,
+    /// Changes the log filter (`log.level` in `PUT /params`).
+    pub log: Option<Arc<dyn LogControl>>,
+}
+
+impl Shared {
+    /// A snapshot for `cfg` sharing this one's run-time state.
+    pub(crate) fn successor(&self, cfg: Config, pools: Vec<Option<Arc<PeerPool>>>) -> Shared {
+        Shared {
+            routes: RouteTable::new(&cfg.routes),
+            cfg,
+            pools,
+            metrics: self.metrics.clone(),
+            started: self.started,
+            early: self.early.clone(),
+            limiter: self.limiter.clone(),
+            live: self.live.clone(),
+            conns: self.conns.clone(),
+            turbo_routes: self.turbo_routes.clone(),
+            generation: self.generation + 1,
+        }
+    }
+}
+
+/// The pool for `peer` if `cfg` pools connections (it needs the key).
+pub(crate) fn new_pool(cfg: &Config, peer: &Peer, metrics: &Arc<Metrics>) -> Option<Arc<PeerPool>> {
+    match (&cfg.psk, cfg.accel.pool) {
+        (Some(psk), true) => Some(PeerPool::new(
+            peer.clone(),
+            psk.clone(),
+            cfg.timeouts.clone(),
+            cfg.accel.turbo.map(|t| t.buffer),
+            metrics.clone(),
+        )),
+        _ => None,
+    }
 }
 
 impl Shared {
@@ -77,7 +156,7 @@ impl Shared {
     }
 }
 
-fn install_turbo(
+pub(crate) fn install_turbo(
     addr: IpAddr,
     prefix: Option<u8>,
     t: Turbo,
@@ -119,6 +198,7 @@ impl Shared {
             "name": self.cfg.name,
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "config_generation": self.generation,
             "listeners": self.cfg.listeners.iter().map(|l| json!({
                 "mode": l.mode.as_str(),
                 "addr": l.addr.to_string(),
@@ -167,6 +247,9 @@ impl Shared {
 /// relay claims to be ready.
 pub struct Relay {
     shared: Arc<Shared>,
+    current: Arc<Current>,
+    reloader: Arc<Reloader>,
+    log: Option<Arc<dyn LogControl>>,
     syn_watch: Option<SynWatch>,
     listeners: Vec<TcpListener>,
     admin: Option<TcpListener>,
@@ -175,6 +258,10 @@ pub struct Relay {
 
 impl Relay {
     pub async fn bind(cfg: Config) -> Result<Relay, RelayError> {
+        Relay::bind_with(cfg, RelayOptions::default()).await
+    }
+
+    pub async fn bind_with(cfg: Config, options: RelayOptions) -> Result<Relay, RelayError> {
         // Two sockets per split connection, plus pipes while data moves.
         match splitway_sys::sock::raise_nofile_limit() {
             Ok((soft, _)) => {
@@ -193,14 +280,18 @@ impl Relay {
         for p in &cfg.peers {
             metrics.register_peer(&p.name);
         }
+        let mut inherited = match_inherited(&cfg, options.inherited)?;
         let mut listeners = Vec::new();
         let mut interceptions = Vec::new();
         for (index, l) in cfg.listeners.iter().enumerate() {
-            listeners.push(ingress::bind(
-                l,
-                cfg.accel.tfo,
-                cfg.accel.turbo.map(|t| t.buffer),
-            )?);
+            let turbo_buffer = cfg.accel.turbo.map(|t| t.buffer);
+            listeners.push(match inherited[index].take() {
+                Some(sock) => {
+                    info!(mode = l.mode.as_str(), addr = %l.addr, "using the listening socket passed by the service manager");
+                    ingress::adopt(l, sock, cfg.accel.tfo, turbo_buffer)?
+                }
+                None => ingress::bind(l, cfg.accel.tfo, turbo_buffer)?,
+            });
             if let Some(i) = &l.intercept {
                 let spec = InterceptSpec {
                     // One table per listener: two tproxy listeners (v4 and
@@ -229,16 +320,7 @@ impl Relay {
         let pools = cfg
             .peers
             .iter()
-            .map(|p| match (&cfg.psk, cfg.accel.pool) {
-                (Some(psk), true) => Some(PeerPool::new(
-                    p.clone(),
-                    psk.clone(),
-                    cfg.timeouts.clone(),
-                    cfg.accel.turbo.map(|t| t.buffer),
-                    metrics.clone(),
-                )),
-                _ => None,
-            })
+            .map(|p| new_pool(&cfg, p, &metrics))
             .collect();
         // Early SYN needs a BPF program on the intercept interfaces; without
         // BPF support the relay says so once and runs without it.
@@ -298,10 +380,11 @@ impl Relay {
             }
         }
         let shared = Arc::new(Shared {
-            turbo_routes: std::sync::Mutex::new(turbo_routes),
+            turbo_routes: Arc::new(std::sync::Mutex::new(turbo_routes)),
             limiter: ConnLimiter::new(cfg.limits),
-            live: Live::new(&cfg),
-            conns: ConnRegistry::default(),
+            live: Arc::new(Live::new(&cfg)),
+            conns: Arc::new(ConnRegistry::default()),
+            generation: 0,
             routes: RouteTable::new(&cfg.routes),
             cfg,
             metrics,
@@ -309,8 +392,17 @@ impl Relay {
             pools,
             early,
         });
+        let current = Arc::new(Current::new(shared.clone()));
+        let reloader = Arc::new(Reloader::new(
+            options.config_path,
+            current.clone(),
+            syn_watch.is_some(),
+        ));
         Ok(Relay {
             shared,
+            current,
+            reloader,
+            log: options.log,
             syn_watch,
             listeners,
             admin,
@@ -329,10 +421,15 @@ impl Relay {
         self.shared.metrics.clone()
     }
 
+    /// Re-reads and applies the config file while the relay runs (SIGHUP).
+    pub fn reloader(&self) -> Arc<Reloader> {
+        self.reloader.clone()
+    }
+
     /// Runs until `shutdown` completes, then stops accepting and lets open
     /// connections finish for up to `drain`.
     pub async fn run(
-        self,
+        mut self,
         shutdown: impl Future<Output = ()>,
         drain: Duration,
     ) -> Result<(), RelayError> {
@@ -346,18 +443,22 @@ impl Relay {
             let spec = &self.shared.cfg.listeners[i];
             info!(mode = spec.mode.as_str(), addr = %spec.addr, "listening");
             tasks.push(tokio::spawn(ingress::accept_loop(
-                self.shared.clone(),
+                self.current.clone(),
                 i,
                 l,
                 stop_rx.clone(),
             )));
         }
         let admin_task = self.admin.map(|l| {
-            let shared = self.shared.clone();
             let metrics = self.shared.metrics.clone();
             let mut stop = admin_stop_rx;
             info!(addr = ?l.local_addr().ok(), "admin API listening");
-            let admin = RelayAdmin::new(shared, drain_tx);
+            let admin = RelayAdmin::new(
+                self.current.clone(),
+                self.reloader.clone(),
+                self.log.clone(),
+                drain_tx,
+            );
             tokio::spawn(async move {
                 let r = splitway_control::serve(l, metrics, Arc::new(admin), async move {
                     let _ = stop.wait_for(|s| *s).await;
@@ -369,7 +470,7 @@ impl Relay {
             })
         });
         if let (Some(early), Some(mut watch)) = (self.shared.early.clone(), self.syn_watch) {
-            let shared = self.shared.clone();
+            let current = self.current.clone();
             let mut stop = stop_rx.clone();
             info!("early SYN on");
             tasks.push(tokio::spawn(async move {
@@ -377,7 +478,7 @@ impl Relay {
                 loop {
                     tokio::select! {
                         ev = watch.next() => match ev {
-                            Ok(ev) => early.on_syn(&shared, ev.client, ev.original_dst),
+                            Ok(ev) => early.on_syn(&current.load(), ev.client, ev.original_dst),
                             Err(e) => {
                                 warn!(error = %e, "SYN detector failed; early SYN off from now on");
                                 break;
@@ -391,9 +492,7 @@ impl Relay {
                 drop(watch);
             }));
         }
-        for pool in self.shared.pools.iter().flatten() {
-            tasks.push(tokio::spawn(pool.clone().maintain(stop_rx.clone())));
-        }
+        self.reloader.start_pools(&self.shared.pools);
         info!(name = %self.shared.cfg.name, "relay ready");
 
         tokio::select! {
@@ -402,12 +501,21 @@ impl Relay {
         }
         info!("shutting down: no new connections");
         let _ = stop_tx.send(true);
-        for t in tasks {
+        let pools = self.reloader.stop();
+        for t in tasks.into_iter().chain(pools) {
             let _ = t.await;
         }
-        // Interception goes with the listeners: packets must not be
-        // redirected to a port nobody accepts on.
-        drop(self.interceptions);
+        // New connections stop being redirected with the listeners gone
+        // (they go to their destination directly); packets of transparent
+        // connections still open keep reaching their sockets until the
+        // drain ends, when the rules go.
+        for i in &self.interceptions {
+            if let Err(e) = i.stop_new() {
+                warn!(error = %e, "cannot stop intercepting new connections; removing the interception now, open transparent connections will break");
+                self.interceptions.clear();
+                break;
+            }
+        }
         self.shared.turbo_routes.lock().expect("turbo lock").clear();
 
         let deadline = Instant::now() + drain;
@@ -428,6 +536,7 @@ impl Relay {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        drop(self.interceptions);
         let _ = admin_stop_tx.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;
@@ -439,4 +548,50 @@ impl Relay {
 /// The listener modes a config uses, for start-up logs.
 pub fn modes(cfg: &Config) -> Vec<ListenMode> {
     cfg.listeners.iter().map(|l| l.mode).collect()
+}
+
+/// Pairs each inherited socket with the `[[listen]]` entry of its address
+/// (`None` where the relay binds itself). A socket no entry wants is an
+/// error: the unit and the config disagree, and serving part of what the
+/// operator asked for would hide it.
+fn match_inherited(
+    cfg: &Config,
+    inherited: Vec<splitway_sys::activation::Inherited>,
+) -> Result<Vec<Option<std::net::TcpListener>>, RelayError> {
+    let mut slots: Vec<Option<std::net::TcpListener>> =
+        cfg.listeners.iter().map(|_| None).collect();
+    for i in inherited {
+        let fd = i.fd;
+        let addr = i.listener.local_addr().map_err(|e| RelayError::Inherited {
+            addr: "?".into(),
+            fd,
+            reason: format!("getsockname: {e}"),
+        })?;
+        let addr = SocketAddr::new(addr.ip().to_canonical(), addr.port());
+        let fail = |reason: String| RelayError::Inherited {
+            addr: addr.to_string(),
+            fd,
+            reason,
+        };
+        let Some(index) = cfg.listeners.iter().position(|l| l.addr == addr) else {
+            return Err(fail(format!(
+                "no [[listen]] entry has this addr (configured: {})",
+                cfg.listeners
+                    .iter()
+                    .map(|l| l.addr.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        if cfg.listeners[index].mode == ListenMode::Tproxy {
+            return Err(fail(
+                "tproxy listeners need IP_TRANSPARENT before bind: let the relay bind them".into(),
+            ));
+        }
+        if slots[index].is_some() {
+            return Err(fail("passed twice".into()));
+        }
+        slots[index] = Some(i.listener);
+    }
+    Ok(slots)
 }

@@ -3,8 +3,10 @@
 //! Every `unsafe` block of the project lives here, each with a `SAFETY:`
 //! comment. Other crates get safe wrappers: socket options, splice and
 //! pipes, netfilter and route setup, network namespaces, TUN devices and
-//! real-time scheduling for the lab, and (later) the BPF loader.
+//! real-time scheduling for the lab, the BPF loader, and adoption of
+//! listening sockets passed by a service manager (socket activation).
 
+pub mod activation;
 pub mod bpf;
 pub mod netns;
 pub mod rt;

@@ -62,8 +62,9 @@ impl InterceptSpec {
             .collect::<Vec<_>>()
             .join(", ");
         let mut s = format!(
-            "table inet {t} {{\n  chain prerouting {{\n    type filter hook prerouting priority mangle; policy accept;\n    meta l4proto tcp socket transparent 1 meta mark set {FWMARK:#x} accept\n",
-            t = self.table
+            "table inet {t} {{\n  chain prerouting {{\n    type filter hook prerouting priority mangle; policy accept;\n    {established}\n",
+            t = self.table,
+            established = established_rule(),
         );
         for fam in self.families() {
             let nfproto = if fam == "ip" { "ipv4" } else { "ipv6" };
@@ -139,6 +140,31 @@ fn nft_script(script: &str) -> Result<(), SysError> {
     Ok(())
 }
 
+/// The rule that delivers packets of connections a transparent socket
+/// already holds (it matches established sockets, not listeners' SYNs).
+fn established_rule() -> String {
+    format!("meta l4proto tcp socket transparent 1 meta mark set {FWMARK:#x} accept")
+}
+
+impl Interception {
+    /// Stops redirecting new connections while those already accepted keep
+    /// reaching their sockets (a drain): only the rule for established
+    /// transparent sockets stays, with the policy route it needs. New SYNs
+    /// are routed on to their destination as if the relay were not there.
+    pub fn stop_new(&self) -> Result<(), SysError> {
+        nft_script(&self.established_only_ruleset())
+    }
+
+    /// One nft transaction: the chain is emptied and refilled atomically.
+    fn established_only_ruleset(&self) -> String {
+        format!(
+            "flush chain inet {t} prerouting\nadd rule inet {t} prerouting {rule}\n",
+            t = self.table,
+            rule = established_rule()
+        )
+    }
+}
+
 impl Drop for Interception {
     fn drop(&mut self) {
         if let Err(e) = run(Command::new("nft").args(["delete", "table", "inet", &self.table])) {
@@ -157,6 +183,23 @@ impl Drop for Interception {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn draining_keeps_only_the_established_socket_rule() {
+        let interception = Interception {
+            table: "splitway_rc_0".into(),
+            families: vec!["ip"],
+        };
+        let script = interception.established_only_ruleset();
+        assert_eq!(
+            script,
+            "flush chain inet splitway_rc_0 prerouting\n\
+             add rule inet splitway_rc_0 prerouting meta l4proto tcp socket transparent 1 meta mark set 0x5357 accept\n"
+        );
+        assert!(!script.contains("tproxy"));
+        // Dropping this test value would run nft: forget it instead.
+        std::mem::forget(interception);
+    }
 
     #[test]
     fn ruleset_for_dual_stack_listener_has_both_families() {

@@ -108,7 +108,9 @@ All pairs are applied together or not at all: an unknown parameter, a value of t
 type or outside its range, or a combination the relay refuses (low above high) changes \
 nothing and prints one line per problem, naming the parameter. On success each change is \
 printed as `NAME: OLD -> NEW`; the relay logs the same. Changes last until the relay \
-restarts or reloads its config: put them in the config file to keep them.\n\n\
+restarts or reloads its config (the file wins): put them in the config file to keep them. \
+log.level takes a level or RUST_LOG-style directives (splitway_relay=debug,info) and \
+survives reloads.\n\n\
 `splitway ctl params` lists the parameters. Source: PUT /params.")]
     Set {
         /// KEY VALUE pairs.
@@ -127,9 +129,19 @@ Source: POST /drain."
     /// Re-read the config file and apply it (like SIGHUP).
     #[command(
         long_about = "Make the relay re-read its config file and apply what can \
-change without a restart. An invalid file changes nothing: every error is printed, one \
-per line, each naming its key (the same as `splitway relay --check`). Equivalent to \
-`systemctl reload splitway@NAME` (SIGHUP), but reports the outcome.\n\n\
+change without a restart: routes, peers (added, removed, changed; their pools are \
+replaced), pool watermarks, the keys (psk_file, psk_file_previous: rotate without a \
+restart), limits, timeouts, direct/client/peer tuning, forwarding.data_path, listeners' \
+allow_clients, accel.pool, and accel.early_syn if the SYN detector is running. Open \
+connections keep the config they started with.\n\n\
+The listener set (addresses, modes, interception), admin, name, accel.tfo, accel.turbo \
+and the early-SYN budget and expiry need a restart: they keep their old value and are \
+listed as such. Values set with `splitway ctl set` are reset to the file's (the log \
+level, not in the file, stays).\n\n\
+Prints each change as `KEY: OLD -> NEW`. An invalid file changes nothing: every error is \
+printed, one per line, each naming its key (the same as `splitway relay --check`), and \
+the exit status is 1. Equivalent to `systemctl reload splitway@NAME` (SIGHUP), but \
+reports the outcome.\n\n\
 Source: POST /reload."
     )]
     Reload,
@@ -251,7 +263,8 @@ fn execute(args: &CtlArgs) -> anyhow::Result<Outcome> {
         CtlCommand::Connections { .. } => render_connections(&document),
         CtlCommand::Params => render_params(&document),
         CtlCommand::Set { .. } => render_changes(&document),
-        CtlCommand::Drain | CtlCommand::Reload | CtlCommand::Metrics => render_object(&document),
+        CtlCommand::Reload => render_reload(&document),
+        CtlCommand::Drain | CtlCommand::Metrics => render_object(&document),
     }))
 }
 
@@ -633,7 +646,37 @@ fn render_changes(document: &Value) -> String {
         .collect()
 }
 
-/// `key: value` lines for a flat answer (drain, reload).
+/// What a reload changed, one `KEY: OLD -> NEW` line each, then what only a
+/// restart applies.
+fn render_reload(document: &Value) -> String {
+    let mut out = String::new();
+    let changes: Vec<&Value> = array(&document["changed"]).collect();
+    if changes.is_empty() {
+        out.push_str("reloaded: nothing changed\n");
+    } else {
+        let _ = writeln!(out, "reloaded: {} change(s)", changes.len());
+        for c in changes {
+            let _ = writeln!(
+                out,
+                "  {}: {} -> {}",
+                text(&c["key"]),
+                text(&c["old"]),
+                text(&c["new"])
+            );
+        }
+    }
+    let restart: Vec<String> = array(&document["needs_restart"]).map(text).collect();
+    if !restart.is_empty() {
+        let _ = writeln!(
+            out,
+            "not applied, need a restart: {} (the old values stay in effect)",
+            restart.join(", ")
+        );
+    }
+    out
+}
+
+/// `key: value` lines for a flat answer (drain).
 fn render_object(document: &Value) -> String {
     match document {
         Value::Object(fields) => fields
@@ -793,6 +836,30 @@ mod tests {
         assert_eq!(
             render_changes(&json!({"changed": [{"name": "early_syn", "old": false, "new": true}]})),
             "early_syn: off -> on\n"
+        );
+    }
+
+    #[test]
+    fn reload_lists_changes_and_what_needs_a_restart() {
+        let rendered = render_reload(&json!({
+            "reloaded": true,
+            "generation": 3,
+            "changed": [
+                {"key": "route.10.9.0.0/16", "old": "(none)", "new": "rs"},
+                {"key": "limits.per_client", "old": "0", "new": "8"},
+            ],
+            "needs_restart": ["listen.0.0.0.0:7000", "name"],
+        }));
+        assert_eq!(
+            rendered,
+            "reloaded: 2 change(s)\n\
+             \x20 route.10.9.0.0/16: (none) -> rs\n\
+             \x20 limits.per_client: 0 -> 8\n\
+             not applied, need a restart: listen.0.0.0.0:7000, name (the old values stay in effect)\n"
+        );
+        assert_eq!(
+            render_reload(&json!({"changed": [], "needs_restart": []})),
+            "reloaded: nothing changed\n"
         );
     }
 

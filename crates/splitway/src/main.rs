@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -41,7 +42,12 @@ enum Command {
     #[command(long_about = "Run a relay from a TOML config file.\n\n\
 With --check, validate the file and print every error (each naming its key), then exit: \
 0 if valid, 1 if not. SIGINT/SIGTERM stop accepting and let open connections finish for \
-up to --drain-timeout. Log verbosity follows RUST_LOG (default: info).")]
+up to --drain-timeout. SIGHUP re-reads the config file and applies what can change without \
+a restart (routes, peers, pools, keys, limits, timeouts, tuning, client ACLs); an invalid \
+file changes nothing and its errors are logged (`splitway ctl reload` does the same and \
+prints the outcome). Listening sockets passed by systemd socket activation (LISTEN_FDS) are \
+used for the [[listen]] entries with their addresses. Log verbosity follows RUST_LOG \
+(default: info) and can be changed live: `splitway ctl set log.level debug`.")]
     Relay {
         /// The relay's config file (TOML).
         #[arg(long, short)]
@@ -64,28 +70,92 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     splitway_relay::config::parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration"))
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+/// The log filter, changeable while the relay runs (`log.level`).
+struct LogFilter {
+    handle: tracing_subscriber::reload::Handle<
+        tracing_subscriber::EnvFilter,
+        tracing_subscriber::Registry,
+    >,
+    current: std::sync::Mutex<String>,
+}
+
+impl splitway_relay::control::LogControl for LogFilter {
+    fn current(&self) -> String {
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
+
+    fn check(&self, filter: &str) -> Result<(), String> {
+        tracing_subscriber::EnvFilter::try_new(filter)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn set(&self, filter: &str) -> Result<(), String> {
+        let parsed = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
+        self.handle.reload(parsed).map_err(|e| e.to_string())?;
+        *self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = filter.to_owned();
+        Ok(())
+    }
+}
+
+fn init_logging(format: LogFormat) -> Arc<LogFilter> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let from_env = std::env::var(tracing_subscriber::EnvFilter::DEFAULT_ENV)
+        .ok()
+        .and_then(|text| {
+            tracing_subscriber::EnvFilter::try_new(&text)
+                .ok()
+                .map(|f| (f, text))
+        });
+    let (filter, text) =
+        from_env.unwrap_or_else(|| (tracing_subscriber::EnvFilter::new("info"), "info".into()));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (text_layer, json_layer) = match format {
+        LogFormat::Text => (
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(ansi),
+            ),
+            None,
+        ),
+        LogFormat::Json => (
+            None,
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            ),
+        ),
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(text_layer)
+        .with(json_layer)
+        .init();
+    Arc::new(LogFilter {
+        handle,
+        current: std::sync::Mutex::new(text),
+    })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let log = init_logging(cli.log_format);
     let result = match cli.command {
         Command::Relay {
             config,
             check,
             drain_timeout,
-        } => relay_cmd::run(&config, check, drain_timeout),
+        } => relay_cmd::run(&config, check, drain_timeout, log),
         Command::Keygen => keygen(),
         Command::Ctl(args) => ctl::run(args),
         Command::Lab(args) => splitway_lab::cli::run(*args)

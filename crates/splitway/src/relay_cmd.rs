@@ -1,15 +1,24 @@
-//! `splitway relay`: load, validate, run until a signal, drain.
+//! `splitway relay`: load, validate, run until a signal, drain; SIGHUP
+//! reloads the config file.
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use splitway_relay::control::LogControl;
+use splitway_relay::relay::RelayOptions;
 use splitway_relay::{Config, Relay};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
-pub fn run(path: &Path, check: bool, drain: Duration) -> anyhow::Result<ExitCode> {
+pub fn run(
+    path: &Path,
+    check: bool,
+    drain: Duration,
+    log: Arc<dyn LogControl>,
+) -> anyhow::Result<ExitCode> {
     let cfg = match Config::load(path) {
         Ok(c) => c,
         Err(errors) => {
@@ -33,6 +42,11 @@ pub fn run(path: &Path, check: bool, drain: Duration) -> anyhow::Result<ExitCode
         );
         return Ok(ExitCode::SUCCESS);
     }
+    // Taken before any thread exists; the fds are ours from here on.
+    let inherited = splitway_sys::activation::take_listen_fds()
+        .context("adopting the listening sockets passed by the service manager")?;
+    // Reloads re-read the same file even if the working directory changes.
+    let config_path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
     // Worker threads are created once, here; connections are tasks.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -40,16 +54,37 @@ pub fn run(path: &Path, check: bool, drain: Duration) -> anyhow::Result<ExitCode
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let relay = Relay::bind(cfg).await?;
+        let relay = Relay::bind_with(
+            cfg,
+            RelayOptions {
+                config_path: Some(config_path),
+                inherited,
+                log: Some(log),
+            },
+        )
+        .await?;
         let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+        let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+        let reloader = relay.reloader();
+        // The reload reads a small file: done off the async workers.
+        let reloads = tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                info!("SIGHUP: reloading the config");
+                let reloader = reloader.clone();
+                // The reloader logs the outcome (changes or every error).
+                let _ = tokio::task::spawn_blocking(move || reloader.reload()).await;
+            }
+        });
         let shutdown = async move {
             tokio::select! {
                 _ = term.recv() => info!("SIGTERM"),
                 _ = int.recv() => info!("SIGINT"),
             }
         };
-        relay.run(shutdown, drain).await?;
+        let result = relay.run(shutdown, drain).await;
+        reloads.abort();
+        result?;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)

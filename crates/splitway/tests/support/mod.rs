@@ -747,6 +747,47 @@ impl Lab {
         self.start_relay(r, config);
     }
 
+    fn running(&mut self, name: &str) -> &mut RelayProcess {
+        self.relays_running
+            .iter_mut()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("relay {name} is not running"))
+    }
+
+    /// Sends `signal` (`HUP`, `TERM`, ...) to a running relay.
+    pub fn signal_relay(&mut self, name: &str, signal: &str) {
+        let pid = self.running(name).child.id().to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("run kill");
+        assert!(
+            status.success(),
+            "kill -{signal} {pid} (relay {name}) failed"
+        );
+    }
+
+    /// Waits for a relay to exit by itself (after a drain) and returns its
+    /// status; panics at the deadline.
+    pub fn wait_relay_exit(&mut self, name: &str, deadline: Deadline) -> std::process::ExitStatus {
+        let child = &mut self.running(name).child;
+        wait_until(
+            deadline,
+            &format!("waiting for relay {name} to exit"),
+            || child.try_wait().expect("try_wait"),
+        )
+    }
+
+    /// The config file a relay was started with (rewrite it, then reload).
+    pub fn config_path(&self, name: &str) -> PathBuf {
+        self.dir.join(&format!("{name}.toml"))
+    }
+
+    /// Runs `splitway ctl ARGS` against a relay's admin API, in its namespace.
+    pub fn ctl(&self, relay: &str, args: &[&str]) -> Output {
+        output(self.relay_ns(relay).command(SPLITWAY).arg("ctl").args(args))
+    }
+
     pub fn relay_ns(&self, name: &str) -> &Netns {
         let i = self
             .relay_names
