@@ -286,7 +286,7 @@ async fn confirm_and_forward(
 }
 
 /// Runs one split connection to its end.
-pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
+pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     let mode = metric_mode(inbound.mode);
     let _registered = shared.conns.register(
         inbound.conn_id,
@@ -312,27 +312,32 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
         }
         _ => None,
     };
-    let next = match early_start {
-        // The leg was started when the client's SYN arrived.
-        Some(started) => started
-            .await
-            .unwrap_or_else(|_| Err(ConnError::Internal("early-started leg was dropped".into()))),
-        None => {
-            let mut req = LegRequest {
-                dst: inbound.dst.clone(),
-                conn_id: inbound.conn_id,
-                next_ttl: inbound.next_ttl,
-                origin: inbound.origin,
-                early_data: std::mem::take(&mut inbound.early_data),
-                speculative: false,
-                optimistic: inbound.optimistic,
-            };
-            let r = connect_next(&shared, &mut req).await;
-            inbound.early_data = req.early_data;
-            r
+    // Boxed: connecting takes more state than forwarding; it is freed once
+    // the leg is up instead of staying in every connection's future.
+    let next = match Box::pin(async {
+        match early_start {
+            // The leg was started when the client's SYN arrived.
+            Some(started) => started.await.unwrap_or_else(|_| {
+                Err(ConnError::Internal("early-started leg was dropped".into()))
+            }),
+            None => {
+                let mut req = LegRequest {
+                    dst: inbound.dst.clone(),
+                    conn_id: inbound.conn_id,
+                    next_ttl: inbound.next_ttl,
+                    origin: inbound.origin,
+                    early_data: std::mem::take(&mut inbound.early_data),
+                    speculative: false,
+                    optimistic: inbound.optimistic,
+                };
+                let r = connect_next(&shared, &mut req).await;
+                inbound.early_data = req.early_data;
+                r
+            }
         }
-    };
-    let next = match next {
+    })
+    .await
+    {
         Ok(n) => n,
         Err(e) => {
             refuse(&inbound, e.reply_status()).await;
@@ -362,10 +367,10 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                 // Explicit clients wait for our answer before sending, so we
                 // wait for the chain's Reply before giving it.
                 ListenMode::Socks5 | ListenMode::HttpConnect => {
-                    let reply = tokio::time::timeout(
+                    let reply = Box::pin(tokio::time::timeout(
                         shared.reply_timeout(),
                         PeerLeg::await_reply(&out, &peer_name, dialer, buf),
-                    )
+                    ))
                     .await
                     .unwrap_or(Err(ConnError::PeerTimeout {
                         peer: peer_name.clone(),
