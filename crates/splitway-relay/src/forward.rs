@@ -16,7 +16,9 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::Poll;
 use std::time::Duration;
 
 use splitway_control::metrics::{Direction, Metrics, Path};
@@ -135,6 +137,16 @@ enum Stop {
     Setup(ConnError),
 }
 
+/// What runs on the outbound leg before the to-client direction starts.
+/// Boxed: its state (reading the downstream relay's Reply) is freed once it
+/// is done instead of staying in the future of every idle connection.
+pub type Preamble<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, ConnError>> + Send + 'a>>;
+
+/// The preamble of a leg with nothing to wait for.
+pub fn no_preamble<'a>(to_client_prefix: Vec<u8>) -> Preamble<'a> {
+    Box::pin(std::future::ready(Ok(to_client_prefix)))
+}
+
 /// Forwards until both directions end, a leg fails, or the connection idles
 /// out. `to_server_prefix` / `to_client_prefix` are bytes already read
 /// during setup that must go first. `preamble` runs on the outbound leg
@@ -142,37 +154,32 @@ enum Stop {
 /// Reply); its returned bytes are sent to the client before anything else.
 /// The to-server direction does not wait for it: client data is forwarded
 /// optimistically.
-pub async fn forward<P>(
+pub async fn forward(
     inbound: &TcpStream,
     outbound: &TcpStream,
     to_server_prefix: Vec<u8>,
-    preamble: P,
+    preamble: Preamble<'_>,
     opts: Options,
     metrics: &Metrics,
-) -> Outcome
-where
-    P: Future<Output = Result<Vec<u8>, ConnError>>,
-{
+) -> Outcome {
     let activity = Activity::new();
     let up = DirCounters::default();
     let down = DirCounters::default();
 
-    let to_server = async {
-        let p = &to_server_prefix;
-        pump(
-            inbound,
-            outbound,
-            Side::Inbound,
-            Side::Outbound,
-            p,
-            opts.data_path,
-            &activity,
-            &up,
-        )
-        .await
-        .map_err(Stop::Pump)
-    };
-    let to_client = async {
+    // The three parts are polled by hand rather than through `select!` and
+    // `try_join!`: their wrappers more than double the size of the future
+    // that every idle connection keeps (test `idle_connection_footprint` in tests/forward.rs).
+    let mut to_server = pin!(pump(
+        inbound,
+        outbound,
+        Side::Inbound,
+        Side::Outbound,
+        &to_server_prefix,
+        opts.data_path,
+        &activity,
+        &up,
+    ));
+    let mut to_client = pin!(async {
         let prefix = preamble.await.map_err(Stop::Setup)?;
         pump(
             outbound,
@@ -186,17 +193,30 @@ where
         )
         .await
         .map_err(Stop::Pump)
-    };
-    let idle = idle_watch(&activity, opts.idle);
-
-    let end = tokio::select! {
-        r = async { tokio::try_join!(to_server, to_client) } => match r {
-            Ok(((), ())) => End::Completed,
-            Err(Stop::Pump(PumpError { side, source })) => End::Failed { side, source },
-            Err(Stop::Setup(e)) => End::Setup(e),
-        },
-        () = idle => End::IdleTimeout,
-    };
+    });
+    let mut idle = pin!(idle_watch(&activity, opts.idle));
+    let (mut server_done, mut client_done) = (false, false);
+    let end = std::future::poll_fn(|cx| {
+        if !server_done {
+            match to_server.as_mut().poll(cx) {
+                Poll::Ready(Ok(())) => server_done = true,
+                Poll::Ready(Err(e)) => return Poll::Ready(stop_end(Stop::Pump(e))),
+                Poll::Pending => {}
+            }
+        }
+        if !client_done {
+            match to_client.as_mut().poll(cx) {
+                Poll::Ready(Ok(())) => client_done = true,
+                Poll::Ready(Err(e)) => return Poll::Ready(stop_end(e)),
+                Poll::Pending => {}
+            }
+        }
+        if server_done && client_done {
+            return Poll::Ready(End::Completed);
+        }
+        idle.as_mut().poll(cx).map(|()| End::IdleTimeout)
+    })
+    .await;
 
     if matches!(end, End::Failed { .. } | End::IdleTimeout) {
         // Abortive close of both legs: the reset (or failure) is propagated
@@ -220,6 +240,13 @@ where
         end,
         to_server: up.total(),
         to_client: down.total(),
+    }
+}
+
+fn stop_end(stop: Stop) -> End {
+    match stop {
+        Stop::Pump(PumpError { side, source }) => End::Failed { side, source },
+        Stop::Setup(e) => End::Setup(e),
     }
 }
 

@@ -7,13 +7,12 @@
 //! an error (RST, a TLS alert, or a TCP FIN without close_notify, which may
 //! be a truncation) → both TCP sockets are closed abortively (SO_LINGER 0).
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use splitway_control::metrics::{Direction, Metrics, Path};
 
 use crate::error::ConnError;
-use crate::forward::{self, Activity, End, Options, Outcome, Side, give_buf, take_buf};
+use crate::forward::{self, Activity, End, Options, Outcome, Preamble, Side, give_buf, take_buf};
 use crate::tls::LegIo;
 
 struct PumpError {
@@ -28,17 +27,14 @@ enum Stop {
 
 /// Forwards between two legs, either of which may be TLS; the arguments and
 /// the outcome are `forward::forward`'s.
-pub async fn forward_legs<P>(
+pub async fn forward_legs(
     inbound: LegIo<'_>,
     outbound: LegIo<'_>,
     to_server_prefix: Vec<u8>,
-    preamble: P,
+    preamble: Preamble<'_>,
     opts: Options,
     metrics: &Metrics,
-) -> Outcome
-where
-    P: Future<Output = Result<Vec<u8>, ConnError>>,
-{
+) -> Outcome {
     if inbound.tls.is_none() && outbound.tls.is_none() {
         return forward::forward(
             inbound.tcp,
@@ -50,6 +46,27 @@ where
         )
         .await;
     }
+    // Boxed: the TLS pump's state must not enlarge the future of every
+    // plain connection (test `idle_connection_footprint` in tests/forward.rs).
+    Box::pin(forward_tls(
+        inbound,
+        outbound,
+        to_server_prefix,
+        preamble,
+        opts,
+        metrics,
+    ))
+    .await
+}
+
+async fn forward_tls(
+    inbound: LegIo<'_>,
+    outbound: LegIo<'_>,
+    to_server_prefix: Vec<u8>,
+    preamble: Preamble<'_>,
+    opts: Options,
+    metrics: &Metrics,
+) -> Outcome {
     let activity = Activity::new();
     let up = AtomicU64::new(0);
     let down = AtomicU64::new(0);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rand::RngCore;
 use socket2::{Domain, Protocol, Socket, Type};
-use splitway_control::metrics::{CloseReason, DenyReason};
+use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason};
 use splitway_proto::header::{DEFAULT_TTL, FLAG_OPTIMISTIC};
 use splitway_proto::{Destination, http_connect, socks5};
 use tokio::net::{TcpListener, TcpStream};
@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use crate::config::{ListenMode, Listener};
 use crate::error::{ConnError, RelayError};
 use crate::forward::write_all;
-use crate::limits::Refused;
+use crate::limits::{Permit, Refused};
 use crate::peer::{self, FrameError, read_frame};
 use crate::policy::DENIALS;
 use crate::relay::{Current, Shared, stopped};
@@ -129,8 +129,14 @@ pub async fn accept_loop(
         // listener; its `allow_clients` may have changed.
         let shared = current.load();
         let spec = shared.cfg.listeners[index].clone();
+        // Admission (ACL, limits, handshake) is boxed apart and freed
+        // before forwarding starts, and the task captures nothing else but
+        // `shared`: an idle connection keeps only the session's future.
+        let admission = Box::pin(admit(shared.clone(), spec, stream, client));
         tokio::spawn(async move {
-            handle(shared, spec, stream, client).await;
+            if let Some((inbound, _active, _permit)) = admission.await {
+                session::run(shared, inbound).await;
+            }
         });
     }
     info!(listener = %spec.addr, mode = spec.mode.as_str(), "stopped accepting");
@@ -140,11 +146,19 @@ fn conn_id() -> u64 {
     rand::rngs::OsRng.next_u64()
 }
 
-async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: SocketAddr) {
+/// Counts the connection, applies the listener's ACL and the connection
+/// limits, and runs the listener's handshake. `None`: refused or failed
+/// (already counted and answered).
+async fn admit(
+    shared: Arc<Shared>,
+    spec: Listener,
+    stream: TcpStream,
+    client: SocketAddr,
+) -> Option<(Box<Inbound>, ActiveGuard, Permit)> {
     let accepted_at = Instant::now();
     let mode = metric_mode(spec.mode);
     shared.metrics.accepted(mode);
-    let _active = shared.metrics.active(mode);
+    let active = shared.metrics.active(mode);
     let client = SocketAddr::new(client.ip().to_canonical(), client.port());
 
     let explicit = matches!(spec.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
@@ -157,11 +171,11 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
             Refused::PerClient => DenyReason::PerClientLimit,
         })
     };
-    let _permit = match permit {
+    let permit = match permit {
         Ok(p) => p,
         Err(why) => {
             deny(&shared, &spec, &stream, client, why).await;
-            return;
+            return None;
         }
     };
     // Client-facing tuning applies to explicit and transparent clients;
@@ -243,7 +257,7 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
                 .metrics
                 .closed(mode, ConnError::PooledUnused.close_reason());
             tracing::debug!(%client, "pooled connection closed unused");
-            return;
+            return None;
         }
         Err(e) => {
             shared.metrics.closed(mode, e.close_reason());
@@ -251,26 +265,23 @@ async fn handle(shared: Arc<Shared>, spec: Listener, stream: TcpStream, client: 
             if spec.mode == ListenMode::Tproxy {
                 let _ = splitway_sys::sock::set_linger_zero(&stream);
             }
-            return;
+            return None;
         }
     };
-    session::run(
-        shared,
-        Inbound {
-            stream,
-            mode: spec.mode,
-            client,
-            dst: learned.dst,
-            early_data: learned.early_data,
-            conn_id: learned.conn_id,
-            next_ttl: learned.next_ttl,
-            origin: learned.origin,
-            optimistic: learned.optimistic,
-            accepted_at,
-            tls: inbound_tls,
-        },
-    )
-    .await;
+    let inbound = Box::new(Inbound {
+        stream,
+        mode: spec.mode,
+        client,
+        dst: learned.dst,
+        early_data: learned.early_data,
+        conn_id: learned.conn_id,
+        next_ttl: learned.next_ttl,
+        origin: learned.origin,
+        optimistic: learned.optimistic,
+        accepted_at,
+        tls: inbound_tls,
+    });
+    Some((inbound, active, permit))
 }
 
 /// What an ingress handshake learned about a connection.

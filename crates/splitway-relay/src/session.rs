@@ -304,7 +304,7 @@ async fn confirm_and_forward(
         inbound.io(),
         out,
         to_server_first,
-        async { Ok(to_client_first) },
+        forward::no_preamble(to_client_first),
         opts,
         &shared.metrics,
     )
@@ -313,7 +313,7 @@ async fn confirm_and_forward(
 }
 
 /// Runs one split connection to its end.
-pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
+pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     let mode = metric_mode(inbound.mode);
     let _registered = shared.conns.register(
         inbound.conn_id,
@@ -339,28 +339,33 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
         }
         _ => None,
     };
-    let next = match early_start {
-        // The leg was started when the client's SYN arrived.
-        Some(started) => started
-            .await
-            .unwrap_or_else(|_| Err(ConnError::Internal("early-started leg was dropped".into()))),
-        None => {
-            let mut req = LegRequest {
-                dst: inbound.dst.clone(),
-                conn_id: inbound.conn_id,
-                next_ttl: inbound.next_ttl,
-                origin: inbound.origin,
-                client: inbound.client.ip(),
-                early_data: std::mem::take(&mut inbound.early_data),
-                speculative: false,
-                optimistic: inbound.optimistic,
-            };
-            let r = connect_next(&shared, &mut req).await;
-            inbound.early_data = req.early_data;
-            r
+    // Boxed: connecting takes more state than forwarding; it is freed once
+    // the leg is up instead of staying in every connection's future.
+    let next = match Box::pin(async {
+        match early_start {
+            // The leg was started when the client's SYN arrived.
+            Some(started) => started.await.unwrap_or_else(|_| {
+                Err(ConnError::Internal("early-started leg was dropped".into()))
+            }),
+            None => {
+                let mut req = LegRequest {
+                    dst: inbound.dst.clone(),
+                    conn_id: inbound.conn_id,
+                    next_ttl: inbound.next_ttl,
+                    origin: inbound.origin,
+                    client: inbound.client.ip(),
+                    early_data: std::mem::take(&mut inbound.early_data),
+                    speculative: false,
+                    optimistic: inbound.optimistic,
+                };
+                let r = connect_next(&shared, &mut req).await;
+                inbound.early_data = req.early_data;
+                r
+            }
         }
-    };
-    let next = match next {
+    })
+    .await
+    {
         Ok(n) => n,
         Err(e) => {
             refuse(&inbound, e.reply_status()).await;
@@ -392,10 +397,10 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                 // Explicit clients wait for our answer before sending, so we
                 // wait for the chain's Reply before giving it.
                 ListenMode::Socks5 | ListenMode::HttpConnect => {
-                    let reply = tokio::time::timeout(
+                    let reply = Box::pin(tokio::time::timeout(
                         shared.reply_timeout(),
                         PeerLeg::await_reply(out_io, &peer_name, dialer, buf),
-                    )
+                    ))
                     .await
                     .unwrap_or(Err(ConnError::PeerTimeout {
                         peer: peer_name.clone(),
@@ -430,7 +435,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                 // read concurrently and only a failure interrupts.
                 ListenMode::Tproxy | ListenMode::Peer => {
                     metrics.observe_setup(mode, inbound.accepted_at.elapsed());
-                    let preamble = async {
+                    let preamble = Box::pin(async {
                         let (status, leftover) =
                             PeerLeg::await_reply(out_io, &peer_name, dialer, buf).await?;
                         if status != ReplyStatus::Ok {
@@ -450,7 +455,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Inbound) {
                                 })?;
                         }
                         Ok(leftover)
-                    };
+                    });
                     let outcome =
                         forward_legs(inbound.io(), out_io, early, preamble, opts, &metrics).await;
                     (out, outcome)

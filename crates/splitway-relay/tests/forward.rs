@@ -7,6 +7,7 @@ use std::time::Duration;
 use splitway_control::metrics::Metrics;
 use splitway_relay::config::DataPath;
 use splitway_relay::forward::{self, End, Options, Side};
+use splitway_relay::tls::LegIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -53,7 +54,7 @@ async fn run_forward(
             &inbound,
             &outbound,
             Vec::new(),
-            async { Ok(Vec::new()) },
+            forward::no_preamble(Vec::new()),
             opts(data_path),
             &m,
         )
@@ -246,7 +247,7 @@ async fn idle_timeout_resets_both_legs() {
             &inbound,
             &outbound,
             Vec::new(),
-            async { Ok(Vec::new()) },
+            forward::no_preamble(Vec::new()),
             Options {
                 data_path: DataPath::Auto,
                 idle: Duration::from_millis(200),
@@ -260,4 +261,36 @@ async fn idle_timeout_resets_both_legs() {
     let mut buf = [0u8; 1];
     assert!(client.read(&mut buf).await.is_err());
     assert!(server.read(&mut buf).await.is_err());
+}
+
+/// Every open connection keeps one forward future, idle or not, so its size
+/// is per-connection memory (issue #5: ≤ 3.4 KB per idle split connection,
+/// all included). `select!`/`try_join!` wrappers and an inline preamble once
+/// made it 2.4–4.8 KB; this guards against that coming back.
+#[tokio::test]
+async fn idle_connection_footprint() {
+    let (_client, inbound, outbound, _server) = legs().await;
+    let m = Metrics::new();
+    let fut = forward::forward(
+        &inbound,
+        &outbound,
+        Vec::new(),
+        forward::no_preamble(Vec::new()),
+        opts(DataPath::Auto),
+        &m,
+    );
+    let size = std::mem::size_of_val(&fut);
+    assert!(size <= 1600, "forward future is {size} bytes");
+    drop(fut);
+    // What the session awaits: the TLS pump must stay out of line.
+    let fut = splitway_relay::forward_tls::forward_legs(
+        LegIo::new(&inbound, None),
+        LegIo::new(&outbound, None),
+        Vec::new(),
+        forward::no_preamble(Vec::new()),
+        opts(DataPath::Auto),
+        &m,
+    );
+    let size = std::mem::size_of_val(&fut);
+    assert!(size <= 1800, "forward_legs future is {size} bytes");
 }
