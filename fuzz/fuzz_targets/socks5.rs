@@ -1,30 +1,7 @@
-//! SOCKS5 greeting and request parsers: no panic, bounded consumption,
-//! canonical re-encoding of what was accepted.
+//! cargo-fuzz target; the properties are in `checks/socks5.rs`.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use splitway_proto::socks5::{self, Socks5Error};
+#[path = "../checks/socks5.rs"]
+mod check;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(Some((greeting, used))) = socks5::parse_greeting(data) {
-        assert!(used <= data.len());
-        assert_eq!(used, 2 + greeting.methods.len());
-        assert_eq!(&data[2..used], greeting.methods.as_slice());
-    }
-    match socks5::parse_request(data) {
-        Ok(Some((request, used))) => {
-            assert!(used <= data.len() && used <= socks5::MAX_REQUEST_LEN);
-            assert_eq!(request.command, socks5::CMD_CONNECT);
-            // The reserved byte (data[2]) is ignored on input.
-            let mut encoded = Vec::new();
-            request
-                .dst
-                .encode(&mut encoded)
-                .expect("decoded destination re-encodes");
-            assert_eq!(encoded, &data[3..used]);
-        }
-        Ok(None) => assert!(data.len() < socks5::MAX_REQUEST_LEN),
-        Err(err @ Socks5Error::BadVersion(_)) => assert!(err.reply_code().is_none()),
-        Err(err) => assert!(err.reply_code().is_some()),
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| check::check(data));
