@@ -11,6 +11,9 @@
 //!   before it was handed to the kernel; the other direction keeps flowing.
 //! - An error (RST) on either side → both sockets are closed abortively
 //!   (SO_LINGER 0), so a reset is propagated as a reset, never as a FIN.
+//! - Both legs carry SO_LINGER 0 until the connection ends cleanly, so a
+//!   relay that dies mid-connection resets both ends instead of sending FINs
+//!   that would make a cut stream look complete.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -153,6 +156,13 @@ pub async fn forward<P>(
 where
     P: Future<Output = Result<Vec<u8>, ConnError>>,
 {
+    // Until the connection ends cleanly, closing a leg means reset: if this
+    // process dies (crash, SIGKILL, the drain deadline), the kernel closes
+    // our sockets, and without SO_LINGER 0 a leg with nothing unread would
+    // send FIN, so the far end would take a cut stream for a complete one.
+    for s in [inbound, outbound] {
+        let _ = splitway_sys::sock::set_linger_zero(s);
+    }
     let activity = Activity::new();
     let up = DirCounters::default();
     let down = DirCounters::default();
@@ -198,12 +208,15 @@ where
         () = idle => End::IdleTimeout,
     };
 
-    if matches!(end, End::Failed { .. } | End::IdleTimeout) {
-        // Abortive close of both legs: the reset (or failure) is propagated
-        // as a reset. Errors here mean the socket is already gone. (A Setup
-        // failure is answered by the caller in the inbound's protocol.)
-        let _ = splitway_sys::sock::set_linger_zero(inbound);
-        let _ = splitway_sys::sock::set_linger_zero(outbound);
+    if !matches!(end, End::Failed { .. } | End::IdleTimeout) {
+        // Both directions delivered everything (or setup failed and the
+        // caller answers in the inbound's protocol): an ordinary close, so
+        // that what is still in the send queues is not thrown away.
+        // Otherwise the abortive close armed above propagates the reset
+        // (or failure) as a reset. Errors mean the socket is already gone.
+        for s in [inbound, outbound] {
+            let _ = socket2::SockRef::from(s).set_linger(None);
+        }
     }
     for (dir, c) in [(Direction::ToServer, &up), (Direction::ToClient, &down)] {
         for (path, n) in [
