@@ -323,9 +323,12 @@ fn peer_unreachable_then_back() {
     let mut s = socks_connect(&lab, server_v4()).expect("SOCKS after rs came back");
     let (mut conn, _) = server.accept(Duration::from_secs(20));
     let len = size(MIB, 256 * MIB);
+    // The server reads while the client writes: more than the socket
+    // buffers hold is in flight.
+    let receiving = std::thread::spawn(move || recv_all(&mut conn).expect("server receive"));
     let sent = send_pattern(&mut s, len, 0xB0B).expect("socks client send");
     s.shutdown(Shutdown::Write).expect("shutdown(Write)");
-    let got = recv_all(&mut conn).expect("server receive");
+    let got = receiving.join().expect("server thread");
     assert_eq!(got, sent, "SOCKS upload after rs came back");
     checked += len;
     deadline.remaining("peer back");
