@@ -274,8 +274,25 @@ async fn pump(
     let mut use_splice = data_path == DataPath::Splice;
     loop {
         src.readable().await.map_err(rd)?;
-        let (moved, counter) = if use_splice {
-            (splice_once(src, dst, &rd, &wr).await?, &counters.splice)
+        let pipe = if use_splice {
+            match Pipe::take() {
+                Ok(pipe) => Some(pipe),
+                // Out of descriptors (EMFILE/ENFILE near the open-file
+                // limit): this step copies through a buffer instead. A
+                // local shortage must not fail a healthy connection.
+                Err(e) => {
+                    tracing::debug!(error = %e, "no pipe for splice; copying this step");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let (moved, counter) = if let Some(pipe) = pipe {
+            (
+                splice_once(pipe, src, dst, &rd, &wr).await?,
+                &counters.splice,
+            )
         } else {
             let (n, filled) = copy_once(src, dst, &rd, &wr).await?;
             if filled && data_path == DataPath::Auto {
@@ -344,14 +361,14 @@ pub async fn write_all_more(dst: &TcpStream, mut data: &[u8], more: bool) -> io:
     Ok(())
 }
 
-/// One splice into a pipe and out until the pipe is empty.
+/// One splice into `pipe` and out until the pipe is empty.
 async fn splice_once(
+    pipe: Pipe,
     src: &TcpStream,
     dst: &TcpStream,
     rd: impl Fn(io::Error) -> PumpError,
     wr: impl Fn(io::Error) -> PumpError,
 ) -> Result<Option<usize>, PumpError> {
-    let pipe = Pipe::take().map_err(&rd)?;
     let n = match src.try_io(Interest::READABLE, || {
         pipe.fill_from(src.as_raw_fd(), pipe.capacity())
     }) {
