@@ -8,9 +8,9 @@
 //! `--duration` is over with exchanges of mixed sizes (bytes to MBs), both
 //! directions at once: the client's bytes are checked by the server, the
 //! server's by the client, each against a pattern derived from a
-//! per-exchange seed. Then every connection closes and the relays must
-//! return to their baseline descriptors and memory. Exits non-zero on any
-//! error.
+//! per-exchange seed. Then every connection closes, and the relays must
+//! return to their baseline descriptors, and their memory must not grow
+//! from one round to the next (`--rounds`). Exits non-zero on any error.
 
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -62,6 +62,11 @@ pub struct SoakArgs {
     /// How long the connections keep exchanging data (e.g. 120s, 10m).
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub duration: Duration,
+    /// Rounds: each opens every connection, exchanges for duration/rounds,
+    /// closes them all; relay memory after each round shows a leak (growth)
+    /// apart from allocator retention (a plateau).
+    #[arg(long, default_value_t = 2)]
+    pub rounds: u32,
     /// Mean pause between two exchanges on one connection, in ms.
     #[arg(long, default_value_t = 1000)]
     pub pause_ms: u64,
@@ -138,6 +143,8 @@ pub struct RelayFigures {
     pub baseline: Resources,
     pub peak: Resources,
     pub after: Resources,
+    /// After each round, every connection closed.
+    pub after_rounds: Vec<Resources>,
     pub peak_connections_open: u64,
 }
 
@@ -155,6 +162,7 @@ pub struct SoakReport {
     pub first_errors: Vec<String>,
     pub relays: Vec<RelayFigures>,
     pub failures: Vec<String>,
+    pub notes: Vec<String>,
 }
 
 /// Runs `splitway lab soak`.
@@ -422,6 +430,54 @@ impl Rig {
     }
 }
 
+/// After a round's clients closed: waits until both relays report no open
+/// connection, lets deferred frees run, and records their figures.
+fn after_round(
+    rig: &Rig,
+    figures: &mut [RelayFigures],
+    report: &mut SoakReport,
+    round: u32,
+) -> Result<(), LabError> {
+    let settle = Instant::now() + Duration::from_secs(30);
+    for f in figures.iter() {
+        loop {
+            match rig.connections_open(&f.name) {
+                Some(0) => break,
+                Some(open) if Instant::now() > settle => {
+                    report.failures.push(format!(
+                        "{}: {open} connections still open 30 s after every client of round {} closed",
+                        f.name,
+                        round + 1
+                    ));
+                    break;
+                }
+                None => {
+                    report.failures.push(format!(
+                        "{}: admin API not answering after round {}",
+                        f.name,
+                        round + 1
+                    ));
+                    break;
+                }
+                _ => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    for f in figures.iter_mut() {
+        let now = rig.sample(&f.name)?;
+        println!(
+            "  after round {}: {} {} fds, RSS {:.1} MiB",
+            round + 1,
+            f.name,
+            now.fds,
+            now.rss_bytes as f64 / 1048576.0
+        );
+        f.after_rounds.push(now);
+    }
+    Ok(())
+}
+
 /// Raises the open-file limits (soft and hard, with prlimit(1) as root) so
 /// that this process (two sockets per connection: client and server end)
 /// and the relays it starts (two per connection, plus pipes) fit.
@@ -602,6 +658,7 @@ struct Counters {
     exchanges: AtomicU64,
     bytes: AtomicU64,
     errors: AtomicU64,
+    setup_errors: AtomicU64,
     first_errors: std::sync::Mutex<Vec<String>>,
 }
 
@@ -679,6 +736,7 @@ async fn client_conn(
         match socks_connect(dst).await {
             Ok(s) => s,
             Err(e) => {
+                counters.setup_errors.fetch_add(1, Relaxed);
                 counters.error(format!("connection {id}: setup: {e}"));
                 return;
             }
@@ -790,6 +848,12 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
     let counters = Arc::new(Counters::default());
     let args_shared = Arc::new(args.clone());
     let started = Instant::now();
+    let rounds = args.rounds.max(1);
+    let round_time = args.duration / rounds;
+    // Round boundaries: the load thread says a round's connections are all
+    // closed and waits until the relays have been measured.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<u32>();
+    let (next_tx, next_rx) = std::sync::mpsc::channel::<()>();
     let load_body = {
         let counters = counters.clone();
         let args = args_shared.clone();
@@ -800,43 +864,51 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
                 .build()
                 .map_err(|e| format!("tokio runtime: {e}"))?;
             rt.block_on(async move {
-                let setup = Arc::new(Semaphore::new(SETUP_CONCURRENCY));
-                let (go_tx, go_rx) = tokio::sync::watch::channel(None);
-                let tasks: Vec<_> = (0..args.connections as u64)
-                    .map(|id| {
-                        tokio::spawn(client_conn(
-                            id,
-                            args.clone(),
-                            setup.clone(),
-                            counters.clone(),
-                            go_rx.clone(),
-                        ))
-                    })
-                    .collect();
-                // Ramp: every connection set up (or failed), then the
-                // duration starts.
-                let ramp_started = Instant::now();
-                let ramp = loop {
-                    let done = counters.made.load(Relaxed) + counters.errors.load(Relaxed);
-                    if done >= args.connections as u64 {
-                        break ramp_started.elapsed().as_secs_f64();
+                let mut longest_ramp = 0f64;
+                for round in 0..rounds {
+                    let setup = Arc::new(Semaphore::new(SETUP_CONCURRENCY));
+                    let (go_tx, go_rx) = tokio::sync::watch::channel(None);
+                    let first = round as u64 * args.connections as u64;
+                    let tasks: Vec<_> = (first..first + args.connections as u64)
+                        .map(|id| {
+                            tokio::spawn(client_conn(
+                                id,
+                                args.clone(),
+                                setup.clone(),
+                                counters.clone(),
+                                go_rx.clone(),
+                            ))
+                        })
+                        .collect();
+                    // Ramp: every connection set up (or failed), then the
+                    // round's exchanges start.
+                    let ramp_started = Instant::now();
+                    let target = (round as u64 + 1) * args.connections as u64;
+                    let ramp = loop {
+                        let done = counters.made.load(Relaxed) + counters.setup_errors.load(Relaxed);
+                        if done >= target {
+                            break ramp_started.elapsed().as_secs_f64();
+                        }
+                        if ramp_started.elapsed() > RAMP_LIMIT {
+                            counters.error(format!(
+                                "round {round}: only {done} of {target} connections set up after {RAMP_LIMIT:?}"
+                            ));
+                            break ramp_started.elapsed().as_secs_f64();
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    };
+                    longest_ramp = longest_ramp.max(ramp);
+                    let _ = go_tx.send(Some(Instant::now() + round_time));
+                    for t in tasks {
+                        if let Err(e) = t.await {
+                            counters.error(format!("connection task panicked: {e}"));
+                        }
                     }
-                    if ramp_started.elapsed() > RAMP_LIMIT {
-                        counters.error(format!(
-                            "only {done} of {} connections set up after {RAMP_LIMIT:?}",
-                            args.connections
-                        ));
-                        break ramp_started.elapsed().as_secs_f64();
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                };
-                let _ = go_tx.send(Some(Instant::now() + args.duration));
-                for t in tasks {
-                    if let Err(e) = t.await {
-                        counters.error(format!("connection task panicked: {e}"));
+                    if done_tx.send(round).is_err() || next_rx.recv().is_err() {
+                        return Err("the sampler went away".into());
                     }
                 }
-                Ok(ramp)
+                Ok(longest_ramp)
             })
         }
     };
@@ -856,6 +928,10 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
                 if let Some(open) = rig.connections_open(&f.name) {
                     f.peak_connections_open = f.peak_connections_open.max(open);
                 }
+            }
+            if let Ok(round) = done_rx.try_recv() {
+                after_round(&rig, &mut figures, &mut report, round)?;
+                let _ = next_tx.send(());
             }
             if last_print.elapsed() >= Duration::from_secs(10) {
                 last_print = Instant::now();
@@ -882,44 +958,34 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
     report.duration_s = started.elapsed().as_secs_f64();
     report.ramp_s = ramp;
 
-    // After: every relay connection closed, then the figures settle.
-    let settle = Instant::now() + Duration::from_secs(30);
-    for f in &figures {
-        loop {
-            match rig.connections_open(&f.name) {
-                Some(0) => break,
-                Some(open) if Instant::now() > settle => {
-                    report.failures.push(format!(
-                        "{}: {open} connections still open 30 s after every client closed",
-                        f.name
-                    ));
-                    break;
-                }
-                None => {
-                    report
-                        .failures
-                        .push(format!("{}: admin API not answering after the run", f.name));
-                    break;
-                }
-                _ => std::thread::sleep(Duration::from_millis(200)),
-            }
-        }
-    }
-    // Let deferred frees (per-thread caches, timers of closed connections) run.
-    std::thread::sleep(Duration::from_secs(2));
     for f in &mut figures {
-        f.after = rig.sample(&f.name)?;
+        let after = f.after_rounds.last().copied().unwrap_or_default();
+        f.after = after;
         let margin = fd_margin(rig.pid(&f.name));
-        if f.after.fds > f.baseline.fds + margin {
+        if after.fds > f.baseline.fds + margin {
             report.failures.push(format!(
                 "{}: {} descriptors open after the run, baseline {} (margin {margin}: pipe cache + slack)",
-                f.name, f.after.fds, f.baseline.fds
+                f.name, after.fds, f.baseline.fds
             ));
         }
-        if f.after.rss_bytes > f.baseline.rss_bytes + RSS_MARGIN {
+        // Memory freed by the allocator is not always returned to the
+        // system, so RSS after a round is compared across rounds: growth
+        // from one round to the next is a leak; a plateau above the
+        // baseline is reported, not failed.
+        if let (Some(first), Some(last)) = (f.after_rounds.first(), f.after_rounds.last())
+            && last.rss_bytes > first.rss_bytes + RSS_MARGIN
+        {
             report.failures.push(format!(
-                "{}: RSS {} B after the run, baseline {} B (margin {RSS_MARGIN} B)",
-                f.name, f.after.rss_bytes, f.baseline.rss_bytes
+                "{}: RSS after round 1 {} B, after the last round {} B (margin {RSS_MARGIN} B): memory grows round after round",
+                f.name, first.rss_bytes, last.rss_bytes
+            ));
+        }
+        if after.rss_bytes > f.baseline.rss_bytes + RSS_MARGIN {
+            report.notes.push(format!(
+                "{}: RSS after the run {:.1} MiB, {:.1} MiB over the baseline (allocator retention unless it grows round after round)",
+                f.name,
+                after.rss_bytes as f64 / 1048576.0,
+                (after.rss_bytes - f.baseline.rss_bytes) as f64 / 1048576.0
             ));
         }
     }
@@ -936,10 +1002,11 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
             .failures
             .insert(0, format!("{} connection errors", report.errors));
     }
-    if report.connections_made < args.connections as u64 {
+    if report.connections_made < args.connections as u64 * u64::from(args.rounds.max(1)) {
         report.failures.push(format!(
             "only {} of {} connections were made",
-            report.connections_made, args.connections
+            report.connections_made,
+            args.connections as u64 * u64::from(args.rounds.max(1))
         ));
     }
     if report.exchanges == 0 {
@@ -953,8 +1020,8 @@ fn print_report(r: &SoakReport, args: &SoakArgs) {
     let mib = |b: u64| b as f64 / 1048576.0;
     println!("\nsoak results");
     println!(
-        "  connections: {} requested, {} made, {} open at once at peak; ramp {:.1} s",
-        r.connections_requested, r.connections_made, r.peak_concurrent, r.ramp_s
+        "  connections: {} per round × {} rounds, {} made, {} open at once at peak; longest ramp {:.1} s",
+        r.connections_requested, args.rounds, r.connections_made, r.peak_concurrent, r.ramp_s
     );
     println!(
         "  duration {:.0} s (asked {:?}), pause {} ms mean, sizes up to {} B",
@@ -983,6 +1050,17 @@ fn print_report(r: &SoakReport, args: &SoakArgs) {
             mib(f.after.rss_bytes),
             f.peak_connections_open
         );
+    }
+    for f in &r.relays {
+        let rounds: Vec<String> = f
+            .after_rounds
+            .iter()
+            .map(|a| format!("{} fds {:.1} MiB", a.fds, mib(a.rss_bytes)))
+            .collect();
+        println!("  {} after each round: {}", f.name, rounds.join(", "));
+    }
+    for n in &r.notes {
+        println!("  note: {n}");
     }
     if r.failures.is_empty() {
         println!("  PASS");
