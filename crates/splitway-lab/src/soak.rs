@@ -201,6 +201,8 @@ struct Rig {
     rs: Netns,
     server: Netns,
     dir: PathBuf,
+    /// Keep the temp dir (relay configs and logs) for a failed run.
+    keep: bool,
 }
 
 impl Drop for Rig {
@@ -225,7 +227,11 @@ impl Drop for Rig {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = fs::remove_dir_all(&self.dir);
+        if self.keep {
+            println!("relay configs and logs kept in {}", self.dir.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -254,6 +260,7 @@ impl Rig {
             rs: create()?,
             server: create()?,
             dir,
+            keep: false,
         };
         let links = [
             (&rig.client, CLIENT, &rig.rc, RC_WEST),
@@ -1012,6 +1019,8 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
     if report.exchanges == 0 {
         report.failures.push("no exchange completed".into());
     }
+    let mut rig = rig;
+    rig.keep = !report.failures.is_empty();
     drop(rig);
     Ok(report)
 }
