@@ -274,10 +274,16 @@ impl Rig {
             b.ip(&["addr", "add", &format!("{b_ip}/24"), "dev", "west"])
                 .map_err(|e| sys("ip addr", e))?;
         }
-        // Every leg is between direct neighbours: no routes needed. Many
-        // short-lived exchanges reuse ports quickly.
+        // Every leg is between direct neighbours: no routes needed. Each
+        // round opens --connections legs per hop between the same two
+        // addresses, and the closing side keeps each port in TIME_WAIT
+        // for 60 s; connect() prefers even ports, so without reuse the
+        // third round of 9,800 ran out of ports and setups stalled past
+        // the relay's handshake timeout.
         for ns in [&rig.client, &rig.rc, &rig.rs, &rig.server] {
-            ns.sysctl("net.ipv4.ip_local_port_range", "10000 65000")
+            ns.sysctl("net.ipv4.ip_local_port_range", "1024 65535")
+                .map_err(|e| sys("sysctl", e))?;
+            ns.sysctl("net.ipv4.tcp_tw_reuse", "1")
                 .map_err(|e| sys("sysctl", e))?;
             ns.sysctl("net.core.somaxconn", "8192")
                 .map_err(|e| sys("sysctl", e))?;
