@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint fuzz lab-full fidelity bench clean
+.PHONY: demo test deps build release lint fuzz lab-full fidelity bench clean faults-long soak
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -44,6 +44,16 @@ fidelity: deps release
 ## bench: splitway vs direct TCP, HAProxy (splice) and socat on loopback; results in bench-results/.
 bench: deps release
 	./target/release/splitway lab bench --json bench-results/latest.json
+
+## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
+faults-long: deps
+	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_FAULTS_LONG=1 $(CARGO) test -p splitway --test relay_faults -- --test-threads=2 --nocapture
+
+## soak: SOAK_CONNECTIONS concurrent split connections through a relay pair for SOAK_DURATION.
+SOAK_DURATION ?= 10m
+SOAK_CONNECTIONS ?= 10000
+soak: deps release
+	./target/release/splitway lab soak --duration $(SOAK_DURATION) --connections $(SOAK_CONNECTIONS)
 
 clean:
 	$(CARGO) clean

@@ -5,6 +5,7 @@
 //! - `splitway lab run --rtt 40,120,20 [--loss ..] [--rate ..] [--sizes 10KB,1MB] ...`
 //! - `splitway lab fidelity`: the emulator measured against its configuration
 //! - `splitway lab list`: the scenarios
+//! - `splitway lab soak [--connections N] [--duration 10m]`: long concurrent load, resources checked
 //!
 //! `--model-only` prints the model's predictions without running anything
 //! (no root needed). Measuring needs root.
@@ -79,6 +80,9 @@ pub enum LabCommand {
     List,
     /// Benchmark: splitway vs direct TCP, HAProxy and socat on loopback (`make bench`).
     Bench(crate::bench::BenchArgs),
+    /// Soak: N concurrent split connections through a relay pair for a long
+    /// time, every byte checked, relay descriptors and memory before/after (`make soak`).
+    Soak(crate::soak::SoakArgs),
 }
 
 /// Options shared by everything that runs a scenario.
@@ -152,6 +156,7 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
         }
         Some(LabCommand::Fidelity { quick, json }) => fidelity(quick, json),
         Some(LabCommand::Bench(bench)) => crate::bench::run(bench),
+        Some(LabCommand::Soak(soak)) => crate::soak::run(soak),
         Some(LabCommand::List) => {
             print!("{}", list());
             Ok(())

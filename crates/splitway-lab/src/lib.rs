@@ -8,6 +8,7 @@
 //! - `scenario`: scenario files (`lab/scenarios/*.toml`) and what-if chains
 //! - `runner`: runs real nginx, curl, HAProxy, ssh and splitway through each configuration
 //! - `report`: terminal tables, JSON and SVG charts
+//! - `soak`: `splitway lab soak`, many concurrent split connections for a long time
 //! - `cli`: the `splitway lab` command line
 
 pub mod bench;
@@ -18,4 +19,5 @@ pub mod model;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+pub mod soak;
 pub mod topology;

@@ -104,6 +104,8 @@ pub enum LabError {
     Fidelity(usize),
     #[error("interrupted: the lab was torn down")]
     Interrupted,
+    #[error("soak failed: {0}")]
+    Soak(String),
 }
 
 /// Set by SIGINT/SIGTERM: the run stops after the current download and
@@ -157,7 +159,7 @@ fn watch_signals() {
 }
 
 impl LabError {
-    fn io(op: impl Into<String>, source: std::io::Error) -> Self {
+    pub(crate) fn io(op: impl Into<String>, source: std::io::Error) -> Self {
         LabError::Io {
             op: op.into(),
             source,
@@ -939,7 +941,7 @@ fn relay_status(relay: &Host) -> Result<serde_json::Value, LabError> {
 
 /// The splitway binary: `$SPLITWAY_BIN`, else this executable if it is
 /// `splitway`.
-fn splitway_binary() -> Result<PathBuf, LabError> {
+pub(crate) fn splitway_binary() -> Result<PathBuf, LabError> {
     if let Some(path) = std::env::var_os("SPLITWAY_BIN") {
         let path = PathBuf::from(path);
         return if path.is_file() {

@@ -11,6 +11,9 @@
 //!   before it was handed to the kernel; the other direction keeps flowing.
 //! - An error (RST) on either side → both sockets are closed abortively
 //!   (SO_LINGER 0), so a reset is propagated as a reset, never as a FIN.
+//! - Both legs carry SO_LINGER 0 until the connection ends cleanly, so a
+//!   relay that dies mid-connection resets both ends instead of sending FINs
+//!   that would make a cut stream look complete.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -162,6 +165,13 @@ pub async fn forward(
     opts: Options,
     metrics: &Metrics,
 ) -> Outcome {
+    // Until the connection ends cleanly, closing a leg means reset: if this
+    // process dies (crash, SIGKILL, the drain deadline), the kernel closes
+    // our sockets, and without SO_LINGER 0 a leg with nothing unread would
+    // send FIN, so the far end would take a cut stream for a complete one.
+    for s in [inbound, outbound] {
+        let _ = splitway_sys::sock::set_linger_zero(s);
+    }
     let activity = Activity::new();
     let up = DirCounters::default();
     let down = DirCounters::default();
@@ -218,12 +228,15 @@ pub async fn forward(
     })
     .await;
 
-    if matches!(end, End::Failed { .. } | End::IdleTimeout) {
-        // Abortive close of both legs: the reset (or failure) is propagated
-        // as a reset. Errors here mean the socket is already gone. (A Setup
-        // failure is answered by the caller in the inbound's protocol.)
-        let _ = splitway_sys::sock::set_linger_zero(inbound);
-        let _ = splitway_sys::sock::set_linger_zero(outbound);
+    if !matches!(end, End::Failed { .. } | End::IdleTimeout) {
+        // Both directions delivered everything (or setup failed and the
+        // caller answers in the inbound's protocol): an ordinary close, so
+        // that what is still in the send queues is not thrown away.
+        // Otherwise the abortive close armed above propagates the reset
+        // (or failure) as a reset. Errors mean the socket is already gone.
+        for s in [inbound, outbound] {
+            let _ = socket2::SockRef::from(s).set_linger(None);
+        }
     }
     for (dir, c) in [(Direction::ToServer, &up), (Direction::ToClient, &down)] {
         for (path, n) in [
@@ -288,8 +301,25 @@ async fn pump(
     let mut use_splice = data_path == DataPath::Splice;
     loop {
         src.readable().await.map_err(rd)?;
-        let (moved, counter) = if use_splice {
-            (splice_once(src, dst, &rd, &wr).await?, &counters.splice)
+        let pipe = if use_splice {
+            match Pipe::take() {
+                Ok(pipe) => Some(pipe),
+                // Out of descriptors (EMFILE/ENFILE near the open-file
+                // limit): this step copies through a buffer instead. A
+                // local shortage must not fail a healthy connection.
+                Err(e) => {
+                    tracing::debug!(error = %e, "no pipe for splice; copying this step");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let (moved, counter) = if let Some(pipe) = pipe {
+            (
+                splice_once(pipe, src, dst, &rd, &wr).await?,
+                &counters.splice,
+            )
         } else {
             let (n, filled) = copy_once(src, dst, &rd, &wr).await?;
             if filled && data_path == DataPath::Auto {
@@ -358,14 +388,14 @@ pub async fn write_all_more(dst: &TcpStream, mut data: &[u8], more: bool) -> io:
     Ok(())
 }
 
-/// One splice into a pipe and out until the pipe is empty.
+/// One splice into `pipe` and out until the pipe is empty.
 async fn splice_once(
+    pipe: Pipe,
     src: &TcpStream,
     dst: &TcpStream,
     rd: impl Fn(io::Error) -> PumpError,
     wr: impl Fn(io::Error) -> PumpError,
 ) -> Result<Option<usize>, PumpError> {
-    let pipe = Pipe::take().map_err(&rd)?;
     let n = match src.try_io(Interest::READABLE, || {
         pipe.fill_from(src.as_raw_fd(), pipe.capacity())
     }) {

@@ -67,6 +67,10 @@ async fn forward_tls(
     opts: Options,
     metrics: &Metrics,
 ) -> Outcome {
+    // As in `forward`: a relay that dies mid-connection resets both legs.
+    for s in [inbound.tcp, outbound.tcp] {
+        let _ = splitway_sys::sock::set_linger_zero(s);
+    }
     let activity = Activity::new();
     let up = AtomicU64::new(0);
     let down = AtomicU64::new(0);
@@ -105,10 +109,13 @@ async fn forward_tls(
         },
         () = forward::idle_watch(&activity, opts.idle) => End::IdleTimeout,
     };
-    if matches!(end, End::Failed { .. } | End::IdleTimeout) {
-        // As in `forward`: errors mean the socket is already gone.
-        let _ = splitway_sys::sock::set_linger_zero(inbound.tcp);
-        let _ = splitway_sys::sock::set_linger_zero(outbound.tcp);
+    if !matches!(end, End::Failed { .. } | End::IdleTimeout) {
+        // As in `forward`: a clean end closes normally; otherwise the
+        // abortive close armed at the start stays. Errors mean the socket is
+        // already gone.
+        for s in [inbound.tcp, outbound.tcp] {
+            let _ = socket2::SockRef::from(s).set_linger(None);
+        }
     }
     let (up, down) = (up.load(Relaxed), down.load(Relaxed));
     for (dir, n) in [(Direction::ToServer, up), (Direction::ToClient, down)] {

@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Pipes kept per thread for reuse; beyond that, drained pipes are closed.
-const POOL_PER_THREAD: usize = 64;
+pub const POOL_PER_THREAD: usize = 64;
 
 /// Requested pipe capacity. 64 KiB is the kernel default; asking for more
 /// lets one splice move a bigger batch on fast paths.

@@ -733,6 +733,28 @@ impl Lab {
         p.stop()
     }
 
+    /// Kills relay `name` with SIGKILL (no drain, no cleanup: a crash) and
+    /// reaps it.
+    pub fn kill_relay(&mut self, name: &str) {
+        let p = self
+            .relays_running
+            .iter_mut()
+            .find(|p| p.name == name)
+            .expect("relay running");
+        p.child.kill().expect("SIGKILL relay");
+        p.child.wait().expect("reap killed relay");
+    }
+
+    /// Process id of the running relay `name`.
+    pub fn relay_pid(&self, name: &str) -> u32 {
+        self.relays_running
+            .iter()
+            .find(|p| p.name == name)
+            .expect("relay running")
+            .child
+            .id()
+    }
+
     /// Starts a stopped relay again with `config` (same name, same namespace).
     pub fn restart_relay(&mut self, name: &str, config: &RelayConfig) {
         if let Some(i) = self.relays_running.iter().position(|p| p.name == name) {
@@ -1295,4 +1317,81 @@ pub fn write_random_file(path: &Path, len: u64, seed: u64) -> StreamDigest {
 
 pub fn sock(addr: &str) -> SocketAddr {
     addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"))
+}
+
+/// Resident set size of a process in bytes (`VmRSS` of /proc/PID/status).
+pub fn vm_rss_bytes(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The byte stream of [`send_pattern`] with `seed`, produced chunk by
+/// chunk without an end: for senders that write until the connection fails.
+pub struct PatternGen {
+    rng: StdRng,
+    buf: Vec<u8>,
+}
+
+impl PatternGen {
+    pub fn new(seed: u64) -> PatternGen {
+        PatternGen {
+            rng: StdRng::seed_from_u64(seed),
+            buf: vec![0u8; CHUNK],
+        }
+    }
+
+    /// The next chunk (the same chunking as [`send_pattern`], so the bytes
+    /// are identical).
+    pub fn next_chunk(&mut self) -> &[u8] {
+        self.rng.fill_bytes(&mut self.buf);
+        &self.buf
+    }
+}
+
+/// Checks a received stream byte for byte against the pattern of `seed`,
+/// however the reads split it: used where a transfer is cut short on
+/// purpose, so that the prefix that did arrive is still verified.
+pub struct PatternCheck {
+    pattern: PatternGen,
+    expected: Vec<u8>,
+    pos: usize,
+    pub checked: u64,
+}
+
+impl PatternCheck {
+    pub fn new(seed: u64) -> PatternCheck {
+        PatternCheck {
+            pattern: PatternGen::new(seed),
+            expected: Vec::new(),
+            pos: 0,
+            checked: 0,
+        }
+    }
+
+    /// Panics at the first byte that differs from the pattern.
+    pub fn feed(&mut self, mut data: &[u8], who: &str) {
+        while !data.is_empty() {
+            if self.pos == self.expected.len() {
+                self.expected = self.pattern.next_chunk().to_vec();
+                self.pos = 0;
+            }
+            let n = data.len().min(self.expected.len() - self.pos);
+            if data[..n] != self.expected[self.pos..self.pos + n] {
+                let off = data[..n]
+                    .iter()
+                    .zip(&self.expected[self.pos..])
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
+                panic!(
+                    "{who}: received byte {} differs from what was sent",
+                    self.checked + off as u64
+                );
+            }
+            self.pos += n;
+            self.checked += n as u64;
+            data = &data[n..];
+        }
+    }
 }
