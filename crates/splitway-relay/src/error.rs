@@ -74,6 +74,13 @@ pub enum ConnError {
         #[source]
         source: io::Error,
     },
+    #[error("server {addr}: {op}: {source}")]
+    ServerIo {
+        addr: SocketAddr,
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
     #[error("server {addr}: connect timed out")]
     ServerTimeout { addr: SocketAddr },
     #[error("cannot resolve {host}: {detail}")]
@@ -105,7 +112,9 @@ impl ConnError {
             | ConnError::PeerTimeout { .. }
             | ConnError::PeerRejected { .. }
             | ConnError::Downstream { .. } => Culprit::PeerRelay,
-            ConnError::ServerConnect { .. } | ConnError::ServerTimeout { .. } => Culprit::Server,
+            ConnError::ServerConnect { .. }
+            | ConnError::ServerIo { .. }
+            | ConnError::ServerTimeout { .. } => Culprit::Server,
             ConnError::Resolve { .. } | ConnError::NoRoute(_) | ConnError::TtlExceeded => {
                 Culprit::Internal
             }
@@ -125,6 +134,7 @@ impl ConnError {
             ConnError::ClientNotAllowed { .. } | ConnError::Denied(_) => ReplyStatus::NotAllowed,
             ConnError::ClientProtocol(_) => ReplyStatus::BadHeader,
             ConnError::PeerIo { .. }
+            | ConnError::ServerIo { .. }
             | ConnError::PeerProtocol { .. }
             | ConnError::PeerTls { .. } => ReplyStatus::Unreachable,
             _ => ReplyStatus::Internal,

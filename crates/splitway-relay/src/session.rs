@@ -380,6 +380,12 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     };
     let early = std::mem::take(&mut inbound.early_data);
 
+    // Kept to name the culprit should the leg fail: a reset socket no
+    // longer knows its peer.
+    let next_addr = match &next {
+        Next::Direct(out) => out.peer_addr().ok(),
+        Next::Peer(leg) => leg.stream.peer_addr().ok(),
+    };
     let (outbound, outcome) = match next {
         Next::Direct(out) => {
             let Some(outcome) =
@@ -477,7 +483,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
                     op: "forward",
                     source,
                 },
-                Side::Outbound => ConnError::Internal(format!("next leg failed: {source}")),
+                Side::Outbound => next_leg_error(&shared, next_addr, source),
             };
             (reason, Some(e))
         }
@@ -496,6 +502,23 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         outcome.to_server,
         outcome.to_client,
     );
+}
+
+/// A failure of the next leg while forwarding, blamed on whoever is at its
+/// other end: a peer relay of ours, or the server.
+fn next_leg_error(shared: &Shared, addr: Option<SocketAddr>, source: std::io::Error) -> ConnError {
+    let op = "forward";
+    match addr {
+        Some(addr) => match shared.cfg.peers.iter().find(|p| p.addr == addr) {
+            Some(peer) => ConnError::PeerIo {
+                peer: peer.name.clone(),
+                op,
+                source,
+            },
+            None => ConnError::ServerIo { addr, op, source },
+        },
+        None => ConnError::Internal(format!("next leg failed: {source}")),
+    }
 }
 
 fn finish(
