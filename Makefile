@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint fuzz lab-full fidelity bench clean faults-long soak
+.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long soak
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -30,6 +30,11 @@ lint:
 FUZZ_SECONDS ?= 300
 fuzz:
 	./fuzz/run.sh $(FUZZ_SECONDS)
+
+## fuzz-ci: the parser fuzz targets for FUZZ_CI_SECONDS each (default 15); installs cargo-fuzz if missing.
+FUZZ_CI_SECONDS ?= 15
+fuzz-ci:
+	./fuzz/run.sh --ci $(FUZZ_CI_SECONDS)
 
 ## lab-full: every shipped scenario with full repetitions.
 lab-full: deps release
