@@ -493,6 +493,10 @@ impl Relay {
             }));
         }
         self.reloader.start_pools(&self.shared.pools);
+        tasks.push(tokio::spawn(release_heap_when_idle(
+            self.shared.limiter.clone(),
+            stop_rx.clone(),
+        )));
         info!(name = %self.shared.cfg.name, "relay ready");
 
         tokio::select! {
@@ -542,6 +546,27 @@ impl Relay {
             let _ = t.await;
         }
         Ok(())
+    }
+}
+
+/// Once every connection has closed after a busy spell, hands the heap
+/// glibc kept back to the kernel, so the relay's RSS returns to its idle
+/// size instead of staying at its peak (`docs/reliability.md`, soak).
+async fn release_heap_when_idle(limiter: Arc<ConnLimiter>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    let mut busy_since_trim = false;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stopped(&mut stop) => return,
+        }
+        let open = limiter.open();
+        busy_since_trim |= open > 0;
+        if open == 0 && busy_since_trim {
+            busy_since_trim = false;
+            let released = splitway_sys::mem::release_free_heap();
+            tracing::debug!(released, "idle: free heap returned to the kernel");
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod activation;
 pub mod bpf;
+pub mod mem;
 pub mod netns;
 pub mod rt;
 pub mod sock;
