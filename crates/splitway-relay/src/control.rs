@@ -13,6 +13,7 @@ use splitway_control::{
     AdminError, AdminHandler, ParamChange, ParamError, ParamInfo, ParamRegistry, ParamSpec,
     ParamUpdate, ParamValue,
 };
+use splitway_proto::Destination;
 use tokio::sync::watch;
 
 use crate::config::Config;
@@ -70,7 +71,9 @@ const SHARDS: usize = 16;
 struct ConnInfo {
     mode: &'static str,
     client: SocketAddr,
-    dst: String,
+    /// Kept as is and formatted only for `GET /connections`: a string per
+    /// connection would cost every idle connection an allocation.
+    dst: Destination,
     started: Instant,
 }
 
@@ -96,7 +99,7 @@ impl ConnRegistry {
         id: u64,
         mode: &'static str,
         client: SocketAddr,
-        dst: String,
+        dst: Destination,
         shared: Arc<Shared>,
     ) -> Registered {
         self.shard(id).lock().expect("registry lock").insert(
@@ -118,7 +121,7 @@ impl ConnRegistry {
         for shard in &self.shards {
             for (id, c) in shard.lock().expect("registry lock").iter() {
                 *by_mode.entry(c.mode).or_default() += 1;
-                all.push((c.started, *id, c.mode, c.client, c.dst.clone()));
+                all.push((c.started, *id, c.mode, c.client, c.dst.to_string()));
             }
         }
         let total = all.len();

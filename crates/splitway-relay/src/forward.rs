@@ -184,7 +184,7 @@ pub async fn forward(
         outbound,
         Side::Inbound,
         Side::Outbound,
-        &to_server_prefix,
+        to_server_prefix,
         opts.data_path,
         &activity,
         &up,
@@ -196,7 +196,7 @@ pub async fn forward(
             inbound,
             Side::Outbound,
             Side::Inbound,
-            &prefix,
+            prefix,
             opts.data_path,
             &activity,
             &down,
@@ -278,7 +278,7 @@ async fn pump(
     dst: &TcpStream,
     src_side: Side,
     dst_side: Side,
-    prefix: &[u8],
+    prefix: Vec<u8>,
     data_path: DataPath,
     activity: &Activity,
     counters: &DirCounters,
@@ -293,10 +293,13 @@ async fn pump(
     };
 
     if !prefix.is_empty() {
-        write_all(dst, prefix).await.map_err(wr)?;
+        write_all(dst, &prefix).await.map_err(wr)?;
         counters.copy.fetch_add(prefix.len() as u64, Relaxed);
         activity.touch();
     }
+    // Freed now, not when the connection ends: the handshake's read buffer
+    // often arrives here with spare capacity.
+    drop(prefix);
 
     let mut use_splice = data_path == DataPath::Splice;
     loop {

@@ -319,7 +319,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         inbound.conn_id,
         inbound.mode.as_str(),
         inbound.client,
-        inbound.dst.to_string(),
+        inbound.dst.clone(),
         shared.clone(),
     );
     let metrics = shared.metrics.clone();
