@@ -287,6 +287,14 @@ impl Rig {
                 .map_err(|e| sys("sysctl", e))?;
             ns.sysctl("net.core.somaxconn", "8192")
                 .map_err(|e| sys("sysctl", e))?;
+            // Tens of thousands of sockets autotuning toward the default
+            // 6–32 MiB maxima exhaust the host's global tcp_mem: the stack
+            // then drops segments and BBR stalls (docs/reliability.md, run
+            // 7). Veth legs need little: 1 MiB is many BDPs here.
+            ns.sysctl("net.ipv4.tcp_rmem", "4096 131072 1048576")
+                .map_err(|e| sys("sysctl", e))?;
+            ns.sysctl("net.ipv4.tcp_wmem", "4096 16384 1048576")
+                .map_err(|e| sys("sysctl", e))?;
         }
 
         let psk: String = {
