@@ -130,12 +130,12 @@ impl Activity {
     }
 }
 
-struct PumpError {
-    side: Side,
-    source: io::Error,
+pub(crate) struct PumpError {
+    pub(crate) side: Side,
+    pub(crate) source: io::Error,
 }
 
-enum Stop {
+pub(crate) enum Stop {
     Pump(PumpError),
     Setup(ConnError),
 }
@@ -176,20 +176,23 @@ pub async fn forward(
     let up = DirCounters::default();
     let down = DirCounters::default();
 
-    // The three parts are polled by hand rather than through `select!` and
-    // `try_join!`: their wrappers more than double the size of the future
-    // that every idle connection keeps (test `idle_connection_footprint` in tests/forward.rs).
-    let mut to_server = pin!(pump(
-        inbound,
-        outbound,
-        Side::Inbound,
-        Side::Outbound,
-        to_server_prefix,
-        opts.data_path,
-        &activity,
-        &up,
-    ));
-    let mut to_client = pin!(async {
+    // `join_directions` keeps this future small (test
+    // `idle_connection_footprint` in tests/forward.rs).
+    let to_server = async {
+        pump(
+            inbound,
+            outbound,
+            Side::Inbound,
+            Side::Outbound,
+            to_server_prefix,
+            opts.data_path,
+            &activity,
+            &up,
+        )
+        .await
+        .map_err(Stop::Pump)
+    };
+    let to_client = async {
         let prefix = preamble.await.map_err(Stop::Setup)?;
         pump(
             outbound,
@@ -203,30 +206,10 @@ pub async fn forward(
         )
         .await
         .map_err(Stop::Pump)
-    });
-    let mut idle = pin!(idle_watch(&activity, opts.idle));
-    let (mut server_done, mut client_done) = (false, false);
-    let end = std::future::poll_fn(|cx| {
-        if !server_done {
-            match to_server.as_mut().poll(cx) {
-                Poll::Ready(Ok(())) => server_done = true,
-                Poll::Ready(Err(e)) => return Poll::Ready(stop_end(Stop::Pump(e))),
-                Poll::Pending => {}
-            }
-        }
-        if !client_done {
-            match to_client.as_mut().poll(cx) {
-                Poll::Ready(Ok(())) => client_done = true,
-                Poll::Ready(Err(e)) => return Poll::Ready(stop_end(e)),
-                Poll::Pending => {}
-            }
-        }
-        if server_done && client_done {
-            return Poll::Ready(End::Completed);
-        }
-        idle.as_mut().poll(cx).map(|()| End::IdleTimeout)
-    })
-    .await;
+    };
+    let (to_server, to_client) = (pin!(to_server), pin!(to_client));
+    let idle = pin!(idle_watch(&activity, opts.idle));
+    let end = join_directions(to_server, to_client, idle).await;
 
     if !matches!(end, End::Failed { .. } | End::IdleTimeout) {
         // Both directions delivered everything (or setup failed and the
@@ -254,6 +237,41 @@ pub async fn forward(
         to_server: up.total(),
         to_client: down.total(),
     }
+}
+
+/// Runs both directions to their end; the first failure, or the idle
+/// watchdog, ends the connection. Polled by hand rather than through
+/// `select!` and `try_join!`, whose wrappers more than double the size of
+/// the future every idle connection keeps.
+/// The parts are pinned by the caller: moved in by value, each would be
+/// stored twice in the caller's future.
+pub(crate) async fn join_directions(
+    mut to_server: Pin<&mut impl Future<Output = Result<(), Stop>>>,
+    mut to_client: Pin<&mut impl Future<Output = Result<(), Stop>>>,
+    mut idle: Pin<&mut impl Future<Output = ()>>,
+) -> End {
+    let (mut server_done, mut client_done) = (false, false);
+    std::future::poll_fn(|cx| {
+        if !server_done {
+            match to_server.as_mut().poll(cx) {
+                Poll::Ready(Ok(())) => server_done = true,
+                Poll::Ready(Err(e)) => return Poll::Ready(stop_end(e)),
+                Poll::Pending => {}
+            }
+        }
+        if !client_done {
+            match to_client.as_mut().poll(cx) {
+                Poll::Ready(Ok(())) => client_done = true,
+                Poll::Ready(Err(e)) => return Poll::Ready(stop_end(e)),
+                Poll::Pending => {}
+            }
+        }
+        if server_done && client_done {
+            return Poll::Ready(End::Completed);
+        }
+        idle.as_mut().poll(cx).map(|()| End::IdleTimeout)
+    })
+    .await
 }
 
 fn stop_end(stop: Stop) -> End {

@@ -11,19 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use splitway_control::metrics::{Direction, Metrics, Path};
 
-use crate::error::ConnError;
-use crate::forward::{self, Activity, End, Options, Outcome, Preamble, Side, give_buf, take_buf};
+use crate::forward::{
+    self, Activity, End, Options, Outcome, Preamble, PumpError, Side, Stop, give_buf,
+    join_directions, take_buf,
+};
 use crate::tls::LegIo;
-
-struct PumpError {
-    side: Side,
-    source: std::io::Error,
-}
-
-enum Stop {
-    Pump(PumpError),
-    Setup(ConnError),
-}
 
 /// Forwards between two legs, either of which may be TLS; the arguments and
 /// the outcome are `forward::forward`'s.
@@ -101,14 +93,9 @@ async fn forward_tls(
         .await
         .map_err(Stop::Pump)
     };
-    let end = tokio::select! {
-        r = async { tokio::try_join!(to_server, to_client) } => match r {
-            Ok(((), ())) => End::Completed,
-            Err(Stop::Pump(PumpError { side, source })) => End::Failed { side, source },
-            Err(Stop::Setup(e)) => End::Setup(e),
-        },
-        () = forward::idle_watch(&activity, opts.idle) => End::IdleTimeout,
-    };
+    let (to_server, to_client) = (std::pin::pin!(to_server), std::pin::pin!(to_client));
+    let idle = std::pin::pin!(forward::idle_watch(&activity, opts.idle));
+    let end = join_directions(to_server, to_client, idle).await;
     if !matches!(end, End::Failed { .. } | End::IdleTimeout) {
         // As in `forward`: a clean end closes normally; otherwise the
         // abortive close armed at the start stays. Errors mean the socket is
