@@ -50,23 +50,35 @@ pub fn bind(
         splitway_sys::sock::set_transparent(&sock, l.addr.is_ipv6())
             .map_err(|e| err(std::io::Error::other(e.to_string())))?;
     }
+    sock.bind(&l.addr.into()).map_err(err)?;
+    set_accept_options(l, &sock, tfo, turbo_buffer).map_err(err)?;
+    sock.listen(BACKLOG).map_err(err)?;
+    sock.set_nonblocking(true).map_err(err)?;
+    TcpListener::from_std(sock.into()).map_err(err)
+}
+
+/// Options accepted connections inherit from their listener, set on our
+/// own sockets before `listen` and on adopted ones.
+fn set_accept_options(
+    l: &Listener,
+    sock: &Socket,
+    tfo: bool,
+    turbo_buffer: Option<usize>,
+) -> std::io::Result<()> {
     if let (ListenMode::Peer, Some(n)) = (l.mode, turbo_buffer) {
         // Accepted sockets inherit the listener's buffers; the receive
         // buffer must be set before the SYN to scale the window.
-        sock.set_recv_buffer_size(n).map_err(err)?;
-        sock.set_send_buffer_size(n).map_err(err)?;
+        sock.set_recv_buffer_size(n)?;
+        sock.set_send_buffer_size(n)?;
     }
-    sock.bind(&l.addr.into()).map_err(err)?;
     if tfo && l.mode != ListenMode::Peer {
         // A TFO client's request rides its SYN; accept() returns at the SYN
         // with the request readable, so the next leg starts a round trip
         // earlier.
-        splitway_sys::sock::set_fastopen_listener(&sock, BACKLOG)
-            .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+        splitway_sys::sock::set_fastopen_listener(sock, BACKLOG)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
     }
-    sock.listen(BACKLOG).map_err(err)?;
-    sock.set_nonblocking(true).map_err(err)?;
-    TcpListener::from_std(sock.into()).map_err(err)
+    Ok(())
 }
 
 /// Takes over a listening socket the service manager bound for `l` (socket
@@ -84,15 +96,9 @@ pub fn adopt(
         source,
     };
     let sock = Socket::from(sock);
-    if let (ListenMode::Peer, Some(n)) = (l.mode, turbo_buffer) {
-        // Connections accepted from now on inherit these buffers.
-        sock.set_recv_buffer_size(n).map_err(err)?;
-        sock.set_send_buffer_size(n).map_err(err)?;
-    }
-    if tfo && l.mode != ListenMode::Peer {
-        splitway_sys::sock::set_fastopen_listener(&sock, BACKLOG)
-            .map_err(|e| err(std::io::Error::other(e.to_string())))?;
-    }
+    // On an inherited, already listening socket these apply to connections
+    // accepted from now on.
+    set_accept_options(l, &sock, tfo, turbo_buffer).map_err(err)?;
     sock.set_nonblocking(true).map_err(err)?;
     TcpListener::from_std(sock.into()).map_err(err)
 }
