@@ -173,6 +173,10 @@ pub struct Listener {
     /// A peer listener with `tls = true`: TLS 1.3 with client certificates
     /// signed by `[tls] ca`.
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// SO_REUSEPORT: several relay processes on this host share the
+    /// address, the kernel spreading new connections over them (one process
+    /// per core, or more connections than one process's fd limit holds).
+    pub reuse_port: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -303,6 +307,7 @@ struct RawListener {
     #[serde(default)]
     allow_clients: Vec<String>,
     tls: Option<bool>,
+    reuse_port: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -889,6 +894,15 @@ impl Config {
                 }
                 tls_user(&mut c, &key);
             }
+            let reuse_port = raw.reuse_port == Some(true);
+            if reuse_port && raw.intercept.is_some() {
+                // Each process would install and, on exit, remove the same
+                // interception rules under the others' feet.
+                c.err(
+                    format!("{key}.reuse_port"),
+                    "cannot be combined with intercept: install the TPROXY rules by hand when several processes share a port",
+                );
+            }
             if let Some(addr) = addr {
                 listeners.push(Listener {
                     mode: raw.mode,
@@ -897,6 +911,7 @@ impl Config {
                     intercept: raw.intercept,
                     allow_clients: allow,
                     tls: tls.as_ref().filter(|_| want_tls).map(|t| t.server.clone()),
+                    reuse_port,
                 });
             }
         }

@@ -43,6 +43,9 @@ pub fn bind(
     let domain = Domain::for_address(l.addr);
     let sock = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(err)?;
     sock.set_reuse_address(true).map_err(err)?;
+    if l.reuse_port {
+        sock.set_reuse_port(true).map_err(err)?;
+    }
     if l.addr.is_ipv6() {
         sock.set_only_v6(l.v6_only).map_err(err)?;
     }

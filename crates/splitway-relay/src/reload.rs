@@ -268,14 +268,15 @@ fn same_dialing(a: &Peer, b: &Peer) -> bool {
     a.name == b.name && without_watermarks(a) == without_watermarks(b)
 }
 
-/// A listener as far as the running process is concerned: its socket and
-/// interception (the client ACL can change).
+/// A listener as far as the running process is concerned: its socket
+/// (with SO_REUSEPORT or not) and interception (the client ACL can change).
 fn socket_key(l: &Listener) -> String {
     format!(
-        "{} {} {:?}",
+        "{} {} {:?} reuse_port={}",
         l.mode.as_str(),
         l.addr,
-        l.intercept.as_ref().map(|i| (&i.interfaces, &i.ports))
+        l.intercept.as_ref().map(|i| (&i.interfaces, &i.ports)),
+        l.reuse_port
     )
 }
 

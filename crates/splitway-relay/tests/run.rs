@@ -66,3 +66,58 @@ async fn relay_without_admin_runs_until_shutdown() {
         .expect("task")
         .expect("clean exit");
 }
+
+fn socks_config(addr: &str, reuse_port: bool) -> Config {
+    Config::parse(
+        &format!(
+            "name = \"r\"\nadmin = \"off\"\n[[listen]]\nmode = \"socks5\"\naddr = \"{addr}\"\nreuse_port = {reuse_port}\n[[route]]\ndst = \"127.0.0.0/8\"\nvia = \"direct\"\n"
+        ),
+        Path::new("."),
+    )
+    .expect("valid config")
+}
+
+/// `reuse_port = true` lets a second relay process bind the same address
+/// (SO_REUSEPORT); without it the address stays exclusive.
+#[tokio::test]
+async fn reuse_port_shares_an_address_and_exclusive_is_the_default() {
+    let first = Relay::bind(socks_config("127.0.0.1:0", true))
+        .await
+        .expect("bind first");
+    let addr = first.local_addrs()[0];
+    let second = Relay::bind(socks_config(&addr.to_string(), true))
+        .await
+        .expect("a second reuse_port listener shares the address");
+    assert_eq!(second.local_addrs()[0], addr);
+    let err = Relay::bind(socks_config(&addr.to_string(), false))
+        .await
+        .err()
+        .expect("an exclusive listener on a shared address is refused");
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+
+    let exclusive = Relay::bind(socks_config("127.0.0.1:0", false))
+        .await
+        .expect("bind exclusive");
+    let taken = exclusive.local_addrs()[0];
+    assert!(
+        Relay::bind(socks_config(&taken.to_string(), true))
+            .await
+            .is_err(),
+        "reuse_port cannot join an address bound without it"
+    );
+}
+
+#[test]
+fn reuse_port_with_intercept_is_refused_with_its_key() {
+    let issues = Config::parse(
+        "name = \"r\"\nadmin = \"off\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\nreuse_port = true\nintercept = { interfaces = [\"eth0\"], ports = [80] }\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n",
+        Path::new("."),
+    )
+    .expect_err("refused");
+    assert!(
+        issues
+            .iter()
+            .any(|i| i.to_string().contains("listen[0].reuse_port")),
+        "{issues:?}"
+    );
+}
