@@ -233,6 +233,25 @@ label_enum! {
 }
 
 label_enum! {
+    /// What became of a 0-RTT peer Hello (`[accel] zero_rtt`), on either end.
+    pub enum ZeroRttOutcome {
+        /// Dialer: the Hello went out in the SYN or right after the handshake.
+        Sent => "sent",
+        /// Dialer: the peer refused the Hello (stale, full, or no 0-RTT
+        /// there); the leg was redialed with the challenge handshake.
+        Fallback => "fallback",
+        /// Acceptor: verified and fresh; the next leg started.
+        Accepted => "accepted",
+        /// Acceptor: outside the time window or older than this process.
+        Stale => "stale",
+        /// Acceptor: a nonce seen before (a replayed SYN).
+        Replay => "replay",
+        /// Acceptor: the replay window was full.
+        Full => "full",
+    }
+}
+
+label_enum! {
     /// What happened to a peer's connection pool.
     pub enum PoolEvent {
         /// A pooled connection was taken for a split connection.
@@ -253,6 +272,11 @@ label_enum! {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EarlySynLabels {
     outcome: EarlySynOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ZeroRttLabels {
+    outcome: ZeroRttOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -333,6 +357,7 @@ fn new_setup_histogram() -> Histogram {
 /// | `setup_seconds` | histogram | `mode` |
 /// | `peer_connect_failures_total` | counter | `peer` (config names) |
 /// | `early_syn_total` | counter | `outcome` |
+/// | `zero_rtt_total` | counter | `outcome` |
 /// | `pool_events_total` | counter | `peer`, `event` |
 /// | `pool_level` | gauge | `peer` |
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` |
@@ -350,6 +375,7 @@ pub struct Metrics {
     setup_seconds: [Histogram; Mode::COUNT],
     peer_connect_failures: Family<PeerLabels, CounterU64>,
     early_syn: [CounterU64; EarlySynOutcome::COUNT],
+    zero_rtt: [CounterU64; ZeroRttOutcome::COUNT],
     pool_events: Family<PoolEventLabels, CounterU64>,
     pool_level: Family<PeerLabels, Gauge>,
 }
@@ -449,6 +475,12 @@ impl Metrics {
             "Client SYNs seen by the early-SYN detector, by outcome",
             early_family.clone(),
         );
+        let zero_rtt_family = Family::<ZeroRttLabels, CounterU64>::default();
+        registry.register(
+            "zero_rtt",
+            "0-RTT peer Hellos, by outcome (dialer and acceptor side)",
+            zero_rtt_family.clone(),
+        );
         let pool_events = Family::<PoolEventLabels, CounterU64>::default();
         registry.register(
             "pool_events",
@@ -467,6 +499,11 @@ impl Metrics {
             early_syn: EarlySynOutcome::ALL.map(|outcome| {
                 early_family
                     .get_or_create(&EarlySynLabels { outcome })
+                    .clone()
+            }),
+            zero_rtt: ZeroRttOutcome::ALL.map(|outcome| {
+                zero_rtt_family
+                    .get_or_create(&ZeroRttLabels { outcome })
                     .clone()
             }),
             pool_events,
@@ -612,6 +649,11 @@ impl Metrics {
     /// Counts an early-SYN outcome.
     pub fn early_syn(&self, outcome: EarlySynOutcome) {
         self.early_syn[outcome.index()].inc();
+    }
+
+    /// Counts a 0-RTT Hello outcome.
+    pub fn zero_rtt(&self, outcome: ZeroRttOutcome) {
+        self.zero_rtt[outcome.index()].inc();
     }
 
     /// Counts `n` pool events for the configured peer `peer`.

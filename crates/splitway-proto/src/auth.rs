@@ -17,6 +17,9 @@
 //! The key never crosses the wire. A recorded Response is useless against a
 //! new connection because the acceptor's nonce is fresh every time. Callers
 //! supply both nonces from a CSPRNG; this module has no randomness of its own.
+//!
+//! Version 2 adds a 0-RTT Hello the dialer sends first, so it can ride a TCP
+//! Fast Open SYN ([`Dialer::hello`]; acceptor side in [`crate::zero_rtt`]).
 
 use std::fmt;
 
@@ -40,6 +43,13 @@ pub const FRAME_CHALLENGE: u8 = 0x01;
 pub const FRAME_RESPONSE: u8 = 0x02;
 pub const FRAME_SERVER_PROOF: u8 = 0x03;
 pub const FRAME_REJECT: u8 = 0x04;
+/// Version 2's 0-RTT Hello (dialer speaks first).
+pub const FRAME_HELLO: u8 = 0x05;
+/// The version byte of a Hello.
+pub const HELLO_VERSION: u8 = 2;
+/// A Hello's fixed part: type, magic, version, timestamp, nonce_c, mac_c.
+/// The Header follows it and is covered by mac_c.
+pub const HELLO_LEN: usize = 1 + 4 + 1 + 8 + NONCE_LEN + MAC_LEN;
 
 /// type + magic + version + nonce_s
 pub const CHALLENGE_LEN: usize = 1 + 4 + 1 + NONCE_LEN;
@@ -53,6 +63,8 @@ pub const REJECT_LEN: usize = 2;
 const CLIENT_LABEL: &[u8] = b"splitway-v1 client";
 const SERVER_LABEL: &[u8] = b"splitway-v1 server";
 const FINGERPRINT_LABEL: &[u8] = b"splitway-psk-id";
+const HELLO_CLIENT_LABEL: &[u8] = b"splitway-v2 hello";
+const HELLO_SERVER_LABEL: &[u8] = b"splitway-v2 server";
 
 /// A pre-shared key. `Debug` shows only the fingerprint.
 #[derive(Clone)]
@@ -125,6 +137,31 @@ impl Psk {
     fn server_mac(&self, nonce_c: &[u8; NONCE_LEN], nonce_s: &[u8; NONCE_LEN]) -> HmacSha256 {
         self.mac(SERVER_LABEL, nonce_c, nonce_s)
     }
+
+    /// Version 2: `HMAC(psk, "splitway-v2 hello" ‖ timestamp ‖ nonce_c ‖ header)`.
+    pub(crate) fn hello_mac(
+        &self,
+        timestamp_ms: u64,
+        nonce_c: &[u8; NONCE_LEN],
+        header: &[u8],
+    ) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts any key length");
+        mac.update(HELLO_CLIENT_LABEL);
+        mac.update(&timestamp_ms.to_be_bytes());
+        mac.update(nonce_c);
+        mac.update(header);
+        mac
+    }
+
+    /// Version 2: `HMAC(psk, "splitway-v2 server" ‖ nonce_c ‖ mac_c)`, bound
+    /// to exactly the Hello it answers.
+    pub(crate) fn hello_server_mac(&self, nonce_c: &[u8; NONCE_LEN], mac_c: &[u8]) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts any key length");
+        mac.update(HELLO_SERVER_LABEL);
+        mac.update(nonce_c);
+        mac.update(mac_c);
+        mac
+    }
 }
 
 impl fmt::Debug for Psk {
@@ -176,6 +213,9 @@ pub enum RejectReason {
     NotAllowed,
     /// The handshake did not finish in time.
     Timeout,
+    /// A 0-RTT Hello outside the acceptor's time window (clock skew, or
+    /// stamped before the acceptor started): retry with the challenge.
+    Stale,
     /// A code this version does not know (sent by a newer peer).
     Unknown(u8),
 }
@@ -190,6 +230,7 @@ impl RejectReason {
             RejectReason::Overloaded => 4,
             RejectReason::NotAllowed => 5,
             RejectReason::Timeout => 6,
+            RejectReason::Stale => 7,
             RejectReason::Unknown(code) => code,
         }
     }
@@ -205,6 +246,7 @@ impl RejectReason {
             4 => RejectReason::Overloaded,
             5 => RejectReason::NotAllowed,
             6 => RejectReason::Timeout,
+            7 => RejectReason::Stale,
             other => RejectReason::Unknown(other),
         }
     }
@@ -220,6 +262,7 @@ impl fmt::Display for RejectReason {
             RejectReason::Overloaded => f.write_str("overloaded"),
             RejectReason::NotAllowed => f.write_str("not allowed"),
             RejectReason::Timeout => f.write_str("handshake timeout"),
+            RejectReason::Stale => f.write_str("0-RTT hello outside the time window"),
             RejectReason::Unknown(code) => write!(f, "unknown reason {code}"),
         }
     }
@@ -242,6 +285,8 @@ pub enum AuthError {
     UnexpectedFrame(u8),
     #[error("invalid pre-shared key: {0}")]
     BadKey(String),
+    #[error("peer relay handshake: bad header in its hello: {0}")]
+    BadHeader(crate::header::HeaderError),
     /// A method was called in the wrong handshake state (a bug in the caller).
     #[error("internal: handshake step called out of order")]
     OutOfOrder,
@@ -257,6 +302,7 @@ impl AuthError {
             AuthError::Rejected(_) => "rejected",
             AuthError::UnexpectedFrame(_) => "malformed",
             AuthError::BadKey(_) => "bad_key",
+            AuthError::BadHeader(_) => "malformed",
             AuthError::OutOfOrder => "out_of_order",
         }
     }
@@ -264,7 +310,9 @@ impl AuthError {
     /// What the acceptor should put in its Reject frame before closing, if anything.
     pub fn reject_reason(&self) -> Option<RejectReason> {
         match self {
-            AuthError::BadMagic | AuthError::UnexpectedFrame(_) => Some(RejectReason::Malformed),
+            AuthError::BadMagic | AuthError::UnexpectedFrame(_) | AuthError::BadHeader(_) => {
+                Some(RejectReason::Malformed)
+            }
             AuthError::BadVersion(_) => Some(RejectReason::UnsupportedVersion),
             AuthError::BadMac => Some(RejectReason::AuthFailed),
             AuthError::Rejected(_) | AuthError::BadKey(_) | AuthError::OutOfOrder => None,
@@ -288,12 +336,16 @@ fn expect_frame(buf: &[u8], expected: u8) -> Result<Option<()>, AuthError> {
 
 /// Checks magic and version as soon as their bytes arrive (at `buf[1..6]`).
 fn check_magic_and_version(buf: &[u8]) -> Result<(), AuthError> {
+    check_magic_and(buf, AUTH_VERSION)
+}
+
+pub(crate) fn check_magic_and(buf: &[u8], expected_version: u8) -> Result<(), AuthError> {
     let magic_available = &buf[1..buf.len().min(5)];
     if magic_available != &MAGIC[..magic_available.len()] {
         return Err(AuthError::BadMagic);
     }
     match buf.get(5) {
-        Some(&version) if version != AUTH_VERSION => Err(AuthError::BadVersion(version)),
+        Some(&version) if version != expected_version => Err(AuthError::BadVersion(version)),
         _ => Ok(()),
     }
 }
@@ -401,7 +453,14 @@ impl Acceptor {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DialerState {
     AwaitingChallenge,
-    AwaitingProof { nonce_s: [u8; NONCE_LEN] },
+    AwaitingProof {
+        nonce_s: [u8; NONCE_LEN],
+    },
+    /// A Hello went out; the acceptor may still send the Challenge it sends
+    /// every connection whose first bytes had not arrived at accept.
+    AwaitingHelloProof {
+        mac_c: [u8; MAC_LEN],
+    },
     Authenticated,
 }
 
@@ -467,21 +526,64 @@ impl Dialer {
         response
     }
 
-    /// Verifies the ServerProof; returns the bytes consumed. After `Ok(Some)`
-    /// the next bytes from the acceptor are the Reply.
-    pub fn on_server_proof(&mut self, buf: &[u8]) -> Result<Option<usize>, AuthError> {
-        let DialerState::AwaitingProof { nonce_s } = self.state else {
+    /// Version 2, 0-RTT: the Hello (with `header`, an encoded Header, after
+    /// it) to send as the very first bytes, so that with TCP Fast Open they
+    /// ride the SYN. `timestamp_ms` is Unix time: the acceptor refuses a
+    /// Hello outside its window (`RejectReason::Stale`), which the caller
+    /// answers by retrying with the challenge handshake.
+    pub fn hello(&mut self, timestamp_ms: u64, header: &[u8]) -> Result<Vec<u8>, AuthError> {
+        if self.state != DialerState::AwaitingChallenge {
             return Err(AuthError::OutOfOrder);
+        }
+        let mac_c: [u8; MAC_LEN] = self
+            .psk
+            .hello_mac(timestamp_ms, &self.nonce_c, header)
+            .finalize()
+            .into_bytes()
+            .into();
+        let mut out = Vec::with_capacity(HELLO_LEN + header.len());
+        out.push(FRAME_HELLO);
+        out.extend_from_slice(&MAGIC);
+        out.push(HELLO_VERSION);
+        out.extend_from_slice(&timestamp_ms.to_be_bytes());
+        out.extend_from_slice(&self.nonce_c);
+        out.extend_from_slice(&mac_c);
+        out.extend_from_slice(header);
+        self.state = DialerState::AwaitingHelloProof { mac_c };
+        Ok(out)
+    }
+
+    /// Verifies the ServerProof; returns the bytes consumed. After `Ok(Some)`
+    /// the next bytes from the acceptor are the Reply. After a Hello, a
+    /// Challenge before the proof is skipped (the acceptor sent it because
+    /// the Hello had not arrived with the SYN).
+    pub fn on_server_proof(&mut self, buf: &[u8]) -> Result<Option<usize>, AuthError> {
+        let (skip, expected) = match self.state {
+            DialerState::AwaitingProof { nonce_s } => {
+                (0, self.psk.server_mac(&self.nonce_c, &nonce_s))
+            }
+            DialerState::AwaitingHelloProof { mac_c } => {
+                let skip = if buf.first() == Some(&FRAME_CHALLENGE) {
+                    check_magic_and_version(buf)?;
+                    CHALLENGE_LEN
+                } else {
+                    0
+                };
+                (skip, self.psk.hello_server_mac(&self.nonce_c, &mac_c))
+            }
+            _ => return Err(AuthError::OutOfOrder),
         };
-        if expect_frame(buf, FRAME_SERVER_PROOF)?.is_none() || buf.len() < SERVER_PROOF_LEN {
+        let Some(proof) = buf.get(skip..) else {
+            return Ok(None);
+        };
+        if expect_frame(proof, FRAME_SERVER_PROOF)?.is_none() || proof.len() < SERVER_PROOF_LEN {
             return Ok(None);
         }
-        self.psk
-            .server_mac(&self.nonce_c, &nonce_s)
-            .verify_slice(&buf[1..SERVER_PROOF_LEN])
+        expected
+            .verify_slice(&proof[1..SERVER_PROOF_LEN])
             .map_err(|_| AuthError::BadMac)?;
         self.state = DialerState::Authenticated;
-        Ok(Some(SERVER_PROOF_LEN))
+        Ok(Some(skip + SERVER_PROOF_LEN))
     }
 
     pub fn is_authenticated(&self) -> bool {

@@ -19,5 +19,6 @@ pub mod auth;
 pub mod header;
 pub mod http_connect;
 pub mod socks5;
+pub mod zero_rtt;
 
 pub use addr::Destination;

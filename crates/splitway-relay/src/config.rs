@@ -88,6 +88,14 @@ pub struct Accel {
     pub tfo: bool,
     /// Turbo-start on relay↔relay legs only.
     pub turbo: Option<Turbo>,
+    /// 0-RTT peer legs: fresh (unpooled) legs to peers send an authenticated
+    /// Hello with the Header in their TCP Fast Open SYN, and peer listeners
+    /// accept such Hellos at the SYN, so the next relay starts its own next
+    /// leg half a round trip after the dial.
+    pub zero_rtt: bool,
+    /// How far a Hello's timestamp may be from this relay's clock; relays'
+    /// clocks must agree to well within it (NTP).
+    pub zero_rtt_window: Duration,
 }
 
 /// KTCP's Turbo-Start: large initial windows and buffers, installed as
@@ -112,6 +120,8 @@ impl Default for Accel {
             pool: false,
             tfo: false,
             turbo: None,
+            zero_rtt: false,
+            zero_rtt_window: Duration::from_secs(10),
         }
     }
 }
@@ -360,6 +370,8 @@ struct RawAccel {
     pool: Option<bool>,
     tfo: Option<bool>,
     turbo: Option<RawTurbo>,
+    zero_rtt: Option<bool>,
+    zero_rtt_window: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1142,6 +1154,18 @@ impl Config {
             accel.early_syn = raw.early_syn.unwrap_or(false);
             accel.pool = raw.pool.unwrap_or(false);
             accel.tfo = raw.tfo.unwrap_or(false);
+            accel.zero_rtt = raw.zero_rtt.unwrap_or(false);
+            if let Some(t) = raw.zero_rtt_window
+                && let Some(d) = c.duration("accel.zero_rtt_window", &t)
+            {
+                if !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&d) {
+                    c.err(
+                        "accel.zero_rtt_window",
+                        format!("{d:?} is outside 1s..=300s"),
+                    );
+                }
+                accel.zero_rtt_window = d;
+            }
             if let Some(b) = raw.early_syn_budget {
                 if b == 0 {
                     c.err(

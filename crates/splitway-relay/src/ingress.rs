@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::config::{ListenMode, Listener};
+use crate::config::{Accel, ListenMode, Listener};
 use crate::error::{ConnError, RelayError};
 use crate::forward::write_all;
 use crate::limits::{Permit, Refused};
@@ -32,7 +32,7 @@ const BACKLOG: i32 = 4096;
 /// accept connections addressed to foreign destinations.
 pub fn bind(
     l: &Listener,
-    tfo: bool,
+    accel: &Accel,
     turbo_buffer: Option<usize>,
 ) -> Result<TcpListener, RelayError> {
     let err = |source| RelayError::Listen {
@@ -54,7 +54,7 @@ pub fn bind(
             .map_err(|e| err(std::io::Error::other(e.to_string())))?;
     }
     sock.bind(&l.addr.into()).map_err(err)?;
-    set_accept_options(l, &sock, tfo, turbo_buffer).map_err(err)?;
+    set_accept_options(l, &sock, accel, turbo_buffer).map_err(err)?;
     sock.listen(BACKLOG).map_err(err)?;
     sock.set_nonblocking(true).map_err(err)?;
     TcpListener::from_std(sock.into()).map_err(err)
@@ -65,7 +65,7 @@ pub fn bind(
 fn set_accept_options(
     l: &Listener,
     sock: &Socket,
-    tfo: bool,
+    accel: &Accel,
     turbo_buffer: Option<usize>,
 ) -> std::io::Result<()> {
     if let (ListenMode::Peer, Some(n)) = (l.mode, turbo_buffer) {
@@ -74,10 +74,15 @@ fn set_accept_options(
         sock.set_recv_buffer_size(n)?;
         sock.set_send_buffer_size(n)?;
     }
-    if tfo && l.mode != ListenMode::Peer {
-        // A TFO client's request rides its SYN; accept() returns at the SYN
-        // with the request readable, so the next leg starts a round trip
-        // earlier.
+    let fast_open = match l.mode {
+        // An upstream relay's 0-RTT Hello rides its SYN (not inside TLS).
+        ListenMode::Peer => accel.zero_rtt && l.tls.is_none(),
+        _ => accel.tfo,
+    };
+    if fast_open {
+        // A TFO client's request (or a relay's Hello) rides its SYN;
+        // accept() returns at the SYN with it readable, so the next leg
+        // starts a round trip earlier.
         splitway_sys::sock::set_fastopen_listener(sock, BACKLOG)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
     }
@@ -90,7 +95,7 @@ fn set_accept_options(
 pub fn adopt(
     l: &Listener,
     sock: std::net::TcpListener,
-    tfo: bool,
+    accel: &Accel,
     turbo_buffer: Option<usize>,
 ) -> Result<TcpListener, RelayError> {
     let err = |source| RelayError::Listen {
@@ -101,7 +106,7 @@ pub fn adopt(
     let sock = Socket::from(sock);
     // On an inherited, already listening socket these apply to connections
     // accepted from now on.
-    set_accept_options(l, &sock, tfo, turbo_buffer).map_err(err)?;
+    set_accept_options(l, &sock, accel, turbo_buffer).map_err(err)?;
     sock.set_nonblocking(true).map_err(err)?;
     TcpListener::from_std(sock.into()).map_err(err)
 }
@@ -240,6 +245,7 @@ async fn admit(
                 &keys,
                 &shared.cfg.timeouts,
                 &shared.metrics,
+                shared.hellos.as_deref(),
             )
             .await
             {

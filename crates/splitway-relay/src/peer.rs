@@ -4,18 +4,23 @@
 //! in one write, then (concurrently with forwarding client data) read the
 //! ServerProof and the Reply. Acceptor (downstream): send the Challenge at
 //! accept, verify the Response, send the ServerProof, read the Header.
-//! `docs/protocol.md` has the frames byte by byte.
+//! With `[accel] zero_rtt` the dialer speaks first instead: a Hello with the
+//! Header rides its TCP Fast Open SYN and the acceptor acts on it at once,
+//! guarded by a replay window. `docs/protocol.md` has the frames byte by byte.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
 use rustls::ServerConfig;
-use splitway_control::metrics::{AuthFailureReason, Metrics};
-use splitway_proto::auth::{Acceptor, AuthError, Dialer, NONCE_LEN, Psk};
+use splitway_control::metrics::{AuthFailureReason, Metrics, ZeroRttOutcome};
+use splitway_proto::auth::{
+    Acceptor, AuthError, Dialer, FRAME_HELLO, NONCE_LEN, Psk, RejectReason,
+};
 use splitway_proto::header::{Header, Reply, ReplyStatus};
+use splitway_proto::zero_rtt::{self, Hello, Refusal, ReplayWindow};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::config::{Peer, Timeouts};
@@ -78,11 +83,14 @@ pub struct PeerLeg {
 }
 
 /// Opens a tuned connection to `peer`. `turbo_buffer` is turbo-start's
-/// buffer size for peers whose config sets none.
+/// buffer size for peers whose config sets none. With `fast_open`, connect
+/// returns at once when a TFO cookie is cached and the first write leaves in
+/// the SYN (a 0-RTT Hello is sure to follow).
 pub async fn connect(
     peer: &Peer,
     timeouts: &Timeouts,
     turbo_buffer: Option<usize>,
+    fast_open: bool,
 ) -> Result<TcpStream, ConnError> {
     let io_err = |op, source| ConnError::PeerIo {
         peer: peer.name.clone(),
@@ -101,6 +109,10 @@ pub async fn connect(
         turbo_buffer,
     )
     .map_err(|e| ConnError::Internal(format!("tuning leg to peer {}: {e}", peer.name)))?;
+    if fast_open {
+        splitway_sys::sock::set_fastopen_connect(&sock)
+            .map_err(|e| ConnError::Internal(e.to_string()))?;
+    }
     match tokio::time::timeout(timeouts.connect, sock.connect(peer.addr)).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(io_err("connect", e)),
@@ -171,7 +183,10 @@ async fn answer_challenge(
 
 /// Connects to `peer`, authenticates and sends `header` (and the client's
 /// first bytes) in the same write as our Response; the peer's proof is read
-/// later, with its Reply.
+/// later, with its Reply. With `zero_rtt` (plain legs only) a Hello in the
+/// SYN replaces the challenge; a peer that refuses it is dialed again with
+/// the challenge handshake, the same bytes resent.
+#[allow(clippy::too_many_arguments)]
 pub async fn dial(
     peer: &Peer,
     psk: &Psk,
@@ -179,8 +194,23 @@ pub async fn dial(
     early_data: &[u8],
     timeouts: &Timeouts,
     turbo_buffer: Option<usize>,
+    zero_rtt: bool,
+    metrics: &Metrics,
 ) -> Result<PeerLeg, ConnError> {
-    let stream = connect(peer, timeouts, turbo_buffer).await?;
+    if zero_rtt && peer.tls.is_none() {
+        match dial_hello(peer, psk, header, early_data, timeouts, turbo_buffer).await {
+            Ok(leg) => {
+                metrics.zero_rtt(ZeroRttOutcome::Sent);
+                return Ok(leg);
+            }
+            Err(HelloDial::Refused(reason)) => {
+                metrics.zero_rtt(ZeroRttOutcome::Fallback);
+                tracing::info!(peer = %peer.name, %reason, "peer refused our 0-RTT hello; redialing with the challenge handshake");
+            }
+            Err(HelloDial::Failed(e)) => return Err(e),
+        }
+    }
+    let stream = connect(peer, timeouts, turbo_buffer, false).await?;
     let tls = secure(&stream, peer, timeouts).await?;
     let io = LegIo::new(&stream, tls.as_ref());
     let (dialer, mut out) = answer_challenge(io, peer, psk, timeouts).await?;
@@ -202,6 +232,129 @@ pub async fn dial(
     })
 }
 
+enum HelloDial {
+    /// The peer answered with a Reject worth a retry with the challenge:
+    /// stale (clock skew, restart), overloaded (replay window full), or it
+    /// does not take 0-RTT Hellos at all.
+    Refused(RejectReason),
+    Failed(ConnError),
+}
+
+impl From<ConnError> for HelloDial {
+    fn from(e: ConnError) -> Self {
+        HelloDial::Failed(e)
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The 0-RTT dial: Hello ‖ Header ‖ first bytes as the first write of a TFO
+/// socket, then the peer's proof. Waiting for the proof costs nothing: the
+/// acceptor sends it at the SYN, so it comes back with the SYN-ACK, before
+/// which no further byte could leave anyway; and until it is in, the client
+/// bytes we were given are still ours to resend on a fallback.
+async fn dial_hello(
+    peer: &Peer,
+    psk: &Psk,
+    header: &Header,
+    early_data: &[u8],
+    timeouts: &Timeouts,
+    turbo_buffer: Option<usize>,
+) -> Result<PeerLeg, HelloDial> {
+    let stream = connect(peer, timeouts, turbo_buffer, true).await?;
+    let mut dialer = Dialer::new(psk.clone(), nonce());
+    let mut encoded = Vec::with_capacity(header.encoded_len());
+    header.encode(&mut encoded);
+    let mut out = dialer
+        .hello(unix_ms(), &encoded)
+        .map_err(|e| ConnError::Internal(format!("hello for {}: {e}", peer.name)))?;
+    out.extend_from_slice(early_data);
+    let io = LegIo::new(&stream, None);
+    io.write_all(&out)
+        .await
+        .map_err(|source| ConnError::PeerIo {
+            peer: peer.name.clone(),
+            op: "send hello",
+            source,
+        })?;
+    let mut buf = Vec::new();
+    let proof = tokio::time::timeout(
+        timeouts.handshake,
+        read_frame(io, &mut buf, |b| {
+            dialer.on_server_proof(b).map(|o| o.map(|n| ((), n)))
+        }),
+    )
+    .await
+    .map_err(|_| ConnError::PeerTimeout {
+        peer: peer.name.clone(),
+        during: "waiting for its proof",
+    })?;
+    match proof {
+        Ok(()) => Ok(PeerLeg {
+            stream,
+            peer: peer.name.clone(),
+            dialer,
+            buf,
+            tls: None,
+        }),
+        Err(FrameError::Bad(AuthError::Rejected(
+            r @ (RejectReason::Stale
+            | RejectReason::Overloaded
+            | RejectReason::Malformed
+            | RejectReason::UnsupportedVersion),
+        ))) => Err(HelloDial::Refused(r)),
+        Err(FrameError::Bad(AuthError::Rejected(r))) => {
+            Err(HelloDial::Failed(ConnError::PeerRejected {
+                peer: peer.name.clone(),
+                reason: r.to_string(),
+            }))
+        }
+        Err(e) => Err(HelloDial::Failed(peer_frame_error(&peer.name, "proof", e))),
+    }
+}
+
+/// The acceptor's memory of 0-RTT Hellos (`[accel] zero_rtt`), sharded by
+/// nonce so concurrent accepts rarely meet on one lock.
+pub struct HelloWindow {
+    shards: Box<[Mutex<ReplayWindow>]>,
+}
+
+impl HelloWindow {
+    const SHARDS: usize = 16;
+    /// Nonces remembered at most (about 48 bytes each): beyond that Hellos
+    /// are refused as overloaded and dialers use the challenge handshake.
+    const CAPACITY: usize = 1 << 18;
+
+    /// A window starting now: Hellos stamped before this process started
+    /// are refused, since the nonces a previous process saw are gone.
+    pub fn new(window: Duration) -> HelloWindow {
+        let now = unix_ms();
+        let window_ms = window.as_millis() as u64;
+        let shards = (0..Self::SHARDS)
+            .map(|_| {
+                Mutex::new(ReplayWindow::new(
+                    window_ms,
+                    now,
+                    Self::CAPACITY / Self::SHARDS,
+                ))
+            })
+            .collect();
+        HelloWindow { shards }
+    }
+
+    fn admit(&self, hello: &Hello) -> Result<(), Refusal> {
+        let shard = &self.shards[usize::from(hello.nonce_c[0]) % Self::SHARDS];
+        // A panic while holding the lock leaves the window consistent
+        // (admit's updates are single inserts), so poisoning is ignored.
+        let mut w = shard.lock().unwrap_or_else(|p| p.into_inner());
+        w.admit(unix_ms(), hello.timestamp_ms, &hello.nonce_c)
+    }
+}
+
 /// A connection to a peer that completed mutual authentication and waits,
 /// idle, for the one split connection it will carry.
 pub struct Pooled {
@@ -218,7 +371,7 @@ pub async fn dial_pooled(
     timeouts: &Timeouts,
     turbo_buffer: Option<usize>,
 ) -> Result<Pooled, ConnError> {
-    let stream = connect(peer, timeouts, turbo_buffer).await?;
+    let stream = connect(peer, timeouts, turbo_buffer, false).await?;
     let tls = secure(&stream, peer, timeouts).await?;
     let io = LegIo::new(&stream, tls.as_ref());
     let (mut dialer, response) = answer_challenge(io, peer, psk, timeouts).await?;
@@ -365,15 +518,19 @@ pub struct Accepted {
 /// Runs the acceptor side of the handshake within `deadline`. Failures are
 /// counted by reason and answered with a Reject frame where one helps the
 /// operator on the other end (wrong key), never with anything forwarded.
+/// `hellos`: this relay takes 0-RTT Hellos (plain legs only).
 pub async fn accept(
     stream: &TcpStream,
     tls: Option<&Arc<ServerConfig>>,
     keys: &[Psk],
     timeouts: &Timeouts,
     metrics: &Metrics,
+    hellos: Option<&HelloWindow>,
 ) -> Result<Accepted, ConnError> {
-    let fail = |(reason, err): (AuthFailureReason, ConnError)| {
-        metrics.auth_failure(reason);
+    let fail = |(reason, err): (Option<AuthFailureReason>, ConnError)| {
+        if let Some(r) = reason {
+            metrics.auth_failure(r);
+        }
         err
     };
     // A TLS listener's first stage: anything that does not complete TLS in
@@ -381,7 +538,8 @@ pub async fn accept(
     // as reason "tls".
     let leg = match tls {
         Some(cfg) => {
-            let tls_failed = |detail| fail((AuthFailureReason::Tls, ConnError::ClientTls(detail)));
+            let tls_failed =
+                |detail| fail((Some(AuthFailureReason::Tls), ConnError::ClientTls(detail)));
             match tokio::time::timeout(timeouts.handshake, TlsLeg::accept(stream, cfg)).await {
                 Ok(Ok(leg)) => Some(leg),
                 Ok(Err(e)) => return Err(tls_failed(e.to_string())),
@@ -396,13 +554,35 @@ pub async fn accept(
         None => None,
     };
     let io = LegIo::new(stream, leg.as_ref());
-    let buf = match tokio::time::timeout(timeouts.handshake, authenticate(io, keys)).await {
+    let hellos = hellos.filter(|_| leg.is_none());
+    let mut first_bytes = Vec::new();
+    if hellos.is_some() {
+        // A Hello that rode the SYN (TCP Fast Open) is queued already at
+        // accept: then no Challenge is sent.
+        take_queued(stream, &mut first_bytes).map_err(|e| fail(client_io("read hello")(e)))?;
+    }
+    let authenticated = match tokio::time::timeout(
+        timeouts.handshake,
+        authenticate(io, keys, hellos, first_bytes, metrics),
+    )
+    .await
+    {
         Ok(r) => r.map_err(fail)?,
         Err(_) => {
             return Err(fail((
-                AuthFailureReason::Timeout,
+                Some(AuthFailureReason::Timeout),
                 ConnError::ClientTimeout(timeouts.handshake),
             )));
+        }
+    };
+    let buf = match authenticated {
+        Authenticated::Challenged(buf) => buf,
+        Authenticated::Hello { header, rest } => {
+            return Ok(Accepted {
+                header,
+                early_data: rest,
+                tls: leg,
+            });
         }
     };
     // Authenticated: an upstream pool may keep this connection idle for a
@@ -425,60 +605,134 @@ pub async fn accept(
     })
 }
 
-fn client_io(op: &'static str) -> impl Fn(io::Error) -> (AuthFailureReason, ConnError) {
+fn client_io(op: &'static str) -> impl Fn(io::Error) -> (Option<AuthFailureReason>, ConnError) {
     move |source| {
         (
-            AuthFailureReason::Closed,
+            Some(AuthFailureReason::Closed),
             ConnError::ClientIo { op, source },
         )
     }
 }
 
-/// Challenge, Response, proof. Returns bytes that followed the Response.
-/// Inside TLS the Challenge is not sent: its nonce is the session's.
+/// Reads what is already queued on `s` without waiting.
+fn take_queued(s: &TcpStream, into: &mut Vec<u8>) -> io::Result<()> {
+    let mut chunk = [0u8; 2048];
+    match s.try_read(&mut chunk) {
+        Ok(n) => {
+            into.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+enum Authenticated {
+    /// Version 1: the bytes after the Response (the Header comes next).
+    Challenged(Vec<u8>),
+    /// A fresh 0-RTT Hello: its Header, and the client bytes after it.
+    Hello { header: Header, rest: Vec<u8> },
+}
+
+enum FirstFrame {
+    Response(Vec<u8>),
+    Hello(Hello),
+}
+
+/// Challenge, Response, proof; or a Hello and proof. Inside TLS the
+/// Challenge is not sent: its nonce is the session's. A Hello that arrives
+/// after the Challenge went out (no TFO cookie yet) is taken all the same.
 async fn authenticate(
     stream: LegIo<'_>,
     keys: &[Psk],
-) -> Result<Vec<u8>, (AuthFailureReason, ConnError)> {
+    hellos: Option<&HelloWindow>,
+    mut buf: Vec<u8>,
+    metrics: &Metrics,
+) -> Result<Authenticated, (Option<AuthFailureReason>, ConnError)> {
     let nonce_s = match stream.tls {
         Some(t) => t.binding_nonce().map_err(|e| {
             (
-                AuthFailureReason::Tls,
+                Some(AuthFailureReason::Tls),
                 ConnError::Internal(format!("TLS binding: {e}")),
             )
         })?,
         None => nonce(),
     };
     let mut acceptor = Acceptor::new(keys.to_vec(), nonce_s);
-    if stream.tls.is_none() {
+    let hello_queued = hellos.is_some() && buf.first() == Some(&FRAME_HELLO);
+    if stream.tls.is_none() && !hello_queued {
         stream
             .write_all(&acceptor.challenge())
             .await
             .map_err(client_io("send challenge"))?;
     }
-    let mut buf = Vec::new();
-    let proof = match read_frame(stream, &mut buf, |b| acceptor.on_response(b)).await {
-        Ok(p) => p,
+    let first = read_frame(stream, &mut buf, |b| match (b[0], hellos) {
+        (FRAME_HELLO, Some(_)) => {
+            zero_rtt::on_hello(keys, b).map(|o| o.map(|(h, n)| (FirstFrame::Hello(h), n)))
+        }
+        _ => acceptor
+            .on_response(b)
+            .map(|o| o.map(|(p, n)| (FirstFrame::Response(p), n))),
+    })
+    .await;
+    let first = match first {
+        Ok(f) => f,
         Err(FrameError::Bad(e)) => {
             if let Some(r) = e.reject_reason() {
                 // Best effort: the connection is refused either way.
                 let _ = stream.write_all(&Acceptor::reject(r)).await;
             }
-            return Err((auth_reason(&e), ConnError::PeerAuth(e)));
+            return Err((Some(auth_reason(&e)), ConnError::PeerAuth(e)));
         }
         Err(FrameError::Closed) => {
             return Err((
-                AuthFailureReason::Closed,
+                Some(AuthFailureReason::Closed),
                 ConnError::ClientProtocol("closed during authentication".into()),
             ));
         }
         Err(FrameError::Io(e)) => return Err(client_io("read response")(e)),
     };
-    stream
-        .write_all(&proof)
-        .await
-        .map_err(client_io("send proof"))?;
-    Ok(buf)
+    match first {
+        FirstFrame::Response(proof) => {
+            stream
+                .write_all(&proof)
+                .await
+                .map_err(client_io("send proof"))?;
+            Ok(Authenticated::Challenged(buf))
+        }
+        FirstFrame::Hello(hello) => {
+            let window = hellos.expect("a Hello is only decoded with a window");
+            if let Err(refusal) = window.admit(&hello) {
+                let (outcome, counted) = match refusal {
+                    // A replay holds no key of its own: count it as an attack.
+                    Refusal::Replayed => {
+                        (ZeroRttOutcome::Replay, Some(AuthFailureReason::Rejected))
+                    }
+                    // A real peer retries with the challenge: not a failure.
+                    Refusal::Stale => (ZeroRttOutcome::Stale, None),
+                    Refusal::Full => (ZeroRttOutcome::Full, None),
+                };
+                metrics.zero_rtt(outcome);
+                // Best effort: the connection is refused either way.
+                let _ = stream
+                    .write_all(&Acceptor::reject(refusal.reject_reason()))
+                    .await;
+                return Err((
+                    counted,
+                    ConnError::ClientProtocol(format!("0-RTT hello refused: {}", refusal.label())),
+                ));
+            }
+            stream
+                .write_all(hello.proof())
+                .await
+                .map_err(client_io("send proof"))?;
+            metrics.zero_rtt(ZeroRttOutcome::Accepted);
+            Ok(Authenticated::Hello {
+                header: hello.header,
+                rest: buf,
+            })
+        }
+    }
 }
 
 async fn read_header(

@@ -20,6 +20,7 @@ use crate::early_syn::EarlyStarts;
 use crate::error::RelayError;
 use crate::ingress;
 use crate::limits::ConnLimiter;
+use crate::peer::HelloWindow;
 use crate::pool::PeerPool;
 use crate::reload::Reloader;
 use crate::route::RouteTable;
@@ -50,6 +51,8 @@ pub struct Shared {
     pub turbo_routes: Arc<std::sync::Mutex<HashMap<IpAddr, TurboRoute>>>,
     /// 0 for the config the relay started with, +1 per applied reload.
     pub generation: u64,
+    /// Replay window for 0-RTT peer Hellos, when `[accel] zero_rtt` is on.
+    pub hellos: Option<Arc<HelloWindow>>,
 }
 
 /// The snapshot new connections start on, swapped by a reload.
@@ -106,6 +109,7 @@ impl Shared {
             conns: self.conns.clone(),
             turbo_routes: self.turbo_routes.clone(),
             generation: self.generation + 1,
+            hellos: self.hellos.clone(),
         }
     }
 }
@@ -220,6 +224,9 @@ impl Shared {
                 "early_syn": self.cfg.accel.early_syn,
                 "pool": self.cfg.accel.pool,
                 "tfo": self.cfg.accel.tfo,
+                "zero_rtt": self.cfg.accel.zero_rtt.then(|| json!({
+                    "window_ms": self.cfg.accel.zero_rtt_window.as_millis() as u64,
+                })),
                 "turbo_start": self.cfg.accel.turbo.map(|t| json!({
                     "initcwnd": t.initcwnd,
                     "initrwnd": t.initrwnd,
@@ -288,9 +295,9 @@ impl Relay {
             listeners.push(match inherited[index].take() {
                 Some(sock) => {
                     info!(mode = l.mode.as_str(), addr = %l.addr, "using the listening socket passed by the service manager");
-                    ingress::adopt(l, sock, cfg.accel.tfo, turbo_buffer)?
+                    ingress::adopt(l, sock, &cfg.accel, turbo_buffer)?
                 }
-                None => ingress::bind(l, cfg.accel.tfo, turbo_buffer)?,
+                None => ingress::bind(l, &cfg.accel, turbo_buffer)?,
             });
             if let Some(i) = &l.intercept {
                 let spec = InterceptSpec {
@@ -312,6 +319,19 @@ impl Relay {
             warn!(
                 "accel.tfo is on but net.ipv4.tcp_fastopen lacks the server bit (2): clients' SYN data will not be accepted"
             );
+        }
+        if cfg.accel.zero_rtt {
+            let peer_listener = cfg.listeners.iter().any(|l| l.mode == ListenMode::Peer);
+            if peer_listener && !splitway_sys::sock::fastopen_server_enabled() {
+                warn!(
+                    "accel.zero_rtt is on but net.ipv4.tcp_fastopen lacks the server bit (2): upstream relays' hellos arrive a round trip later, after the handshake"
+                );
+            }
+            if !cfg.peers.is_empty() && !splitway_sys::sock::fastopen_client_enabled() {
+                warn!(
+                    "accel.zero_rtt is on but net.ipv4.tcp_fastopen lacks the client bit (1): hellos to peers leave after the handshake, not in the SYN"
+                );
+            }
         }
         let admin = match cfg.admin {
             Some(a) => Some(splitway_control::bind(a).await?),
@@ -379,6 +399,10 @@ impl Relay {
                 turbo_routes.insert(addr, r);
             }
         }
+        let hellos = cfg
+            .accel
+            .zero_rtt
+            .then(|| Arc::new(HelloWindow::new(cfg.accel.zero_rtt_window)));
         let shared = Arc::new(Shared {
             turbo_routes: Arc::new(std::sync::Mutex::new(turbo_routes)),
             limiter: ConnLimiter::new(cfg.limits),
@@ -391,6 +415,7 @@ impl Relay {
             started: Instant::now(),
             pools,
             early,
+            hellos,
         });
         let current = Arc::new(Current::new(shared.clone()));
         let reloader = Arc::new(Reloader::new(

@@ -336,6 +336,13 @@ impl Plan {
         }
         self.needs_restart.extend(sockets);
         self.restart_if("accel.tfo", &o.accel.tfo, &new.accel.tfo);
+        // Peer listeners' TFO and the replay window are set up at start.
+        self.restart_if("accel.zero_rtt", &o.accel.zero_rtt, &new.accel.zero_rtt);
+        self.restart_if(
+            "accel.zero_rtt_window",
+            &o.accel.zero_rtt_window,
+            &new.accel.zero_rtt_window,
+        );
         self.restart_if("accel.turbo", &o.accel.turbo, &new.accel.turbo);
         self.restart_if(
             "accel.early_syn_budget",
@@ -378,6 +385,8 @@ impl Plan {
         new.name = o.name.clone();
         new.admin = o.admin;
         new.accel.tfo = o.accel.tfo;
+        new.accel.zero_rtt = o.accel.zero_rtt;
+        new.accel.zero_rtt_window = o.accel.zero_rtt_window;
         new.accel.turbo = o.accel.turbo;
         new.accel.early_syn_budget = o.accel.early_syn_budget;
         new.accel.early_syn_expiry = o.accel.early_syn_expiry;

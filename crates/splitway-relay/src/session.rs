@@ -178,6 +178,8 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                         &early,
                         &shared.cfg.timeouts,
                         turbo_buffer,
+                        shared.cfg.accel.zero_rtt,
+                        &shared.metrics,
                     )
                     .await
                 }

@@ -251,10 +251,20 @@ pub fn set_fastopen_connect(sock: &impl AsRawFd) -> Result<(), SysError> {
 /// Whether this network namespace lets listeners accept TFO
 /// (`net.ipv4.tcp_fastopen` has the server bit, 0x2).
 pub fn fastopen_server_enabled() -> bool {
+    fastopen_sysctl_has(0x2)
+}
+
+/// Whether this network namespace sends data in SYNs (`net.ipv4.tcp_fastopen`
+/// has the client bit, 0x1).
+pub fn fastopen_client_enabled() -> bool {
+    fastopen_sysctl_has(0x1)
+}
+
+fn fastopen_sysctl_has(bit: u32) -> bool {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
-        .is_some_and(|v| v & 0x2 != 0)
+        .is_some_and(|v| v & bit != 0)
 }
 
 /// Raises this process's open-file soft limit to its hard limit (a relay
