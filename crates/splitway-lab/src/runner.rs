@@ -976,6 +976,9 @@ fn random_psk_hex() -> Result<String, LabError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Accel {
     early_syn: bool,
+    /// 0-RTT Hellos on relay legs: from `split+es` on, so that every relay,
+    /// not only the first, starts its next leg at a SYN.
+    zero_rtt: bool,
     pool: bool,
     tfo: bool,
     turbo: bool,
@@ -992,6 +995,7 @@ impl Accel {
         };
         Accel {
             early_syn,
+            zero_rtt: early_syn,
             pool,
             tfo,
             turbo,
@@ -1048,10 +1052,10 @@ fn relay_config(
     ));
     let early_syn = accel.early_syn && i == 0;
     let pool = accel.pool && i + 1 < relays.len();
-    if early_syn || pool || accel.tfo || accel.turbo {
+    if early_syn || accel.zero_rtt || pool || accel.tfo || accel.turbo {
         conf.push_str(&format!(
-            "\n[accel]\nearly_syn = {early_syn}\npool = {pool}\ntfo = {}\n",
-            accel.tfo
+            "\n[accel]\nearly_syn = {early_syn}\nzero_rtt = {}\npool = {pool}\ntfo = {}\n",
+            accel.zero_rtt, accel.tfo
         ));
     }
     if accel.turbo {
@@ -1167,12 +1171,14 @@ mod tests {
             Accel::of(Config::Split),
             Accel {
                 early_syn: false,
+                zero_rtt: false,
                 pool: false,
                 tfo: false,
                 turbo: false
             }
         );
         assert!(Accel::of(Config::SplitEs).early_syn && !Accel::of(Config::SplitEs).pool);
+        assert!(Accel::of(Config::SplitEs).zero_rtt && Accel::of(Config::Full).zero_rtt);
         assert!(Accel::of(Config::SplitEsPool).pool && !Accel::of(Config::SplitEsPool).turbo);
         assert!(Accel::of(Config::Full).turbo && !Accel::of(Config::Full).tfo);
         assert!(Accel::of(Config::FullTfo).tfo);

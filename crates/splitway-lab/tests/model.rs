@@ -124,17 +124,23 @@ fn ktcp_numbers() {
     assert_close(ttfb(&path, Config::FullTfo), total_rtt, "full+tfo ≈ 274 ms");
 }
 
-/// splitway's fresh peer legs are authenticated: one more RTT of the
-/// relay↔relay leg than the papers' split, and early SYN on the first relay
-/// only saves the client leg's RTT (the next relay learns the destination
-/// from the peer header, so it cannot dial the server early).
+/// splitway's fresh peer legs are authenticated: with the challenge, one
+/// more RTT of the relay↔relay leg than the papers' split. With early SYN at
+/// the first relay and the 0-RTT Hello in the relay leg's SYN, the next relay
+/// dials the server when that SYN arrives: the papers' early SYN on every
+/// relay, without capturing SYNs there.
 #[test]
-fn splitway_split_pays_the_auth_round_trip() {
+fn splitway_split_pays_the_auth_round_trip_and_zero_rtt_removes_it() {
     let path = ktcp_path();
     assert_close(ttfb(&path, Config::Split), 547.4 + 215.0, "split");
     assert_close(
         ttfb(&path, Config::SplitEs),
-        547.4 + 215.0 - 32.7,
+        ttfb_m(&path, Mechanics::paper_early_syn()),
+        "split+es = papers' early SYN",
+    );
+    assert_close(
+        ttfb(&path, Config::SplitEs),
+        547.4 - 32.7 - 26.0,
         "split+es",
     );
 }
