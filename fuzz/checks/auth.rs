@@ -1,10 +1,14 @@
 //! Peer handshake: arbitrary bytes at every step of both sides never panic or
 //! authenticate; a genuine handshake with fuzzer-chosen key and nonces always
-//! succeeds, and flipping any one byte of it always fails.
+//! succeeds, and flipping any one byte of it always fails. The same for the
+//! version-2 0-RTT Hello and its proof.
 //!
 //! Shared by the cargo-fuzz target and the stable corpus replay test.
 
+use splitway_proto::Destination;
 use splitway_proto::auth::{Acceptor, AuthError, Dialer, NONCE_LEN, Psk};
+use splitway_proto::header::Header;
+use splitway_proto::zero_rtt::on_hello;
 
 fn split_nonce(bytes: &[u8]) -> [u8; NONCE_LEN] {
     bytes.try_into().expect("slice of NONCE_LEN")
@@ -45,6 +49,8 @@ pub fn check(data: &[u8]) {
         );
     }
 
+    check_hello(&key, nonce_c, data);
+
     // A genuine handshake with key and nonces taken from the input.
     if data.len() < 32 + 2 * NONCE_LEN + 2 {
         return;
@@ -83,4 +89,61 @@ pub fn check(data: &[u8]) {
 
     assert_eq!(dialer.on_server_proof(&proof), Ok(Some(proof.len())));
     assert!(dialer.is_authenticated() && acceptor.is_authenticated());
+}
+
+fn header_bytes(port: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    Header::new(
+        1,
+        Destination::Ip(std::net::SocketAddr::from(([10, 0, 3, 2], port))),
+        std::net::SocketAddr::from(([10, 0, 1, 1], 40000)),
+    )
+    .encode(&mut out);
+    out
+}
+
+/// The 0-RTT Hello: arbitrary bytes never verify unless they are exactly a
+/// Hello the key would produce (a MAC cannot be guessed), a hello-mode
+/// dialer takes no forged proof, and a genuine exchange built from the
+/// input authenticates while any flipped byte of the Hello does not.
+fn check_hello(key: &Psk, nonce_c: [u8; NONCE_LEN], data: &[u8]) {
+    if let Ok(Some((hello, used))) = on_hello(std::slice::from_ref(key), data) {
+        let mut header = Vec::new();
+        hello.header.encode(&mut header);
+        let mut again = Dialer::new(key.clone(), hello.nonce_c);
+        let genuine = again.hello(hello.timestamp_ms, &header).unwrap();
+        assert_eq!(&data[..used], genuine.as_slice(), "forged hello verified");
+    }
+    let mut dialer = Dialer::new(key.clone(), nonce_c);
+    let hello = dialer.hello(1_000, &header_bytes(80)).unwrap();
+    let (verified, _) = on_hello(std::slice::from_ref(key), &hello)
+        .unwrap()
+        .unwrap();
+    if let Ok(Some(used)) = dialer.on_server_proof(data) {
+        assert!(
+            data[..used].ends_with(verified.proof()),
+            "forged hello proof authenticated"
+        );
+    }
+    if data.len() < 3 {
+        return;
+    }
+    let timestamp = u64::from(u16::from_be_bytes([data[0], data[1]]));
+    let mut dialer = Dialer::new(key.clone(), nonce_c);
+    let hello = dialer
+        .hello(timestamp, &header_bytes(u16::from(data[2])))
+        .unwrap();
+    let (verified, used) = on_hello(std::slice::from_ref(key), &hello)
+        .unwrap()
+        .unwrap();
+    assert_eq!(used, hello.len());
+    let index = 6 + usize::from(data[2]) % (hello.len() - 6);
+    let mut tampered = hello.clone();
+    tampered[index] ^= data[1] | 1;
+    assert!(
+        !matches!(on_hello(std::slice::from_ref(key), &tampered), Ok(Some(_))),
+        "tampered hello verified (byte {index})"
+    );
+    assert_eq!(dialer.on_server_proof(verified.proof()), Ok(Some(33)));
+    assert!(dialer.is_authenticated());
 }
