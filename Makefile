@@ -54,7 +54,8 @@ bench: deps release
 faults-long: deps
 	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_FAULTS_LONG=1 $(CARGO) test -p splitway --test relay_faults -- --test-threads=2 --nocapture
 
-## soak: SOAK_CONNECTIONS concurrent split connections through a relay pair for SOAK_DURATION.
+## soak: SOAK_CONNECTIONS concurrent split connections through a relay pair for SOAK_DURATION,
+## two relay processes per host sharing the listener (SO_REUSEPORT: fd limit 20,000 per process).
 SOAK_DURATION ?= 10m
 SOAK_CONNECTIONS ?= 10000
 soak: deps release

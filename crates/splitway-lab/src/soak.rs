@@ -3,14 +3,20 @@
 //! and memory compared before, during and after.
 //!
 //! Namespaces client — rc — rs — server joined by veth pairs (no emulated
-//! delay). The client opens `--connections` SOCKS5 connections through rc
-//! (rc dials rs, rs dials the server) and keeps every one busy until
-//! `--duration` is over with exchanges of mixed sizes (bytes to MBs), both
+//! delay). Each relay host runs `--relay-processes` splitway processes that
+//! share its listener (SO_REUSEPORT): a process holds two sockets per
+//! connection it carries, and the open-file limit is per process. The
+//! client opens `--connections` SOCKS5 connections through rc (rc dials rs,
+//! rs dials the server) and keeps every one open until `--duration` is
+//! over, with intermittent exchanges of mixed sizes (bytes to MBs), both
 //! directions at once: the client's bytes are checked by the server, the
 //! server's by the client, each against a pattern derived from a
-//! per-exchange seed. Then every connection closes, and the relays must
-//! return to their baseline descriptors, and their memory must not grow
-//! from one round to the next (`--rounds`). Exits non-zero on any error.
+//! per-exchange seed. Small exchanges run whenever a connection wants; at
+//! most `--bulk-slots` larger ones run at once, so the kernel memory the
+//! soak's own traffic takes stays bounded (the host's `tcp_mem` is global
+//! and shared). Then every connection closes, and the relays must return to
+//! their baseline descriptors, and their memory must not grow from one
+//! round to the next (`--rounds`). Exits non-zero on any failed check.
 
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -37,7 +43,8 @@ const SERVER: &str = "10.0.3.2";
 const SOCKS_PORT: u16 = 1080;
 const PEER_PORT: u16 = 7100;
 const SERVER_PORT: u16 = 5001;
-const ADMIN: &str = "127.0.0.1:9090";
+/// Admin port of a host's first relay process; the next ones count up.
+const ADMIN_BASE_PORT: u16 = 9090;
 /// Longest the ramp (every connection set up) may take.
 const RAMP_LIMIT: Duration = Duration::from_secs(300);
 /// Connection setups in progress at once (keeps SYN queues from overflowing).
@@ -52,6 +59,21 @@ const FD_SLACK: u64 = 16;
 /// caches, not per-connection state (10,000 connections leaking even 1 KiB
 /// each would exceed it).
 const RSS_MARGIN: u64 = 16 * 1024 * 1024;
+/// Largest socket buffer (tcp_rmem/tcp_wmem max) in the soak's namespaces.
+/// Veth legs without delay need little (this is many BDPs); the defaults
+/// (6–32 MiB) let tens of thousands of sockets exhaust the host's tcp_mem.
+const SOCKET_BUFFER_MAX: u64 = 256 * 1024;
+/// An exchange moving at most this much (both directions) needs no bulk
+/// slot: small messages flow freely and keep every connection in use.
+const SMALL_EXCHANGE: u64 = 4096;
+/// How long after a round's end its connections may take to finish their
+/// exchange and close; beyond it they count as stalled (an error).
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// Descriptors a generator process needs beyond one socket per connection.
+const GENERATOR_FD_HEADROOM: u64 = 256;
+/// Share of connections one relay process may get above an even split:
+/// SO_REUSEPORT spreads them by hash, not exactly evenly.
+const REUSEPORT_SKEW_PERCENT: u64 = 10;
 
 /// `splitway lab soak` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -73,6 +95,16 @@ pub struct SoakArgs {
     /// Largest transfer of one exchange in one direction (bytes).
     #[arg(long, default_value_t = 2 * 1024 * 1024)]
     pub max_size: u64,
+    /// splitway processes per relay host, sharing its listener with
+    /// SO_REUSEPORT (each holds two sockets per connection it carries, and
+    /// the open-file limit is per process).
+    #[arg(long, default_value_t = 2)]
+    pub relay_processes: usize,
+    /// Exchanges larger than 4 KiB running at once over all connections
+    /// (the others wait their turn): bounds the kernel socket memory the
+    /// soak's own traffic takes.
+    #[arg(long, default_value_t = 128)]
+    pub bulk_slots: usize,
     /// Also write the results as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -136,16 +168,54 @@ fn resources(pid: u32) -> Option<Resources> {
     })
 }
 
-/// One relay's figures over the run.
+/// One relay process's figures over the run.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RelayFigures {
+    /// `rc1`, `rc2`, `rs1`, ...
     pub name: String,
+    /// `rc` or `rs`.
+    pub host: String,
     pub baseline: Resources,
     pub peak: Resources,
     pub after: Resources,
     /// After each round, every connection closed.
     pub after_rounds: Vec<Resources>,
     pub peak_connections_open: u64,
+}
+
+/// One relay host's processes together: sums taken at the same sample.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct HostFigures {
+    pub name: String,
+    pub processes: usize,
+    pub baseline: Resources,
+    pub peak: Resources,
+    pub after: Resources,
+}
+
+/// The host's TCP memory (`/proc/net/sockstat` "mem", in pages; global to
+/// the kernel, so other work on the host counts too) against `tcp_mem`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct TcpMemory {
+    /// `net.ipv4.tcp_mem`: below, pressure, high (pages).
+    pub tcp_mem: [u64; 3],
+    pub baseline_pages: u64,
+    pub peak_pages: u64,
+    /// Sockets allocated host-wide at the TCP memory peak.
+    pub sockets_at_peak: u64,
+    /// Samples at or above the pressure threshold.
+    pub samples_over_pressure: u64,
+}
+
+/// TcpExt counters of one soak namespace after the run (memory trouble
+/// shows here: pressure entered, receive queue drops, pruning).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NamespaceCounters {
+    pub namespace: String,
+    pub memory_pressures: u64,
+    pub rcvq_drops: u64,
+    pub prune_called: u64,
+    pub abort_on_memory: u64,
 }
 
 /// What a soak run did and saw.
@@ -161,6 +231,12 @@ pub struct SoakReport {
     pub errors: u64,
     pub first_errors: Vec<String>,
     pub relays: Vec<RelayFigures>,
+    pub hosts: Vec<HostFigures>,
+    pub tcp_memory: TcpMemory,
+    pub namespaces: Vec<NamespaceCounters>,
+    /// Load average (1, 5, 15 min) at the start and at the end.
+    pub loadavg_start: String,
+    pub loadavg_end: String,
     pub failures: Vec<String>,
     pub notes: Vec<String>,
 }
@@ -173,9 +249,13 @@ pub fn run(args: SoakArgs) -> Result<(), LabError> {
     if !is_root() {
         return Err(LabError::NotRoot);
     }
-    if args.connections == 0 || args.max_size == 0 {
+    if args.connections == 0
+        || args.max_size == 0
+        || args.relay_processes == 0
+        || args.bulk_slots == 0
+    {
         return Err(LabError::Usage(
-            "--connections and --max-size must be positive".into(),
+            "--connections, --max-size, --relay-processes and --bulk-slots must be positive".into(),
         ));
     }
     let report = soak(&args)?;
@@ -192,9 +272,18 @@ pub fn run(args: SoakArgs) -> Result<(), LabError> {
     }
 }
 
+/// One splitway process of a relay host.
+struct RelayProcess {
+    /// `rc1`, `rc2`, `rs1`, ...
+    name: String,
+    host: &'static str,
+    admin: String,
+    child: Child,
+}
+
 /// The namespaces, relays and temp dir of one run; torn down on drop.
 struct Rig {
-    relays: Vec<(String, Child)>,
+    relays: Vec<RelayProcess>,
     server_process: Option<Child>,
     client: Netns,
     rc: Netns,
@@ -211,21 +300,21 @@ impl Drop for Rig {
             let _ = server.kill();
             let _ = server.wait();
         }
-        for (_, child) in &mut self.relays {
+        for relay in &mut self.relays {
             let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
+                .args(["-TERM", &relay.child.id().to_string()])
                 .status();
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        for (_, child) in &mut self.relays {
+        for relay in &mut self.relays {
             while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
+                if let Ok(Some(_)) = relay.child.try_wait() {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            let _ = relay.child.kill();
+            let _ = relay.child.wait();
         }
         if self.keep {
             println!("relay configs and logs kept in {}", self.dir.display());
@@ -244,7 +333,7 @@ fn sys(what: &str, e: splitway_sys::SysError) -> LabError {
 }
 
 impl Rig {
-    fn build(binary: &Path) -> Result<Rig, LabError> {
+    fn build(binary: &Path, processes: usize) -> Result<Rig, LabError> {
         netns::remove_stale(PREFIX);
         let create = || {
             let name = netns::unique_name(PREFIX);
@@ -288,12 +377,26 @@ impl Rig {
             ns.sysctl("net.core.somaxconn", "8192")
                 .map_err(|e| sys("sysctl", e))?;
             // Tens of thousands of sockets autotuning toward the default
-            // 6–32 MiB maxima exhaust the host's global tcp_mem: the stack
-            // then drops segments and BBR stalls (docs/reliability.md, run
-            // 7). Veth legs need little: 1 MiB is many BDPs here.
-            ns.sysctl("net.ipv4.tcp_rmem", "4096 131072 1048576")
-                .map_err(|e| sys("sysctl", e))?;
-            ns.sysctl("net.ipv4.tcp_wmem", "4096 16384 1048576")
+            // 6–32 MiB maxima exhausted the host's global tcp_mem: the
+            // stack then dropped segments and BBR stalled
+            // (docs/reliability.md, runs 7 and 8). With the bulk slots this
+            // bounds the soak's own socket memory.
+            ns.sysctl(
+                "net.ipv4.tcp_rmem",
+                &format!("4096 65536 {SOCKET_BUFFER_MAX}"),
+            )
+            .map_err(|e| sys("sysctl", e))?;
+            ns.sysctl(
+                "net.ipv4.tcp_wmem",
+                &format!("4096 16384 {SOCKET_BUFFER_MAX}"),
+            )
+            .map_err(|e| sys("sysctl", e))?;
+            // Loss-based reno (a namespace default can only be reno or
+            // bbr here): without fq, BBR paces with its internal timer and
+            // its model collapsed to kbit/s on the drops of run 7; on a
+            // zero-delay veth the choice costs no throughput, and reno
+            // recovers from any loss within a few round trips of µs.
+            ns.sysctl("net.ipv4.tcp_congestion_control", "reno")
                 .map_err(|e| sys("sysctl", e))?;
         }
 
@@ -307,30 +410,46 @@ impl Rig {
         };
         let psk_path = rig.dir.join("psk.key");
         fs::write(&psk_path, format!("{psk}\n")).map_err(|e| LabError::io("write psk", e))?;
-        let common = |name: &str| {
+        let common = |host: &str, admin: &str| {
             format!(
-                "name = \"{name}\"\npsk_file = \"{}\"\nadmin = \"{ADMIN}\"\n",
+                "name = \"{host}\"\npsk_file = \"{}\"\nadmin = \"{admin}\"\n",
                 psk_path.display()
             )
         };
-        let rc_conf = format!(
-            "{}\n[[listen]]\nmode = \"socks5\"\naddr = \"{RC_WEST}:{SOCKS_PORT}\"\nallow_clients = [\"10.0.1.0/24\"]\n\n\
-             [[peer]]\nname = \"rs\"\naddr = \"{RS_WEST}:{PEER_PORT}\"\n\n\
-             [[route]]\ndst = \"10.0.3.0/24\"\nvia = \"rs\"\n",
-            common("rc")
-        );
-        let rs_conf = format!(
-            "{}\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\n\n\
-             [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n",
-            common("rs")
-        );
-        // rs first: rc's peer must be listening when rc comes up.
-        for (name, conf) in [("rs", rs_conf), ("rc", rc_conf)] {
+        let rc_conf = |admin: &str| {
+            format!(
+                "{}\n[[listen]]\nmode = \"socks5\"\naddr = \"{RC_WEST}:{SOCKS_PORT}\"\nreuse_port = true\n\
+                 allow_clients = [\"10.0.1.0/24\"]\n\n\
+                 [[peer]]\nname = \"rs\"\naddr = \"{RS_WEST}:{PEER_PORT}\"\n\n\
+                 [[route]]\ndst = \"10.0.3.0/24\"\nvia = \"rs\"\n",
+                common("rc", admin)
+            )
+        };
+        let rs_conf = |admin: &str| {
+            format!(
+                "{}\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\nreuse_port = true\n\n\
+                 [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n",
+                common("rs", admin)
+            )
+        };
+        // rs first: rc's peer must be listening when rc comes up. Every
+        // process of a host shares its listener; each has its own admin.
+        let mut plan = Vec::new();
+        for (host, conf) in [
+            ("rs", &rs_conf as &dyn Fn(&str) -> String),
+            ("rc", &rc_conf),
+        ] {
+            for i in 0..processes {
+                let admin = format!("127.0.0.1:{}", ADMIN_BASE_PORT + i as u16);
+                plan.push((host, format!("{host}{}", i + 1), conf(&admin), admin));
+            }
+        }
+        for (host, name, conf, admin) in plan {
             let path = rig.dir.join(format!("{name}.toml"));
             fs::write(&path, conf).map_err(|e| LabError::io("write relay config", e))?;
             let log = fs::File::create(rig.dir.join(format!("{name}.log")))
                 .map_err(|e| LabError::io("create relay log", e))?;
-            let ns = if name == "rc" { &rig.rc } else { &rig.rs };
+            let ns = if host == "rc" { &rig.rc } else { &rig.rs };
             let child = ns
                 .command(&binary.display().to_string())
                 .args(["relay", "--config"])
@@ -347,8 +466,13 @@ impl Rig {
                 .stderr(log)
                 .spawn()
                 .map_err(|e| LabError::io("spawn splitway relay", e))?;
-            rig.relays.push((name.to_owned(), child));
-            rig.wait_ready(name)?;
+            rig.relays.push(RelayProcess {
+                name: name.clone(),
+                host,
+                admin,
+                child,
+            });
+            rig.wait_ready(&name)?;
         }
         Ok(rig)
     }
@@ -380,24 +504,28 @@ impl Rig {
         Ok(())
     }
 
-    fn ns(&self, relay: &str) -> &Netns {
-        if relay == "rc" { &self.rc } else { &self.rs }
-    }
-
-    fn pid(&self, relay: &str) -> u32 {
+    fn relay(&self, name: &str) -> &RelayProcess {
         self.relays
             .iter()
-            .find(|(n, _)| n == relay)
-            .map(|(_, c)| c.id())
+            .find(|r| r.name == name)
             .expect("relay started")
     }
 
+    fn pid(&self, relay: &str) -> u32 {
+        self.relay(relay).child.id()
+    }
+
     fn status(&self, relay: &str) -> Option<serde_json::Value> {
-        let out = self
-            .ns(relay)
+        let relay = self.relay(relay);
+        let ns = if relay.host == "rc" {
+            &self.rc
+        } else {
+            &self.rs
+        };
+        let out = ns
             .command("curl")
             .args(["-sS", "--fail", "--max-time", "5"])
-            .arg(format!("http://{ADMIN}/status"))
+            .arg(format!("http://{}/status", relay.admin))
             .stdin(Stdio::null())
             .stderr(Stdio::null())
             .output()
@@ -416,8 +544,8 @@ impl Rig {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let log = self.dir.join(format!("{relay}.log"));
-            if let Some((_, child)) = self.relays.iter_mut().find(|(n, _)| n == relay)
-                && let Ok(Some(status)) = child.try_wait()
+            if let Some(r) = self.relays.iter_mut().find(|r| r.name == relay)
+                && let Ok(Some(status)) = r.child.try_wait()
             {
                 return Err(LabError::Peer {
                     tool: "splitway relay".into(),
@@ -501,10 +629,12 @@ fn after_round(
     Ok(())
 }
 
-/// Raises the open-file limits (soft and hard, with prlimit(1) as root) so
-/// that this process (two sockets per connection: client and server end)
-/// and the relays it starts (two per connection, plus pipes) fit.
-fn raise_nofile(connections: usize) -> Result<u64, LabError> {
+/// Raises the open-file limit (soft to hard; the hard one too where
+/// allowed, with prlimit(1) as root) and checks that every process fits:
+/// each generator process (client side, server side) holds one socket per
+/// connection; with `relay_processes`, each relay process holds two per
+/// connection it carries, plus splice pipes. The relays inherit the limit.
+fn raise_nofile(connections: usize, relay_processes: Option<usize>) -> Result<u64, LabError> {
     let wanted = (connections as u64 * 2 + 4096).max(65_536);
     let pid = std::process::id().to_string();
     let out = Command::new("prlimit")
@@ -514,25 +644,51 @@ fn raise_nofile(connections: usize) -> Result<u64, LabError> {
     if let Ok(out) = &out
         && !out.status.success()
     {
-        tracing::warn!(
+        tracing::debug!(
             "prlimit --nofile={wanted}: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
     let (soft, hard) =
         splitway_sys::sock::raise_nofile_limit().map_err(|e| sys("raise RLIMIT_NOFILE", e))?;
-    // Each relay holds two sockets per split connection plus splice pipes
-    // while bytes are in flight; the relays inherit this limit.
-    let relay_needs = connections as u64 * 2 + RELAY_FD_HEADROOM;
-    if soft < relay_needs {
+    let generator_needs = connections as u64 + GENERATOR_FD_HEADROOM;
+    if soft < generator_needs {
         return Err(LabError::Usage(format!(
-            "open-file limit {soft} (hard {hard}, and raising the hard limit was refused) is too low: \
-             each relay needs 2 descriptors per connection plus {RELAY_FD_HEADROOM} headroom, {relay_needs} for {connections} connections; \
-             at most {} connections fit",
-            soft.saturating_sub(RELAY_FD_HEADROOM) / 2
+            "open-file limit {soft} (hard {hard}) is too low: each generator process needs one descriptor \
+             per connection plus {GENERATOR_FD_HEADROOM}, {generator_needs} for {connections} connections"
         )));
     }
+    if let Some(processes) = relay_processes {
+        let needs = relay_fds_needed(connections, processes);
+        if soft < needs {
+            let mut fit = processes;
+            while fit < connections && relay_fds_needed(connections, fit) > soft {
+                fit += 1;
+            }
+            return Err(LabError::Usage(format!(
+                "open-file limit {soft} (hard {hard}) is too low: with {processes} relay processes per host \
+                 each may carry up to {} connections ({REUSEPORT_SKEW_PERCENT} % over an even share), \
+                 2 descriptors each plus {RELAY_FD_HEADROOM} headroom = {needs}; use --relay-processes {fit}",
+                relay_share(connections, processes)
+            )));
+        }
+    }
     Ok(soft)
+}
+
+/// Connections one relay process may get: an even share plus the
+/// SO_REUSEPORT hash's unevenness.
+fn relay_share(connections: usize, processes: usize) -> u64 {
+    let even = (connections as u64).div_ceil(processes as u64);
+    if processes == 1 {
+        even
+    } else {
+        (even * (100 + REUSEPORT_SKEW_PERCENT)).div_ceil(100)
+    }
+}
+
+fn relay_fds_needed(connections: usize, processes: usize) -> u64 {
+    relay_share(connections, processes) * 2 + RELAY_FD_HEADROOM
 }
 
 // ---------------------------------------------------------------------------
@@ -647,7 +803,7 @@ async fn serve_one(stream: TcpStream) -> std::io::Result<()> {
 /// `--serve`: binds the soak server where it runs (the server namespace),
 /// prints `ready`, and serves until killed.
 fn serve_process(connections: usize) -> Result<(), LabError> {
-    raise_nofile(connections)?;
+    raise_nofile(connections, None)?;
     let addr: SocketAddr = format!("{SERVER}:{SERVER_PORT}").parse().expect("addr");
     let listener = (|| -> std::io::Result<std::net::TcpListener> {
         let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
@@ -750,6 +906,7 @@ async fn client_conn(
     id: u64,
     args: Arc<SoakArgs>,
     setup: Arc<Semaphore>,
+    bulk: Arc<Semaphore>,
     counters: Arc<Counters>,
     mut go: tokio::sync::watch::Receiver<Option<Instant>>,
 ) {
@@ -774,17 +931,34 @@ async fn client_conn(
         Ok(until) => until.expect("checked by wait_for"),
         Err(_) => Instant::now(),
     };
-    let result = exchanges(id, stream, &args, &counters, until).await;
+    // A connection still busy this long after the round's end is stalled
+    // (run 7's last connections trickled for 10+ minutes): fail, not wait.
+    let drain_deadline = tokio::time::Instant::from_std(until + DRAIN_LIMIT);
+    let result = tokio::time::timeout_at(
+        drain_deadline,
+        exchanges(id, stream, &args, &bulk, &counters, until),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(format!(
+            "still exchanging or closing {DRAIN_LIMIT:?} after the round ended (stalled)"
+        ))
+    });
     counters.open.fetch_sub(1, Relaxed);
     if let Err(e) = result {
         counters.error(format!("connection {id}: {e}"));
     }
 }
 
+/// Exchanges on one connection until `until`: the first always (so every
+/// connection carries checked bytes both ways), then more after random
+/// pauses. A larger exchange first waits for a bulk slot; one that gets
+/// no slot before `until` is not started.
 async fn exchanges(
     id: u64,
     stream: TcpStream,
     args: &SoakArgs,
+    bulk: &Semaphore,
     counters: &Counters,
     until: Instant,
 ) -> Result<(), String> {
@@ -793,9 +967,21 @@ async fn exchanges(
     // Spread the first exchanges over one pause.
     tokio::time::sleep(Duration::from_millis(rng.below(args.pause_ms + 1))).await;
     let mut n = 0u64;
-    while Instant::now() < until {
+    loop {
         let up = rng.size(args.max_size);
         let down = rng.size(args.max_size);
+        let slot = if up + down <= SMALL_EXCHANGE {
+            None
+        } else if n == 0 {
+            Some(bulk.acquire().await.expect("bulk semaphore never closed"))
+        } else {
+            match tokio::time::timeout_at(tokio::time::Instant::from_std(until), bulk.acquire())
+                .await
+            {
+                Ok(slot) => Some(slot.expect("bulk semaphore never closed")),
+                Err(_) => break,
+            }
+        };
         let seed = splitmix(id << 32 | n);
         let mut h = [0u8; HEADER];
         h[0..8].copy_from_slice(&up.to_be_bytes());
@@ -828,8 +1014,15 @@ async fn exchanges(
         counters.exchanges.fetch_add(1, Relaxed);
         counters.bytes.fetch_add(up + down, Relaxed);
         n += 1;
+        drop(slot);
+        if Instant::now() >= until {
+            break;
+        }
         let pause = rng.below(2 * args.pause_ms + 1);
         tokio::time::sleep(Duration::from_millis(pause)).await;
+        if Instant::now() >= until {
+            break;
+        }
     }
     // Clean close: our EOF, then the server's.
     w.shutdown().await.map_err(|e| format!("shutdown: {e}"))?;
@@ -841,32 +1034,131 @@ async fn exchanges(
     }
 }
 
+/// `/proc/net/sockstat`'s TCP line: (mem pages, sockets allocated). Both
+/// are global to the kernel, whatever namespace reads them.
+fn tcp_sockstat() -> Option<(u64, u64)> {
+    let text = fs::read_to_string("/proc/net/sockstat").ok()?;
+    let line = text.lines().find_map(|l| l.strip_prefix("TCP:"))?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let field = |key: &str| -> Option<u64> {
+        let i = words.iter().position(|w| *w == key)?;
+        words.get(i + 1)?.parse().ok()
+    };
+    Some((field("mem")?, field("alloc")?))
+}
+
+fn tcp_mem_limits() -> [u64; 3] {
+    let text = fs::read_to_string("/proc/sys/net/ipv4/tcp_mem").unwrap_or_default();
+    let mut v = text.split_whitespace().filter_map(|w| w.parse().ok());
+    [
+        v.next().unwrap_or(0),
+        v.next().unwrap_or(0),
+        v.next().unwrap_or(0),
+    ]
+}
+
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The namespace's TcpExt memory counters, read inside it.
+fn namespace_counters(label: &str, ns: &Netns) -> NamespaceCounters {
+    let mut c = NamespaceCounters {
+        namespace: label.into(),
+        ..NamespaceCounters::default()
+    };
+    let Ok(out) = ns.exec("cat", &["/proc/net/netstat"]) else {
+        return c;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let Some(names) = names.strip_prefix("TcpExt:") else {
+            continue;
+        };
+        let values = values.strip_prefix("TcpExt:").unwrap_or(values);
+        for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
+            let value = value.parse().unwrap_or(0);
+            match name {
+                "TCPMemoryPressures" => c.memory_pressures = value,
+                "TCPRcvQDrop" => c.rcvq_drops = value,
+                "PruneCalled" => c.prune_called = value,
+                "TCPAbortOnMemory" => c.abort_on_memory = value,
+                _ => {}
+            }
+        }
+    }
+    c
+}
+
 fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
     let binary = splitway_binary()?;
-    let nofile = raise_nofile(args.connections)?;
-    println!(
-        "soak: {} connections for {:?} through rc → rs (SOCKS5), open-file limit {nofile}",
-        args.connections, args.duration
-    );
-    let mut rig = Rig::build(&binary)?;
-    rig.start_server(&binary, args.connections)?;
+    let nofile = raise_nofile(args.connections, Some(args.relay_processes))?;
+    let tcp_mem = tcp_mem_limits();
     let mut report = SoakReport {
         connections_requested: args.connections,
+        loadavg_start: loadavg(),
+        tcp_memory: TcpMemory {
+            tcp_mem,
+            ..TcpMemory::default()
+        },
         ..SoakReport::default()
     };
-    let names = ["rc", "rs"];
-    let mut figures: Vec<RelayFigures> = names
+    let (mem_now, _) = tcp_sockstat().unwrap_or_default();
+    report.tcp_memory.baseline_pages = mem_now;
+    println!(
+        "soak: {} connections for {:?} through rc → rs (SOCKS5), {} relay processes per host, {} bulk slots, \
+         open-file limit {nofile}; host TCP memory {mem_now} pages (tcp_mem {} {} {}); load average {}",
+        args.connections,
+        args.duration,
+        args.relay_processes,
+        args.bulk_slots,
+        tcp_mem[0],
+        tcp_mem[1],
+        tcp_mem[2],
+        report.loadavg_start
+    );
+    let mut rig = Rig::build(&binary, args.relay_processes)?;
+    rig.start_server(&binary, args.connections)?;
+    let mut figures: Vec<RelayFigures> = rig
+        .relays
         .iter()
-        .map(|n| -> Result<RelayFigures, LabError> {
-            let baseline = rig.sample(n)?;
+        .map(|r| -> Result<RelayFigures, LabError> {
+            let baseline = rig.sample(&r.name)?;
             Ok(RelayFigures {
-                name: n.to_string(),
+                name: r.name.clone(),
+                host: r.host.into(),
                 baseline,
                 peak: baseline,
                 ..RelayFigures::default()
             })
         })
         .collect::<Result<_, _>>()?;
+    let host_sum =
+        |figures: &[RelayFigures], host: &str, pick: &dyn Fn(&RelayFigures) -> Resources| {
+            figures.iter().filter(|f| f.host == host).map(pick).fold(
+                Resources::default(),
+                |a, b| Resources {
+                    fds: a.fds + b.fds,
+                    rss_bytes: a.rss_bytes + b.rss_bytes,
+                },
+            )
+        };
+    let mut hosts: Vec<HostFigures> = ["rc", "rs"]
+        .iter()
+        .map(|h| {
+            let baseline = host_sum(&figures, h, &|f| f.baseline);
+            HostFigures {
+                name: h.to_string(),
+                processes: args.relay_processes,
+                baseline,
+                peak: baseline,
+                after: Resources::default(),
+            }
+        })
+        .collect();
 
     let counters = Arc::new(Counters::default());
     let args_shared = Arc::new(args.clone());
@@ -888,6 +1180,7 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
                 .map_err(|e| format!("tokio runtime: {e}"))?;
             rt.block_on(async move {
                 let mut longest_ramp = 0f64;
+                let bulk = Arc::new(Semaphore::new(args.bulk_slots));
                 for round in 0..rounds {
                     let setup = Arc::new(Semaphore::new(SETUP_CONCURRENCY));
                     let (go_tx, go_rx) = tokio::sync::watch::channel(None);
@@ -898,6 +1191,7 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
                                 id,
                                 args.clone(),
                                 setup.clone(),
+                                bulk.clone(),
                                 counters.clone(),
                                 go_rx.clone(),
                             ))
@@ -941,15 +1235,37 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
         // threads inherit it, so every client socket is created there.
         let client = &rig.client;
         let load = scope.spawn(move || client.run_in(load_body));
-        // Sample the relays while the load runs.
+        // Sample the relays and the host's TCP memory while the load runs.
         let mut last_print = Instant::now();
         while !load.is_finished() {
+            let mut now_by_process = Vec::with_capacity(figures.len());
             for f in &mut figures {
                 let now = rig.sample(&f.name)?;
                 f.peak.fds = f.peak.fds.max(now.fds);
                 f.peak.rss_bytes = f.peak.rss_bytes.max(now.rss_bytes);
                 if let Some(open) = rig.connections_open(&f.name) {
                     f.peak_connections_open = f.peak_connections_open.max(open);
+                }
+                now_by_process.push((f.host.clone(), now));
+            }
+            for h in &mut hosts {
+                let (fds, rss) = now_by_process
+                    .iter()
+                    .filter(|(host, _)| *host == h.name)
+                    .fold((0, 0), |(fds, rss), (_, r)| {
+                        (fds + r.fds, rss + r.rss_bytes)
+                    });
+                h.peak.fds = h.peak.fds.max(fds);
+                h.peak.rss_bytes = h.peak.rss_bytes.max(rss);
+            }
+            if let Some((pages, sockets)) = tcp_sockstat() {
+                let m = &mut report.tcp_memory;
+                if pages > m.peak_pages {
+                    m.peak_pages = pages;
+                    m.sockets_at_peak = sockets;
+                }
+                if m.tcp_mem[1] > 0 && pages >= m.tcp_mem[1] {
+                    m.samples_over_pressure += 1;
                 }
             }
             if let Ok(round) = done_rx.try_recv() {
@@ -958,17 +1274,29 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
             }
             if last_print.elapsed() >= Duration::from_secs(10) {
                 last_print = Instant::now();
+                let procs: Vec<String> = figures
+                    .iter()
+                    .zip(&now_by_process)
+                    .map(|(f, (_, r))| {
+                        format!(
+                            "{} {} fds {:.0} MiB",
+                            f.name,
+                            r.fds,
+                            r.rss_bytes as f64 / 1048576.0
+                        )
+                    })
+                    .collect();
                 println!(
-                    "  {:>5.0} s: {} open, {} exchanges, {:.2} GB checked, {} errors; rc {} fds {:.0} MiB, rs {} fds {:.0} MiB",
+                    "  {:>5.0} s: {} open, {} exchanges, {:.2} GB checked, {} errors; TCP mem {} pages (peak {}); {}; load {}",
                     started.elapsed().as_secs_f64(),
                     counters.open.load(Relaxed),
                     counters.exchanges.load(Relaxed),
                     counters.bytes.load(Relaxed) as f64 / 1e9,
                     counters.errors.load(Relaxed),
-                    figures[0].peak.fds,
-                    figures[0].peak.rss_bytes as f64 / 1048576.0,
-                    figures[1].peak.fds,
-                    figures[1].peak.rss_bytes as f64 / 1048576.0,
+                    tcp_sockstat().map(|(p, _)| p).unwrap_or(0),
+                    report.tcp_memory.peak_pages,
+                    procs.join(", "),
+                    loadavg(),
                 );
             }
             std::thread::sleep(Duration::from_millis(500));
@@ -980,6 +1308,16 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
     })?;
     report.duration_s = started.elapsed().as_secs_f64();
     report.ramp_s = ramp;
+    report.loadavg_end = loadavg();
+    report.namespaces = [
+        ("client", &rig.client),
+        ("rc", &rig.rc),
+        ("rs", &rig.rs),
+        ("server", &rig.server),
+    ]
+    .iter()
+    .map(|(label, ns)| namespace_counters(label, ns))
+    .collect();
 
     for f in &mut figures {
         let after = f.after_rounds.last().copied().unwrap_or_default();
@@ -1010,6 +1348,17 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
                 (after.rss_bytes - f.baseline.rss_bytes) as f64 / 1048576.0
             ));
         }
+        // Every process must have carried a share: otherwise the listener
+        // was not shared and the other process carried everything.
+        if args.relay_processes > 1 && f.peak_connections_open == 0 {
+            report.failures.push(format!(
+                "{}: carried no connection (SO_REUSEPORT listener not shared?)",
+                f.name
+            ));
+        }
+    }
+    for h in &mut hosts {
+        h.after = host_sum(&figures, &h.name, &|f| f.after);
     }
 
     report.connections_made = counters.made.load(Relaxed);
@@ -1019,6 +1368,7 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
     report.errors = counters.errors.load(Relaxed);
     report.first_errors = counters.first_errors.lock().expect("errors lock").clone();
     report.relays = figures;
+    report.hosts = hosts;
     if report.errors > 0 {
         report
             .failures
@@ -1031,8 +1381,32 @@ fn soak(args: &SoakArgs) -> Result<SoakReport, LabError> {
             args.connections as u64 * u64::from(args.rounds.max(1))
         ));
     }
-    if report.exchanges == 0 {
-        report.failures.push("no exchange completed".into());
+    if report.peak_concurrent < args.connections as u64 {
+        report.failures.push(format!(
+            "at most {} connections were open at once, not {}",
+            report.peak_concurrent, args.connections
+        ));
+    }
+    if report.exchanges < report.connections_made {
+        report.failures.push(format!(
+            "{} exchanges for {} connections: some connection carried no data",
+            report.exchanges, report.connections_made
+        ));
+    }
+    let m = &report.tcp_memory;
+    if m.samples_over_pressure > 0 {
+        report.notes.push(format!(
+            "host TCP memory reached the pressure threshold ({} pages) in {} samples; peak {} pages",
+            m.tcp_mem[1], m.samples_over_pressure, m.peak_pages
+        ));
+    }
+    for c in &report.namespaces {
+        if c.memory_pressures > 0 || c.rcvq_drops > 0 || c.abort_on_memory > 0 {
+            report.notes.push(format!(
+                "{}: TCPMemoryPressures {}, TCPRcvQDrop {}, PruneCalled {}, TCPAbortOnMemory {}",
+                c.namespace, c.memory_pressures, c.rcvq_drops, c.prune_called, c.abort_on_memory
+            ));
+        }
     }
     let mut rig = rig;
     rig.keep = !report.failures.is_empty();
@@ -1048,8 +1422,8 @@ fn print_report(r: &SoakReport, args: &SoakArgs) {
         r.connections_requested, args.rounds, r.connections_made, r.peak_concurrent, r.ramp_s
     );
     println!(
-        "  duration {:.0} s (asked {:?}), pause {} ms mean, sizes up to {} B",
-        r.duration_s, args.duration, args.pause_ms, args.max_size
+        "  duration {:.0} s (asked {:?}), pause {} ms mean, sizes up to {} B, {} bulk slots",
+        r.duration_s, args.duration, args.pause_ms, args.max_size, args.bulk_slots
     );
     println!(
         "  exchanges {}, bytes checked {} ({:.2} GB), errors {}",
@@ -1075,6 +1449,19 @@ fn print_report(r: &SoakReport, args: &SoakArgs) {
             f.peak_connections_open
         );
     }
+    for h in &r.hosts {
+        println!(
+            "  {:<5}  {:>6} / {:>6} / {:>6}   {:>7.1} / {:>7.1} / {:>7.1}   (host, {} processes; peak = largest simultaneous sum)",
+            h.name,
+            h.baseline.fds,
+            h.peak.fds,
+            h.after.fds,
+            mib(h.baseline.rss_bytes),
+            mib(h.peak.rss_bytes),
+            mib(h.after.rss_bytes),
+            h.processes
+        );
+    }
     for f in &r.relays {
         let rounds: Vec<String> = f
             .after_rounds
@@ -1083,6 +1470,29 @@ fn print_report(r: &SoakReport, args: &SoakArgs) {
             .collect();
         println!("  {} after each round: {}", f.name, rounds.join(", "));
     }
+    let m = &r.tcp_memory;
+    println!(
+        "  host TCP memory (pages): before {}, peak {} ({:.0} % of the pressure threshold {}; {} sockets allocated then)",
+        m.baseline_pages,
+        m.peak_pages,
+        if m.tcp_mem[1] > 0 {
+            100.0 * m.peak_pages as f64 / m.tcp_mem[1] as f64
+        } else {
+            0.0
+        },
+        m.tcp_mem[1],
+        m.sockets_at_peak
+    );
+    for c in &r.namespaces {
+        println!(
+            "  {:<6} TCPMemoryPressures {}, TCPRcvQDrop {}, PruneCalled {}, TCPAbortOnMemory {}",
+            c.namespace, c.memory_pressures, c.rcvq_drops, c.prune_called, c.abort_on_memory
+        );
+    }
+    println!(
+        "  load average: {} at start, {} at end",
+        r.loadavg_start, r.loadavg_end
+    );
     for n in &r.notes {
         println!("  note: {n}");
     }
