@@ -1597,4 +1597,26 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.warnings().len(), 1);
     }
+
+    #[test]
+    fn strict_needs_an_intercepting_tproxy_listener() {
+        let issues = Config::parse_str(&format!("{MINIMAL}[accel]\nstrict = true\n")).unwrap_err();
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.key == "accel.strict" && i.message.contains("intercept")),
+            "{issues:?}"
+        );
+        let cfg = Config::parse_str(
+            "name = \"r\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
+             intercept = { interfaces = [\"eth0\"], ports = [80] }\n\
+             [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n[accel]\nstrict = true\n",
+        )
+        .unwrap();
+        assert!(cfg.accel.strict);
+        assert!(
+            !Config::parse_str(MINIMAL).unwrap().accel.strict,
+            "off by default"
+        );
+    }
 }

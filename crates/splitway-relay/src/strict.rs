@@ -199,14 +199,6 @@ impl Strict {
             State::Released(at) => at.elapsed() < self.expiry,
         });
     }
-
-    pub fn status(&self) -> serde_json::Value {
-        serde_json::json!({
-            "queue": self.queue.number(),
-            "pending": self.pending.load(Relaxed),
-            "budget": self.budget,
-        })
-    }
 }
 
 /// What the client should see for a leg that failed: what it would have

@@ -342,18 +342,6 @@ impl Drop for StrictRules {
     }
 }
 
-/// Whether this host can run strict mode: an iptables binary for each
-/// family, and the NFQUEUE target in the kernel (checked by installing
-/// rules; see [`StrictSpec::install`]).
-pub fn strict_tools_present(v4: bool, v6: bool) -> Result<(), SysError> {
-    for (want, tool) in [(v4, "iptables"), (v6, "ip6tables")] {
-        if want {
-            run(Command::new(tool).arg("--version"))?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
