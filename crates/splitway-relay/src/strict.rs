@@ -18,8 +18,8 @@
 //!   and each retransmission is a new attempt, as a client's would be.
 //!
 //! Retransmits of a SYN still held are dropped (one attempt at a time);
-//! those of a released SYN are let through (the kernel answers them as
-//! retransmits). Pending SYNs are bounded by `accel.early_syn_budget`:
+//! those of a released SYN (same ISN) are let through: the kernel answers
+//! them as retransmits. Pending SYNs are bounded by `accel.early_syn_budget`:
 //! beyond it SYNs are dropped, so a flood looks like a slow server rather
 //! than breaking the promise by letting SYNs through unchecked.
 
@@ -55,8 +55,8 @@ type Key = (SocketAddr, SocketAddr);
 enum State {
     /// The SYN is held; its next leg is being set up.
     Pending,
-    /// The SYN was released to the listener at this time.
-    Released(Instant),
+    /// The SYN with this ISN was released to the listener at this time.
+    Released { isn: u32, at: Instant },
 }
 
 pub struct Strict {
@@ -145,11 +145,12 @@ impl Strict {
                 drop(table);
                 return self.verdict(held.id, Verdict::Drop, StrictOutcome::Duplicate);
             }
-            Some(State::Released(_)) => {
+            Some(State::Released { isn, .. }) if *isn == held.seq => {
                 drop(table);
                 return self.verdict(held.id, Verdict::Accept, StrictOutcome::Retransmit);
             }
-            None => {}
+            // A new connection reusing the 4-tuple: held like any other.
+            Some(State::Released { .. }) | None => {}
         }
         if self.pending.load(Relaxed) >= self.budget {
             drop(table);
@@ -165,11 +166,11 @@ impl Strict {
             let r = tokio::time::timeout(shared.reply_timeout(), connect_through(&shared, key))
                 .await
                 .unwrap_or(Err(ConnError::ServerTimeout { addr: key.1 }));
-            strict.decide(key, held.id, r);
+            strict.decide(key, held, r);
         });
     }
 
-    fn decide(&self, key: Key, id: u32, r: Result<Next, ConnError>) {
+    fn decide(&self, key: Key, held: Held, r: Result<Next, ConnError>) {
         let (client, dst) = key;
         let mut table = self.table.lock().expect("strict table lock");
         self.pending.fetch_sub(1, Relaxed);
@@ -177,7 +178,13 @@ impl Strict {
             Ok(next) => {
                 // Parked before the release: the accept may follow at once.
                 self.early.park(client, dst, next);
-                table.insert(key, State::Released(Instant::now()));
+                table.insert(
+                    key,
+                    State::Released {
+                        isn: held.seq,
+                        at: Instant::now(),
+                    },
+                );
                 (Verdict::Accept, StrictOutcome::Released)
             }
             Err(e) => {
@@ -188,7 +195,7 @@ impl Strict {
             }
         };
         drop(table);
-        self.verdict(id, verdict, outcome);
+        self.verdict(held.id, verdict, outcome);
     }
 
     /// Forgets released SYNs after the expiry (their retransmits are over).
@@ -196,7 +203,7 @@ impl Strict {
         let mut table = self.table.lock().expect("strict table lock");
         table.retain(|_, s| match s {
             State::Pending => true,
-            State::Released(at) => at.elapsed() < self.expiry,
+            State::Released { at, .. } => at.elapsed() < self.expiry,
         });
     }
 }

@@ -68,6 +68,9 @@ pub struct Held {
     pub id: u32,
     pub src: SocketAddr,
     pub dst: SocketAddr,
+    /// The TCP sequence number: a retransmitted SYN repeats its ISN, a new
+    /// connection on the same 4-tuple has another.
+    pub seq: u32,
 }
 
 /// What one netlink message from the queue socket carried.
@@ -314,15 +317,16 @@ fn parse_batch(bytes: &[u8]) -> Vec<Event> {
         }
         let Some(id) = id else { continue };
         events.push(match tcp_addresses(payload) {
-            Some((src, dst)) => Event::Packet(Held { id, src, dst }),
+            Some((src, dst, seq)) => Event::Packet(Held { id, src, dst, seq }),
             None => Event::Unparsed(id),
         });
     }
     events
 }
 
-/// Source and destination of a TCP packet starting with its IP header.
-pub fn tcp_addresses(p: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
+/// Source, destination and sequence number of a TCP packet starting with
+/// its IP header.
+pub fn tcp_addresses(p: &[u8]) -> Option<(SocketAddr, SocketAddr, u32)> {
     let (src, dst, l4) = match p.first()? >> 4 {
         4 => {
             let ihl = ((p[0] & 0x0f) as usize) * 4;
@@ -355,7 +359,12 @@ pub fn tcp_addresses(p: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
     };
     let sport = u16::from_be_bytes(l4.get(0..2)?.try_into().ok()?);
     let dport = u16::from_be_bytes(l4.get(2..4)?.try_into().ok()?);
-    Some((SocketAddr::new(src, sport), SocketAddr::new(dst, dport)))
+    let seq = u32::from_be_bytes(l4.get(4..8)?.try_into().ok()?);
+    Some((
+        SocketAddr::new(src, sport),
+        SocketAddr::new(dst, dport),
+        seq,
+    ))
 }
 
 #[cfg(test)]
@@ -371,9 +380,11 @@ mod tests {
         p[16..20].copy_from_slice(&[10, 0, 3, 2]);
         p[20..22].copy_from_slice(&40000u16.to_be_bytes());
         p[22..24].copy_from_slice(&80u16.to_be_bytes());
-        let (s, d) = tcp_addresses(&p).expect("parsed");
+        p[24..28].copy_from_slice(&0xdead_beefu32.to_be_bytes());
+        let (s, d, seq) = tcp_addresses(&p).expect("parsed");
         assert_eq!(s, "10.0.1.1:40000".parse().unwrap());
         assert_eq!(d, "10.0.3.2:80".parse().unwrap());
+        assert_eq!(seq, 0xdead_beef);
         p[9] = 17;
         assert_eq!(tcp_addresses(&p), None, "UDP is not ours");
     }

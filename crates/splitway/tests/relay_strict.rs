@@ -22,11 +22,17 @@ fn server_v4() -> SocketAddr {
 /// A lab whose entry relay runs strict mode on the test ports, with short
 /// connect timeouts so a blackhole resolves within the test's budget.
 fn strict_lab(relays: &[&str]) -> Lab {
+    strict_lab_with_connect_timeout(relays, "1s")
+}
+
+fn strict_lab_with_connect_timeout(relays: &[&str], connect: &str) -> Lab {
     let mut lab = Lab::chain(relays);
     let mut configs = lab.default_configs(&[SERVER_PORT, REFUSED_PORT, BLACKHOLE_PORT], false);
-    configs[0].extra("[accel]\nstrict = true\n\n[timeouts]\nconnect = \"1s\"");
+    configs[0].extra(&format!(
+        "[accel]\nstrict = true\n\n[timeouts]\nconnect = {connect:?}"
+    ));
     for cfg in &mut configs[1..] {
-        cfg.extra("[timeouts]\nconnect = \"1s\"");
+        cfg.extra(&format!("[timeouts]\nconnect = {connect:?}"));
     }
     lab.start_relays(&configs);
     lab
@@ -116,7 +122,9 @@ fn strict_listening_server_carries_bytes_both_ways() {
 fn strict_blackholed_destination_times_out_at_connect() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
-    let lab = strict_lab(&["rc"]);
+    // The relay gives up after 3 s; the client after 2.5 s, having
+    // retransmitted its SYN at 1 s (while the first is held).
+    let lab = strict_lab_with_connect_timeout(&["rc"], "3s");
     for cmd in [
         "add table inet swt_blackhole",
         "add chain inet swt_blackhole input { type filter hook input priority 0 ; }",
@@ -130,15 +138,20 @@ fn strict_blackholed_destination_times_out_at_connect() {
     let started = Instant::now();
     let r = lab
         .client
-        .run_in(move || std::net::TcpStream::connect_timeout(&dst, Duration::from_secs(4)))
+        .run_in(move || std::net::TcpStream::connect_timeout(&dst, Duration::from_millis(2500)))
         .expect("enter namespace");
     match r {
         Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
         Err(e) => panic!("blackholed server: expected a connect timeout, got {e}"),
         Ok(_) => panic!("blackholed server: connect succeeded"),
     }
-    assert!(started.elapsed() >= Duration::from_secs(4));
-    // The relay's own 1 s connect timeout made it drop the held SYN.
+    assert!(started.elapsed() >= Duration::from_millis(2500));
+    // The retransmit did not start a second leg.
+    assert!(
+        strict_count(&lab, "duplicate") >= 1.0,
+        "the retransmitted SYN should have been dropped as a duplicate"
+    );
+    // The relay's own connect timeout made it drop the held SYN.
     lab.wait_counter(
         "rc",
         "splitway_strict_syn_total",
