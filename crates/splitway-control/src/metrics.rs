@@ -252,6 +252,30 @@ label_enum! {
 }
 
 label_enum! {
+    /// What strict mode did with a client SYN it held (NFQUEUE verdicts).
+    pub enum StrictOutcome {
+        /// The next leg reached the server: the SYN went on to the listener.
+        Released => "released",
+        /// The server (or a downstream relay's server) refused: reset.
+        Refused => "refused",
+        /// Our or a downstream relay's policy refused the destination: reset.
+        Denied => "denied",
+        /// The next leg timed out: the SYN was dropped.
+        Timeout => "timeout",
+        /// The server or a relay was unreachable: the SYN was dropped.
+        Unreachable => "unreachable",
+        /// A retransmitted SYN whose first copy is still held: dropped.
+        Duplicate => "duplicate",
+        /// A retransmitted SYN of a connection already released: let through.
+        Retransmit => "retransmit",
+        /// Beyond the pending-SYN budget (a flood): dropped.
+        OverBudget => "over_budget",
+        /// Not a TCP packet we could read: let through.
+        Unparsed => "unparsed",
+    }
+}
+
+label_enum! {
     /// What happened to a peer's connection pool.
     pub enum PoolEvent {
         /// A pooled connection was taken for a split connection.
@@ -277,6 +301,11 @@ struct EarlySynLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ZeroRttLabels {
     outcome: ZeroRttOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StrictLabels {
+    outcome: StrictOutcome,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -358,6 +387,7 @@ fn new_setup_histogram() -> Histogram {
 /// | `peer_connect_failures_total` | counter | `peer` (config names) |
 /// | `early_syn_total` | counter | `outcome` |
 /// | `zero_rtt_total` | counter | `outcome` |
+/// | `strict_syn_total` | counter | `outcome` |
 /// | `pool_events_total` | counter | `peer`, `event` |
 /// | `pool_level` | gauge | `peer` |
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` |
@@ -376,6 +406,7 @@ pub struct Metrics {
     peer_connect_failures: Family<PeerLabels, CounterU64>,
     early_syn: [CounterU64; EarlySynOutcome::COUNT],
     zero_rtt: [CounterU64; ZeroRttOutcome::COUNT],
+    strict_syn: [CounterU64; StrictOutcome::COUNT],
     pool_events: Family<PoolEventLabels, CounterU64>,
     pool_level: Family<PeerLabels, Gauge>,
 }
@@ -481,6 +512,12 @@ impl Metrics {
             "0-RTT peer Hellos, by outcome (dialer and acceptor side)",
             zero_rtt_family.clone(),
         );
+        let strict_family = Family::<StrictLabels, CounterU64>::default();
+        registry.register(
+            "strict_syn",
+            "Client SYNs held by strict mode, by verdict",
+            strict_family.clone(),
+        );
         let pool_events = Family::<PoolEventLabels, CounterU64>::default();
         registry.register(
             "pool_events",
@@ -504,6 +541,11 @@ impl Metrics {
             zero_rtt: ZeroRttOutcome::ALL.map(|outcome| {
                 zero_rtt_family
                     .get_or_create(&ZeroRttLabels { outcome })
+                    .clone()
+            }),
+            strict_syn: StrictOutcome::ALL.map(|outcome| {
+                strict_family
+                    .get_or_create(&StrictLabels { outcome })
                     .clone()
             }),
             pool_events,
@@ -654,6 +696,11 @@ impl Metrics {
     /// Counts a 0-RTT Hello outcome.
     pub fn zero_rtt(&self, outcome: ZeroRttOutcome) {
         self.zero_rtt[outcome.index()].inc();
+    }
+
+    /// Counts a strict-mode verdict.
+    pub fn strict_syn(&self, outcome: StrictOutcome) {
+        self.strict_syn[outcome.index()].inc();
     }
 
     /// Counts `n` pool events for the configured peer `peer`.

@@ -81,6 +81,11 @@ pub struct Accel {
     pub early_syn_budget: usize,
     /// How long an early-started leg waits for its client's accept.
     pub early_syn_expiry: Duration,
+    /// Strict mode: hold intercepted SYNs (NFQUEUE) until the next leg is
+    /// connected through to the server, so a refused or unreachable server
+    /// looks to the client as without relays. Pending SYNs share
+    /// `early_syn_budget`; released legs wait `early_syn_expiry`.
+    pub strict: bool,
     /// Keep pre-established, authenticated connections to each peer.
     pub pool: bool,
     /// Accept TCP Fast Open on client-facing listeners, and use
@@ -117,6 +122,7 @@ impl Default for Accel {
             early_syn: false,
             early_syn_budget: 1024,
             early_syn_expiry: Duration::from_secs(10),
+            strict: false,
             pool: false,
             tfo: false,
             turbo: None,
@@ -367,6 +373,7 @@ struct RawAccel {
     early_syn: Option<bool>,
     early_syn_budget: Option<usize>,
     early_syn_expiry: Option<String>,
+    strict: Option<bool>,
     pool: Option<bool>,
     tfo: Option<bool>,
     turbo: Option<RawTurbo>,
@@ -1152,6 +1159,7 @@ impl Config {
             && let Some(raw) = c.section::<RawAccel>("accel", v)
         {
             accel.early_syn = raw.early_syn.unwrap_or(false);
+            accel.strict = raw.strict.unwrap_or(false);
             accel.pool = raw.pool.unwrap_or(false);
             accel.tfo = raw.tfo.unwrap_or(false);
             accel.zero_rtt = raw.zero_rtt.unwrap_or(false);
@@ -1210,6 +1218,16 @@ impl Config {
                 c.err(
                     "accel.early_syn",
                     "needs a tproxy listener with `intercept` (its interfaces and ports are where SYNs are watched)",
+                );
+            }
+            if accel.strict
+                && !listeners
+                    .iter()
+                    .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some())
+            {
+                c.err(
+                    "accel.strict",
+                    "needs a tproxy listener with `intercept` (the relay holds the SYNs its rules intercept)",
                 );
             }
         }
@@ -1602,5 +1620,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.warnings().len(), 1);
+    }
+
+    #[test]
+    fn strict_needs_an_intercepting_tproxy_listener() {
+        let issues = Config::parse_str(&format!("{MINIMAL}[accel]\nstrict = true\n")).unwrap_err();
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.key == "accel.strict" && i.message.contains("intercept")),
+            "{issues:?}"
+        );
+        let cfg = Config::parse_str(
+            "name = \"r\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
+             intercept = { interfaces = [\"eth0\"], ports = [80] }\n\
+             [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n[accel]\nstrict = true\n",
+        )
+        .unwrap();
+        assert!(cfg.accel.strict);
+        assert!(
+            !Config::parse_str(MINIMAL).unwrap().accel.strict,
+            "off by default"
+        );
     }
 }

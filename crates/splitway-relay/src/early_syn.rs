@@ -147,6 +147,32 @@ impl EarlyStarts {
         });
     }
 
+    /// Strict mode: a leg already connected through to the server, for the
+    /// accept that follows the SYN strict mode is about to release. Strict
+    /// mode bounds these with its own budget (its pending SYNs).
+    pub fn park(&self, client: SocketAddr, dst: SocketAddr, next: Next) {
+        let key = (canonical(client), canonical(dst));
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(Ok(next));
+        let mut shard = self.shard(&key).lock().expect("early table lock");
+        let previous = shard.insert(
+            key,
+            Entry {
+                slot: Slot::Started(rx),
+                born: Instant::now(),
+            },
+        );
+        if !matches!(
+            previous,
+            Some(Entry {
+                slot: Slot::Started(_),
+                ..
+            })
+        ) {
+            self.in_table.fetch_add(1, Relaxed);
+        }
+    }
+
     /// The accepted connection's early-started leg, if any.
     pub fn take(&self, client: SocketAddr, dst: SocketAddr) -> Option<Started> {
         let key = (canonical(client), canonical(dst));

@@ -214,6 +214,9 @@ pub enum RelayError {
         #[source]
         source: splitway_sys::SysError,
     },
+    /// `accel.strict` was asked for and this host cannot hold SYNs.
+    #[error("accel.strict: {0}")]
+    Strict(String),
     /// A listening socket passed by the service manager (socket
     /// activation) that the config cannot use.
     #[error("inherited listening socket {addr} (fd {fd}): {reason}")]

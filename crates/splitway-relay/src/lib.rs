@@ -9,6 +9,7 @@
 //! - `pool`: pre-established, authenticated connections to each peer
 //! - `control`: the admin API's view of the relay: live parameters, drain, open connections
 //! - `early_syn`: legs started at the client's SYN, paired with accepts
+//! - `strict`: SYNs held (NFQUEUE) until the server accepted (strict mode)
 //! - `session`: one split connection from accept to close
 //! - `forward`: zero-copy (splice) or small-chunk (recv/send) forwarding with
 //!   exact half-close and reset propagation
@@ -31,6 +32,7 @@ pub mod relay;
 pub mod reload;
 pub mod route;
 pub mod session;
+pub mod strict;
 pub mod tls;
 pub mod tuning;
 

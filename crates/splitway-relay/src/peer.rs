@@ -504,6 +504,24 @@ impl PeerLeg {
     pub fn into_parts(self) -> (TcpStream, String, Dialer, Vec<u8>, Option<TlsLeg>) {
         (self.stream, self.peer, self.dialer, self.buf, self.tls)
     }
+
+    /// Puts a leg back together (strict mode read its Reply ahead and puts
+    /// the bytes back in `buf` for forwarding to read again).
+    pub fn from_parts(
+        stream: TcpStream,
+        peer: String,
+        dialer: Dialer,
+        buf: Vec<u8>,
+        tls: Option<TlsLeg>,
+    ) -> PeerLeg {
+        PeerLeg {
+            stream,
+            peer,
+            dialer,
+            buf,
+            tls,
+        }
+    }
 }
 
 /// What the downstream end of a peer leg learned from the upstream relay.

@@ -24,7 +24,10 @@ use crate::peer::HelloWindow;
 use crate::pool::PeerPool;
 use crate::reload::Reloader;
 use crate::route::RouteTable;
+use crate::strict::{self, Strict};
 use splitway_sys::bpf::SynWatch;
+use splitway_sys::nfqueue::NfQueue;
+use splitway_sys::tproxy::{StrictRules, StrictSpec};
 use splitway_sys::turbo::{self, TurboRoute, Windows};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -222,6 +225,7 @@ impl Shared {
             "features": {
                 "data_path": format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
                 "early_syn": self.cfg.accel.early_syn,
+                "strict": self.cfg.accel.strict,
                 "pool": self.cfg.accel.pool,
                 "tfo": self.cfg.accel.tfo,
                 "zero_rtt": self.cfg.accel.zero_rtt.then(|| json!({
@@ -261,6 +265,8 @@ pub struct Relay {
     listeners: Vec<TcpListener>,
     admin: Option<TcpListener>,
     interceptions: Vec<Interception>,
+    /// Strict mode's SYN reader and its rules (removed before TPROXY's).
+    strict: Option<(Arc<Strict>, Vec<StrictRules>)>,
 }
 
 impl Relay {
@@ -287,6 +293,13 @@ impl Relay {
         for p in &cfg.peers {
             metrics.register_peer(&p.name);
         }
+        // Strict mode's queue first: a host that cannot hold SYNs (or a
+        // queue already taken) fails the start before anything is installed.
+        let strict_queue = if cfg.accel.strict {
+            Some(bind_strict_queue(&cfg)?)
+        } else {
+            None
+        };
         let mut inherited = match_inherited(&cfg, options.inherited)?;
         let mut listeners = Vec::new();
         let mut interceptions = Vec::new();
@@ -344,7 +357,22 @@ impl Relay {
             .collect();
         // Early SYN needs a BPF program on the intercept interfaces; without
         // BPF support the relay says so once and runs without it.
-        let (early, syn_watch) = if cfg.accel.early_syn {
+        let (early, syn_watch) = if cfg.accel.strict {
+            // Strict mode sees every SYN in its queue: no BPF detector.
+            if cfg.accel.early_syn {
+                info!(
+                    "accel.strict holds SYNs and starts their legs itself; the early-SYN detector is not attached"
+                );
+            }
+            (
+                Some(Arc::new(EarlyStarts::new(
+                    cfg.accel.early_syn_budget,
+                    cfg.accel.early_syn_expiry,
+                    metrics.clone(),
+                ))),
+                None,
+            )
+        } else if cfg.accel.early_syn {
             let (interfaces, ports): (Vec<String>, Vec<u16>) = cfg
                 .listeners
                 .iter()
@@ -403,6 +431,10 @@ impl Relay {
             .accel
             .zero_rtt
             .then(|| Arc::new(HelloWindow::new(cfg.accel.zero_rtt_window)));
+        let strict = match (&early, strict_queue) {
+            (Some(early), Some(queue)) => Some(start_strict(&cfg, queue, early.clone(), &metrics)?),
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             turbo_routes: Arc::new(std::sync::Mutex::new(turbo_routes)),
             limiter: ConnLimiter::new(cfg.limits),
@@ -432,6 +464,7 @@ impl Relay {
             listeners,
             admin,
             interceptions,
+            strict,
         })
     }
 
@@ -517,6 +550,15 @@ impl Relay {
                 drop(watch);
             }));
         }
+        if let Some((strict, _)) = &self.strict {
+            info!(
+                queue = strict::QUEUE,
+                "strict mode on: SYNs are held until the server accepts"
+            );
+            tasks.push(tokio::spawn(
+                strict.clone().serve(self.current.clone(), stop_rx.clone()),
+            ));
+        }
         self.reloader.start_pools(&self.shared.pools);
         tasks.push(tokio::spawn(release_heap_when_idle(
             self.shared.limiter.clone(),
@@ -534,6 +576,10 @@ impl Relay {
         for t in tasks.into_iter().chain(pools) {
             let _ = t.await;
         }
+        // New SYNs are no longer held: they go the way TPROXY's drain
+        // sends them. SYNs still held are dropped with the queue (their
+        // clients retransmit).
+        drop(self.strict.take());
         // New connections stop being redirected with the listeners gone
         // (they go to their destination directly); packets of transparent
         // connections still open keep reaching their sockets until the
@@ -572,6 +618,69 @@ impl Relay {
         }
         Ok(())
     }
+}
+
+/// Binds strict mode's queue, then installs its rules for each
+/// intercepting listener. Any failure stops the relay from starting:
+/// strict was asked for explicitly, and running without it would break
+/// its promise silently.
+fn start_strict(
+    cfg: &Config,
+    queue: NfQueue,
+    early: Arc<EarlyStarts>,
+    metrics: &Arc<Metrics>,
+) -> Result<(Arc<Strict>, Vec<StrictRules>), RelayError> {
+    let mut rules = Vec::new();
+    for (index, l) in cfg.listeners.iter().enumerate() {
+        let Some(i) = &l.intercept else { continue };
+        let (v4, v6) = match l.addr {
+            SocketAddr::V4(_) => (true, false),
+            SocketAddr::V6(a) => (a.ip().is_unspecified() && !l.v6_only, true),
+        };
+        let spec = StrictSpec {
+            name: format!("swstrict_{index}_{:08x}", name_hash(&cfg.name)),
+            interfaces: i.interfaces.clone(),
+            ports: i.ports.clone(),
+            queue: strict::QUEUE,
+            v4,
+            v6,
+        };
+        // Dropping `rules` on an error removes what was installed.
+        rules.push(
+            spec.install()
+                .map_err(|e| strict_error("cannot install rules", e))?,
+        );
+    }
+    let strict = Strict::new(
+        queue,
+        cfg.accel.early_syn_budget,
+        cfg.accel.early_syn_expiry,
+        early,
+        metrics.clone(),
+    );
+    Ok((strict, rules))
+}
+
+fn strict_error(what: &str, e: splitway_sys::SysError) -> RelayError {
+    RelayError::Strict(format!(
+        "{what}: {e} (strict mode needs the kernel's NFQUEUE and iptables/ip6tables)"
+    ))
+}
+
+fn bind_strict_queue(cfg: &Config) -> Result<NfQueue, RelayError> {
+    // The kernel queue holds at most the budget (plus retransmits in
+    // flight); beyond it SYNs are dropped, never let through.
+    let max_len = u32::try_from(cfg.accel.early_syn_budget.saturating_mul(2)).unwrap_or(u32::MAX);
+    NfQueue::bind(strict::QUEUE, max_len).map_err(|e| strict_error("cannot bind NFQUEUE", e))
+}
+
+/// A stable short hash of the relay's name for rule names (iptables
+/// chains are at most 28 characters).
+fn name_hash(name: &str) -> u32 {
+    // FNV-1a: stable across runs, unlike the std hasher.
+    name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Once every connection has closed after a busy spell, hands the heap

@@ -354,6 +354,8 @@ impl Plan {
             &o.accel.early_syn_expiry,
             &new.accel.early_syn_expiry,
         );
+        // Strict mode owns an NFQUEUE and its rules from start to exit.
+        self.restart_if("accel.strict", &o.accel.strict, &new.accel.strict);
         if !syn_watch {
             // No SYN detector attached: switching early SYN on needs one.
             self.restart_if("accel.early_syn", &o.accel.early_syn, &new.accel.early_syn);
@@ -390,6 +392,7 @@ impl Plan {
         new.accel.turbo = o.accel.turbo;
         new.accel.early_syn_budget = o.accel.early_syn_budget;
         new.accel.early_syn_expiry = o.accel.early_syn_expiry;
+        new.accel.strict = o.accel.strict;
         new
     }
 

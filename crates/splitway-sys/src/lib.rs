@@ -10,6 +10,7 @@ pub mod activation;
 pub mod bpf;
 pub mod mem;
 pub mod netns;
+pub mod nfqueue;
 pub mod rt;
 pub mod sock;
 pub mod splice;

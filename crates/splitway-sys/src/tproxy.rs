@@ -180,6 +180,168 @@ impl Drop for Interception {
     }
 }
 
+/// Mark a strict-mode verdict puts on a SYN whose server refused: the
+/// strict nft table answers it with a TCP reset ("SX").
+pub const REFUSED_MARK: u32 = 0x5358;
+
+/// Strict mode's rules for one intercepting listener: intercepted SYNs go
+/// to an NFQUEUE before TPROXY sees them, and SYNs released with
+/// [`REFUSED_MARK`] are answered with a reset.
+///
+/// The queue rule sits in iptables' `raw` table (the kernel has no native
+/// nft `queue`): raw PREROUTING runs before the mangle-priority TPROXY
+/// table, and an accept verdict continues with the next hooks, so the
+/// released SYN then meets TPROXY untouched (no repeat, no mark needed).
+/// The reject rule is nft, one priority ahead of TPROXY.
+#[derive(Debug, Clone)]
+pub struct StrictSpec {
+    /// iptables chain and nft table name (≤ 28 characters).
+    pub name: String,
+    pub interfaces: Vec<String>,
+    pub ports: Vec<u16>,
+    pub queue: u16,
+    /// Whether IPv4 / IPv6 SYNs are intercepted.
+    pub v4: bool,
+    pub v6: bool,
+}
+
+/// Installed strict rules; dropping this removes them.
+#[derive(Debug)]
+pub struct StrictRules {
+    name: String,
+    tools: Vec<&'static str>,
+}
+
+impl StrictSpec {
+    fn tools(&self) -> Vec<&'static str> {
+        let mut t = Vec::new();
+        if self.v4 {
+            t.push("iptables");
+        }
+        if self.v6 {
+            t.push("ip6tables");
+        }
+        t
+    }
+
+    /// The iptables rules (arguments after the tool name), for one family.
+    pub fn queue_rules(&self) -> Vec<Vec<String>> {
+        let ports = self
+            .ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        self.interfaces
+            .iter()
+            .map(|i| {
+                [
+                    "-t",
+                    "raw",
+                    "-A",
+                    &self.name,
+                    "-i",
+                    i,
+                    "-p",
+                    "tcp",
+                    "--syn",
+                    "-m",
+                    "multiport",
+                    "--dports",
+                    &ports,
+                    "-j",
+                    "NFQUEUE",
+                    "--queue-num",
+                    &self.queue.to_string(),
+                    // Without a reader (the relay died) SYNs pass to TPROXY
+                    // instead of being dropped.
+                    "--queue-bypass",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+            })
+            .collect()
+    }
+
+    /// The nft table answering refused SYNs with a reset.
+    pub fn reject_ruleset(&self) -> String {
+        format!(
+            "table inet {t} {{\n  chain prerouting {{\n    type filter hook prerouting priority mangle - 1; policy accept;\n    meta l4proto tcp meta mark {REFUSED_MARK:#x} reject with tcp reset\n  }}\n}}\n",
+            t = self.name
+        )
+    }
+
+    /// Installs the queue and reject rules. On failure nothing is left.
+    pub fn install(&self) -> Result<StrictRules, SysError> {
+        let installed = StrictRules {
+            name: self.name.clone(),
+            tools: self.tools(),
+        };
+        // Leftovers of a crashed run would duplicate rules.
+        installed.remove();
+        nft_script(&self.reject_ruleset())?;
+        for tool in &installed.tools {
+            run(Command::new(tool).args(["-t", "raw", "-N", &self.name]))?;
+            for rule in self.queue_rules() {
+                run(Command::new(tool).args(&rule))?;
+            }
+            run(Command::new(tool).args(["-t", "raw", "-I", "PREROUTING", "-j", &self.name]))?;
+        }
+        Ok(installed)
+    }
+}
+
+impl StrictRules {
+    /// Removes everything this relay's strict mode installed, reporting
+    /// what could not be removed (an absent rule is not an error).
+    fn remove(&self) -> Vec<SysError> {
+        let mut failed = Vec::new();
+        for tool in &self.tools {
+            let exists = run(Command::new(tool).args(["-t", "raw", "-S", &self.name])).is_ok();
+            if !exists {
+                continue;
+            }
+            // The jump may be there more than once after a crash loop.
+            while run(Command::new(tool).args(["-t", "raw", "-C", "PREROUTING", "-j", &self.name]))
+                .is_ok()
+            {
+                if let Err(e) = run(Command::new(tool).args([
+                    "-t",
+                    "raw",
+                    "-D",
+                    "PREROUTING",
+                    "-j",
+                    &self.name,
+                ])) {
+                    failed.push(e);
+                    break;
+                }
+            }
+            for op in ["-F", "-X"] {
+                if let Err(e) = run(Command::new(tool).args(["-t", "raw", op, &self.name])) {
+                    failed.push(e);
+                }
+            }
+        }
+        let listed = run(Command::new("nft").args(["list", "table", "inet", &self.name]));
+        if listed.is_ok()
+            && let Err(e) = run(Command::new("nft").args(["delete", "table", "inet", &self.name]))
+        {
+            failed.push(e);
+        }
+        failed
+    }
+}
+
+impl Drop for StrictRules {
+    fn drop(&mut self) {
+        for e in self.remove() {
+            tracing::warn!(name = %self.name, error = %e, "failed to remove strict-mode rule");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +377,30 @@ mod tests {
         assert!(r.contains("tproxy ip6 to :7000"), "{r}");
         assert!(r.contains("iifname { \"eth0\", \"eth1\" }"), "{r}");
         assert!(r.contains("th dport { 80, 443 }"), "{r}");
+    }
+
+    #[test]
+    fn strict_rules_queue_syns_with_bypass() {
+        let spec = StrictSpec {
+            name: "swstrict_0_abcd".into(),
+            interfaces: vec!["eth0".into()],
+            ports: vec![80, 443],
+            queue: 7,
+            v4: true,
+            v6: false,
+        };
+        let rules = spec.queue_rules();
+        assert_eq!(rules.len(), 1);
+        let r = rules[0].join(" ");
+        assert_eq!(
+            r,
+            "-t raw -A swstrict_0_abcd -i eth0 -p tcp --syn -m multiport --dports 80,443 -j NFQUEUE --queue-num 7 --queue-bypass"
+        );
+        assert!(
+            spec.reject_ruleset()
+                .contains("meta mark 0x5358 reject with tcp reset")
+        );
+        assert_eq!(spec.tools(), vec!["iptables"]);
     }
 
     #[test]
