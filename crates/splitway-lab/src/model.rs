@@ -626,7 +626,9 @@ pub fn turbo_window(links: &[LinkModel], mss: u32) -> Option<u32> {
     let bottleneck_bps = links
         .iter()
         .filter_map(|l| l.rate_bps)
-        .fold(None, |acc: Option<f64>, r| Some(acc.map_or(r, |a| a.min(r))))?;
+        .fold(None, |acc: Option<f64>, r| {
+            Some(acc.map_or(r, |a| a.min(r)))
+        })?;
     let widest_rtt = links[1..links.len() - 1]
         .iter()
         .map(LinkModel::rtt_s)
@@ -658,10 +660,7 @@ pub fn predict_mechanics(
     let mut legs = legs_for(links, mechanics.grouping);
     // Only splitway relays set a congestion control per leg, and only on the
     // client leg is the relay the sender of a download.
-    let splitway = !matches!(
-        mechanics.relay_leg,
-        RelayLeg::Plain | RelayLeg::SshChannel
-    );
+    let splitway = !matches!(mechanics.relay_leg, RelayLeg::Plain | RelayLeg::SshChannel);
     if splitway
         && mechanics.grouping == LegGrouping::EveryRelay
         && links.len() > 1

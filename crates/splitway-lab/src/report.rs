@@ -183,6 +183,8 @@ pub struct LabReport {
     pub commit: String,
     pub kernel: String,
     pub date: String,
+    /// The scenario's model parameters; with `turbo_initcwnd = "bdp"` each
+    /// chain's `model` holds the window actually used.
     pub model: model::ModelParams,
     /// Congestion control of the end hosts and of splitway's legs.
     pub end_host_congestion: String,

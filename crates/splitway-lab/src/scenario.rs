@@ -573,7 +573,11 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
                     ok = false;
                 }
             }
-            let congestion = match link.relay_congestion.as_deref().map(str::parse::<Congestion>) {
+            let congestion = match link
+                .relay_congestion
+                .as_deref()
+                .map(str::parse::<Congestion>)
+            {
                 None => None,
                 Some(Ok(cc)) => Some(cc),
                 Some(Err(e)) => {
@@ -875,7 +879,10 @@ rtt_ms = 10
             2,
             "{keys:?}"
         );
-        assert!(keys.contains(&"chain[0].link[0].relay_congestion"), "{keys:?}");
+        assert!(
+            keys.contains(&"chain[0].link[0].relay_congestion"),
+            "{keys:?}"
+        );
         assert!(keys.contains(&"model.turbo_initcwnd"), "{keys:?}");
         let ok = text
             .replace("turbo_initcwnd = \"lots\"", "turbo_initcwnd = \"bdp\"")
