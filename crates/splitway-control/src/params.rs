@@ -257,7 +257,10 @@ impl ParamSpec {
     pub fn turbo_initcwnd() -> Self {
         Self::new(
             "turbo.initcwnd",
-            ParamKind::Int { min: 1, max: 1024 },
+            ParamKind::Int {
+                min: 1,
+                max: 65_535,
+            },
             "initial congestion window (segments) of relay-leg routes",
         )
     }
@@ -266,7 +269,10 @@ impl ParamSpec {
     pub fn turbo_initrwnd() -> Self {
         Self::new(
             "turbo.initrwnd",
-            ParamKind::Int { min: 1, max: 1024 },
+            ParamKind::Int {
+                min: 1,
+                max: 65_535,
+            },
             "initial receive window (segments) of relay-leg routes",
         )
     }

@@ -60,9 +60,14 @@
 //!   Turbo-Start the initial receive window is assumed as large as the cwnd.
 //! - Without loss there is no congestion avoidance (ssthresh is infinite):
 //!   an uncapped leg keeps doubling, a capped leg is bounded by its rate.
-//! - Random loss `p` on a leg is modelled only as a rate cap from the Mathis
-//!   formula, `1.22·MSS/(RTT·√p)`; lost SYNs, retransmission timeouts and
-//!   jitter are not modelled, so predictions under loss are rough.
+//! - Random loss `p` of data (toward the client) on a leg is modelled only
+//!   as a rate cap from the Mathis formula, `1.22·MSS/(RTT·√p)`; lost SYNs,
+//!   lost ACKs, retransmission timeouts and jitter are not modelled, so
+//!   predictions under loss are rough. A leg whose sender is a splitway
+//!   relay set to BBR (`relay_congestion = "bbr"` on the client link) has
+//!   no Mathis cap: BBR v1 does not back off on random loss, so the loss
+//!   only takes its share `p` of the link's rate in retransmissions (its
+//!   startup is modelled as slow start).
 //! - TFO assumes a cached cookie (the first connection only fetches one);
 //!   the client's connect() then returns at once (`connect_ms` ≈ 0).
 //! - End hosts run classic slow start (the lab sets reno in every
@@ -81,7 +86,8 @@
 //!   every download, so its window stays open from the previous one: larger
 //!   objects arrive faster than the model's fresh middle leg predicts.
 //! - Turbo-Start applies only to relay↔relay legs, never to Internet-facing
-//!   legs (client and server legs), as in the KTCP paper.
+//!   legs (client and server legs), as in the KTCP paper. [`turbo_window`]
+//!   sizes it as the relay leg's BDP at the chain's bottleneck rate.
 //!
 //! # splitway's `split` differs from the papers' split
 //! The papers' basic split (KTCP "basic", Miniproxy without ESF) has a TTFB of
@@ -115,6 +121,39 @@ pub const DEFAULT_TURBO_INITCWND: u32 = 200;
 /// Approximate size of nginx's response headers, sent before the body.
 pub const HTTP_RESPONSE_HEADER_BYTES: u64 = 250;
 
+/// Congestion control a splitway relay may set on its socket of a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Congestion {
+    Reno,
+    Cubic,
+    Bbr,
+}
+
+impl Congestion {
+    pub fn name(self) -> &'static str {
+        match self {
+            Congestion::Reno => "reno",
+            Congestion::Cubic => "cubic",
+            Congestion::Bbr => "bbr",
+        }
+    }
+}
+
+impl FromStr for Congestion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "reno" => Ok(Congestion::Reno),
+            "cubic" => Ok(Congestion::Cubic),
+            "bbr" => Ok(Congestion::Bbr),
+            other => Err(format!(
+                "unknown congestion control {other:?} (known: reno, cubic, bbr)"
+            )),
+        }
+    }
+}
+
 /// One emulated link as the model sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LinkModel {
@@ -124,8 +163,13 @@ pub struct LinkModel {
     pub backward_s: f64,
     /// Rate cap in bits per second (both directions), `None` = unlimited.
     pub rate_bps: Option<f64>,
-    /// Random loss probability per packet, 0..1.
+    /// Random loss probability of a packet toward the client (the data
+    /// direction of a download), 0..1. Loss of ACKs is not modelled.
     pub loss: f64,
+    /// Congestion control of a splitway relay's socket on this link, when
+    /// the scenario sets one; only the client link's matters for a download
+    /// (the relay is the data sender there; on the server link nginx sends).
+    pub relay_congestion: Option<Congestion>,
 }
 
 impl LinkModel {
@@ -137,7 +181,14 @@ impl LinkModel {
             backward_s: one_way,
             rate_bps: rate_mbit.map(|m| m * 1e6),
             loss,
+            relay_congestion: None,
         }
+    }
+
+    /// The same link with a relay congestion control set.
+    pub fn with_relay_congestion(mut self, cc: Congestion) -> Self {
+        self.relay_congestion = Some(cc);
+        self
     }
 
     pub fn rtt_s(&self) -> f64 {
@@ -380,6 +431,9 @@ struct Leg {
     /// Bottleneck rate of the leg's links, bytes per second.
     rate_bytes_per_s: Option<f64>,
     loss: f64,
+    /// The sender paces with BBR: random loss costs retransmissions, not
+    /// window (BBR v1 does not back off on loss).
+    bbr: bool,
 }
 
 impl Leg {
@@ -398,6 +452,7 @@ impl Leg {
             backward_s: links.iter().map(|l| l.backward_s).sum(),
             rate_bytes_per_s,
             loss: 1.0 - delivered,
+            bbr: false,
         }
     }
 
@@ -505,12 +560,17 @@ fn deliver(leg: &Leg, initcwnd: u32, available: &[f64], sizes: &[u32]) -> Vec<f6
     let mut arrival = vec![0.0_f64; n];
     let one_way = leg.backward_s; // data flows toward the client
     let ack_delay = leg.forward_s;
-    let mathis = if leg.loss > 0.0 {
+    let mathis = if leg.loss > 0.0 && !leg.bbr {
         Some(1.22 * f64::from(MSS) / (leg.rtt().max(1e-6) * leg.loss.sqrt()))
     } else {
         None
     };
-    let rate = leg.rate_bytes_per_s;
+    // Under BBR the loss only takes its share of the link in retransmissions.
+    let rate = if leg.bbr {
+        leg.rate_bytes_per_s.map(|r| r * (1.0 - leg.loss))
+    } else {
+        leg.rate_bytes_per_s
+    };
     let mut cwnd = f64::from(initcwnd.max(1));
     let mut next = 0usize; // next segment to send
     let mut acked = 0usize; // segments whose ACK reached the sender
@@ -565,6 +625,30 @@ fn deliver(leg: &Leg, initcwnd: u32, available: &[f64], sizes: &[u32]) -> Vec<f6
     arrival
 }
 
+/// Turbo-Start's initial window for the relay↔relay legs of `links`, in
+/// segments: the largest such leg's bandwidth-delay product at the chain's
+/// bottleneck rate (the slowest link, usually the client's access). A
+/// download cannot leave the first relay faster than that, so a larger
+/// window only queues in the relay; a smaller one costs the relay leg more
+/// round trips. `None` without relay↔relay legs or without any rate cap.
+pub fn turbo_window(links: &[LinkModel], mss: u32) -> Option<u32> {
+    if links.len() < 3 {
+        return None;
+    }
+    let bottleneck_bps = links
+        .iter()
+        .filter_map(|l| l.rate_bps)
+        .fold(None, |acc: Option<f64>, r| {
+            Some(acc.map_or(r, |a| a.min(r)))
+        })?;
+    let widest_rtt = links[1..links.len() - 1]
+        .iter()
+        .map(LinkModel::rtt_s)
+        .fold(0.0_f64, f64::max);
+    let segments = (bottleneck_bps / 8.0 * widest_rtt / f64::from(mss.max(1))).ceil();
+    Some(segments.clamp(1.0, f64::from(u32::MAX)) as u32)
+}
+
 /// Predicts one download of `size` body bytes through `links` (client
 /// first) under `config`.
 pub fn predict(links: &[LinkModel], config: Config, size: u64, params: &ModelParams) -> Prediction {
@@ -585,7 +669,17 @@ pub fn predict_mechanics(
             total_ms: 0.0,
         };
     }
-    let legs = legs_for(links, mechanics.grouping);
+    let mut legs = legs_for(links, mechanics.grouping);
+    // Only splitway relays set a congestion control per leg, and only on the
+    // client leg is the relay the sender of a download.
+    let splitway = !matches!(mechanics.relay_leg, RelayLeg::Plain | RelayLeg::SshChannel);
+    if splitway
+        && mechanics.grouping == LegGrouping::EveryRelay
+        && links.len() > 1
+        && links[0].relay_congestion == Some(Congestion::Bbr)
+    {
+        legs[0].bbr = true;
+    }
     let hs = handshake(&legs, mechanics);
     let mss = params.mss.max(1);
     let bytes = size + HTTP_RESPONSE_HEADER_BYTES;
@@ -631,5 +725,91 @@ mod tests {
         let out = deliver(&leg, 10, &[0.0; 30], &[MSS; 30]);
         assert!((out[29] - 0.15).abs() < 1e-9, "{}", out[29]);
         assert!((out[9] - 0.05).abs() < 1e-9);
+    }
+
+    fn ktcp_links() -> [LinkModel; 3] {
+        [
+            LinkModel::symmetric(32.7, Some(100.0), 0.0),
+            LinkModel::symmetric(215.0, Some(1000.0), 0.0),
+            LinkModel::symmetric(26.0, Some(1000.0), 0.0),
+        ]
+    }
+
+    #[test]
+    fn turbo_window_is_the_relay_leg_bdp_at_the_bottleneck() {
+        // 100 Mbit/s x 215 ms = 2,687,500 B = 1856.01 segments.
+        assert_eq!(turbo_window(&ktcp_links(), MSS), Some(1857));
+        // No relay-to-relay leg: nothing to size.
+        let two = [ktcp_links()[0], ktcp_links()[2]];
+        assert_eq!(turbo_window(&two, MSS), None);
+        let uncapped = [LinkModel::symmetric(10.0, None, 0.0); 3];
+        assert_eq!(turbo_window(&uncapped, MSS), None);
+    }
+
+    #[test]
+    fn ktcp_turbo_at_bdp_meets_3x_at_1mb_but_10mb_hits_the_access_link() {
+        let links = ktcp_links();
+        let bdp = ModelParams {
+            turbo_initcwnd: turbo_window(&links, MSS).expect("relay leg"),
+            ..ModelParams::default()
+        };
+        let small = ModelParams {
+            turbo_initcwnd: 200,
+            ..ModelParams::default()
+        };
+        let e2e = |size| predict(&links, Config::E2e, size, &bdp).total_ms;
+        let full = |size, p: &ModelParams| predict(&links, Config::Full, size, p).total_ms;
+        // 200 segments leave most of 1 MB (691 segments) for a second
+        // round of the 215 ms leg; the BDP window sends it in one.
+        assert!(full(1_000_000, &small) - full(1_000_000, &bdp) > 200.0);
+        assert!(e2e(1_000_000) / full(1_000_000, &bdp) >= 3.0);
+        // 10 MB cannot reach 3x: after the first byte the client's
+        // 100 Mbit/s link alone needs the whole body's wire time.
+        let p = predict(&links, Config::Full, 10_000_000, &bdp);
+        let wire_s = 10_000_250.0 / f64::from(MSS) * f64::from(MSS + WIRE_OVERHEAD) * 8.0 / 100e6;
+        let floor_ms = p.ttfb_ms + wire_s * 1000.0;
+        assert!(p.total_ms >= floor_ms, "{} < {floor_ms}", p.total_ms);
+        assert!(e2e(10_000_000) / floor_ms < 3.0);
+        // A larger window than the BDP buys nothing.
+        let huge = ModelParams {
+            turbo_initcwnd: 8000,
+            ..bdp
+        };
+        assert!((full(10_000_000, &huge) - full(10_000_000, &bdp)).abs() < 1.0);
+    }
+
+    #[test]
+    fn bbr_applies_only_to_a_splitway_client_leg() {
+        let lossy = LinkModel::symmetric(10.0, Some(100.0), 0.1);
+        let clean = LinkModel::symmetric(200.0, Some(100.0), 0.0);
+        let reno = [lossy, clean];
+        let bbr = [lossy.with_relay_congestion(Congestion::Bbr), clean];
+        let p = ModelParams::default();
+        let total = |links: &[LinkModel], c| predict(links, c, 500_000, &p).total_ms;
+        // Reno's Mathis cap on the 10 ms lossy leg (1.22·MSS/(RTT·√p) =
+        // 559 KB/s) shows; BBR only loses the retransmitted share.
+        assert!(total(&bbr, Config::Split) < total(&reno, Config::Split) - 100.0);
+        // HAProxy and e2e senders do not get the relay's choice.
+        assert_eq!(total(&bbr, Config::Haproxy), total(&reno, Config::Haproxy));
+        assert_eq!(total(&bbr, Config::E2e), total(&reno, Config::E2e));
+        // On the server link the relay does not send the download.
+        let server_side = [clean, lossy.with_relay_congestion(Congestion::Bbr)];
+        let plain = [clean, lossy];
+        assert_eq!(
+            total(&server_side, Config::Split),
+            total(&plain, Config::Split)
+        );
+    }
+
+    #[test]
+    fn bbr_leg_is_rate_limited_by_retransmissions() {
+        let mut leg = Leg::over(&[LinkModel::symmetric(10.0, Some(100.0), 0.2)]);
+        leg.bbr = true;
+        let n = 5000;
+        let out = deliver(&leg, 10_000, &vec![0.0; n], &vec![MSS; n]);
+        // With the window out of the way, the last segment leaves after the
+        // whole burst at 80 % of 100 Mbit/s.
+        let expected = n as f64 * f64::from(MSS + WIRE_OVERHEAD) * 8.0 / 80e6 + 0.005;
+        assert!((out[n - 1] - expected).abs() < 1e-6, "{}", out[n - 1]);
     }
 }

@@ -88,8 +88,8 @@ pub struct Measurement {
 
 impl Measurement {
     /// A row with the model filled in and nothing measured yet.
-    pub fn unmeasured(chain: &Chain, scenario: &Scenario, config: Config, size: u64) -> Self {
-        let p = model::predict(&chain.model_links(), config, size, &scenario.model);
+    pub fn unmeasured(chain: &Chain, config: Config, size: u64) -> Self {
+        let p = model::predict(&chain.model_links(), config, size, &chain.model);
         Measurement {
             config: config.name().to_owned(),
             size_bytes: size,
@@ -121,13 +121,19 @@ pub struct ChainReport {
     pub hosts: Vec<String>,
     pub description: String,
     pub links: Vec<LinkSummary>,
+    /// The model's parameters for this chain (Turbo-Start's window resolved).
+    pub model: model::ModelParams,
     pub results: Vec<Measurement>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LinkSummary {
     pub rtt_ms: f64,
-    pub loss: f64,
+    /// Loss toward the server and toward the client.
+    pub loss_to_server: f64,
+    pub loss_to_client: f64,
+    /// splitway's congestion control on this link, when the scenario sets it.
+    pub relay_congestion: Option<model::Congestion>,
     pub rate_mbit: Option<f64>,
     pub jitter_ms: f64,
 }
@@ -142,13 +148,17 @@ impl ChainReport {
                 .spec
                 .links
                 .iter()
-                .map(|l| LinkSummary {
+                .zip(&chain.relay_congestion)
+                .map(|(l, cc)| LinkSummary {
                     rtt_ms: l.effective_rtt().as_secs_f64() * 1000.0,
-                    loss: l.loss,
+                    loss_to_server: l.one_way_losses().0,
+                    loss_to_client: l.one_way_losses().1,
+                    relay_congestion: *cc,
                     rate_mbit: l.rate_mbit,
                     jitter_ms: l.jitter.as_secs_f64() * 1000.0,
                 })
                 .collect(),
+            model: chain.model,
             results: Vec::new(),
         }
     }
@@ -173,6 +183,8 @@ pub struct LabReport {
     pub commit: String,
     pub kernel: String,
     pub date: String,
+    /// The scenario's model parameters; with `turbo_initcwnd = "bdp"` each
+    /// chain's `model` holds the window actually used.
     pub model: model::ModelParams,
     /// Congestion control of the end hosts and of splitway's legs.
     pub end_host_congestion: String,
@@ -206,7 +218,7 @@ impl LabReport {
             let mut cr = ChainReport::new(chain);
             for &config in configs {
                 for &size in &scenario.sizes {
-                    let mut m = Measurement::unmeasured(chain, scenario, config, size);
+                    let mut m = Measurement::unmeasured(chain, config, size);
                     m.note = Some("model only".into());
                     cr.results.push(m);
                 }
@@ -625,7 +637,7 @@ mod tests {
         let chain = &scenario.chains[0];
         let mut report = LabReport::new(&scenario, true, true, 3);
         let mut cr = ChainReport::new(chain);
-        let mut ok = Measurement::unmeasured(chain, &scenario, Config::E2e, 10_000);
+        let mut ok = Measurement::unmeasured(chain, Config::E2e, 10_000);
         ok.status = Status::Ok;
         ok.n = 3;
         ok.failures = 1;
@@ -633,7 +645,7 @@ mod tests {
         ok.total_ms = Spread::of(&[549.0, 550.0, 551.0]);
         ok.emulator = Some(serde_json::json!({"links": [], "suspect": []}));
         cr.results.push(ok);
-        let mut na = Measurement::unmeasured(chain, &scenario, Config::FullTfo, 10_000);
+        let mut na = Measurement::unmeasured(chain, Config::FullTfo, 10_000);
         na.note = Some("not implemented by the relay yet".into());
         cr.results.push(na);
         report.chains.push(cr);

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::emu::EmuError;
-use crate::model::Config;
+use crate::model::{Config, Congestion};
 use crate::report::{ChainReport, LabReport, Measurement, ReportError, Spread, Status};
 use crate::scenario::{Chain, Scenario, ScenarioError, format_size};
 use crate::topology::{DEV_LEFT, Host, Topology};
@@ -285,7 +285,7 @@ fn run_chain(
         let mut rows: Vec<Measurement> = scenario
             .sizes
             .iter()
-            .map(|&size| Measurement::unmeasured(chain, scenario, config, size))
+            .map(|&size| Measurement::unmeasured(chain, config, size))
             .collect();
         if let Err(reason) = availability(config) {
             for row in &mut rows {
@@ -295,13 +295,7 @@ fn run_chain(
             continue;
         }
         bar.set_message(format!("{}: {config}: starting", chain.name));
-        let setup = match setup_config(
-            config,
-            &topo,
-            server_addr,
-            work,
-            scenario.model.turbo_initcwnd,
-        ) {
+        let setup = match setup_config(config, &topo, server_addr, work, chain) {
             Ok(setup) => setup,
             Err(e) => {
                 let (status, note) = match &e {
@@ -755,7 +749,7 @@ fn setup_config(
     topo: &Topology,
     server_addr: Ipv4Addr,
     work: &Path,
-    turbo_initcwnd: u32,
+    chain: &Chain,
 ) -> Result<Setup, LabError> {
     let relays = topo.relays();
     let direct = format!("http://{server_addr}:{HTTP_PORT}");
@@ -777,7 +771,7 @@ fn setup_config(
         Config::Haproxy => setup_haproxy(relays, server_addr, &dir),
         Config::Ssh => setup_ssh(relays, server_addr, &dir),
         Config::Split | Config::SplitEs | Config::SplitEsPool | Config::Full | Config::FullTfo => {
-            setup_splitway(config, relays, &direct, &dir, turbo_initcwnd)
+            setup_splitway(config, relays, &direct, &dir, chain)
         }
     }
 }
@@ -1003,14 +997,27 @@ impl Accel {
     }
 }
 
+/// splitway's congestion control on link `link` of `chain`.
+fn leg_congestion(chain: &Chain, link: usize) -> &'static str {
+    chain
+        .relay_congestion
+        .get(link)
+        .copied()
+        .flatten()
+        .map_or(RELAY_CONGESTION, Congestion::name)
+}
+
 fn relay_config(
     relays: &[Host],
     i: usize,
     psk: &Path,
     accel: Accel,
-    turbo_initcwnd: u32,
+    chain: &Chain,
 ) -> Result<String, LabError> {
     let relay = &relays[i];
+    let turbo_initcwnd = chain.model.turbo_initcwnd;
+    // Relay i sits between link i (client side) and link i + 1.
+    let right_cc = leg_congestion(chain, i + 1);
     let mut conf = format!(
         "name = \"{}\"\npsk_file = \"{}\"\nadmin = \"127.0.0.1:{ADMIN_PORT}\"\n\n",
         relay.name(),
@@ -1038,7 +1045,7 @@ fn relay_config(
     let via = match relays.get(i + 1) {
         Some(next) => {
             conf.push_str(&format!(
-                "[[peer]]\nname = \"{}\"\naddr = \"{}:{PEER_PORT}\"\ncongestion = \"{RELAY_CONGESTION}\"\n",
+                "[[peer]]\nname = \"{}\"\naddr = \"{}:{PEER_PORT}\"\ncongestion = \"{right_cc}\"\n",
                 next.name(),
                 left_addr(next)?
             ));
@@ -1048,8 +1055,15 @@ fn relay_config(
         None => "direct".to_owned(),
     };
     conf.push_str(&format!(
-        "[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"{via}\"\n\n[direct]\ncongestion = \"{RELAY_CONGESTION}\"\n"
+        "[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"{via}\"\n\n[direct]\ncongestion = \"{right_cc}\"\n"
     ));
+    if i == 0 {
+        // The client leg: the relay sends the downloads on these sockets.
+        conf.push_str(&format!(
+            "\n[client]\ncongestion = \"{}\"\n",
+            leg_congestion(chain, 0)
+        ));
+    }
     let early_syn = accel.early_syn && i == 0;
     let pool = accel.pool && i + 1 < relays.len();
     if early_syn || accel.zero_rtt || pool || accel.tfo || accel.turbo {
@@ -1073,15 +1087,16 @@ fn setup_splitway(
     relays: &[Host],
     direct: &str,
     dir: &Path,
-    turbo_initcwnd: u32,
+    chain: &Chain,
 ) -> Result<Setup, LabError> {
     let accel = Accel::of(config);
+    let turbo_initcwnd = chain.model.turbo_initcwnd;
     let bin = splitway_binary()?;
     let psk = dir.join("psk.key");
     write_file(&psk, random_psk_hex()?.as_bytes())?;
     let mut procs = Vec::new();
     for (i, relay) in relays.iter().enumerate().rev() {
-        let conf = relay_config(relays, i, &psk, accel, turbo_initcwnd)?;
+        let conf = relay_config(relays, i, &psk, accel, chain)?;
         let path = dir.join(format!("relay-{}.toml", relay.name()));
         write_file(&path, conf.as_bytes())?;
         let mut cmd = relay.netns().command(&bin.to_string_lossy());

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Config, LinkModel, ModelParams};
+use crate::model::{self, Config, Congestion, LinkModel, ModelParams};
 use crate::topology::{ChainSpec, LinkSpec, QueueLimit};
 
 /// Scenarios shipped with splitway: (name, TOML text).
@@ -123,8 +123,17 @@ struct WorkloadFile {
 #[serde(deny_unknown_fields)]
 struct ModelFile {
     initcwnd: Option<u32>,
-    turbo_initcwnd: Option<u32>,
+    /// Segments, or "bdp": each chain's relay↔relay BDP at its bottleneck
+    /// rate ([`model::turbo_window`]).
+    turbo_initcwnd: Option<TurboValue>,
     mss: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum TurboValue {
+    Segments(u32),
+    Text(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,8 +152,14 @@ struct LinkFile {
     one_way_ms: Option<[f64; 2]>,
     jitter_ms: Option<f64>,
     loss: Option<f64>,
+    /// [client→server, server→client] loss; overrides `loss`.
+    loss_one_way: Option<[f64; 2]>,
     rate_mbit: Option<f64>,
     queue_packets: Option<usize>,
+    /// Congestion control of splitway's socket on this link (client link:
+    /// the first relay's accepted sockets; server link: the last relay's
+    /// direct legs; relay↔relay links: the dialing relay's peer legs).
+    relay_congestion: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -178,6 +193,12 @@ pub struct Scenario {
 pub struct Chain {
     pub name: String,
     pub spec: ChainSpec,
+    /// Model parameters with Turbo-Start's window resolved for this chain
+    /// (the relays get the same window).
+    pub model: ModelParams,
+    /// Per link: splitway's congestion control there, `None` = the lab's
+    /// default ([`crate::runner::RELAY_CONGESTION`]).
+    pub relay_congestion: Vec<Option<Congestion>>,
 }
 
 impl Chain {
@@ -186,13 +207,16 @@ impl Chain {
         self.spec
             .links
             .iter()
-            .map(|l| {
+            .zip(&self.relay_congestion)
+            .map(|(l, cc)| {
                 let (fwd, back) = l.one_way_delays();
                 LinkModel {
                     forward_s: fwd.as_secs_f64(),
                     backward_s: back.as_secs_f64(),
                     rate_bps: l.rate_mbit.map(|m| m * 1e6),
-                    loss: l.loss,
+                    // A download's data travels toward the client.
+                    loss: l.one_way_losses().1,
+                    relay_congestion: *cc,
                 }
             })
             .collect()
@@ -208,8 +232,19 @@ impl Chain {
             .collect();
         let mut extra = Vec::new();
         for (i, l) in self.spec.links.iter().enumerate() {
-            if l.loss > 0.0 {
-                extra.push(format!("link {i} loss {}%", trim_float(l.loss * 100.0)));
+            match l.one_way_losses() {
+                (0.0, 0.0) => {}
+                (a, b) if a == b => {
+                    extra.push(format!("link {i} loss {}%", trim_float(a * 100.0)));
+                }
+                (a, b) => extra.push(format!(
+                    "link {i} loss {}% to server, {}% to client",
+                    trim_float(a * 100.0),
+                    trim_float(b * 100.0)
+                )),
+            }
+            if let Some(cc) = self.relay_congestion.get(i).copied().flatten() {
+                extra.push(format!("link {i} relay {}", cc.name()));
             }
             if let Some(r) = l.rate_mbit {
                 extra.push(format!("link {i} {} Mbit/s", trim_float(r)));
@@ -309,8 +344,10 @@ impl Scenario {
                 one_way_ms: None,
                 jitter_ms: None,
                 loss: losses.map(|l| l[i]),
+                loss_one_way: None,
                 rate_mbit: rates_mbit.map(|r| r[i]).filter(|r| *r > 0.0),
                 queue_packets: None,
+                relay_congestion: None,
             })
             .collect();
         let rtt_text: Vec<String> = rtts_ms.iter().map(|r| trim_float(*r)).collect();
@@ -428,10 +465,25 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
     }
 
     let defaults = ModelParams::default();
+    let turbo_bdp = match &file.model.turbo_initcwnd {
+        None => false,
+        Some(TurboValue::Segments(_)) => false,
+        Some(TurboValue::Text(t)) if t == "bdp" => true,
+        Some(TurboValue::Text(t)) => {
+            bad(
+                "model.turbo_initcwnd".into(),
+                format!("{t:?}: give segments or \"bdp\""),
+            );
+            false
+        }
+    };
     let model = ModelParams {
         mss: file.model.mss.unwrap_or(defaults.mss),
         initcwnd: file.model.initcwnd.unwrap_or(defaults.initcwnd),
-        turbo_initcwnd: file.model.turbo_initcwnd.unwrap_or(defaults.turbo_initcwnd),
+        turbo_initcwnd: match file.model.turbo_initcwnd {
+            Some(TurboValue::Segments(n)) => n,
+            _ => defaults.turbo_initcwnd,
+        },
     };
     if !(536..=9000).contains(&model.mss) {
         bad("model.mss".into(), "must be between 536 and 9000".into());
@@ -468,6 +520,7 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
             bad(format!("{at}.link"), "at most 250 links".into());
         }
         let mut links = Vec::new();
+        let mut congestions = Vec::new();
         for (l, link) in chain.link.iter().enumerate() {
             let key = |field: &str| format!("{at}.link[{l}].{field}");
             let ms = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1000.0);
@@ -504,6 +557,35 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
                 );
                 ok = false;
             }
+            if let Some(pair) = link.loss_one_way {
+                if link.loss.is_some() {
+                    bad(
+                        key("loss_one_way"),
+                        "give either loss or loss_one_way, not both".into(),
+                    );
+                    ok = false;
+                }
+                if pair.iter().any(|p| !(0.0..1.0).contains(p)) {
+                    bad(
+                        key("loss_one_way"),
+                        "each must be a fraction in [0, 1) (0.05 = 5 %)".into(),
+                    );
+                    ok = false;
+                }
+            }
+            let congestion = match link
+                .relay_congestion
+                .as_deref()
+                .map(str::parse::<Congestion>)
+            {
+                None => None,
+                Some(Ok(cc)) => Some(cc),
+                Some(Err(e)) => {
+                    bad(key("relay_congestion"), e);
+                    ok = false;
+                    None
+                }
+            };
             if let Some(r) = link.rate_mbit
                 && !(r.is_finite() && r > 0.0 && r <= 100_000.0)
             {
@@ -524,11 +606,13 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
                 };
                 spec.jitter = ms(jitter);
                 spec.loss = loss;
+                spec.loss_one_way = link.loss_one_way.map(|[a, b]| (a, b));
                 spec.rate_mbit = link.rate_mbit;
                 if let Some(q) = link.queue_packets {
                     spec.queue = QueueLimit::Packets(q);
                 }
                 links.push(spec);
+                congestions.push(congestion);
             }
         }
         let mut spec = ChainSpec::chain(links);
@@ -570,10 +654,27 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
                 }
             }
         }
-        chains.push(Chain {
+        let mut chain = Chain {
             name: chain.name.clone(),
             spec,
-        });
+            model,
+            relay_congestion: congestions,
+        };
+        if turbo_bdp {
+            let links = chain.model_links();
+            chain.model.turbo_initcwnd =
+                model::turbo_window(&links, model.mss).unwrap_or(defaults.turbo_initcwnd);
+            if chain.model.turbo_initcwnd > 10_000 {
+                bad(
+                    "model.turbo_initcwnd".into(),
+                    format!(
+                        "\"bdp\" gives {} segments on chain {:?}: above 10000",
+                        chain.model.turbo_initcwnd, chain.name
+                    ),
+                );
+            }
+        }
+        chains.push(chain);
     }
 
     if !issues.is_empty() {
@@ -715,5 +816,86 @@ rtt_ms = 10
         let err = Scenario::what_if(&[40.0, 20.0], Some(&[0.0]), None, &[1000], &[Config::E2e])
             .expect_err("length mismatch");
         assert_eq!(err.issues()[0].key, "--loss");
+    }
+
+    #[test]
+    fn paper_ktcp_turbo_is_the_relay_leg_bdp() {
+        let s = Scenario::load("paper-ktcp").expect("built in");
+        assert_eq!(s.chains[0].model.turbo_initcwnd, 1857);
+        // Without "bdp" the window is fixed, whatever the chain.
+        let m = Scenario::load("miniproxy-chain").expect("built in");
+        for chain in &m.chains {
+            assert_eq!(
+                chain.model.turbo_initcwnd,
+                crate::model::DEFAULT_TURBO_INITCWND
+            );
+        }
+    }
+
+    #[test]
+    fn njit_lossy_drops_data_only_and_runs_bbr_into_the_lossy_leg() {
+        let s = Scenario::load("njit-lossy").expect("built in");
+        let losses: Vec<f64> = s
+            .chains
+            .iter()
+            .map(|c| {
+                let link = &c.spec.links[0];
+                assert_eq!(link.one_way_losses().0, 0.0, "ACKs are not dropped");
+                assert_eq!(link.effective_rtt(), Duration::from_millis(10));
+                assert_eq!(c.relay_congestion, [Some(Congestion::Bbr), None]);
+                assert_eq!(c.model_links()[0].loss, link.one_way_losses().1);
+                link.one_way_losses().1
+            })
+            .collect();
+        assert_eq!(losses, [0.05, 0.10, 0.20]);
+    }
+
+    #[test]
+    fn loss_direction_and_congestion_are_validated_with_their_keys() {
+        let text = r#"
+name = "x"
+configs = ["e2e", "split"]
+[model]
+turbo_initcwnd = "lots"
+[workload]
+sizes = [1000]
+reps = 1
+[[chain]]
+name = "a"
+[[chain.link]]
+rtt_ms = 10
+loss = 0.1
+loss_one_way = [0.0, 1.5]
+relay_congestion = "vegas"
+[[chain.link]]
+rtt_ms = 10
+"#;
+        let err = Scenario::parse(text, "test").expect_err("invalid");
+        let keys: Vec<&str> = err.issues().iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys.iter()
+                .filter(|k| **k == "chain[0].link[0].loss_one_way")
+                .count(),
+            2,
+            "{keys:?}"
+        );
+        assert!(
+            keys.contains(&"chain[0].link[0].relay_congestion"),
+            "{keys:?}"
+        );
+        assert!(keys.contains(&"model.turbo_initcwnd"), "{keys:?}");
+        let ok = text
+            .replace("turbo_initcwnd = \"lots\"", "turbo_initcwnd = \"bdp\"")
+            .replace("loss = 0.1\n", "")
+            .replace("1.5", "0.25")
+            .replace("vegas", "bbr");
+        let s = Scenario::parse(&ok, "test").expect("valid");
+        assert_eq!(s.chains[0].spec.links[0].one_way_losses(), (0.0, 0.25));
+        assert_eq!(s.chains[0].relay_congestion[0], Some(Congestion::Bbr));
+        // One relay: no relay-to-relay leg, the default window stays.
+        assert_eq!(
+            s.chains[0].model.turbo_initcwnd,
+            crate::model::DEFAULT_TURBO_INITCWND
+        );
     }
 }

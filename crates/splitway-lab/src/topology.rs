@@ -26,7 +26,8 @@
 //! A `LinkSpec` applies to both directions: delay is `rtt / 2` each way
 //! unless `one_way` gives (client→server, server→client); `loss` is the
 //! probability of dropping a packet, drawn independently **in each
-//! direction** (so a round trip sees about twice the loss); `rate_mbit`
+//! direction** (so a round trip sees about twice the loss), unless
+//! `loss_one_way` gives one probability per direction; `rate_mbit`
 //! caps each direction separately, counting whole IP packets; `queue` bounds
 //! the drop-tail queue in front of that rate cap (ignored without a cap).
 
@@ -73,6 +74,9 @@ pub struct LinkSpec {
     pub jitter: Duration,
     /// Per-direction drop probability in [0, 1].
     pub loss: f64,
+    /// (client→server, server→client) drop probabilities; overrides `loss`
+    /// (e.g. loss of data only, as a one-way NistNet rule drops).
+    pub loss_one_way: Option<(f64, f64)>,
     /// Per-direction rate cap of IP packets, Mbit/s (10^6 bit/s).
     pub rate_mbit: Option<f64>,
     pub queue: QueueLimit,
@@ -92,6 +96,7 @@ impl LinkSpec {
             one_way: None,
             jitter: Duration::ZERO,
             loss: 0.0,
+            loss_one_way: None,
             rate_mbit: None,
             queue: QueueLimit::Auto,
         }
@@ -140,6 +145,11 @@ impl LinkSpec {
             .unwrap_or((self.rtt / 2, self.rtt - self.rtt / 2))
     }
 
+    /// (client→server, server→client) drop probabilities.
+    pub fn one_way_losses(&self) -> (f64, f64) {
+        self.loss_one_way.unwrap_or((self.loss, self.loss))
+    }
+
     /// Round-trip propagation delay.
     pub fn effective_rtt(&self) -> Duration {
         let (a, b) = self.one_way_delays();
@@ -148,8 +158,11 @@ impl LinkSpec {
 
     fn validate(&self, index: usize) -> Result<(), EmuError> {
         let bad = |what: String| Err(EmuError::Spec(format!("link {index}: {what}")));
-        if !(0.0..=1.0).contains(&self.loss) {
-            return bad(format!("loss {} not in [0, 1]", self.loss));
+        let (to_server, to_client) = self.one_way_losses();
+        for loss in [to_server, to_client] {
+            if !(0.0..=1.0).contains(&loss) {
+                return bad(format!("loss {loss} not in [0, 1]"));
+            }
         }
         if let Some(r) = self.rate_mbit
             && !(r.is_finite() && r > 0.0)
@@ -175,14 +188,15 @@ impl LinkSpec {
                 QueueBound::Packets(((2.0 * bdp_bytes / MTU as f64).ceil() as usize).max(64))
             }
         };
-        let mk = |delay: Duration| DirectionParams {
+        let (loss_fwd, loss_rev) = self.one_way_losses();
+        let mk = |delay: Duration, loss: f64| DirectionParams {
             delay_ns: delay.as_nanos() as u64,
             jitter_ns: self.jitter.as_nanos() as u64,
-            loss: self.loss,
+            loss,
             rate_bps,
             queue,
         };
-        (mk(fwd), mk(rev))
+        (mk(fwd, loss_fwd), mk(rev, loss_rev))
     }
 
     /// Packet buffers one direction may need: what is in flight at the rate

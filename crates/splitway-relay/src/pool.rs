@@ -118,10 +118,13 @@ impl PeerPool {
         found
     }
 
-    /// Like [`take`](Self::take), but only while more than `low` are idle:
+    /// Like [`take`](Self::take), but only while at least `low` are idle:
     /// for speculative (early-SYN) legs, which must not drain the pool.
+    /// Taking at `low` leaves fewer than `low`, which starts a refill; with
+    /// `> low` a pool resting at `low` never refilled and every early-SYN
+    /// leg dialed afresh (two more RTTs of the relay leg).
     pub fn take_above_low(&self) -> Option<Pooled> {
-        if self.level() > self.low() {
+        if self.level() >= self.low() {
             self.take()
         } else {
             None
