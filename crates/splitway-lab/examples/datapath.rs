@@ -33,8 +33,13 @@ const METHODS: &[&str] = &[
     "epoll-copy",
     "uring-splice",
     "uring-recvsend",
+    "uring-recvsend-nodefer",
 ];
-const TESTS: &[&str] = &["bulk1", "bulk8", "rr64", "rr1k"];
+const TESTS: &[&str] = &["bulk1", "bulk8", "rr64", "rr1k", "idle"];
+/// Run unless `--tests` names them.
+const DEFAULT_TESTS: &[&str] = &["bulk1", "bulk8", "rr64", "rr1k"];
+/// Connections held open by the `idle` test.
+const IDLE_CONNS: usize = 1000;
 /// Ratios are taken against splitway's default data path.
 const BASELINE: &str = "epoll-auto";
 
@@ -53,6 +58,8 @@ struct Sample {
     p99_us: Option<f64>,
     forwarder_rss_kib: Option<u64>,
     forwarder_threads: Option<u64>,
+    /// `idle`: descriptors the forwarder holds per idle connection.
+    fds_per_conn: Option<f64>,
 }
 
 fn main() {
@@ -84,6 +91,7 @@ fn main() {
                 .copied()
                 .filter(|m| v.split(',').any(|x| x == *m))
                 .collect(),
+            None if name == "--tests" => DEFAULT_TESTS.to_vec(),
             None => all.to_vec(),
         }
     };
@@ -117,6 +125,10 @@ fn cpu_s(pid: u32) -> Option<f64> {
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     // USER_HZ, the unit of /proc stat times, is 100 on Linux x86-64.
     Some(ticks as f64 / 100.0)
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
 struct Forwarder {
@@ -195,6 +207,7 @@ fn study(
                     p99_us: None,
                     forwarder_rss_kib: None,
                     forwarder_threads: None,
+                    fds_per_conn: None,
                 };
                 match *test {
                     "bulk1" | "bulk8" => {
@@ -202,6 +215,20 @@ fn study(
                         let r = load::bulk(Access::Plain(sink), streams, secs)?;
                         s.bytes = r.bytes;
                         s.value = r.bytes as f64 * 8.0 / r.elapsed.as_secs_f64() / 1e9;
+                    }
+                    "idle" => {
+                        // Bytes of forwarder RSS per idle proxied connection
+                        // (one 64 B exchange each, then silence).
+                        let Some(pid) = pid else { continue };
+                        let (rss0, fds0) = (proc_field(pid, "VmRSS:"), fd_count(pid));
+                        let conns = load::open_idle(Access::Plain(echo), IDLE_CONNS)?;
+                        let (rss1, fds1) = (proc_field(pid, "VmRSS:"), fd_count(pid));
+                        if let (Some(a), Some(b)) = (rss0, rss1) {
+                            s.value = (b.saturating_sub(a) * 1024) as f64 / IDLE_CONNS as f64;
+                        }
+                        s.fds_per_conn = Some((fds1 - fds0) as f64 / IDLE_CONNS as f64);
+                        s.forwarder_threads = proc_field(pid, "Threads:");
+                        drop(conns);
                     }
                     _ => {
                         let size = if *test == "rr64" { 64 } else { 1024 };
@@ -216,9 +243,13 @@ fn study(
                 }
                 if let (Some(pid), Some(c0)) = (pid, cpu0) {
                     s.cpu_s = cpu_s(pid).map(|c1| c1 - c0);
-                    s.cpu_s_per_gb = s.cpu_s.map(|c| c / (s.bytes as f64 / 1e9));
+                    if s.bytes > 0 {
+                        s.cpu_s_per_gb = s.cpu_s.map(|c| c / (s.bytes as f64 / 1e9));
+                    }
                     s.forwarder_rss_kib = proc_field(pid, "VmRSS:");
-                    s.forwarder_threads = proc_field(pid, "Threads:");
+                    if s.forwarder_threads.is_none() {
+                        s.forwarder_threads = proc_field(pid, "Threads:");
+                    }
                 }
                 eprintln!(
                     "round {round} {method:>15} {test:>5}: {:>10.2} cpu/GB {:?}",
@@ -343,7 +374,7 @@ fn serve(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         listeners[1].local_addr()?.port()
     );
     match method.as_str() {
-        "uring-splice" | "uring-recvsend" => {
+        "uring-splice" | "uring-recvsend" | "uring-recvsend-nodefer" => {
             let mode = if method == "uring-splice" {
                 UringMode::SpliceLinked
             } else {
@@ -351,6 +382,7 @@ fn serve(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
             };
             let mut fw = UringForwarder::new(UringConfig {
                 mode,
+                defer_taskrun: method != "uring-recvsend-nodefer",
                 ..UringConfig::default()
             })?;
             for l in listeners {

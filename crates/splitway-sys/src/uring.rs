@@ -57,6 +57,9 @@ pub struct UringConfig {
     pub buf_size: u32,
     /// Limit on io-wq worker threads (bounded, unbounded); splices run there.
     pub max_workers: Option<[u32; 2]>,
+    /// `IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN`: completion work runs
+    /// only when this thread waits, not as an interrupt of whatever it does.
+    pub defer_taskrun: bool,
 }
 
 impl Default for UringConfig {
@@ -67,6 +70,7 @@ impl Default for UringConfig {
             buffers: 256,
             buf_size: 16 * 1024,
             max_workers: None,
+            defer_taskrun: true,
         }
     }
 }
@@ -217,8 +221,12 @@ impl std::fmt::Debug for UringForwarder {
 
 impl UringForwarder {
     pub fn new(cfg: UringConfig) -> Result<Self, SysError> {
-        let ring = IoUring::builder()
-            .setup_cqsize(cfg.entries * 2)
+        let mut builder = IoUring::builder();
+        builder.setup_cqsize(cfg.entries * 2);
+        if cfg.defer_taskrun {
+            builder.setup_single_issuer().setup_defer_taskrun();
+        }
+        let ring = builder
             .build(cfg.entries)
             .map_err(|e| SysError::io("io_uring_setup", e))?;
         if let Some(max) = cfg.max_workers {
@@ -739,6 +747,13 @@ impl UringForwarder {
 
 impl Drop for UringForwarder {
     fn drop(&mut self) {
+        // Pairs cut short are reset, not FINed: a FIN would make a cut
+        // stream look complete to the far end.
+        for pair in self.pairs.iter().flatten() {
+            for fd in &pair.fds {
+                let _ = crate::sock::set_linger_zero(fd);
+            }
+        }
         if self.inflight == 0 {
             return;
         }
