@@ -643,10 +643,10 @@ impl UringForwarder {
         res: i32,
         buffer: Option<u16>,
     ) -> Result<(), SysError> {
-        if res <= 0 {
-            if let Some(bid) = buffer {
-                self.provide(bid)?;
-            }
+        if res <= 0
+            && let Some(bid) = buffer
+        {
+            self.provide(bid)?;
         }
         if res == -libc::ENOBUFS {
             self.pairs[slot].as_mut().expect("live pair").dirs[dir].phase = Phase::Starved;
@@ -728,10 +728,10 @@ impl UringForwarder {
             if let Some((bid, _)) = d.buf.take() {
                 self.provide(bid)?;
             }
-            if matches!(end, PairEnd::Completed) {
-                if let Some(pipe) = d.pipe.take() {
-                    pipe.give_back();
-                }
+            if matches!(end, PairEnd::Completed)
+                && let Some(pipe) = d.pipe.take()
+            {
+                pipe.give_back();
             }
         }
         // A failed pair's pipes may hold bytes: dropped, never pooled.
