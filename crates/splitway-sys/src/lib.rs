@@ -4,7 +4,9 @@
 //! comment. Other crates get safe wrappers: socket options, splice and
 //! pipes, netfilter and route setup, network namespaces, TUN devices and
 //! real-time scheduling for the lab, the BPF loader, and adoption of
-//! listening sockets passed by a service manager (socket activation).
+//! listening sockets passed by a service manager (socket activation), and
+//! the io_uring forwarder of the data-path study (`uring`, not used by the
+//! relay; see docs/data-path.md).
 
 pub mod activation;
 pub mod bpf;
@@ -17,6 +19,7 @@ pub mod splice;
 pub mod tproxy;
 pub mod tun;
 pub mod turbo;
+pub mod uring;
 
 use thiserror::Error;
 

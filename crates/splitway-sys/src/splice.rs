@@ -56,6 +56,16 @@ impl Pipe {
         })
     }
 
+    /// The read end, for splice operations submitted elsewhere (io_uring).
+    pub fn read_fd(&self) -> RawFd {
+        self.read.as_raw_fd()
+    }
+
+    /// The write end, for splice operations submitted elsewhere (io_uring).
+    pub fn write_fd(&self) -> RawFd {
+        self.write.as_raw_fd()
+    }
+
     pub fn capacity(&self) -> usize {
         self.capacity
     }

@@ -7,7 +7,7 @@
 //! - `stats`: percentiles and medians of ratios
 //! - `report`: terminal table, JSON and the README markdown
 
-mod load;
+pub mod load;
 mod procs;
 mod report;
 pub mod stats;
