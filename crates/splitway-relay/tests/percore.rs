@@ -217,3 +217,22 @@ async fn foreign_sockets_cannot_take_the_relays_connections() {
         .expect("the relay does not join a foreign group");
     assert!(err.to_string().contains(&taken.to_string()), "{err}");
 }
+
+#[test]
+fn accept_sockets_out_of_range_is_refused_with_its_key() {
+    for n in [0, splitway_relay::config::MAX_ACCEPT_SOCKETS + 1] {
+        let issues = Config::parse(
+            &format!(
+                "name = \"r\"\nadmin = \"off\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:0\"\naccept_sockets = {n}\n[[route]]\ndst = \"127.0.0.0/8\"\nvia = \"direct\"\n"
+            ),
+            Path::new("."),
+        )
+        .expect_err("refused");
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.to_string().contains("listen[0].accept_sockets")),
+            "{issues:?}"
+        );
+    }
+}
