@@ -322,10 +322,12 @@ pub fn send(sock: &impl AsRawFd, buf: &[u8], more: bool) -> io::Result<usize> {
 /// process of the same user binding the address with SO_REUSEPORT) is never
 /// chosen, so it cannot take connections from the relay's own accept paths.
 pub fn attach_reuseport_guard(sock: &impl AsRawFd, n: u32) -> Result<(), SysError> {
-    // Opcodes from linux/filter.h (classic BPF).
-    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-    const BPF_ALU_MOD_K: u16 = 0x04 | 0x90 | 0x00;
-    const BPF_RET_A: u16 = 0x06 | 0x10;
+    // Opcodes from linux/filter.h (classic BPF): BPF_LD (0) | BPF_W (0) |
+    // BPF_ABS (0x20); BPF_ALU (0x04) | BPF_MOD (0x90) | BPF_K (0);
+    // BPF_RET (0x06) | BPF_A (0x10).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_ALU_MOD_K: u16 = 0x94;
+    const BPF_RET_A: u16 = 0x16;
     // asm-generic/socket.h (x86 and arm64 use it); libc lacks it for glibc.
     const SO_ATTACH_REUSEPORT_CBPF: i32 = 51;
     if n == 0 {
