@@ -369,6 +369,28 @@ fn new_setup_histogram() -> Histogram {
     Histogram::new(SETUP_SECONDS_BUCKETS)
 }
 
+/// One peer's `pool_events_total` and `pool_level` series (handles into the
+/// registry): an update is one atomic operation, no label lookup or lock.
+#[derive(Clone, Debug)]
+pub struct PoolMetrics {
+    events: [CounterU64; PoolEvent::COUNT],
+    level: Gauge,
+}
+
+impl PoolMetrics {
+    /// Counts `n` pool events.
+    pub fn event(&self, event: PoolEvent, n: u64) {
+        if n > 0 {
+            self.events[event.index()].inc_by(n);
+        }
+    }
+
+    /// Sets the pool level gauge.
+    pub fn level(&self, level: usize) {
+        self.level.set(level as i64);
+    }
+}
+
 /// The relay's metrics registry. Create once, share as `Arc<Metrics>`.
 ///
 /// Exported families (all prefixed `splitway_`):
@@ -712,6 +734,27 @@ impl Metrics {
                     event,
                 })
                 .inc_by(n);
+        }
+    }
+
+    /// The pool series of the configured peer `peer`, resolved once for
+    /// a pool that updates them on every connection it hands out.
+    pub fn pool_metrics(&self, peer: &str) -> PoolMetrics {
+        PoolMetrics {
+            events: PoolEvent::ALL.map(|event| {
+                self.pool_events
+                    .get_or_create(&PoolEventLabels {
+                        peer: peer.to_owned(),
+                        event,
+                    })
+                    .clone()
+            }),
+            level: self
+                .pool_level
+                .get_or_create(&PeerLabels {
+                    peer: peer.to_owned(),
+                })
+                .clone(),
         }
     }
 

@@ -174,6 +174,9 @@ impl ListenMode {
     }
 }
 
+/// Upper bound of `[[listen]] accept_sockets`.
+pub const MAX_ACCEPT_SOCKETS: usize = 256;
+
 #[derive(Debug, Clone)]
 pub struct Listener {
     pub mode: ListenMode,
@@ -193,6 +196,9 @@ pub struct Listener {
     /// address, the kernel spreading new connections over them (one process
     /// per core, or more connections than one process's fd limit holds).
     pub reuse_port: bool,
+    /// Listening sockets, each with its own accept task; `None`: one per
+    /// runtime worker thread (the kernel spreads connections over them).
+    pub accept_sockets: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -324,6 +330,7 @@ struct RawListener {
     allow_clients: Vec<String>,
     tls: Option<bool>,
     reuse_port: Option<bool>,
+    accept_sockets: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -922,6 +929,14 @@ impl Config {
                     "cannot be combined with intercept: install the TPROXY rules by hand when several processes share a port",
                 );
             }
+            if let Some(n) = raw.accept_sockets
+                && !(1..=MAX_ACCEPT_SOCKETS).contains(&n)
+            {
+                c.err(
+                    format!("{key}.accept_sockets"),
+                    format!("must be 1 to {MAX_ACCEPT_SOCKETS} (absent: one per worker thread)"),
+                );
+            }
             if let Some(addr) = addr {
                 listeners.push(Listener {
                     mode: raw.mode,
@@ -931,6 +946,7 @@ impl Config {
                     allow_clients: allow,
                     tls: tls.as_ref().filter(|_| want_tls).map(|t| t.server.clone()),
                     reuse_port,
+                    accept_sockets: raw.accept_sockets,
                 });
             }
         }

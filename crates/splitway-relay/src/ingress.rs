@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
@@ -28,36 +29,93 @@ use crate::tuning;
 /// Accept backlog: large enough for connection bursts (KTCP's 1k conn/s).
 const BACKLOG: i32 = 4096;
 
-/// Binds a listener socket. TPROXY listeners get IP_TRANSPARENT so they
-/// accept connections addressed to foreign destinations.
+/// How many accept sockets a listener gets: its `accept_sockets`, else one
+/// per worker thread of the runtime we run on.
+pub fn accept_sockets(l: &Listener) -> usize {
+    l.accept_sockets.unwrap_or_else(|| {
+        tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers())
+    })
+}
+
+/// Binds a listener: `n` listening sockets on one address, each for its
+/// own accept task, the kernel spreading new connections over them
+/// (SO_REUSEPORT). TPROXY listeners get IP_TRANSPARENT so they accept
+/// connections addressed to foreign destinations.
+///
+/// Without `reuse_port` the address stays ours alone: the first socket
+/// binds without SO_REUSEPORT, so the bind fails if anything listens there
+/// already (we never join another process's group), and only then turns
+/// SO_REUSEPORT on for our other sockets to join. A reuseport BPF program
+/// then sends connections only to the group's first `n` sockets (ours), so
+/// a process of the same user joining the group later gets none. With
+/// `reuse_port` (several processes sharing on purpose) there is no guard:
+/// the kernel spreads over every process's sockets.
 pub fn bind(
     l: &Listener,
+    n: usize,
     accel: &Accel,
     turbo_buffer: Option<usize>,
-) -> Result<TcpListener, RelayError> {
+) -> Result<Vec<TcpListener>, RelayError> {
     let err = |source| RelayError::Listen {
         addr: l.addr,
         mode: l.mode.as_str(),
         source,
     };
-    let domain = Domain::for_address(l.addr);
-    let sock = Socket::new(domain, Type::STREAM, Some(Protocol::TCP)).map_err(err)?;
-    sock.set_reuse_address(true).map_err(err)?;
-    if l.reuse_port {
-        sock.set_reuse_port(true).map_err(err)?;
+    let n = n.max(1);
+    let first = new_socket(l, l.reuse_port).map_err(err)?;
+    first.bind(&l.addr.into()).map_err(err)?;
+    // Port 0 picked a port: the other sockets join that one.
+    let bound = first.local_addr().map_err(err)?;
+    let guarded = n > 1 && !l.reuse_port;
+    if guarded {
+        first.set_reuse_port(true).map_err(err)?;
+    }
+    let mut sockets = vec![listen(l, first, accel, turbo_buffer).map_err(err)?];
+    if guarded {
+        let group = u32::try_from(n).unwrap_or(u32::MAX);
+        splitway_sys::sock::attach_reuseport_guard(&sockets[0], group)
+            .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+    }
+    for _ in 1..n {
+        let sock = new_socket(l, true).map_err(err)?;
+        sock.bind(&bound).map_err(err)?;
+        sockets.push(listen(l, sock, accel, turbo_buffer).map_err(err)?);
+    }
+    Ok(sockets)
+}
+
+/// A socket for `l` with the options that must precede `bind`.
+fn new_socket(l: &Listener, reuse_port: bool) -> std::io::Result<Socket> {
+    let sock = Socket::new(
+        Domain::for_address(l.addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    sock.set_reuse_address(true)?;
+    if reuse_port {
+        sock.set_reuse_port(true)?;
     }
     if l.addr.is_ipv6() {
-        sock.set_only_v6(l.v6_only).map_err(err)?;
+        sock.set_only_v6(l.v6_only)?;
     }
     if l.mode == ListenMode::Tproxy {
         splitway_sys::sock::set_transparent(&sock, l.addr.is_ipv6())
-            .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
     }
-    sock.bind(&l.addr.into()).map_err(err)?;
-    set_accept_options(l, &sock, accel, turbo_buffer).map_err(err)?;
-    sock.listen(BACKLOG).map_err(err)?;
-    sock.set_nonblocking(true).map_err(err)?;
-    TcpListener::from_std(sock.into()).map_err(err)
+    Ok(sock)
+}
+
+/// Sets what accepted sockets inherit, then listens.
+fn listen(
+    l: &Listener,
+    sock: Socket,
+    accel: &Accel,
+    turbo_buffer: Option<usize>,
+) -> std::io::Result<TcpListener> {
+    set_accept_options(l, &sock, accel, turbo_buffer)?;
+    sock.listen(BACKLOG)?;
+    sock.set_nonblocking(true)?;
+    TcpListener::from_std(sock.into())
 }
 
 /// Options accepted connections inherit from their listener, set on our
@@ -111,53 +169,76 @@ pub fn adopt(
     TcpListener::from_std(sock.into()).map_err(err)
 }
 
-/// Accepts until `stop` turns true; each connection runs in its own task
-/// (tasks, not threads: nothing is created per connection but the task).
-/// Each connection runs on the config snapshot current at its accept, so a
-/// reload changes new connections only.
+/// Accepts on one of a listener's sockets until `stop` turns true; each
+/// connection runs in its own task (tasks, not threads: nothing is created
+/// per connection but the task). Each connection runs on the config
+/// snapshot current at its accept, so a reload changes new connections only.
+///
+/// Nothing here is shared with the listener's other accept paths but the
+/// snapshot: it is re-read only when a reload bumped its generation (one
+/// atomic load per accept, no lock), and `accepted` is this path's own.
 pub async fn accept_loop(
     current: Arc<Current>,
     index: usize,
     listener: TcpListener,
+    accepted: Arc<AcceptCount>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // The snapshot at start, for what every snapshot shares (metrics, this
-    // listener's address and mode); each connection takes the current one.
-    let shared = current.load();
-    let spec = shared.cfg.listeners[index].clone();
+    let mut snapshot = current.cached();
+    let (addr, mode) = {
+        let spec = &snapshot.get().cfg.listeners[index];
+        (spec.addr, spec.mode)
+    };
     loop {
         let (stream, client) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
                     // EMFILE/ENFILE/ENOBUFS: back off instead of spinning.
-                    shared.metrics.accept_error(metric_mode(spec.mode));
-                    warn!(listener = %spec.addr, error = %e, "accept failed");
+                    snapshot.get().metrics.accept_error(metric_mode(mode));
+                    warn!(listener = %addr, error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
             },
             () = stopped(&mut stop) => break,
         };
+        accepted.add();
         // A reload keeps the listener set, so `index` still names this
         // listener; its `allow_clients` may have changed.
-        let shared = current.load();
-        let spec = shared.cfg.listeners[index].clone();
+        let shared = current.refresh(&mut snapshot).clone();
         // Admission (ACL, limits, handshake) is boxed apart and freed
         // before forwarding starts, and the task captures nothing else but
         // `shared`: an idle connection keeps only the session's future.
-        let admission = Box::pin(admit(shared.clone(), spec, stream, client));
+        let admission = Box::pin(admit(shared.clone(), index, stream, client));
         tokio::spawn(async move {
             if let Some((inbound, _active, _permit)) = admission.await {
                 session::run(shared, inbound).await;
             }
         });
     }
-    info!(listener = %spec.addr, mode = spec.mode.as_str(), "stopped accepting");
+    info!(listener = %addr, mode = mode.as_str(), "stopped accepting");
+}
+
+/// Connections one accept path took, for `/status`. Written by its accept
+/// task only, on a cache line of its own.
+#[derive(Default)]
+#[repr(align(128))]
+pub struct AcceptCount(AtomicU64);
+
+impl AcceptCount {
+    fn add(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 fn conn_id() -> u64 {
-    rand::rngs::OsRng.next_u64()
+    // The thread's CSPRNG (seeded from the OS): no syscall per connection.
+    rand::thread_rng().next_u64()
 }
 
 /// Counts the connection, applies the listener's ACL and the connection
@@ -165,10 +246,11 @@ fn conn_id() -> u64 {
 /// (already counted and answered).
 async fn admit(
     shared: Arc<Shared>,
-    spec: Listener,
+    index: usize,
     stream: TcpStream,
     client: SocketAddr,
 ) -> Option<(Box<Inbound>, ActiveGuard, Permit)> {
+    let spec = &shared.cfg.listeners[index];
     let accepted_at = Instant::now();
     let mode = metric_mode(spec.mode);
     shared.metrics.accepted(mode);
@@ -188,7 +270,7 @@ async fn admit(
     let permit = match permit {
         Ok(p) => p,
         Err(why) => {
-            deny(&shared, &spec, &stream, client, why).await;
+            deny(&shared, spec, &stream, client, why).await;
             return None;
         }
     };

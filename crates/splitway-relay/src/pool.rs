@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use splitway_control::metrics::{Metrics, PoolEvent};
+use splitway_control::metrics::{Metrics, PoolEvent, PoolMetrics};
 use splitway_proto::auth::Psk;
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
@@ -46,7 +46,8 @@ pub struct PeerPool {
     low: AtomicUsize,
     high: AtomicUsize,
     turbo_buffer: Option<usize>,
-    metrics: Arc<Metrics>,
+    /// This peer's pool series, resolved once.
+    pool_metrics: PoolMetrics,
     psk: Psk,
     timeouts: Timeouts,
     idle: Mutex<VecDeque<Pooled>>,
@@ -65,11 +66,11 @@ impl PeerPool {
         metrics: Arc<Metrics>,
     ) -> Arc<PeerPool> {
         Arc::new(PeerPool {
+            pool_metrics: metrics.pool_metrics(&peer.name),
             low: AtomicUsize::new(peer.pool.low),
             high: AtomicUsize::new(peer.pool.high),
             peer,
             turbo_buffer,
-            metrics,
             psk,
             timeouts,
             idle: Mutex::new(VecDeque::new()),
@@ -96,8 +97,13 @@ impl PeerPool {
     /// Takes the freshest live connection, discarding dead or old ones.
     /// `None` when the pool is empty: the caller dials a fresh connection.
     pub fn take(&self) -> Option<Pooled> {
+        let mut level;
         let found = loop {
-            let candidate = self.idle.lock().expect("pool lock").pop_back();
+            let candidate = {
+                let mut idle = self.idle.lock().expect("pool lock");
+                level = idle.len().saturating_sub(1);
+                idle.pop_back()
+            };
             let Some(c) = candidate else { break None };
             if c.born.elapsed() >= self.peer.pool.idle {
                 self.count(&self.stats.expired, PoolEvent::Expired, 1);
@@ -113,7 +119,7 @@ impl PeerPool {
             Some(_) => self.count(&self.stats.taken, PoolEvent::Taken, 1),
             None => self.count(&self.stats.misses, PoolEvent::Miss, 1),
         };
-        self.metrics.pool_level(&self.peer.name, self.level());
+        self.pool_metrics.level(level);
         self.wake.notify_one();
         found
     }
@@ -149,7 +155,7 @@ impl PeerPool {
 
     fn count(&self, stat: &AtomicUsize, event: PoolEvent, n: usize) {
         stat.fetch_add(n, Ordering::Relaxed);
-        self.metrics.pool_event(&self.peer.name, event, n as u64);
+        self.pool_metrics.event(event, n as u64);
     }
 
     fn needs_refill(&self) -> usize {
@@ -180,7 +186,7 @@ impl PeerPool {
         drop(idle);
         self.count(&self.stats.expired, PoolEvent::Expired, expired);
         self.count(&self.stats.dead, PoolEvent::Dead, dropped - expired);
-        self.metrics.pool_level(&self.peer.name, level);
+        self.pool_metrics.level(level);
     }
 
     /// Keeps the pool between its watermarks until `stop`.
@@ -213,7 +219,7 @@ impl PeerPool {
                         Ok(Ok(c)) => {
                             self.idle.lock().expect("pool lock").push_back(c);
                             self.count(&self.stats.refilled, PoolEvent::Refilled, 1);
-                            self.metrics.pool_level(&self.peer.name, self.level());
+                            self.pool_metrics.level(self.level());
                         }
                         Ok(Err(e)) => {
                             failed = true;

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -18,7 +19,7 @@ use crate::config::{Config, ListenMode, Peer, Turbo, Via};
 use crate::control::{ConnRegistry, Live, LogControl, RelayAdmin};
 use crate::early_syn::EarlyStarts;
 use crate::error::RelayError;
-use crate::ingress;
+use crate::ingress::{self, AcceptCount};
 use crate::limits::ConnLimiter;
 use crate::peer::HelloWindow;
 use crate::pool::PeerPool;
@@ -56,30 +57,79 @@ pub struct Shared {
     pub generation: u64,
     /// Replay window for 0-RTT peer Hellos, when `[accel] zero_rtt` is on.
     pub hellos: Option<Arc<HelloWindow>>,
+    /// Per listener, what each of its accept sockets took (`/status`).
+    pub accept_paths: Arc<[Vec<Arc<AcceptCount>>]>,
 }
 
 /// The snapshot new connections start on, swapped by a reload.
-pub struct Current(std::sync::RwLock<Arc<Shared>>);
+///
+/// Accept paths keep a [`Cached`] copy and check `generation` (one atomic
+/// load, no lock, no shared write) per connection; the lock is taken only
+/// after a reload, and by the admin API.
+pub struct Current {
+    snapshot: std::sync::RwLock<Arc<Shared>>,
+    /// Bumped after each store; readers seeing a new value re-load.
+    generation: AtomicU64,
+}
+
+/// A reader's copy of the current snapshot and the generation it saw.
+pub struct Cached {
+    seen: u64,
+    shared: Arc<Shared>,
+}
+
+impl Cached {
+    pub fn get(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
 
 impl Current {
     pub fn new(shared: Arc<Shared>) -> Current {
-        Current(std::sync::RwLock::new(shared))
+        Current {
+            snapshot: std::sync::RwLock::new(shared),
+            generation: AtomicU64::new(0),
+        }
     }
 
     pub fn load(&self) -> Arc<Shared> {
         // Only a pointer swap happens under the lock: it cannot be poisoned
         // half-way.
-        self.0
+        self.snapshot
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
+    pub fn cached(&self) -> Cached {
+        // Generation first: a store racing with us makes the next
+        // `refresh` load again, never keeps an old snapshot for good.
+        let seen = self.generation.load(Ordering::Acquire);
+        Cached {
+            seen,
+            shared: self.load(),
+        }
+    }
+
+    /// The current snapshot, re-loaded into `cached` if a store happened
+    /// since it was taken. Once `store` has returned, every later call
+    /// returns the stored snapshot (or a newer one).
+    pub fn refresh<'a>(&self, cached: &'a mut Cached) -> &'a Arc<Shared> {
+        if self.generation.load(Ordering::Acquire) != cached.seen {
+            *cached = self.cached();
+        }
+        &cached.shared
+    }
+
     pub(crate) fn store(&self, shared: Arc<Shared>) {
-        *self
-            .0
+        let mut slot = self
+            .snapshot
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = shared;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = shared;
+        // Under the lock: stores are ordered, and a reader that sees this
+        // generation finds this snapshot (or a newer one) behind the lock.
+        self.generation.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -113,6 +163,7 @@ impl Shared {
             turbo_routes: self.turbo_routes.clone(),
             generation: self.generation + 1,
             hellos: self.hellos.clone(),
+            accept_paths: self.accept_paths.clone(),
         }
     }
 }
@@ -140,8 +191,13 @@ impl Shared {
             return;
         };
         let addr = addr.to_canonical();
+        // Upstreams inside a configured prefix (routes installed at start)
+        // are settled without the lock every relay connection would take.
+        if self.turbo_prefix_covers(addr) {
+            return;
+        }
         let mut routes = self.turbo_routes.lock().expect("turbo lock");
-        if routes.contains_key(&addr) || self.turbo_prefix_covers(addr) {
+        if routes.contains_key(&addr) {
             return;
         }
         match install_turbo(addr, None, turbo) {
@@ -206,10 +262,12 @@ impl Shared {
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
             "config_generation": self.generation,
-            "listeners": self.cfg.listeners.iter().map(|l| json!({
+            "listeners": self.cfg.listeners.iter().enumerate().map(|(i, l)| json!({
                 "mode": l.mode.as_str(),
                 "addr": l.addr.to_string(),
                 "intercept": l.intercept.as_ref().map(|i| json!({"interfaces": i.interfaces, "ports": i.ports})),
+                // One entry per accept socket: connections it accepted.
+                "accept_paths": self.accept_paths.get(i).map(|paths| paths.iter().map(|p| json!({"accepted": p.get()})).collect::<Vec<_>>()),
             })).collect::<Vec<_>>(),
             "peers": self.cfg.peers.iter().enumerate().map(|(i, p)| json!({
                 "name": p.name,
@@ -262,7 +320,8 @@ pub struct Relay {
     reloader: Arc<Reloader>,
     log: Option<Arc<dyn LogControl>>,
     syn_watch: Option<SynWatch>,
-    listeners: Vec<TcpListener>,
+    /// Per `[[listen]]` entry, its accept sockets (one if inherited).
+    listeners: Vec<Vec<TcpListener>>,
     admin: Option<TcpListener>,
     interceptions: Vec<Interception>,
     /// Strict mode's SYN reader and its rules (removed before TPROXY's).
@@ -308,9 +367,14 @@ impl Relay {
             listeners.push(match inherited[index].take() {
                 Some(sock) => {
                     info!(mode = l.mode.as_str(), addr = %l.addr, "using the listening socket passed by the service manager");
-                    ingress::adopt(l, sock, &cfg.accel, turbo_buffer)?
+                    vec![ingress::adopt(l, sock, &cfg.accel, turbo_buffer)?]
                 }
-                None => ingress::bind(l, &cfg.accel, turbo_buffer)?,
+                None => ingress::bind(
+                    l,
+                    ingress::accept_sockets(l),
+                    &cfg.accel,
+                    turbo_buffer,
+                )?,
             });
             if let Some(i) = &l.intercept {
                 let spec = InterceptSpec {
@@ -435,7 +499,12 @@ impl Relay {
             (Some(early), Some(queue)) => Some(start_strict(&cfg, queue, early.clone(), &metrics)?),
             _ => None,
         };
+        let accept_paths = listeners
+            .iter()
+            .map(|set| set.iter().map(|_| Arc::default()).collect())
+            .collect();
         let shared = Arc::new(Shared {
+            accept_paths,
             turbo_routes: Arc::new(std::sync::Mutex::new(turbo_routes)),
             limiter: ConnLimiter::new(cfg.limits),
             live: Arc::new(Live::new(&cfg)),
@@ -471,7 +540,7 @@ impl Relay {
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.listeners
             .iter()
-            .filter_map(|l| l.local_addr().ok())
+            .filter_map(|set| set.first()?.local_addr().ok())
             .collect()
     }
 
@@ -497,15 +566,18 @@ impl Relay {
         // The admin API outlives the listeners: it answers during a drain.
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        for (i, l) in self.listeners.into_iter().enumerate() {
+        for (i, set) in self.listeners.into_iter().enumerate() {
             let spec = &self.shared.cfg.listeners[i];
-            info!(mode = spec.mode.as_str(), addr = %spec.addr, "listening");
-            tasks.push(tokio::spawn(ingress::accept_loop(
-                self.current.clone(),
-                i,
-                l,
-                stop_rx.clone(),
-            )));
+            info!(mode = spec.mode.as_str(), addr = %spec.addr, accept_sockets = set.len(), "listening");
+            for (path, l) in set.into_iter().enumerate() {
+                tasks.push(tokio::spawn(ingress::accept_loop(
+                    self.current.clone(),
+                    i,
+                    l,
+                    self.shared.accept_paths[i][path].clone(),
+                    stop_rx.clone(),
+                )));
+            }
         }
         let admin_task = self.admin.map(|l| {
             let metrics = self.shared.metrics.clone();
@@ -533,10 +605,11 @@ impl Relay {
             info!("early SYN on");
             tasks.push(tokio::spawn(async move {
                 let mut sweep = tokio::time::interval(Duration::from_millis(500));
+                let mut snapshot = current.cached();
                 loop {
                     tokio::select! {
                         ev = watch.next() => match ev {
-                            Ok(ev) => early.on_syn(&current.load(), ev.client, ev.original_dst),
+                            Ok(ev) => early.on_syn(current.refresh(&mut snapshot), ev.client, ev.original_dst),
                             Err(e) => {
                                 warn!(error = %e, "SYN detector failed; early SYN off from now on");
                                 break;

@@ -272,11 +272,12 @@ fn same_dialing(a: &Peer, b: &Peer) -> bool {
 /// (with SO_REUSEPORT or not) and interception (the client ACL can change).
 fn socket_key(l: &Listener) -> String {
     format!(
-        "{} {} {:?} reuse_port={}",
+        "{} {} {:?} reuse_port={} accept_sockets={:?}",
         l.mode.as_str(),
         l.addr,
         l.intercept.as_ref().map(|i| (&i.interfaces, &i.ports)),
-        l.reuse_port
+        l.reuse_port,
+        l.accept_sockets
     )
 }
 

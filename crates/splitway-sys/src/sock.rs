@@ -325,3 +325,68 @@ pub fn send(sock: &impl AsRawFd, buf: &[u8], more: bool) -> io::Result<usize> {
         Ok(n as usize)
     }
 }
+
+/// Attaches a classic BPF program to `sock`'s SO_REUSEPORT group that sends
+/// each new connection to socket `rxhash % n` of the group, i.e. only to the
+/// first `n` sockets that joined it. Any socket joining later (another
+/// process of the same user binding the address with SO_REUSEPORT) is never
+/// chosen, so it cannot take connections from the relay's own accept paths.
+pub fn attach_reuseport_guard(sock: &impl AsRawFd, n: u32) -> Result<(), SysError> {
+    // Opcodes from linux/filter.h (classic BPF): BPF_LD (0) | BPF_W (0) |
+    // BPF_ABS (0x20); BPF_ALU (0x04) | BPF_MOD (0x90) | BPF_K (0);
+    // BPF_RET (0x06) | BPF_A (0x10).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_ALU_MOD_K: u16 = 0x94;
+    const BPF_RET_A: u16 = 0x16;
+    // asm-generic/socket.h (x86 and arm64 use it); libc lacks it for glibc.
+    const SO_ATTACH_REUSEPORT_CBPF: i32 = 51;
+    if n == 0 {
+        return Err(SysError::io(
+            "SO_ATTACH_REUSEPORT_CBPF",
+            io::Error::new(io::ErrorKind::InvalidInput, "a group of 0 sockets"),
+        ));
+    }
+    let filter = [
+        libc::sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: (libc::SKF_AD_OFF + libc::SKF_AD_RXHASH) as u32,
+        },
+        libc::sock_filter {
+            code: BPF_ALU_MOD_K,
+            jt: 0,
+            jf: 0,
+            k: n,
+        },
+        libc::sock_filter {
+            code: BPF_RET_A,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: `prog` points at `filter`, both alive for the call; the kernel
+    // copies the program and keeps no pointer to either.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&raw const prog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(SysError::io(
+            "setsockopt(SO_ATTACH_REUSEPORT_CBPF)",
+            io::Error::last_os_error(),
+        ))
+    }
+}

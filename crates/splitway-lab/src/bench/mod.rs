@@ -37,6 +37,11 @@ pub struct BenchArgs {
     /// Short run (2 rounds, 1 s per test): under about 2 minutes.
     #[arg(long)]
     pub quick: bool,
+    /// Also measure both splitway methods with one accept socket per
+    /// listener (`accept_sockets = 1`), side by side with the default of one
+    /// per worker thread.
+    #[arg(long)]
+    pub accept_compare: bool,
     /// Also write the JSON report here (it is always written under bench-results/).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -83,6 +88,7 @@ pub struct Plan {
     pub fixed_time: Duration,
     pub conn_threads: usize,
     pub idle_connections: usize,
+    pub accept_compare: bool,
 }
 
 impl Plan {
@@ -94,7 +100,16 @@ impl Plan {
             fixed_time: Duration::from_millis(if quick { 1000 } else { 3000 }),
             conn_threads: 4,
             idle_connections: IDLE_CONNECTIONS,
+            accept_compare: args.accept_compare,
         }
+    }
+
+    /// The methods this run measures, in table order.
+    pub fn methods(&self) -> Vec<Method> {
+        Method::EVERY
+            .into_iter()
+            .filter(|m| Method::ALL.contains(m) || self.accept_compare)
+            .collect()
     }
 }
 
@@ -182,7 +197,7 @@ fn raise_nofile() -> Result<u64, LabError> {
 /// Front ports of the long-lived instances and of the fresh ones started
 /// each round for start-up and idle-memory measurements.
 fn base_port(method: Method, fresh: bool) -> u16 {
-    let index = Method::ALL.iter().position(|m| *m == method).unwrap_or(0) as u16;
+    let index = Method::EVERY.iter().position(|m| *m == method).unwrap_or(0) as u16;
     20_000 + index * 100 + if fresh { 1_000 } else { 0 }
 }
 
@@ -218,7 +233,7 @@ fn measure(
     let ticks = procs::clock_ticks();
     let mut notes = Vec::new();
     let mut instances = Vec::new();
-    for method in Method::ALL {
+    for method in plan.methods() {
         instances.push(launcher.start(method, base_port(method, false))?);
     }
     if let Some(pid) = instances

@@ -17,6 +17,10 @@ pub enum Method {
     Socat,
     Splitway1,
     Splitway2,
+    /// The same relays with one accept socket per listener instead of one
+    /// per worker thread (`lab bench --accept-compare`).
+    Splitway1OneAccept,
+    Splitway2OneAccept,
 }
 
 impl Method {
@@ -28,6 +32,17 @@ impl Method {
         Method::Splitway2,
     ];
 
+    /// `ALL` and the variants only some runs measure.
+    pub const EVERY: [Method; 7] = [
+        Method::Direct,
+        Method::Haproxy,
+        Method::Socat,
+        Method::Splitway1,
+        Method::Splitway2,
+        Method::Splitway1OneAccept,
+        Method::Splitway2OneAccept,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Method::Direct => "direct",
@@ -35,6 +50,16 @@ impl Method {
             Method::Socat => "socat",
             Method::Splitway1 => "splitway-1",
             Method::Splitway2 => "splitway-2",
+            Method::Splitway1OneAccept => "splitway-1-one-accept",
+            Method::Splitway2OneAccept => "splitway-2-one-accept",
+        }
+    }
+
+    /// The `[[listen]]` line that picks this variant's accept sockets.
+    fn accept_sockets(self) -> &'static str {
+        match self {
+            Method::Splitway1OneAccept | Method::Splitway2OneAccept => "accept_sockets = 1\n",
+            _ => "",
         }
     }
 
@@ -45,6 +70,8 @@ impl Method {
             Method::Socat => "socat (fork)",
             Method::Splitway1 => "splitway, one relay",
             Method::Splitway2 => "splitway, relay pair",
+            Method::Splitway1OneAccept => "splitway, one relay, one accept socket",
+            Method::Splitway2OneAccept => "splitway, relay pair, one accept socket",
         }
     }
 }
@@ -140,7 +167,7 @@ impl Launcher {
                 }
                 plain_fronts(&mut inst, base)
             }
-            Method::Splitway1 => {
+            Method::Splitway1 | Method::Splitway1OneAccept => {
                 // An admin listener because `admin = "off"` currently makes
                 // the relay drain at once (its drain channel closes).
                 let admin = base + 50;
@@ -149,14 +176,15 @@ impl Launcher {
                     &cfg,
                     &format!(
                         "name = \"bench1\"\nadmin = \"127.0.0.1:{admin}\"\n\n[[listen]]\nmode = \"http-connect\"\n\
-                         addr = \"127.0.0.1:{base}\"\n\n[[route]]\ndst = \"127.0.0.0/8\"\nvia = \"direct\"\n{}",
+                         addr = \"127.0.0.1:{base}\"\n{}\n[[route]]\ndst = \"127.0.0.0/8\"\nvia = \"direct\"\n{}",
+                        method.accept_sockets(),
                         self.limits()
                     ),
                 )?;
                 inst.children.push(self.spawn_relay(&cfg)?);
                 connect_fronts(&mut inst, addr(base))
             }
-            Method::Splitway2 => {
+            Method::Splitway2 | Method::Splitway2OneAccept => {
                 let rs_port = base + 1;
                 let (admin, admin_rs) = (base + 50, base + 51);
                 let rs = self.dir.join(format!("splitway-rs-{base}.toml"));
@@ -164,8 +192,9 @@ impl Launcher {
                     &rs,
                     &format!(
                         "name = \"rs\"\nadmin = \"127.0.0.1:{admin_rs}\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"peer\"\n\
-                         addr = \"127.0.0.1:{rs_port}\"\n\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n{}",
+                         addr = \"127.0.0.1:{rs_port}\"\n{}\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n{}",
                         self.psk_file.display(),
+                        method.accept_sockets(),
                         self.limits()
                     ),
                 )?;
@@ -174,9 +203,10 @@ impl Launcher {
                     &rc,
                     &format!(
                         "name = \"rc\"\nadmin = \"127.0.0.1:{admin}\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"http-connect\"\n\
-                         addr = \"127.0.0.1:{base}\"\n\n[[peer]]\nname = \"rs\"\naddr = \"127.0.0.1:{rs_port}\"\n\n\
+                         addr = \"127.0.0.1:{base}\"\n{}\n[[peer]]\nname = \"rs\"\naddr = \"127.0.0.1:{rs_port}\"\n\n\
                          [[route]]\ndst = \"127.0.0.0/8\"\nvia = \"rs\"\n{}",
                         self.psk_file.display(),
+                        method.accept_sockets(),
                         self.limits()
                     ),
                 )?;

@@ -145,6 +145,9 @@ impl BenchReport {
         if args.quick {
             command.push_str(" --quick");
         }
+        if args.accept_compare {
+            command.push_str(" --accept-compare");
+        }
         if let Some(r) = args.rounds {
             let _ = write!(command, " --rounds {r}");
         }
@@ -167,7 +170,7 @@ impl BenchReport {
             fixed_rate_per_s: FIXED_RATE,
             fixed_rate_seconds: plan.fixed_time.as_secs_f64(),
             idle_connections: plan.idle_connections,
-            methods: Method::ALL.iter().map(|m| m.name().to_owned()).collect(),
+            methods: plan.methods().iter().map(|m| m.name().to_owned()).collect(),
             notes: Vec::new(),
             summary: Vec::new(),
             samples: Vec::new(),
@@ -189,6 +192,10 @@ impl BenchReport {
 
     /// Rows are metrics; each cell is `median (× direct, × HAProxy)`.
     pub fn render_table(&self) -> String {
+        let methods: Vec<Method> = Method::EVERY
+            .into_iter()
+            .filter(|m| self.methods.iter().any(|n| n == m.name()))
+            .collect();
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -196,16 +203,16 @@ impl BenchReport {
             self.rounds
         );
         let _ = write!(out, "{:<34}", "metric");
-        for m in Method::ALL {
+        for &m in &methods {
             let _ = write!(out, " {:>22}", m.name());
         }
         out.push('\n');
         for (key, label) in METRICS {
-            if !Method::ALL.iter().any(|m| self.get(*m, key).is_some()) {
+            if !methods.iter().any(|m| self.get(*m, key).is_some()) {
                 continue;
             }
             let _ = write!(out, "{label:<34}");
-            for m in Method::ALL {
+            for &m in &methods {
                 let cell = self.get(m, key).map_or_else(
                     || "–".to_owned(),
                     |s| {
@@ -424,7 +431,7 @@ fn value_in(samples: &[Sample], round: u32, method: &str, metric: &str) -> Optio
 /// Medians per (method, metric) and medians of per-round ratios.
 pub fn summarise(samples: &[Sample], rounds: u32) -> Vec<Summary> {
     let mut out = Vec::new();
-    for method in Method::ALL {
+    for method in Method::EVERY {
         for (metric, _) in METRICS {
             let values: Vec<f64> = samples
                 .iter()
