@@ -37,6 +37,10 @@ pub struct BenchArgs {
     /// Short run (2 rounds, 1 s per test): under about 2 minutes.
     #[arg(long)]
     pub quick: bool,
+    /// Only the footprint of fresh instances (exec → listening, idle RSS,
+    /// bytes per active and per idle connection): about 10 s per round.
+    #[arg(long)]
+    pub footprint: bool,
     /// Also write the JSON report here (it is always written under bench-results/).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -83,6 +87,7 @@ pub struct Plan {
     pub fixed_time: Duration,
     pub conn_threads: usize,
     pub idle_connections: usize,
+    pub footprint_only: bool,
 }
 
 impl Plan {
@@ -94,6 +99,7 @@ impl Plan {
             fixed_time: Duration::from_millis(if quick { 1000 } else { 3000 }),
             conn_threads: 4,
             idle_connections: IDLE_CONNECTIONS,
+            footprint_only: args.footprint,
         }
     }
 }
@@ -218,8 +224,11 @@ fn measure(
     let ticks = procs::clock_ticks();
     let mut notes = Vec::new();
     let mut instances = Vec::new();
-    for method in Method::ALL {
-        instances.push(launcher.start(method, base_port(method, false))?);
+    // The footprint alone needs only the fresh instances started per round.
+    if !plan.footprint_only {
+        for method in Method::ALL {
+            instances.push(launcher.start(method, base_port(method, false))?);
+        }
     }
     if let Some(pid) = instances
         .iter()
@@ -235,8 +244,12 @@ fn measure(
     let started = Instant::now();
     for round in 0..plan.rounds {
         let mut order: Vec<&Instance> = instances.iter().collect();
-        let shift = round as usize % order.len();
-        order.rotate_left(shift);
+        let mut methods = Method::ALL;
+        let shift = round as usize % methods.len();
+        if !order.is_empty() {
+            order.rotate_left(shift);
+        }
+        methods.rotate_left(shift);
         eprintln!(
             "round {}/{} ({:.0} s so far)",
             round + 1,
@@ -251,8 +264,11 @@ fn measure(
                 value,
             });
         };
-        for inst in &order {
-            fresh_instance(&launcher, inst.method, plan, &mut push)?;
+        for method in methods {
+            fresh_instance(&launcher, method, plan, &mut push)?;
+        }
+        if plan.footprint_only {
+            continue;
         }
         for streams in [1usize, 8] {
             for inst in &order {

@@ -145,6 +145,9 @@ impl BenchReport {
         if args.quick {
             command.push_str(" --quick");
         }
+        if args.footprint {
+            command.push_str(" --footprint");
+        }
         if let Some(r) = args.rounds {
             let _ = write!(command, " --rounds {r}");
         }
