@@ -321,7 +321,7 @@ async fn pump(
 
     let mut use_splice = data_path == DataPath::Splice;
     loop {
-        src.readable().await.map_err(rd)?;
+        read_ready(src).await.map_err(rd)?;
         let pipe = if use_splice {
             match Pipe::take() {
                 Ok(pipe) => Some(pipe),
@@ -361,6 +361,20 @@ async fn pump(
     splitway_sys::sock::shutdown_write(dst).map_err(wr)
 }
 
+/// Waits until `src` is readable. Through the socket's own reader slot
+/// (`poll_read_ready`), so nothing is stored while waiting; `readable()`
+/// keeps an intrusive waiter (~100 B) in every idle connection's future.
+/// Each leg has one reader and one writer, both in the connection's task,
+/// so the single slot per direction is never shared.
+async fn read_ready(src: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| src.poll_read_ready(cx)).await
+}
+
+/// Waits until `dst` is writable, like [`read_ready`] (the writer slot).
+async fn write_ready(dst: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| dst.poll_write_ready(cx)).await
+}
+
 /// One recv + send. `Ok(None)`: nothing to read after all; `Ok(Some(0))`: EOF.
 async fn copy_once(
     src: &TcpStream,
@@ -397,7 +411,7 @@ fn more_queued(src: &TcpStream) -> bool {
 /// Writes all of `data`; with `more`, hints that more follows at once.
 pub async fn write_all_more(dst: &TcpStream, mut data: &[u8], more: bool) -> io::Result<()> {
     while !data.is_empty() {
-        dst.writable().await?;
+        write_ready(dst).await?;
         match dst.try_io(Interest::WRITABLE, || {
             splitway_sys::sock::send(dst, data, more)
         }) {
@@ -433,7 +447,7 @@ async fn splice_once(
     let more = more_queued(src);
     let mut left = n;
     while left > 0 {
-        dst.writable().await.map_err(&wr)?;
+        write_ready(dst).await.map_err(&wr)?;
         match dst.try_io(Interest::WRITABLE, || {
             pipe.drain_to(dst.as_raw_fd(), left, more)
         }) {
@@ -451,7 +465,7 @@ async fn splice_once(
 /// Writes all of `data`, waiting for writability as needed.
 pub async fn write_all(dst: &TcpStream, mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
-        dst.writable().await?;
+        write_ready(dst).await?;
         match dst.try_write(data) {
             Ok(n) => data = &data[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

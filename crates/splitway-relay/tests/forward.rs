@@ -280,7 +280,7 @@ async fn idle_connection_footprint() {
         &m,
     );
     let size = std::mem::size_of_val(&fut);
-    assert!(size <= 1600, "forward future is {size} bytes");
+    assert!(size <= 1300, "forward future is {size} bytes");
     drop(fut);
     // What the session awaits: the TLS pump must stay out of line.
     let fut = splitway_relay::forward_tls::forward_legs(
@@ -292,5 +292,5 @@ async fn idle_connection_footprint() {
         &m,
     );
     let size = std::mem::size_of_val(&fut);
-    assert!(size <= 1800, "forward_legs future is {size} bytes");
+    assert!(size <= 1450, "forward_legs future is {size} bytes");
 }
