@@ -293,4 +293,12 @@ async fn idle_connection_footprint() {
     );
     let size = std::mem::size_of_val(&fut);
     assert!(size <= 1450, "forward_legs future is {size} bytes");
+    // The whole connection as its task holds it while idle.
+    let size = output_size(splitway_relay::session::run);
+    assert!(size <= 2300, "session future is {size} bytes");
+}
+
+/// Size of the future an async fn of two arguments returns.
+fn output_size<A, B, F: std::future::Future>(_: impl FnOnce(A, B) -> F) -> usize {
+    std::mem::size_of::<F>()
 }
