@@ -16,7 +16,7 @@ use splitway_control::{
 use splitway_proto::Destination;
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::config::{Config, ListenMode};
 use crate::relay::{Current, Shared};
 use crate::reload::{ReloadError, Reloader};
 
@@ -68,19 +68,31 @@ impl Live {
 
 const SHARDS: usize = 16;
 
+/// One entry per open connection, so kept small: 96 bytes with its key
+/// (112 with the mode as a `&str` and the start as an `Instant`).
 struct ConnInfo {
-    mode: &'static str,
+    mode: ListenMode,
+    /// Milliseconds since the registry was created.
+    started_ms: u64,
     client: SocketAddr,
     /// Kept as is and formatted only for `GET /connections`: a string per
     /// connection would cost every idle connection an allocation.
     dst: Destination,
-    started: Instant,
 }
 
 /// Open connections by id, sharded so registration is not a global lock.
-#[derive(Default)]
 pub struct ConnRegistry {
+    epoch: Instant,
     shards: [Mutex<HashMap<u64, ConnInfo>>; SHARDS],
+}
+
+impl Default for ConnRegistry {
+    fn default() -> Self {
+        ConnRegistry {
+            epoch: Instant::now(),
+            shards: Default::default(),
+        }
+    }
 }
 
 /// Removes its connection from the registry when dropped.
@@ -97,18 +109,19 @@ impl ConnRegistry {
     pub fn register(
         &self,
         id: u64,
-        mode: &'static str,
+        mode: ListenMode,
         client: SocketAddr,
         dst: Destination,
         shared: Arc<Shared>,
     ) -> Registered {
+        let started_ms = self.epoch.elapsed().as_millis() as u64;
         self.shard(id).lock().expect("registry lock").insert(
             id,
             ConnInfo {
                 mode,
+                started_ms,
                 client,
                 dst,
-                started: Instant::now(),
             },
         );
         Registered { shared, id }
@@ -120,23 +133,24 @@ impl ConnRegistry {
         let mut all = Vec::new();
         for shard in &self.shards {
             for (id, c) in shard.lock().expect("registry lock").iter() {
-                *by_mode.entry(c.mode).or_default() += 1;
-                all.push((c.started, *id, c.mode, c.client, c.dst.to_string()));
+                *by_mode.entry(c.mode.as_str()).or_default() += 1;
+                all.push((c.started_ms, *id, c.mode, c.client, c.dst.to_string()));
             }
         }
         let total = all.len();
         all.sort_by_key(|c| c.0);
+        let now_ms = self.epoch.elapsed().as_secs_f64() * 1e3;
         let sample: Vec<Value> = all
             .into_iter()
             .take(sample)
-            .map(|(started, id, mode, client, dst)| {
+            .map(|(started_ms, id, mode, client, dst)| {
                 json!({
                     "id": format!("{id:016x}"),
-                    "mode": mode,
+                    "mode": mode.as_str(),
                     "state": "open",
                     "client": client.to_string(),
                     "dst": dst,
-                    "age_seconds": started.elapsed().as_secs_f64(),
+                    "age_seconds": (now_ms - started_ms as f64).max(0.0) / 1e3,
                 })
             })
             .collect();
@@ -336,5 +350,41 @@ impl AdminHandler for RelayAdmin {
             )),
             Err(e) => Err(AdminError::Refused(e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every open connection holds one entry (plus the map's spare slots).
+    #[test]
+    fn registry_entry_stays_small() {
+        let size = std::mem::size_of::<(u64, ConnInfo)>();
+        assert!(size <= 96, "registry entry is {size} bytes");
+    }
+
+    #[test]
+    fn snapshot_reports_mode_and_age() {
+        let registry = ConnRegistry::default();
+        let client: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        let dst = Destination::Ip("198.51.100.2:443".parse().unwrap());
+        registry.shards[0].lock().unwrap().insert(
+            0,
+            ConnInfo {
+                mode: ListenMode::Socks5,
+                started_ms: 0,
+                client,
+                dst,
+            },
+        );
+        let snap = registry.snapshot(10);
+        assert_eq!(snap["total"], 1);
+        assert_eq!(snap["by_mode"]["socks5"], 1);
+        let entry = &snap["sample"][0];
+        assert_eq!(entry["mode"], "socks5");
+        assert_eq!(entry["client"], "192.0.2.1:4000");
+        assert_eq!(entry["dst"], "198.51.100.2:443");
+        assert!(entry["age_seconds"].as_f64().unwrap() >= 0.0);
     }
 }

@@ -21,7 +21,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::task::Poll;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use splitway_control::metrics::{Direction, Metrics, Path};
@@ -178,23 +178,19 @@ pub async fn forward(
 
     // `join_directions` keeps this future small (test
     // `idle_connection_footprint` in tests/forward.rs).
-    let to_server = async {
-        pump(
-            inbound,
-            outbound,
-            Side::Inbound,
-            Side::Outbound,
-            to_server_prefix,
-            opts.data_path,
-            &activity,
-            &up,
-        )
-        .await
-        .map_err(Stop::Pump)
-    };
+    let to_server = Pump::new(
+        inbound,
+        outbound,
+        Side::Inbound,
+        Side::Outbound,
+        to_server_prefix,
+        opts.data_path,
+        &activity,
+        &up,
+    );
     let to_client = async {
         let prefix = preamble.await.map_err(Stop::Setup)?;
-        pump(
+        Pump::new(
             outbound,
             inbound,
             Side::Outbound,
@@ -205,7 +201,6 @@ pub async fn forward(
             &down,
         )
         .await
-        .map_err(Stop::Pump)
     };
     let (to_server, to_client) = (pin!(to_server), pin!(to_client));
     let idle = pin!(idle_watch(&activity, opts.idle));
@@ -290,100 +285,286 @@ pub(crate) async fn idle_watch(activity: &Activity, idle: Duration) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn pump(
-    src: &TcpStream,
-    dst: &TcpStream,
+/// One direction, polled by hand: while the connection idles its task keeps
+/// only this struct (~100 B), where an `async fn` pump kept the state of
+/// every nested future it awaits (~350 B per direction).
+struct Pump<'a> {
+    src: &'a TcpStream,
+    dst: &'a TcpStream,
     src_side: Side,
     dst_side: Side,
-    prefix: Vec<u8>,
     data_path: DataPath,
-    activity: &Activity,
-    counters: &DirCounters,
-) -> Result<(), PumpError> {
-    let rd = |source| PumpError {
-        side: src_side,
-        source,
-    };
-    let wr = |source| PumpError {
-        side: dst_side,
-        source,
-    };
-
-    if !prefix.is_empty() {
-        write_all(dst, &prefix).await.map_err(wr)?;
-        counters.copy.fetch_add(prefix.len() as u64, Relaxed);
-        activity.touch();
-    }
-    // Freed now, not when the connection ends: the handshake's read buffer
-    // often arrives here with spare capacity.
-    drop(prefix);
-
-    let mut use_splice = data_path == DataPath::Splice;
-    loop {
-        src.readable().await.map_err(rd)?;
-        let pipe = if use_splice {
-            match Pipe::take() {
-                Ok(pipe) => Some(pipe),
-                // Out of descriptors (EMFILE/ENFILE near the open-file
-                // limit): this step copies through a buffer instead. A
-                // local shortage must not fail a healthy connection.
-                Err(e) => {
-                    tracing::debug!(error = %e, "no pipe for splice; copying this step");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let (moved, counter) = if let Some(pipe) = pipe {
-            (
-                splice_once(pipe, src, dst, &rd, &wr).await?,
-                &counters.splice,
-            )
-        } else {
-            let (n, filled) = copy_once(src, dst, &rd, &wr).await?;
-            if filled && data_path == DataPath::Auto {
-                // Bulk data is queued: zero-copy pays from here on.
-                use_splice = true;
-            }
-            (n, &counters.copy)
-        };
-        match moved {
-            None => continue, // spurious readiness
-            Some(0) => break,
-            Some(n) => {
-                counter.fetch_add(n as u64, Relaxed);
-                activity.touch();
-            }
-        }
-    }
-    splitway_sys::sock::shutdown_write(dst).map_err(wr)
+    use_splice: bool,
+    activity: &'a Activity,
+    counters: &'a DirCounters,
+    state: PumpState,
 }
 
-/// One recv + send. `Ok(None)`: nothing to read after all; `Ok(Some(0))`: EOF.
-async fn copy_once(
-    src: &TcpStream,
-    dst: &TcpStream,
-    rd: impl Fn(io::Error) -> PumpError,
-    wr: impl Fn(io::Error) -> PumpError,
-) -> Result<(Option<usize>, bool), PumpError> {
-    let mut buf = take_buf();
-    let n = match src.try_read(&mut buf) {
-        Ok(n) => n,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            give_buf(buf);
-            return Ok((None, false));
+enum PumpState {
+    /// Bytes read during setup, written first (plain writes, as they are).
+    Prefix { data: Vec<u8>, sent: usize },
+    /// Waiting for the source to be readable.
+    Reading,
+    /// `buf[sent..len]` still to be sent; `more`: the source holds more.
+    Copying {
+        buf: Box<[u8]>,
+        sent: usize,
+        len: usize,
+        more: bool,
+    },
+    /// `left` of the `moved` bytes spliced into `pipe` still to be sent.
+    Splicing {
+        pipe: Pipe,
+        moved: usize,
+        left: usize,
+        more: bool,
+    },
+    /// EOF forwarded, or failed.
+    Done,
+}
+
+impl<'a> Pump<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        src: &'a TcpStream,
+        dst: &'a TcpStream,
+        src_side: Side,
+        dst_side: Side,
+        prefix: Vec<u8>,
+        data_path: DataPath,
+        activity: &'a Activity,
+        counters: &'a DirCounters,
+    ) -> Self {
+        let state = if prefix.is_empty() {
+            PumpState::Reading
+        } else {
+            PumpState::Prefix {
+                data: prefix,
+                sent: 0,
+            }
+        };
+        Pump {
+            src,
+            dst,
+            src_side,
+            dst_side,
+            data_path,
+            use_splice: data_path == DataPath::Splice,
+            activity,
+            counters,
+            state,
         }
-        Err(e) => return Err(rd(e)),
-    };
-    if n > 0 {
-        let more = more_queued(src);
-        write_all_more(dst, &buf[..n], more).await.map_err(wr)?;
     }
-    let filled = n == buf.len();
-    give_buf(buf);
-    Ok((Some(n), filled))
+
+    fn rd(&self, source: io::Error) -> PumpError {
+        PumpError {
+            side: self.src_side,
+            source,
+        }
+    }
+
+    fn wr(&self, source: io::Error) -> PumpError {
+        PumpError {
+            side: self.dst_side,
+            source,
+        }
+    }
+
+    fn moved(&self, counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Relaxed);
+        self.activity.touch();
+    }
+
+    /// Runs the direction until it must wait; `Ready(Ok)` once EOF was
+    /// forwarded as a half-close.
+    fn step(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), PumpError>> {
+        loop {
+            match &mut self.state {
+                PumpState::Done => return Poll::Ready(Ok(())),
+                PumpState::Prefix { data, sent } => {
+                    while *sent < data.len() {
+                        if let Err(e) = ready!(self.dst.poll_write_ready(cx)) {
+                            return Poll::Ready(Err(self.wr(e)));
+                        }
+                        match self.dst.try_write(&data[*sent..]) {
+                            Ok(n) => *sent += n,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                            Err(e) => return Poll::Ready(Err(self.wr(e))),
+                        }
+                    }
+                    let n = data.len();
+                    // Freed now, not when the connection ends: the
+                    // handshake's read buffer often has spare capacity.
+                    self.state = PumpState::Reading;
+                    self.moved(&self.counters.copy, n);
+                }
+                PumpState::Reading => {
+                    if let Err(e) = ready!(self.src.poll_read_ready(cx)) {
+                        return Poll::Ready(Err(self.rd(e)));
+                    }
+                    let next = if self.use_splice {
+                        match Pipe::take() {
+                            Ok(pipe) => self.fill_pipe(pipe),
+                            // Out of descriptors (EMFILE/ENFILE near the
+                            // open-file limit): this step copies through a
+                            // buffer instead. A local shortage must not fail
+                            // a healthy connection.
+                            Err(e) => {
+                                tracing::debug!(error = %e, "no pipe for splice; copying this step");
+                                self.fill_buf()
+                            }
+                        }
+                    } else {
+                        self.fill_buf()
+                    };
+                    match next {
+                        // Spurious readiness: poll again (now registered).
+                        Ok(None) => {}
+                        Ok(Some(state)) => self.state = state,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    }
+                }
+                PumpState::Copying {
+                    buf,
+                    sent,
+                    len,
+                    more,
+                } => {
+                    while *sent < *len {
+                        if let Err(e) = ready!(self.dst.poll_write_ready(cx)) {
+                            return Poll::Ready(Err(self.wr(e)));
+                        }
+                        let chunk = &buf[*sent..*len];
+                        let more = *more;
+                        match self.dst.try_io(Interest::WRITABLE, || {
+                            splitway_sys::sock::send(self.dst, chunk, more)
+                        }) {
+                            Ok(n) => *sent += n,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                            Err(e) => return Poll::Ready(Err(self.wr(e))),
+                        }
+                    }
+                    let n = *len;
+                    if let PumpState::Copying { buf, .. } =
+                        std::mem::replace(&mut self.state, PumpState::Reading)
+                    {
+                        give_buf(buf);
+                    }
+                    self.moved(&self.counters.copy, n);
+                }
+                PumpState::Splicing {
+                    pipe,
+                    moved,
+                    left,
+                    more,
+                } => {
+                    while *left > 0 {
+                        if let Err(e) = ready!(self.dst.poll_write_ready(cx)) {
+                            return Poll::Ready(Err(self.wr(e)));
+                        }
+                        let (want, more) = (*left, *more);
+                        match self.dst.try_io(Interest::WRITABLE, || {
+                            pipe.drain_to(self.dst.as_raw_fd(), want, more)
+                        }) {
+                            Ok(m) => *left -= m,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                            // The pipe still holds bytes: dropped with the
+                            // failed connection (not pooled), they are discarded.
+                            Err(e) => return Poll::Ready(Err(self.wr(e))),
+                        }
+                    }
+                    let n = *moved;
+                    if let PumpState::Splicing { pipe, .. } =
+                        std::mem::replace(&mut self.state, PumpState::Reading)
+                    {
+                        pipe.give_back();
+                    }
+                    self.moved(&self.counters.splice, n);
+                }
+            }
+        }
+    }
+
+    /// One recv into a pooled buffer. `Ok(None)`: nothing to read after
+    /// all; at EOF the half-close is forwarded and the pump is done.
+    fn fill_buf(&mut self) -> Result<Option<PumpState>, PumpError> {
+        let mut buf = take_buf();
+        let n = match self.src.try_read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                give_buf(buf);
+                return Ok(None);
+            }
+            Err(e) => return Err(self.rd(e)),
+        };
+        if n == 0 {
+            give_buf(buf);
+            return self.eof().map(Some);
+        }
+        if n == buf.len() && self.data_path == DataPath::Auto {
+            // Bulk data is queued: zero-copy pays from here on.
+            self.use_splice = true;
+        }
+        Ok(Some(PumpState::Copying {
+            buf,
+            sent: 0,
+            len: n,
+            more: more_queued(self.src),
+        }))
+    }
+
+    /// One splice from the source into `pipe`, like [`Pump::fill_buf`].
+    fn fill_pipe(&mut self, pipe: Pipe) -> Result<Option<PumpState>, PumpError> {
+        let n = match self.src.try_io(Interest::READABLE, || {
+            pipe.fill_from(self.src.as_raw_fd(), pipe.capacity())
+        }) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                pipe.give_back();
+                return Ok(None);
+            }
+            Err(e) => {
+                pipe.give_back();
+                return Err(self.rd(e));
+            }
+        };
+        if n == 0 {
+            pipe.give_back();
+            return self.eof().map(Some);
+        }
+        Ok(Some(PumpState::Splicing {
+            pipe,
+            moved: n,
+            left: n,
+            more: more_queued(self.src),
+        }))
+    }
+
+    /// EOF from the source: every byte before it was handed to the kernel,
+    /// so the destination is half-closed.
+    fn eof(&self) -> Result<PumpState, PumpError> {
+        splitway_sys::sock::shutdown_write(self.dst).map_err(|e| self.wr(e))?;
+        Ok(PumpState::Done)
+    }
+}
+
+impl Future for Pump<'_> {
+    type Output = Result<(), Stop>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.step(cx).map_err(|e| {
+            this.state = PumpState::Done;
+            Stop::Pump(e)
+        })
+    }
+}
+
+/// Waits until `dst` is writable. Through the socket's own writer slot
+/// (`poll_write_ready`), so nothing is stored while waiting: `writable()`
+/// keeps an intrusive waiter in the future.
+async fn write_ready(dst: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| dst.poll_write_ready(cx)).await
 }
 
 /// Whether the source already holds more bytes: then the write just made
@@ -397,7 +578,7 @@ fn more_queued(src: &TcpStream) -> bool {
 /// Writes all of `data`; with `more`, hints that more follows at once.
 pub async fn write_all_more(dst: &TcpStream, mut data: &[u8], more: bool) -> io::Result<()> {
     while !data.is_empty() {
-        dst.writable().await?;
+        write_ready(dst).await?;
         match dst.try_io(Interest::WRITABLE, || {
             splitway_sys::sock::send(dst, data, more)
         }) {
@@ -409,49 +590,10 @@ pub async fn write_all_more(dst: &TcpStream, mut data: &[u8], more: bool) -> io:
     Ok(())
 }
 
-/// One splice into `pipe` and out until the pipe is empty.
-async fn splice_once(
-    pipe: Pipe,
-    src: &TcpStream,
-    dst: &TcpStream,
-    rd: impl Fn(io::Error) -> PumpError,
-    wr: impl Fn(io::Error) -> PumpError,
-) -> Result<Option<usize>, PumpError> {
-    let n = match src.try_io(Interest::READABLE, || {
-        pipe.fill_from(src.as_raw_fd(), pipe.capacity())
-    }) {
-        Ok(n) => n,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            pipe.give_back();
-            return Ok(None);
-        }
-        Err(e) => {
-            pipe.give_back();
-            return Err(rd(e));
-        }
-    };
-    let more = more_queued(src);
-    let mut left = n;
-    while left > 0 {
-        dst.writable().await.map_err(&wr)?;
-        match dst.try_io(Interest::WRITABLE, || {
-            pipe.drain_to(dst.as_raw_fd(), left, more)
-        }) {
-            Ok(m) => left -= m,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            // The pipe still holds bytes: dropping it (not pooling) discards
-            // them with the failed connection.
-            Err(e) => return Err(wr(e)),
-        }
-    }
-    pipe.give_back();
-    Ok(Some(n))
-}
-
 /// Writes all of `data`, waiting for writability as needed.
 pub async fn write_all(dst: &TcpStream, mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
-        dst.writable().await?;
+        write_ready(dst).await?;
         match dst.try_write(data) {
             Ok(n) => data = &data[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

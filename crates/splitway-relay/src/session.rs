@@ -319,7 +319,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     let mode = metric_mode(inbound.mode);
     let _registered = shared.conns.register(
         inbound.conn_id,
-        inbound.mode.as_str(),
+        inbound.mode,
         inbound.client,
         inbound.dst.clone(),
         shared.clone(),

@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// per worker thread.
     #[arg(long)]
     pub accept_compare: bool,
+    /// Only the footprint of fresh instances (exec → listening, idle RSS,
+    /// bytes per active and per idle connection): about 10 s per round.
+    #[arg(long)]
+    pub footprint: bool,
     /// Also write the JSON report here (it is always written under bench-results/).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -89,6 +93,7 @@ pub struct Plan {
     pub conn_threads: usize,
     pub idle_connections: usize,
     pub accept_compare: bool,
+    pub footprint_only: bool,
 }
 
 impl Plan {
@@ -101,6 +106,7 @@ impl Plan {
             conn_threads: 4,
             idle_connections: IDLE_CONNECTIONS,
             accept_compare: args.accept_compare,
+            footprint_only: args.footprint,
         }
     }
 
@@ -233,8 +239,11 @@ fn measure(
     let ticks = procs::clock_ticks();
     let mut notes = Vec::new();
     let mut instances = Vec::new();
-    for method in plan.methods() {
-        instances.push(launcher.start(method, base_port(method, false))?);
+    // The footprint alone needs only the fresh instances started per round.
+    if !plan.footprint_only {
+        for method in plan.methods() {
+            instances.push(launcher.start(method, base_port(method, false))?);
+        }
     }
     if let Some(pid) = instances
         .iter()
@@ -250,8 +259,12 @@ fn measure(
     let started = Instant::now();
     for round in 0..plan.rounds {
         let mut order: Vec<&Instance> = instances.iter().collect();
-        let shift = round as usize % order.len();
-        order.rotate_left(shift);
+        let mut methods = Method::ALL;
+        let shift = round as usize % methods.len();
+        if !order.is_empty() {
+            order.rotate_left(shift);
+        }
+        methods.rotate_left(shift);
         eprintln!(
             "round {}/{} ({:.0} s so far)",
             round + 1,
@@ -266,8 +279,11 @@ fn measure(
                 value,
             });
         };
-        for inst in &order {
-            fresh_instance(&launcher, inst.method, plan, &mut push)?;
+        for method in methods {
+            fresh_instance(&launcher, method, plan, &mut push)?;
+        }
+        if plan.footprint_only {
+            continue;
         }
         for streams in [1usize, 8] {
             for inst in &order {

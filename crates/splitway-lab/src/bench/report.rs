@@ -148,6 +148,9 @@ impl BenchReport {
         if args.accept_compare {
             command.push_str(" --accept-compare");
         }
+        if args.footprint {
+            command.push_str(" --footprint");
+        }
         if let Some(r) = args.rounds {
             let _ = write!(command, " --rounds {r}");
         }
