@@ -281,18 +281,7 @@ async fn dial_hello(
             op: "send hello",
             source,
         })?;
-    let mut buf = Vec::new();
-    let proof = tokio::time::timeout(
-        timeouts.handshake,
-        read_frame(io, &mut buf, |b| {
-            dialer.on_server_proof(b).map(|o| o.map(|n| ((), n)))
-        }),
-    )
-    .await
-    .map_err(|_| ConnError::PeerTimeout {
-        peer: peer.name.clone(),
-        during: "waiting for its proof",
-    })?;
+    let (proof, buf) = read_proof(io, &mut dialer, &peer.name, timeouts).await?;
     match proof {
         Ok(()) => Ok(PeerLeg {
             stream,
@@ -307,13 +296,41 @@ async fn dial_hello(
             | RejectReason::Malformed
             | RejectReason::UnsupportedVersion),
         ))) => Err(HelloDial::Refused(r)),
-        Err(FrameError::Bad(AuthError::Rejected(r))) => {
-            Err(HelloDial::Failed(ConnError::PeerRejected {
-                peer: peer.name.clone(),
-                reason: r.to_string(),
-            }))
-        }
-        Err(e) => Err(HelloDial::Failed(peer_frame_error(&peer.name, "proof", e))),
+        Err(e) => Err(HelloDial::Failed(proof_error(&peer.name, e))),
+    }
+}
+
+/// Reads the peer's ServerProof within the handshake timeout: the read's
+/// outcome, and the bytes that came after the proof.
+async fn read_proof(
+    io: LegIo<'_>,
+    dialer: &mut Dialer,
+    peer: &str,
+    timeouts: &Timeouts,
+) -> Result<(Result<(), FrameError<AuthError>>, Vec<u8>), ConnError> {
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(
+        timeouts.handshake,
+        read_frame(io, &mut buf, |b| {
+            dialer.on_server_proof(b).map(|o| o.map(|n| ((), n)))
+        }),
+    )
+    .await
+    .map_err(|_| ConnError::PeerTimeout {
+        peer: peer.to_owned(),
+        during: "waiting for its proof",
+    })?;
+    Ok((read, buf))
+}
+
+/// A failed read of the peer's proof: its Reject, or what went wrong.
+fn proof_error(peer: &str, e: FrameError<AuthError>) -> ConnError {
+    match e {
+        FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerRejected {
+            peer: peer.to_owned(),
+            reason: r.to_string(),
+        },
+        e => peer_frame_error(peer, "proof", e),
     }
 }
 
@@ -382,25 +399,8 @@ pub async fn dial_pooled(
             op: "send response",
             source,
         })?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(
-        timeouts.handshake,
-        read_frame(io, &mut buf, |b| {
-            dialer.on_server_proof(b).map(|o| o.map(|n| ((), n)))
-        }),
-    )
-    .await
-    .map_err(|_| ConnError::PeerTimeout {
-        peer: peer.name.clone(),
-        during: "waiting for its proof",
-    })?
-    .map_err(|e| match e {
-        FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerRejected {
-            peer: peer.name.clone(),
-            reason: r.to_string(),
-        },
-        e => peer_frame_error(&peer.name, "proof", e),
-    })?;
+    let (proof, buf) = read_proof(io, &mut dialer, &peer.name, timeouts).await?;
+    proof.map_err(|e| proof_error(&peer.name, e))?;
     if !buf.is_empty() {
         return Err(ConnError::PeerProtocol {
             peer: peer.name.clone(),
@@ -485,13 +485,7 @@ impl PeerLeg {
                 dialer.on_server_proof(b).map(|o| o.map(|n| ((), n)))
             })
             .await
-            .map_err(|e| match e {
-                FrameError::Bad(AuthError::Rejected(r)) => ConnError::PeerRejected {
-                    peer: peer.to_owned(),
-                    reason: r.to_string(),
-                },
-                e => peer_frame_error(peer, "proof", e),
-            })?;
+            .map_err(|e| proof_error(peer, e))?;
         }
         let reply = read_frame(stream, &mut buf, Reply::decode)
             .await
