@@ -127,6 +127,15 @@ static __always_inline int is_bare_syn(const struct tcp_min *tcp)
 	return (tcp->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
 }
 
+// A SYN carrying data is a TCP Fast Open client's: the listener accepts it
+// at the SYN with the data readable, so starting the next leg early gains
+// nothing and would send the relay header without the client's first bytes
+// (which then cannot ride the server leg's SYN). Not reported.
+static __always_inline int carries_data(__u32 ip_payload, const struct tcp_min *tcp)
+{
+	return ip_payload > (__u32)(tcp->doff_res >> 4) * 4;
+}
+
 SEC("classifier") // aya 0.14 knows "classifier", not libbpf's "tc"
 int syn_watch(struct __sk_buff *skb)
 {
@@ -148,6 +157,8 @@ int syn_watch(struct __sk_buff *skb)
 			return TC_ACT_UNSPEC;
 		if (!is_bare_syn(&tcp) || !port_watched(tcp.dest))
 			return TC_ACT_UNSPEC;
+		if (carries_data((__u32)bpf_ntohs(ip.tot_len) - tcp_offset, &tcp))
+			return TC_ACT_UNSPEC;
 		event = bpf_ringbuf_reserve(&SW_EVENTS, sizeof(*event), 0);
 		if (!event) {
 			count_dropped();
@@ -167,6 +178,8 @@ int syn_watch(struct __sk_buff *skb)
 		if (bpf_skb_load_bytes_relative(skb, sizeof(ip6), &tcp, sizeof(tcp), BPF_HDR_START_NET))
 			return TC_ACT_UNSPEC;
 		if (!is_bare_syn(&tcp) || !port_watched(tcp.dest))
+			return TC_ACT_UNSPEC;
+		if (carries_data(bpf_ntohs(ip6.payload_len), &tcp))
 			return TC_ACT_UNSPEC;
 		event = bpf_ringbuf_reserve(&SW_EVENTS, sizeof(*event), 0);
 		if (!event) {
