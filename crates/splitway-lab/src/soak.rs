@@ -1069,27 +1069,14 @@ fn namespace_counters(label: &str, ns: &Netns) -> NamespaceCounters {
         namespace: label.into(),
         ..NamespaceCounters::default()
     };
-    let Ok(out) = ns.exec("cat", &["/proc/net/netstat"]) else {
+    let Ok(counters) = ns.tcp_ext() else {
         return c;
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut lines = text.lines();
-    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
-        let Some(names) = names.strip_prefix("TcpExt:") else {
-            continue;
-        };
-        let values = values.strip_prefix("TcpExt:").unwrap_or(values);
-        for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
-            let value = value.parse().unwrap_or(0);
-            match name {
-                "TCPMemoryPressures" => c.memory_pressures = value,
-                "TCPRcvQDrop" => c.rcvq_drops = value,
-                "PruneCalled" => c.prune_called = value,
-                "TCPAbortOnMemory" => c.abort_on_memory = value,
-                _ => {}
-            }
-        }
-    }
+    let get = |name: &str| counters.get(name).copied().unwrap_or(0);
+    c.memory_pressures = get("TCPMemoryPressures");
+    c.rcvq_drops = get("TCPRcvQDrop");
+    c.prune_called = get("PruneCalled");
+    c.abort_on_memory = get("TCPAbortOnMemory");
     c
 }
 

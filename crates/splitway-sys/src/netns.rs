@@ -110,6 +110,16 @@ impl Netns {
             .map(|_| ())
     }
 
+    /// The namespace's `TcpExt` counters (`nstat`'s `TcpExt*`), by name. Read
+    /// from a thread inside it: `/proc/net` follows `/proc/self`, the
+    /// process's namespace, not the thread's.
+    pub fn tcp_ext(&self) -> Result<std::collections::HashMap<String, u64>, SysError> {
+        let text = self
+            .run_in(|| std::fs::read_to_string("/proc/thread-self/net/netstat"))?
+            .map_err(|e| SysError::io("read /proc/thread-self/net/netstat", e))?;
+        Ok(parse_tcp_ext(&text))
+    }
+
     /// Runs `f` on a fresh thread whose network namespace is this one.
     /// Sockets created inside `f` stay in this namespace for their lifetime,
     /// wherever they are used afterwards.
@@ -221,5 +231,32 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.starts_with("swx-"), "{a}");
         assert_eq!(a.matches('-').count(), 2, "{a}");
+    }
+}
+
+/// `TcpExt:` name and value lines of `/proc/net/netstat`, paired up.
+fn parse_tcp_ext(netstat: &str) -> std::collections::HashMap<String, u64> {
+    let mut lines = netstat.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return Default::default();
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .skip(1)
+        .filter_map(|(n, v)| Some((n.to_owned(), v.parse().ok()?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tcp_ext_tests {
+    #[test]
+    fn pairs_names_with_values_of_the_tcpext_lines_only() {
+        let text =
+            "TcpExt: SyncookiesSent TCPFastOpenPassive\nTcpExt: 0 3\nIpExt: InNoRoutes\nIpExt: 9\n";
+        let c = super::parse_tcp_ext(text);
+        assert_eq!(c.get("TCPFastOpenPassive"), Some(&3));
+        assert_eq!(c.get("SyncookiesSent"), Some(&0));
+        assert_eq!(c.len(), 2);
     }
 }

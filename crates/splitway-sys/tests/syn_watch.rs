@@ -208,21 +208,8 @@ fn reports_ipv6_syn_before_accept() {
     }
 }
 
-/// A `TcpExt` counter of `ns` (`/proc/net` would follow the process's
-/// namespace; the thread that entered `ns` reads its own).
-fn tcp_ext(ns: &Netns, name: &'static str) -> u64 {
-    let text = ns
-        .run_in(|| std::fs::read_to_string("/proc/thread-self/net/netstat"))
-        .expect("enter namespace")
-        .expect("read netstat");
-    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
-    let (names, values) = (lines.next().expect("names"), lines.next().expect("values"));
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.parse().expect("counter"))
-        .expect("counter present")
+fn tcp_ext(ns: &Netns, name: &str) -> u64 {
+    ns.tcp_ext().expect("TcpExt counters")[name]
 }
 
 /// A TCP Fast Open SYN carrying data is accepted at the SYN anyway, so it is

@@ -27,23 +27,8 @@ fn enable_fast_open(ns: &Netns) {
     assert!(out.status.success(), "sysctl tcp_fastopen: {out:?}");
 }
 
-/// A `TcpExt` counter of the namespace. `/proc/net` follows `/proc/self`,
-/// the process's namespace; the thread that entered `ns` reads its own.
 fn tcp_ext(ns: &Netns, name: &str) -> u64 {
-    let text = ns
-        .run_in(|| std::fs::read_to_string("/proc/thread-self/net/netstat"))
-        .expect("enter namespace")
-        .expect("read /proc/thread-self/net/netstat");
-    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
-    let (names, values) = (lines.next().expect("names"), lines.next().expect("values"));
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(n, _)| *n == name)
-        .unwrap_or_else(|| panic!("no TcpExt {name}"))
-        .1
-        .parse()
-        .expect("counter value")
+    ns.tcp_ext().expect("TcpExt counters")[name]
 }
 
 #[test]
