@@ -41,6 +41,10 @@ pub struct Config {
     pub routes: Vec<Route>,
     pub direct: LegTuning,
     pub client: LegTuning,
+    /// Legs accepted from upstream relays: this relay sends the downloads
+    /// on them, so their congestion control is chosen here (`[upstream]`),
+    /// as `[[peer]]` chooses it for the legs this relay dials.
+    pub upstream: LegTuning,
     pub timeouts: Timeouts,
     pub forwarding: Forwarding,
     pub accel: Accel,
@@ -446,6 +450,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "route",
     "direct",
     "client",
+    "upstream",
     "timeouts",
     "forwarding",
     "accel",
@@ -1110,6 +1115,13 @@ impl Config {
                 .unwrap_or_default(),
             None => LegTuning::default(),
         };
+        let upstream = match table.get("upstream") {
+            Some(v) => c
+                .section::<RawTuning>("upstream", v)
+                .map(|r| c.tuning("upstream", r))
+                .unwrap_or_default(),
+            None => LegTuning::default(),
+        };
 
         let mut timeouts = Timeouts::default();
         if let Some(v) = table.get("timeouts")
@@ -1307,6 +1319,7 @@ impl Config {
                 routes,
                 direct,
                 client,
+                upstream,
                 timeouts,
                 forwarding,
                 accel,

@@ -275,11 +275,12 @@ async fn admit(
         }
     };
     // Client-facing tuning applies to explicit and transparent clients;
-    // upstream relays dialed us with their own peer tuning.
+    // a leg from an upstream relay gets `[upstream]` (its dialer's
+    // `[[peer]]` tuning only governs what the dialer sends).
     let tuning_result = if spec.mode == ListenMode::Peer {
         tuning::apply(
             &stream,
-            &Default::default(),
+            &shared.cfg.upstream,
             Some(tuning::PEER_KEEPALIVE_DEFAULT),
         )
     } else {

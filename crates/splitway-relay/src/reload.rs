@@ -469,6 +469,7 @@ impl Plan {
         );
         self.change("direct", show(&o.direct), show(&new.direct));
         self.change("client", show(&o.client), show(&new.client));
+        self.change("upstream", show(&o.upstream), show(&new.upstream));
         self.change(
             "forwarding.data_path",
             show(&o.forwarding.data_path),

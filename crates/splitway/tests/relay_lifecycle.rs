@@ -121,7 +121,7 @@ fn congestion_control_is_applied_per_leg() {
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     configs[0].peers[0].2 = "congestion = \"cubic\"".into();
     configs[0].extra("[client]\ncongestion = \"reno\"");
-    configs[1].extra("[direct]\ncongestion = \"reno\"");
+    configs[1].extra("[direct]\ncongestion = \"reno\"\n[upstream]\ncongestion = \"reno\"");
     lab.start_relays(&configs);
     let default_cc = output(
         lab.rc()
@@ -143,6 +143,8 @@ fn congestion_control_is_applied_per_leg() {
     send_pattern(&mut client, 64 * 1024, 1).expect("client send");
     let peer_legs = ss_info(lab.rc(), &format!("dport = :{PEER_PORT}"));
     let direct_legs = ss_info(lab.rs(), &format!("dst {SERVER_V4}"));
+    // rs's end of the relay leg sends the downloads: `[upstream]` there.
+    let upstream_legs = ss_info(lab.rs(), &format!("sport = :{PEER_PORT}"));
     // TPROXY-accepted sockets carry the server's address as their own.
     let client_legs = ss_info(lab.rc(), &format!("src {SERVER_V4}"));
     let client_ccs = congestion_algorithms(&client_legs);
@@ -159,6 +161,11 @@ fn congestion_control_is_applied_per_leg() {
     assert!(
         !direct_ccs.is_empty() && direct_ccs.iter().all(|cc| cc == "reno"),
         "rs → server legs should use reno:\n{direct_legs}"
+    );
+    let upstream_ccs = congestion_algorithms(&upstream_legs);
+    assert!(
+        !upstream_ccs.is_empty() && upstream_ccs.iter().all(|cc| cc == "reno"),
+        "rs's accepted legs from rc should use reno ([upstream]):\n{upstream_legs}"
     );
     drop(client);
     let (received, _) = read_until_end(&mut conn);
