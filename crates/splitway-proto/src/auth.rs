@@ -122,8 +122,12 @@ impl Psk {
         to_hex(&self.0)
     }
 
+    fn keyed(&self) -> HmacSha256 {
+        HmacSha256::new_from_slice(&self.0).expect("HMAC accepts any key length")
+    }
+
     fn mac(&self, label: &[u8], first: &[u8; NONCE_LEN], second: &[u8; NONCE_LEN]) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts any key length");
+        let mut mac = self.keyed();
         mac.update(label);
         mac.update(first);
         mac.update(second);
@@ -145,7 +149,7 @@ impl Psk {
         nonce_c: &[u8; NONCE_LEN],
         header: &[u8],
     ) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts any key length");
+        let mut mac = self.keyed();
         mac.update(HELLO_CLIENT_LABEL);
         mac.update(&timestamp_ms.to_be_bytes());
         mac.update(nonce_c);
@@ -156,7 +160,7 @@ impl Psk {
     /// Version 2: `HMAC(psk, "splitway-v2 server" ‖ nonce_c ‖ mac_c)`, bound
     /// to exactly the Hello it answers.
     pub(crate) fn hello_server_mac(&self, nonce_c: &[u8; NONCE_LEN], mac_c: &[u8]) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts any key length");
+        let mut mac = self.keyed();
         mac.update(HELLO_SERVER_LABEL);
         mac.update(nonce_c);
         mac.update(mac_c);

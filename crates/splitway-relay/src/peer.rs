@@ -571,7 +571,8 @@ pub async fn accept(
     if hellos.is_some() {
         // A Hello that rode the SYN (TCP Fast Open) is queued already at
         // accept: then no Challenge is sent.
-        take_queued(stream, &mut first_bytes).map_err(|e| fail(client_io("read hello")(e)))?;
+        crate::session::take_ready_bytes(stream, &mut first_bytes)
+            .map_err(|e| fail(client_io("read hello")(e)))?;
     }
     let authenticated = match tokio::time::timeout(
         timeouts.handshake,
@@ -623,19 +624,6 @@ fn client_io(op: &'static str) -> impl Fn(io::Error) -> (Option<AuthFailureReaso
             Some(AuthFailureReason::Closed),
             ConnError::ClientIo { op, source },
         )
-    }
-}
-
-/// Reads what is already queued on `s` without waiting.
-fn take_queued(s: &TcpStream, into: &mut Vec<u8>) -> io::Result<()> {
-    let mut chunk = [0u8; 2048];
-    match s.try_read(&mut chunk) {
-        Ok(n) => {
-            into.extend_from_slice(&chunk[..n]);
-            Ok(())
-        }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-        Err(e) => Err(e),
     }
 }
 

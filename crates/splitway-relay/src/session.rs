@@ -232,7 +232,7 @@ async fn refuse(inbound: &Inbound, status: ReplyStatus) {
 
 /// Reads what is already queued on `s`, without waiting. An error (a reset)
 /// is returned: the kernel reports it once, so it must not be swallowed.
-fn take_ready_bytes(s: &TcpStream, into: &mut Vec<u8>) -> std::io::Result<()> {
+pub(crate) fn take_ready_bytes(s: &TcpStream, into: &mut Vec<u8>) -> std::io::Result<()> {
     const MAX: usize = 16 * 1024;
     let mut buf = [0u8; MAX];
     match s.try_read(&mut buf) {
