@@ -22,7 +22,10 @@ pub fn check(data: &[u8]) {
                 }
             }
             // The prefix decides: the consumed bytes alone decode the same.
-            assert_eq!(proxy_protocol::decode(&data[..used]), Ok(Some((header, used))));
+            assert_eq!(
+                proxy_protocol::decode(&data[..used]),
+                Ok(Some((header, used)))
+            );
             if let Addresses::Tcp { src, dst } = header.addresses {
                 let mut wire = Vec::new();
                 proxy_protocol::encode(header.version, src, dst, &mut wire);

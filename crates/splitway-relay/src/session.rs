@@ -19,6 +19,7 @@ use crate::forward::{self, End, Side};
 use crate::forward_tls::forward_legs;
 use crate::peer::{self, PeerLeg, reply_bytes};
 use crate::policy::DENIALS;
+use crate::proxy_header;
 use crate::relay::Shared;
 use crate::tls::{LegIo, TlsLeg};
 use crate::tuning;
@@ -61,8 +62,17 @@ pub fn metric_mode(mode: ListenMode) -> Mode {
 
 /// A connected next leg.
 pub enum Next {
-    Direct(TcpStream),
+    Direct(DirectLeg),
     Peer(PeerLeg),
+}
+
+/// A leg to the server itself.
+pub struct DirectLeg {
+    pub stream: TcpStream,
+    /// Kept: with TFO the socket has no peer address until its first write.
+    pub server: SocketAddr,
+    /// `proxy_protocol` on the route: written before the client's bytes.
+    pub proxy_header: Option<Vec<u8>>,
 }
 
 /// What dialing the next leg needs to know.
@@ -106,6 +116,7 @@ async fn connect_direct(
     shared: &Shared,
     dst: SocketAddr,
     has_early_data: bool,
+    from_client: Option<SocketAddr>,
 ) -> Result<TcpStream, ConnError> {
     let sock = match dst {
         SocketAddr::V4(_) => TcpSocket::new_v4(),
@@ -114,6 +125,9 @@ async fn connect_direct(
     .map_err(|e| ConnError::Internal(format!("socket: {e}")))?;
     tuning::apply(&sock, &shared.cfg.direct, None)
         .map_err(|e| ConnError::Internal(format!("tuning direct leg: {e}")))?;
+    if let Some(client) = from_client {
+        crate::transparent::bind_as_client(&sock, client, dst)?;
+    }
     if shared.cfg.accel.tfo && has_early_data {
         // The client's first bytes will leave in our SYN (server speaks
         // second, so a write is sure to come).
@@ -136,14 +150,24 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
     policy.check_port(inbound.dst.port())?;
     let dst = resolve(&inbound.dst).await?;
     policy.check_addr(inbound.client, dst.ip())?;
-    let via = shared
+    let route = shared
         .routes
-        .lookup(dst.ip())
+        .lookup_route(dst.ip())
         .ok_or(ConnError::NoRoute(dst))?;
-    match via {
-        Via::Direct => connect_direct(shared, dst, !inbound.early_data.is_empty())
-            .await
-            .map(Next::Direct),
+    match &route.via {
+        Via::Direct => {
+            // A PROXY header is sure to be written: with TFO it rides the
+            // SYN. Not for a leg started at the SYN, which must not wait.
+            let first_write = !inbound.early_data.is_empty()
+                || (route.reveal.proxy_protocol.is_some() && !inbound.speculative);
+            let from_client = route.reveal.client_source.then_some(inbound.origin);
+            let stream = connect_direct(shared, dst, first_write, from_client).await?;
+            Ok(Next::Direct(DirectLeg {
+                stream,
+                server: dst,
+                proxy_header: proxy_header::for_route(route, inbound.origin, dst),
+            }))
+        }
         Via::Peer(i) => {
             if inbound.next_ttl == 0 {
                 return Err(ConnError::TtlExceeded);
@@ -385,11 +409,24 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     // Kept to name the culprit should the leg fail: a reset socket no
     // longer knows its peer.
     let next_addr = match &next {
-        Next::Direct(out) => out.peer_addr().ok(),
+        Next::Direct(out) => Some(out.server),
         Next::Peer(leg) => leg.stream.peer_addr().ok(),
     };
     let (outbound, outcome) = match next {
-        Next::Direct(out) => {
+        Next::Direct(DirectLeg {
+            stream: out,
+            proxy_header,
+            ..
+        }) => {
+            // The PROXY header goes in the same write as the client's first
+            // bytes (the same segment, or the SYN with TFO).
+            let early = match proxy_header {
+                Some(mut header) => {
+                    header.extend_from_slice(&early);
+                    header
+                }
+                None => early,
+            };
             let Some(outcome) =
                 confirm_and_forward(&shared, &inbound, (&out).into(), early, Vec::new(), opts)
                     .await

@@ -32,6 +32,33 @@ pub fn run(
             eprintln!("warning: {w}");
         }
     }
+    // `source = "client"` routes: refuse what cannot work, show the policy
+    // routing replies need (the relay does not install host-wide rules).
+    let client_sourced: Vec<_> = cfg
+        .routes
+        .iter()
+        .filter(|r| r.reveal.client_source)
+        .collect();
+    if !client_sourced.is_empty() {
+        let mut failed = false;
+        for r in &client_sourced {
+            if let Err(e) = splitway_relay::transparent::probe(r.dst.addr().is_ipv6()) {
+                eprintln!("route {}: source = \"client\": {e}", r.dst);
+                failed = true;
+            }
+        }
+        if failed {
+            return Ok(ExitCode::FAILURE);
+        }
+        let rules = splitway_relay::transparent::policy_routing();
+        if check {
+            println!("{rules}");
+        } else {
+            info!(
+                "routes with source = \"client\" need this policy routing on this host:\n{rules}"
+            );
+        }
+    }
     if check {
         println!(
             "{}: valid ({} listeners, {} peers, {} routes)",
