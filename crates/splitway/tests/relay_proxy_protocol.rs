@@ -45,7 +45,7 @@ fn start_nginx(lab: &mut Lab, listen: &[&str]) {
     let b = base.display();
     let listens: String = listen
         .iter()
-        .map(|a| format!("listen {a}:80 proxy_protocol;\n"))
+        .map(|a| format!("listen {a}:80 proxy_protocol fastopen=16;\n"))
         .collect();
     let conf = format!(
         "daemon off;\n\
@@ -198,6 +198,11 @@ fn nginx_logs_the_client_through_a_chain_v1_and_v2() {
             "download {i} ({version}, via {proxy:?}) differs from the served file"
         );
     }
+    // The header left in SYNs: the server accepted TFO data (the first
+    // connection to each address only fetched a cookie).
+    let tfo_accepted = lab.server.tcp_ext().expect("TcpExt")["TCPFastOpenPassive"];
+    // Two server addresses, each with one cookie-fetching first connection.
+    assert!(tfo_accepted >= 2, "server accepted {tfo_accepted} TFO SYNs");
     let lines = wait_access_lines(&lab, cases.len());
     let client_ip = link_v4(0, 2, 1);
     for (line, (server, _, version)) in lines.iter().zip(&cases) {
