@@ -146,6 +146,20 @@ fn raw_routes(cfg: &mut RelayConfig, tables: &[&str]) {
 
 #[test]
 fn nginx_logs_the_client_through_a_chain_v1_and_v2() {
+    nginx_through_chain("", "");
+}
+
+/// The same with every leg accelerator on: the first relay starts legs at
+/// the client's SYN, takes pooled or 0-RTT legs to the last relay.
+#[test]
+fn nginx_logs_the_client_with_early_syn_pool_and_zero_rtt() {
+    nginx_through_chain(
+        "early_syn = true\npool = true\nzero_rtt = true",
+        "zero_rtt = true",
+    );
+}
+
+fn nginx_through_chain(rc_accel: &str, rs_accel: &str) {
     require_netns!();
     if !installed("nginx", "nginx-light") {
         return;
@@ -163,14 +177,16 @@ fn nginx_logs_the_client_through_a_chain_v1_and_v2() {
             &format!("dst = \"{SERVER2_V4}/32\"\nvia = \"direct\"\nproxy_protocol = \"v2\""),
         ],
     );
-    // The header rides the SYN when TFO is on (its sysctl is per namespace).
-    lab.rs()
-        .sysctl("net.ipv4.tcp_fastopen", "3")
-        .expect("tcp_fastopen");
-    lab.server
-        .sysctl("net.ipv4.tcp_fastopen", "3")
-        .expect("tcp_fastopen");
-    configs[1].extra("[accel]\ntfo = true");
+    // The header rides the SYN when TFO is on (its sysctl is per
+    // namespace; 0-RTT relay legs need it too).
+    for ns in [lab.rc(), lab.rs(), &lab.server] {
+        ns.sysctl("net.ipv4.tcp_fastopen", "3")
+            .expect("tcp_fastopen");
+    }
+    configs[1].extra(&format!("[accel]\ntfo = true\n{rs_accel}"));
+    if !rc_accel.is_empty() {
+        configs[0].extra(&format!("[accel]\n{rc_accel}"));
+    }
     lab.start_relays(&configs);
     start_nginx(&mut lab, &[SERVER_V4, SERVER2_V4]);
     let served = write_random_file(&lab.dir.join("www/file"), 3 * MIB + 17, 0x9919);
@@ -225,6 +241,23 @@ fn nginx_logs_the_client_through_a_chain_v1_and_v2() {
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("{version}: no client port in {line}"));
         assert_ne!(port, 0, "{version}: {line}");
+    }
+    if !rc_accel.is_empty() {
+        // The accelerated paths did carry these connections: transparent
+        // ones found legs started at their SYN, and legs to rs were pooled
+        // or 0-RTT.
+        let m = lab.metrics("rc");
+        let hits = m.counter("splitway_early_syn_total", &[("outcome", "hit")]);
+        assert!(hits >= 1.0, "early SYN hits: {hits}");
+        let pooled = m.counter(
+            "splitway_pool_events_total",
+            &[("peer", "rs"), ("event", "taken")],
+        );
+        let zero_rtt = m.counter("splitway_zero_rtt_total", &[("outcome", "sent")]);
+        assert!(
+            pooled + zero_rtt >= 1.0,
+            "pooled {pooled}, 0-RTT {zero_rtt}"
+        );
     }
     deadline.remaining("nginx downloads");
     lab.assert_relays_alive();
