@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use splitway_control::metrics::ProxyRefusal;
+use splitway_control::metrics::{CloseReason, ProxyRefusal};
 use splitway_proto::proxy_protocol::{self, MAX_HEADER_LEN, ProxyError, V2_SIGNATURE};
 use tokio::net::TcpStream;
 use tracing::{debug, info};
@@ -31,7 +31,7 @@ pub enum ProxyRefused {
         source_addr: SocketAddr,
         error: ProxyError,
     },
-    #[error("client {source_addr}: no PROXY header within {0:?}", .timeout)]
+    #[error("client {source_addr}: no PROXY header within {timeout:?}")]
     Timeout {
         source_addr: SocketAddr,
         timeout: Duration,
@@ -43,11 +43,20 @@ pub enum ProxyRefused {
     },
     #[error("client {source_addr} sent a PROXY header but is not in accept_proxy_protocol")]
     Untrusted { source_addr: SocketAddr },
+    /// An untrusted explicit-proxy client sent nothing at all: the
+    /// handshake timeout, spent here rather than twice.
+    #[error("client {source_addr}: nothing received within {timeout:?}")]
+    Silent {
+        source_addr: SocketAddr,
+        timeout: Duration,
+    },
 }
 
 impl ProxyRefused {
-    pub fn reason(&self) -> ProxyRefusal {
-        match self {
+    /// The refusal's metric label; `None` for a silent client, which is a
+    /// handshake timeout and no PROXY matter.
+    pub fn reason(&self) -> Option<ProxyRefusal> {
+        Some(match self {
             ProxyRefused::Bad { error, .. } => match error {
                 ProxyError::BadSignature => ProxyRefusal::Missing,
                 ProxyError::Truncated(_) => ProxyRefusal::Truncated,
@@ -58,7 +67,8 @@ impl ProxyRefused {
             // A reset inside the header is a truncated header.
             ProxyRefused::Io { .. } => ProxyRefusal::Truncated,
             ProxyRefused::Untrusted { .. } => ProxyRefusal::Untrusted,
-        }
+            ProxyRefused::Silent { .. } => return None,
+        })
     }
 }
 
@@ -163,13 +173,18 @@ pub async fn admit(
         Ok(client) => Some(client),
         Err(e) => {
             let mode = metric_mode(spec.mode);
-            shared.metrics.proxy_refused(e.reason());
-            shared
-                .metrics
-                .closed(mode, splitway_control::metrics::CloseReason::BadRequest);
+            let close = match e.reason() {
+                Some(reason) => {
+                    shared.metrics.proxy_refused(reason);
+                    CloseReason::BadRequest
+                }
+                None => CloseReason::HandshakeTimeout,
+            };
+            shared.metrics.closed(mode, close);
             // Throttled like denials: a forging client must not flood the log.
             if let Some(suppressed) = DENIALS.admit() {
-                info!(listener = %spec.addr, mode = spec.mode.as_str(), reason = e.reason().as_str(), error = %e, suppressed, "refused");
+                let reason = e.reason().map_or("silent", ProxyRefusal::as_str);
+                info!(listener = %spec.addr, mode = spec.mode.as_str(), reason, error = %e, suppressed, "refused");
             }
             // A reset: nobody on the other side is owed an orderly answer.
             let _ = splitway_sys::sock::set_linger_zero(stream);
@@ -179,9 +194,11 @@ pub async fn admit(
 }
 
 /// An untrusted source on a listener that takes PROXY headers: refused if
-/// it opens with one. Explicit proxies' and peers' clients speak first, so
-/// their first bytes are awaited; a transparent client's protocol may not,
-/// so only what already arrived is looked at.
+/// it opens with one. Explicit proxies' clients speak first, so their first
+/// bytes are awaited; a transparent client's protocol may have the server
+/// speak first, and a peer's dialer waits for our challenge (unless its
+/// 0-RTT Hello came with the SYN), so for them only what already arrived
+/// is looked at.
 async fn untrusted(
     mode: ListenMode,
     stream: &TcpStream,
@@ -191,12 +208,22 @@ async fn untrusted(
     let mut first = [0u8; V2_SIGNATURE.len()];
     let n = match mode {
         // WouldBlock (nothing yet) or an error the session will meet.
-        ListenMode::Tproxy => splitway_sys::sock::peek_now(stream, &mut first).unwrap_or(0),
-        // Errors and silence are the handshake's to report.
-        _ => match tokio::time::timeout(timeout, stream.peek(&mut first)).await {
-            Ok(Ok(n)) => n,
-            _ => 0,
-        },
+        ListenMode::Tproxy | ListenMode::Peer => {
+            splitway_sys::sock::peek_now(stream, &mut first).unwrap_or(0)
+        }
+        ListenMode::Socks5 | ListenMode::HttpConnect => {
+            match tokio::time::timeout(timeout, stream.peek(&mut first)).await {
+                Ok(Ok(n)) => n,
+                // The handshake meets the error again and reports it.
+                Ok(Err(_)) => 0,
+                Err(_) => {
+                    return Err(ProxyRefused::Silent {
+                        source_addr: source,
+                        timeout,
+                    });
+                }
+            }
+        }
     };
     if has_signature(&first[..n]) {
         return Err(ProxyRefused::Untrusted {

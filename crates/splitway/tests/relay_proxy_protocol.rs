@@ -290,6 +290,13 @@ fn haproxy_send_proxy_v2_in_front_of_the_first_relay() {
         &mut configs[1],
         &["dst = \"0.0.0.0/0\"\nvia = \"direct\"\nproxy_protocol = \"v2\""],
     );
+    // rs's peer listener also takes headers, from a balancer that is not
+    // there: rc is an untrusted source that sends none, and its dialer
+    // waits for rs's challenge before speaking, which must still work.
+    configs[1].listeners.clear();
+    configs[1].extra(&format!(
+        "[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\naccept_proxy_protocol = [\"192.0.2.0/24\"]"
+    ));
     lab.start_relays(&configs);
     start_nginx(&mut lab, &[SERVER_V4]);
     let served = write_random_file(&lab.dir.join("www/file"), 2 * MIB + 5, 0x4A9);
