@@ -241,3 +241,101 @@ pub fn for_route(route: &Route, origin: SocketAddr, server: SocketAddr) -> Optio
     proxy_protocol::encode(version, origin, server, &mut out);
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use splitway_proto::proxy_protocol::{Addresses, Version};
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    /// A loopback connection: (the relay's accepted end, the sender's end).
+    async fn pair() -> (TcpStream, TcpStream, SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sender = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, from) = listener.accept().await.unwrap();
+        (accepted, sender, from)
+    }
+
+    fn header(version: Version) -> Vec<u8> {
+        let mut h = Vec::new();
+        proxy_protocol::encode(
+            version,
+            "192.0.2.9:4242".parse().unwrap(),
+            "198.51.100.1:443".parse().unwrap(),
+            &mut h,
+        );
+        h
+    }
+
+    async fn rest(stream: &TcpStream, len: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; len];
+        stream.read_exact_ref(&mut buf).await.unwrap();
+        buf
+    }
+
+    #[tokio::test]
+    async fn takes_exactly_the_header_sent_with_data() {
+        for version in [Version::V1, Version::V2] {
+            let (accepted, mut sender, from) = pair().await;
+            let mut wire = header(version);
+            wire.extend_from_slice(b"\x05\x01\x00 and the rest");
+            sender.write_all(&wire).await.unwrap();
+            let parsed = read_header(&accepted, from).await.unwrap();
+            assert_eq!(parsed.source(), Some("192.0.2.9:4242".parse().unwrap()));
+            assert_eq!(rest(&accepted, 16).await, b"\x05\x01\x00 and the rest");
+        }
+    }
+
+    #[tokio::test]
+    async fn waits_for_a_header_in_pieces() {
+        use std::task::Poll;
+        for version in [Version::V1, Version::V2] {
+            let (accepted, mut sender, from) = pair().await;
+            let wire = header(version);
+            let reader = read_header(&accepted, from);
+            tokio::pin!(reader);
+            // Cut inside the signature and inside the addresses: the reader
+            // sees each piece alone (it has arrived, and the reader is
+            // polled before the next is sent) and must wait for more.
+            for piece in [&wire[..3], &wire[3..20]] {
+                sender.write_all(piece).await.unwrap();
+                accepted.readable().await.unwrap();
+                let polled = std::future::poll_fn(|cx| Poll::Ready(reader.as_mut().poll(cx))).await;
+                assert!(polled.is_pending(), "{version:?}: done after a piece");
+            }
+            let mut last = wire[20..].to_vec();
+            last.extend_from_slice(b"next");
+            sender.write_all(&last).await.unwrap();
+            let parsed = reader.await.unwrap();
+            assert_eq!(parsed.version, version);
+            assert!(matches!(parsed.addresses, Addresses::Tcp { .. }));
+            assert_eq!(rest(&accepted, 4).await, b"next");
+        }
+    }
+
+    #[tokio::test]
+    async fn close_inside_the_header_is_truncated() {
+        let (accepted, mut sender, from) = pair().await;
+        let wire = header(Version::V2);
+        sender.write_all(&wire[..20]).await.unwrap();
+        drop(sender);
+        match read_header(&accepted, from).await {
+            Err(e @ ProxyRefused::Bad { .. }) => {
+                assert_eq!(e.reason(), Some(ProxyRefusal::Truncated), "{e}");
+                assert!(e.to_string().contains("after 20 bytes"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_signature_is_missing() {
+        let (accepted, mut sender, from) = pair().await;
+        sender.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let e = read_header(&accepted, from).await.unwrap_err();
+        assert_eq!(e.reason(), Some(ProxyRefusal::Missing), "{e}");
+    }
+}
