@@ -1338,10 +1338,12 @@ impl Config {
             if accel.early_syn || accel.strict {
                 // Both dial at the SYN, before a PROXY header can name the client.
                 for (i, l) in listeners.iter().enumerate() {
-                    if l.intercept.is_some() && !l.accept_proxy_protocol.is_empty() {
+                    // Any tproxy listener: SYNs the detector or the strict
+                    // queue see may reach it through hand-written rules too.
+                    if l.mode == ListenMode::Tproxy && !l.accept_proxy_protocol.is_empty() {
                         c.err(
                             format!("listen[{i}].accept_proxy_protocol"),
-                            "cannot be combined with accel.early_syn or accel.strict on an intercepting listener (they dial the server at the SYN, before the header names the client)",
+                            "cannot be combined with accel.early_syn or accel.strict on a tproxy listener (they dial the server at the SYN, before the header names the client)",
                         );
                     }
                 }
