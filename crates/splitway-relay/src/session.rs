@@ -400,11 +400,12 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         }
     };
 
-    let opts = forward::Options {
+    let mut opts = forward::Options {
         data_path: shared.cfg.forwarding.data_path,
         idle: shared.live.idle(),
+        own_prefix: 0,
     };
-    let early = std::mem::take(&mut inbound.early_data);
+    let mut early = std::mem::take(&mut inbound.early_data);
 
     // Kept to name the culprit should the leg fail: a reset socket no
     // longer knows its peer.
@@ -419,14 +420,14 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
             ..
         }) => {
             // The PROXY header goes in the same write as the client's first
-            // bytes (the same segment, or the SYN with TFO).
-            let early = match proxy_header {
-                Some(mut header) => {
-                    header.extend_from_slice(&early);
-                    header
-                }
-                None => early,
-            };
+            // bytes (the same segment, or the SYN with TFO). Built in place:
+            // a second buffer binding would live in every session's future.
+            if let Some(mut header) = proxy_header {
+                // A PROXY header is at most 16 + 216 bytes.
+                opts.own_prefix = u16::try_from(header.len()).unwrap_or(u16::MAX);
+                header.append(&mut early);
+                early = header;
+            }
             let Some(outcome) =
                 confirm_and_forward(&shared, &inbound, (&out).into(), early, Vec::new(), opts)
                     .await

@@ -575,7 +575,12 @@ fn forged_lying_and_slow_headers_are_refused() {
     let trusted = link_v4(0, 1, 1);
     let entry = link_v4(0, 1, 2);
     let mut cfg = RelayConfig::new("rc");
-    cfg.route("0.0.0.0/0", "direct");
+    // The relay writes a PROXY header to the server too: the address a
+    // balancer's header carried is the one the server learns.
+    raw_routes(
+        &mut cfg,
+        &["dst = \"0.0.0.0/0\"\nvia = \"direct\"\nproxy_protocol = \"v1\""],
+    );
     cfg.extra(&format!(
         "[[listen]]\nmode = \"socks5\"\naddr = \"{entry}:{SOCKS_PORT}\"\n\
          allow_clients = [\"192.0.2.0/24\", \"{UNTRUSTED_V4}/32\"]\n\
@@ -605,8 +610,20 @@ fn forged_lying_and_slow_headers_are_refused() {
     let (mut conn, _) = server.accept(Duration::from_secs(10));
     let sent = send_pattern(&mut s, 64 * 1024, 7).expect("send");
     s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    let mut line = Vec::new();
+    while !line.ends_with(b"\r\n") && line.len() < 108 {
+        let mut byte = [0u8; 1];
+        conn.read_exact(&mut byte).expect("server reads the header");
+        line.push(byte[0]);
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&line),
+        format!("PROXY TCP4 192.0.2.9 {SERVER_V4} 4242 {SERVER_PORT}\r\n")
+    );
     assert_eq!(recv_all(&mut conn).expect("server receive"), sent);
     drop((s, conn));
+    // The header is the relay's own: not counted as forwarded.
+    lab.assert_forwarded_bytes("rc", 64 * 1024, 0, deadline);
 
     // The header names a client allow_clients does not have: SOCKS5
     // "not allowed", although the balancer's own address is trusted.
