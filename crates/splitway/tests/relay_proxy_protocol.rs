@@ -421,10 +421,13 @@ fn source_client_server_socket_peer_is_the_client() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(90));
     let mut lab = Lab::two_relays();
-    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    let mut configs = lab.default_configs(&[SERVER_PORT], true);
     raw_routes(
         &mut configs[1],
-        &["dst = \"0.0.0.0/0\"\nvia = \"direct\"\nsource = \"client\""],
+        &[
+            "dst = \"0.0.0.0/0\"\nvia = \"direct\"\nsource = \"client\"",
+            "dst = \"::/0\"\nvia = \"direct\"\nsource = \"client\"",
+        ],
     );
     // `--check` probes IP_TRANSPARENT and prints the policy routing the
     // replies need: install exactly that on the last relay.
@@ -456,9 +459,21 @@ fn source_client_server_socket_peer_is_the_client() {
         );
     }
     lab.start_relays(&configs);
-    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    for (server_ip, client_ip) in [
+        (SERVER_V4.to_string(), link_v4(0, 2, 1)),
+        (format!("[{SERVER_V6}]"), link_v6(0, 2, 1)),
+    ] {
+        client_sourced_transfers(&lab, &server_ip, &client_ip);
+    }
+    deadline.remaining("client-sourced transfers");
+    lab.assert_relays_alive();
+}
+
+/// Through `lab`'s chain to a test server on `server_ip`: its socket peer
+/// is the client's own socket, and the bytes both ways are intact.
+fn client_sourced_transfers(lab: &Lab, server_ip: &str, client_ip: &str) {
+    let server = TestServer::bind(&lab.server, sock(&format!("{server_ip}:{SERVER_PORT}")));
     let dst = server.addr;
-    let client_ip = link_v4(0, 2, 1);
 
     // The server accepts a connection whose peer is the client's own
     // socket (address and port), and the bytes both ways are intact.
@@ -479,10 +494,8 @@ fn source_client_server_socket_peer_is_the_client() {
     drop((conn, stream));
 
     // Larger transfers in each direction through the standard helpers.
-    transfer_client_to_server(&lab.client, &server, dst, 4 * MIB, &client_ip);
-    transfer_server_to_client(&lab.client, &server, dst, 4 * MIB, &client_ip);
-    deadline.remaining("client-sourced transfers");
-    lab.assert_relays_alive();
+    transfer_client_to_server(&lab.client, &server, dst, 4 * MIB, client_ip);
+    transfer_server_to_client(&lab.client, &server, dst, 4 * MIB, client_ip);
 }
 
 #[test]
