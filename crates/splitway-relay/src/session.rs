@@ -367,7 +367,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     };
     // Boxed: connecting takes more state than forwarding; it is freed once
     // the leg is up instead of staying in every connection's future.
-    let next = match Box::pin(async {
+    let mut next = match Box::pin(async {
         match early_start {
             // The leg was started when the client's SYN arrived.
             Some(started) => started.await.unwrap_or_else(|_| {
@@ -413,21 +413,23 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         Next::Direct(out) => Some(out.server),
         Next::Peer(leg) => leg.stream.peer_addr().ok(),
     };
+    // The PROXY header goes in the same write as the client's first bytes
+    // (the same segment, or the SYN with TFO). Built here, where nothing is
+    // awaited: a binding in the match arm below would live in every
+    // session's future.
+    if let Next::Direct(DirectLeg {
+        proxy_header: header @ Some(_),
+        ..
+    }) = &mut next
+        && let Some(mut header) = header.take()
+    {
+        // A PROXY header is at most 16 + 216 bytes.
+        opts.own_prefix = u16::try_from(header.len()).unwrap_or(u16::MAX);
+        header.append(&mut early);
+        early = header;
+    }
     let (outbound, outcome) = match next {
-        Next::Direct(DirectLeg {
-            stream: out,
-            proxy_header,
-            ..
-        }) => {
-            // The PROXY header goes in the same write as the client's first
-            // bytes (the same segment, or the SYN with TFO). Built in place:
-            // a second buffer binding would live in every session's future.
-            if let Some(mut header) = proxy_header {
-                // A PROXY header is at most 16 + 216 bytes.
-                opts.own_prefix = u16::try_from(header.len()).unwrap_or(u16::MAX);
-                header.append(&mut early);
-                early = header;
-            }
+        Next::Direct(DirectLeg { stream: out, .. }) => {
             let Some(outcome) =
                 confirm_and_forward(&shared, &inbound, (&out).into(), early, Vec::new(), opts)
                     .await
