@@ -17,6 +17,7 @@ use crate::config::{ListenMode, Via};
 use crate::error::{ConnError, Culprit};
 use crate::forward::{self, End, Side};
 use crate::forward_tls::forward_legs;
+use crate::loops::next_hop_limit;
 use crate::peer::{self, PeerLeg, reply_bytes};
 use crate::policy::DENIALS;
 use crate::relay::Shared;
@@ -34,6 +35,11 @@ pub struct Inbound {
     pub conn_id: u64,
     /// TTL for the next relay hop (already decremented).
     pub next_ttl: u8,
+    /// The IP hop limit the connection arrived with: the client SYN's TTL,
+    /// or the one an upstream relay carried in its header (`None`: not
+    /// known, e.g. an explicit proxy's client; the kernel's default TTL
+    /// applies). The next leg leaves with one less; see `loops`.
+    pub arrived_hops: Option<u8>,
     /// The original client as the first relay saw it.
     pub origin: SocketAddr,
     /// The chain's first relay forwards client data without waiting for
@@ -70,6 +76,8 @@ pub struct LegRequest {
     pub dst: Destination,
     pub conn_id: u64,
     pub next_ttl: u8,
+    /// See [`Inbound::arrived_hops`].
+    pub arrived_hops: Option<u8>,
     pub origin: SocketAddr,
     /// Who asks for the leg, as `[policy]` judges it: the accepted socket's
     /// peer (on a peer listener, the upstream relay; not `origin`).
@@ -106,6 +114,7 @@ async fn connect_direct(
     shared: &Shared,
     dst: SocketAddr,
     has_early_data: bool,
+    hop_limit: Option<u8>,
 ) -> Result<TcpStream, ConnError> {
     let sock = match dst {
         SocketAddr::V4(_) => TcpSocket::new_v4(),
@@ -114,6 +123,10 @@ async fn connect_direct(
     .map_err(|e| ConnError::Internal(format!("socket: {e}")))?;
     tuning::apply(&sock, &shared.cfg.direct, None)
         .map_err(|e| ConnError::Internal(format!("tuning direct leg: {e}")))?;
+    if let Some(hops) = hop_limit {
+        splitway_sys::hops::set_hop_limit(&sock, dst.is_ipv6(), hops)
+            .map_err(|e| ConnError::Internal(e.to_string()))?;
+    }
     if shared.cfg.accel.tfo && has_early_data {
         // The client's first bytes will leave in our SYN (server speaks
         // second, so a write is sure to come).
@@ -132,16 +145,18 @@ async fn connect_direct(
 pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next, ConnError> {
     let inbound = req;
     let policy = &shared.cfg.policy;
-    // The port first: a forbidden port costs no DNS lookup.
+    // A looping connection and a forbidden port cost no DNS lookup.
+    let hop_limit = inbound.arrived_hops.map(next_hop_limit).transpose()?;
     policy.check_port(inbound.dst.port())?;
     let dst = resolve(&inbound.dst).await?;
     policy.check_addr(inbound.client, dst.ip())?;
+    shared.own.check(dst)?;
     let via = shared
         .routes
         .lookup(dst.ip())
         .ok_or(ConnError::NoRoute(dst))?;
     match via {
-        Via::Direct => connect_direct(shared, dst, !inbound.early_data.is_empty())
+        Via::Direct => connect_direct(shared, dst, !inbound.early_data.is_empty(), hop_limit)
             .await
             .map(Next::Direct),
         Via::Peer(i) => {
@@ -149,6 +164,9 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 return Err(ConnError::TtlExceeded);
             }
             let peer = &shared.cfg.peers[*i];
+            // A peer entry naming this relay (a config mistake) would be a
+            // loop the header TTL only ends after 16 hops.
+            shared.own.check(peer.addr)?;
             let psk = shared
                 .cfg
                 .psk
@@ -158,6 +176,9 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
             header.ttl = inbound.next_ttl;
             if inbound.optimistic {
                 header.flags |= FLAG_OPTIMISTIC;
+            }
+            if let Some(hops) = hop_limit {
+                header.set_hop_limit(hops);
             }
             let pooled = shared.pools[*i].as_ref().and_then(|p| {
                 if inbound.speculative {
@@ -354,6 +375,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
                     dst: inbound.dst.clone(),
                     conn_id: inbound.conn_id,
                     next_ttl: inbound.next_ttl,
+                    arrived_hops: inbound.arrived_hops,
                     origin: inbound.origin,
                     client: inbound.client.ip(),
                     early_data: std::mem::take(&mut inbound.early_data),
