@@ -10,7 +10,7 @@ demo: deps release
 
 ## test: lint, then unit and namespace integration tests (needs root; CI runs this).
 test: deps lint
-	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --all-targets --no-fail-fast
+	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --all-targets --all-features --no-fail-fast
 	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --doc
 
 deps:
@@ -24,7 +24,7 @@ release:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 ## fuzz: every fuzz target for FUZZ_SECONDS each (default 300).
 FUZZ_SECONDS ?= 300

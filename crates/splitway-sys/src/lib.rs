@@ -20,6 +20,7 @@ pub mod splice;
 pub mod tproxy;
 pub mod tun;
 pub mod turbo;
+#[cfg(feature = "uring")]
 pub mod uring;
 
 use thiserror::Error;
