@@ -13,6 +13,7 @@ PACKAGES=(
   openssh-server   # the lab's `ssh -L` baseline
   openssh-client
   socat
+  apache2-utils    # ab: the churn test's third-party load tool
   procps           # sysctl
   iputils-ping
   clang            # BPF programs

@@ -150,15 +150,19 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
     policy.check_port(inbound.dst.port())?;
     let dst = resolve(&inbound.dst).await?;
     policy.check_addr(inbound.client, dst.ip())?;
-    shared.own.check(dst)?;
     let via = shared
         .routes
         .lookup(dst.ip())
         .ok_or(ConnError::NoRoute(dst))?;
     match via {
-        Via::Direct => connect_direct(shared, dst, !inbound.early_data.is_empty(), hop_limit)
-            .await
-            .map(Next::Direct),
+        Via::Direct => {
+            // Only a destination this relay dials can be itself: behind a
+            // peer route it is the next relay's to judge (its loopback).
+            shared.own.check(dst)?;
+            connect_direct(shared, dst, !inbound.early_data.is_empty(), hop_limit)
+                .await
+                .map(Next::Direct)
+        }
         Via::Peer(i) => {
             if inbound.next_ttl == 0 {
                 return Err(ConnError::TtlExceeded);
@@ -362,6 +366,18 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         }
         _ => None,
     };
+    // A transparent connection whose original destination is one of our
+    // own listeners was not intercepted at all (a port scan, a health
+    // check reaching the TPROXY port): refused whatever the route says.
+    if let (ListenMode::Tproxy, Destination::Ip(dst)) = (inbound.mode, &inbound.dst)
+        && let Err(denied) = shared.own.check(*dst)
+    {
+        drop(early_start);
+        let e = ConnError::from(denied);
+        refuse(&inbound, e.reply_status()).await;
+        finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+        return;
+    }
     // Boxed: connecting takes more state than forwarding; it is freed once
     // the leg is up instead of staying in every connection's future.
     let next = match Box::pin(async {
