@@ -57,7 +57,7 @@ faults-long: deps
 ## churn: CHURN_CONNECTIONS non-keepalive connections through a TPROXY relay
 ## (server closes first, 500 client ports reused); fails on any client SYN
 ## retransmit or a last round below 0.8x the first. Output in bench-results/.
-CHURN_CONNECTIONS ?= 20000
+CHURN_CONNECTIONS ?= 40000
 churn: deps
 	mkdir -p bench-results
 	out=bench-results/churn-$$(date -u +%Y%m%dT%H%M%SZ).txt; \
