@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long soak
+.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long soak churn
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -10,7 +10,7 @@ demo: deps release
 
 ## test: lint, then unit and namespace integration tests (needs root; CI runs this).
 test: deps lint
-	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --all-targets --no-fail-fast
+	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --all-targets --all-features --no-fail-fast
 	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --doc
 
 deps:
@@ -24,7 +24,7 @@ release:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 ## fuzz: every fuzz target for FUZZ_SECONDS each (default 300).
 FUZZ_SECONDS ?= 300
@@ -53,6 +53,17 @@ bench: deps release
 ## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
 faults-long: deps
 	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_FAULTS_LONG=1 $(CARGO) test -p splitway --test relay_faults -- --test-threads=2 --nocapture
+
+## churn: CHURN_CONNECTIONS non-keepalive connections through a TPROXY relay
+## (server closes first, 500 client ports reused); fails on any client SYN
+## retransmit or a last round below 0.8x the first. Output in bench-results/.
+CHURN_CONNECTIONS ?= 40000
+churn: deps
+	mkdir -p bench-results
+	out=bench-results/churn-$$(date -u +%Y%m%dT%H%M%SZ).txt; \
+	{ echo "# make churn, $$(date -u +%FT%TZ), commit $$(git rev-parse --short=12 HEAD), kernel $$(uname -r), load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	  SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_CHURN_CONNECTIONS=$(CHURN_CONNECTIONS) $(CARGO) test -p splitway --test relay_churn -- --nocapture 2>&1; echo "exit $$?"; } > $$out; \
+	grep -E '^(#|churn:|test result|exit)' $$out; grep -q '^exit 0$$' $$out
 
 ## soak: SOAK_CONNECTIONS concurrent split connections through a relay pair for SOAK_DURATION,
 ## two relay processes per host sharing the listener (SO_REUSEPORT: fd limit 20,000 per process).

@@ -44,7 +44,8 @@ struct syn_event {
 	__u16 dport;      // network byte order
 	__u32 ifindex;    // device the SYN arrived on
 	__u8 family;      // SW_FAMILY_V4 or SW_FAMILY_V6
-	__u8 _pad[7];
+	__u8 ttl;         // IPv4 TTL or IPv6 hop limit: the relay's loop guard
+	__u8 _pad[6];
 };
 
 // Ring buffer of struct syn_event. 256 KiB = 4096 events of 64 bytes
@@ -168,6 +169,7 @@ int syn_watch(struct __sk_buff *skb)
 		__builtin_memcpy(event->saddr, ip.saddr, 4);
 		__builtin_memcpy(event->daddr, ip.daddr, 4);
 		event->family = SW_FAMILY_V4;
+		event->ttl = ip.ttl;
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6_min ip6;
 		if (bpf_skb_load_bytes_relative(skb, 0, &ip6, sizeof(ip6), BPF_HDR_START_NET))
@@ -190,6 +192,7 @@ int syn_watch(struct __sk_buff *skb)
 		__builtin_memcpy(event->saddr, ip6.saddr, 16);
 		__builtin_memcpy(event->daddr, ip6.daddr, 16);
 		event->family = SW_FAMILY_V6;
+		event->ttl = ip6.hop_limit;
 	} else {
 		return TC_ACT_UNSPEC;
 	}

@@ -13,6 +13,7 @@ PACKAGES=(
   openssh-server   # the lab's `ssh -L` baseline
   openssh-client
   socat
+  apache2-utils    # ab: the churn test's third-party load tool
   procps           # sysctl
   iputils-ping
   clang            # BPF programs
@@ -39,3 +40,18 @@ for svc in nginx ssh; do
   if command -v systemctl >/dev/null 2>&1; then systemctl stop "$svc" >/dev/null 2>&1 || true; fi
 done
 command -v cargo >/dev/null || { echo "install-deps: cargo (stable Rust) is required" >&2; exit 1; }
+# rust-toolchain.toml pins 1.95.0; nothing can be downloaded here, so a rustup
+# that has 1.95 only as "stable" gets it linked under the pinned name.
+pinned=$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
+if command -v rustup >/dev/null && ! rustup toolchain list | grep -q "^$pinned"; then
+  host=$(rustc +stable -vV | sed -n 's/^host: //p')
+  toolchains="${RUSTUP_HOME:-$HOME/.rustup}/toolchains"
+  if [ "$(rustc +stable --version | cut -d' ' -f2)" = "$pinned" ] && [ -d "$toolchains/stable-$host" ]; then
+    # `rustup toolchain link` refuses release-like names; a symlink is what
+    # rustup itself reads.
+    ln -s "$toolchains/stable-$host" "$toolchains/$pinned-$host"
+  else
+    echo "install-deps: rust-toolchain.toml wants $pinned, which rustup does not have" >&2
+    exit 1
+  fi
+fi

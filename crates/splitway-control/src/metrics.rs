@@ -177,6 +177,16 @@ label_enum! {
         PerClientLimit => "per_client_limit",
         /// The next relay refused the destination by its own policy.
         Downstream => "downstream",
+        /// The destination is this relay itself: one of its listening ports
+        /// on one of its own addresses (a direct connection to a TPROXY
+        /// port, a proxy request for the relay's own listener).
+        SelfDial => "self",
+        /// The client SYN's IP TTL (or the hop limit carried from an
+        /// upstream relay) ran out: a routing loop through relays.
+        Loop => "loop",
+        /// The open-file limit is near: new connections are shed so those
+        /// already open keep their descriptors.
+        Descriptors => "descriptors",
     }
 }
 
@@ -229,6 +239,9 @@ label_enum! {
         OverBudget => "over_budget",
         /// The client never completed its handshake; the leg was closed.
         Expired => "expired",
+        /// The client would be refused at accept (`allow_clients`,
+        /// `[limits]`): no leg was started for its SYN.
+        Denied => "denied",
     }
 }
 

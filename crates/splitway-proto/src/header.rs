@@ -31,6 +31,13 @@ const FIXED_LEN: usize = 1 + 2 + 2 + 1 + 8;
 /// Smallest legal header: fixed part, one-letter domain destination (5 bytes),
 /// IPv4 source (7 bytes), no extensions.
 pub const MIN_HEADER_LEN: usize = FIXED_LEN + 5 + 7;
+/// Non-critical extension: the IP hop limit (one byte) left for the
+/// connection's last leg. The first relay of a transparent capture sets it
+/// from the client SYN's TTL minus one; each relay takes one more off, and
+/// the last dials the server with what is left, so a routing loop through
+/// relays dies out as it would through routers. Old relays ignore it.
+pub const EXT_HOP_LIMIT: u16 = 0x0001;
+
 /// Extension TLV prefix: kind u16 + length u16.
 const EXTENSION_PREFIX_LEN: usize = 4;
 
@@ -141,6 +148,27 @@ impl Header {
             src,
             extensions: Vec::new(),
         }
+    }
+
+    /// The IP hop limit carried by [`EXT_HOP_LIMIT`], if any (the first
+    /// such extension; a malformed one counts as absent).
+    pub fn hop_limit(&self) -> Option<u8> {
+        self.extensions
+            .iter()
+            .find(|e| e.kind == EXT_HOP_LIMIT)
+            .and_then(|e| match e.value.as_slice() {
+                [h] => Some(*h),
+                _ => None,
+            })
+    }
+
+    /// Sets (or replaces) the [`EXT_HOP_LIMIT`] extension.
+    pub fn set_hop_limit(&mut self, hops: u8) {
+        self.extensions.retain(|e| e.kind != EXT_HOP_LIMIT);
+        self.extensions.push(Extension {
+            kind: EXT_HOP_LIMIT,
+            value: vec![hops],
+        });
     }
 
     /// TTL to put in the header sent to the next relay, or `None` when this
@@ -453,6 +481,29 @@ mod tests {
                 assert_eq!(Header::decode(&wire[..cut]), Ok(None), "cut {cut}");
             }
         }
+    }
+
+    #[test]
+    fn hop_limit_extension_round_trips_and_is_not_critical() {
+        let mut header = Header::new(
+            9,
+            Destination::Ip("192.0.2.1:80".parse().unwrap()),
+            "198.51.100.7:40000".parse().unwrap(),
+        );
+        assert_eq!(header.hop_limit(), None);
+        header.set_hop_limit(63);
+        header.set_hop_limit(62);
+        assert_eq!(header.extensions.len(), 1);
+        let mut wire = Vec::new();
+        header.encode(&mut wire);
+        let (decoded, used) = Header::decode(&wire).unwrap().unwrap();
+        assert_eq!(used, wire.len());
+        assert_eq!(decoded.hop_limit(), Some(62));
+        assert!(!decoded.extensions[0].is_critical());
+        // A value of the wrong length is ignored, not trusted.
+        let mut odd = decoded.clone();
+        odd.extensions[0].value = vec![1, 2];
+        assert_eq!(odd.hop_limit(), None);
     }
 
     #[test]

@@ -18,13 +18,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
-use splitway_control::metrics::{EarlySynOutcome, Metrics};
+use splitway_control::metrics::{DenyReason, EarlySynOutcome, Metrics};
 use splitway_proto::Destination;
 use splitway_proto::header::DEFAULT_TTL;
 use tokio::sync::oneshot;
 
+use crate::config::ListenMode;
 use crate::error::ConnError;
+use crate::limits::Refused;
 use crate::relay::Shared;
+use crate::route::allowed;
 use crate::session::{LegRequest, Next, connect_next};
 
 const SHARDS: usize = 16;
@@ -57,6 +60,8 @@ pub struct EarlyStats {
     pub duplicates: AtomicU64,
     /// Early starts refused by the budget.
     pub over_budget: AtomicU64,
+    /// SYNs of clients that accept would refuse: nothing started.
+    pub denied: AtomicU64,
     /// Entries whose client never completed its handshake.
     pub expired: AtomicU64,
 }
@@ -99,10 +104,15 @@ impl EarlyStarts {
         &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
     }
 
-    /// A client's SYN was seen: start its next leg unless already started
-    /// or over budget.
-    pub fn on_syn(&self, shared: &Arc<Shared>, client: SocketAddr, dst: SocketAddr) {
+    /// A client's SYN was seen: start its next leg unless already started,
+    /// over budget, or for a client that accept would refuse. `ttl` is the
+    /// SYN's IP TTL (the loop guard's hop count).
+    pub fn on_syn(&self, shared: &Arc<Shared>, client: SocketAddr, dst: SocketAddr, ttl: u8) {
         if !shared.live.early_syn_enabled() {
+            return;
+        }
+        if admissible(shared, client).is_err() {
+            self.count(&self.stats.denied, EarlySynOutcome::Denied, 1);
             return;
         }
         let key = (canonical(client), canonical(dst));
@@ -134,6 +144,7 @@ impl EarlyStarts {
                 dst: Destination::Ip(key.1),
                 conn_id: rand::rngs::OsRng.next_u64(),
                 next_ttl: DEFAULT_TTL,
+                arrived_hops: Some(ttl),
                 origin: key.0,
                 client: key.0.ip(),
                 early_data: Vec::new(),
@@ -236,7 +247,29 @@ impl EarlyStarts {
             "misses": self.stats.misses.load(Relaxed),
             "duplicates": self.stats.duplicates.load(Relaxed),
             "over_budget": self.stats.over_budget.load(Relaxed),
+            "denied": self.stats.denied.load(Relaxed),
             "expired": self.stats.expired.load(Relaxed),
         })
     }
+}
+
+/// Whether accept would admit `client` on an intercepting listener: its
+/// `allow_clients` and the connection limits. Checked before any leg is
+/// started for a SYN (early SYN, strict mode), so a refused client's SYN
+/// dials nothing and holds no budget.
+pub fn admissible(shared: &Shared, client: SocketAddr) -> Result<(), DenyReason> {
+    let ip = client.ip().to_canonical();
+    let allowed_somewhere = shared
+        .cfg
+        .listeners
+        .iter()
+        .filter(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some())
+        .any(|l| allowed(&l.allow_clients, ip, false));
+    if !allowed_somewhere {
+        return Err(DenyReason::Client);
+    }
+    shared
+        .limiter
+        .would_admit(Some(ip))
+        .map_err(Refused::reason)
 }

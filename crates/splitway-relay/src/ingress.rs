@@ -20,7 +20,7 @@ use crate::error::{ConnError, RelayError};
 use crate::forward::write_all;
 use crate::limits::{Permit, Refused};
 use crate::peer::{self, FrameError, read_frame};
-use crate::policy::DENIALS;
+use crate::policy::{DENIALS, LogThrottle};
 use crate::relay::{Current, Shared, stopped};
 use crate::route::allowed;
 use crate::session::{self, Inbound, metric_mode, unspecified};
@@ -132,6 +132,10 @@ fn set_accept_options(
         sock.set_recv_buffer_size(n)?;
         sock.set_send_buffer_size(n)?;
     }
+    if l.mode == ListenMode::Tproxy {
+        // The client SYN's TTL is the loop guard's hop count (`loops`).
+        splitway_sys::hops::set_save_syn(sock).map_err(|e| std::io::Error::other(e.to_string()))?;
+    }
     let fast_open = match l.mode {
         // An upstream relay's 0-RTT Hello rides its SYN (not inside TLS).
         ListenMode::Peer => accel.zero_rtt && l.tls.is_none(),
@@ -189,14 +193,29 @@ pub async fn accept_loop(
         let spec = &snapshot.get().cfg.listeners[index];
         (spec.addr, spec.mode)
     };
+    let mut spare = SpareDescriptor::open();
     loop {
         let (stream, client) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
-                    // EMFILE/ENFILE/ENOBUFS: back off instead of spinning.
-                    snapshot.get().metrics.accept_error(metric_mode(mode));
-                    warn!(listener = %addr, error = %e, "accept failed");
+                    let shared = snapshot.get();
+                    shared.metrics.accept_error(metric_mode(mode));
+                    // Out of descriptors: the pending connection would stay
+                    // in the backlog, and every retry fail. Shed it instead
+                    // (a reset) with the descriptor kept for this.
+                    if splitway_sys::sock::is_descriptor_exhaustion(&e) && spare.shed_one(&listener).await {
+                        shared.metrics.denied(DenyReason::Descriptors);
+                        shared.metrics.closed(metric_mode(mode), CloseReason::NotAllowed);
+                        if let Some(suppressed) = ACCEPT_ERRORS.admit() {
+                            warn!(listener = %addr, error = %e, suppressed, "out of descriptors: shedding new connections");
+                        }
+                        continue;
+                    }
+                    if let Some(suppressed) = ACCEPT_ERRORS.admit() {
+                        warn!(listener = %addr, error = %e, suppressed, "accept failed");
+                    }
+                    // ENOBUFS and the like: back off instead of spinning.
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
@@ -218,6 +237,38 @@ pub async fn accept_loop(
         });
     }
     info!(listener = %addr, mode = mode.as_str(), "stopped accepting");
+}
+
+/// One log line a second for accept failures: a descriptor exhaustion
+/// fails every accept.
+static ACCEPT_ERRORS: LogThrottle = LogThrottle::new();
+
+/// A descriptor held back so that, when the process runs out, one pending
+/// connection can still be accepted and reset rather than left to time
+/// out in the backlog (the trick libev and HAProxy use).
+struct SpareDescriptor(Option<std::fs::File>);
+
+impl SpareDescriptor {
+    fn open() -> SpareDescriptor {
+        SpareDescriptor(std::fs::File::open("/dev/null").ok())
+    }
+
+    /// Frees the spare, accepts one pending connection and resets it, then
+    /// takes the spare back. False when there was no spare to free.
+    async fn shed_one(&mut self, listener: &TcpListener) -> bool {
+        if self.0.take().is_none() {
+            *self = SpareDescriptor::open();
+            return false;
+        }
+        // The connection is queued already: accept returns at once.
+        if let Ok(Ok((stream, _))) =
+            tokio::time::timeout(Duration::from_millis(5), listener.accept()).await
+        {
+            let _ = splitway_sys::sock::set_linger_zero(&stream);
+        }
+        *self = SpareDescriptor::open();
+        true
+    }
 }
 
 /// Connections one accept path took, for `/status`. Written by its accept
@@ -264,10 +315,7 @@ async fn admit(
     let permit = if !allowed(&spec.allow_clients, client.ip(), explicit) {
         Err(DenyReason::Client)
     } else {
-        shared.limiter.acquire(per_client).map_err(|why| match why {
-            Refused::Total => DenyReason::ConnectionLimit,
-            Refused::PerClient => DenyReason::PerClientLimit,
-        })
+        shared.limiter.acquire(per_client).map_err(Refused::reason)
     };
     let permit = match permit {
         Ok(p) => p,
@@ -303,6 +351,13 @@ async fn admit(
                     early_data: Vec::new(),
                     conn_id: conn_id(),
                     next_ttl: DEFAULT_TTL,
+                    // Unknown (a SYN cookie lost it): the kernel's default.
+                    arrived_hops: splitway_sys::hops::saved_syn_hop_limit(&stream).unwrap_or_else(
+                        |e| {
+                            debug!(%client, error = %e, "no saved SYN");
+                            None
+                        },
+                    ),
                     origin: client,
                     optimistic: true,
                 }),
@@ -338,6 +393,7 @@ async fn admit(
                     shared.learn_upstream(client.ip());
                     inbound_tls = a.tls;
                     Ok(Learned {
+                        arrived_hops: a.header.hop_limit(),
                         optimistic: a.header.flags & FLAG_OPTIMISTIC != 0,
                         dst: a.header.dst,
                         early_data: a.early_data,
@@ -376,6 +432,7 @@ async fn admit(
         early_data: learned.early_data,
         conn_id: learned.conn_id,
         next_ttl: learned.next_ttl,
+        arrived_hops: learned.arrived_hops,
         origin: learned.origin,
         optimistic: learned.optimistic,
         accepted_at,
@@ -390,6 +447,7 @@ struct Learned {
     early_data: Vec<u8>,
     conn_id: u64,
     next_ttl: u8,
+    arrived_hops: Option<u8>,
     origin: SocketAddr,
     optimistic: bool,
 }
@@ -402,6 +460,7 @@ impl Learned {
             early_data,
             conn_id: conn_id(),
             next_ttl: DEFAULT_TTL,
+            arrived_hops: None,
             origin: client,
             optimistic: false,
         }
@@ -443,6 +502,7 @@ async fn deny(
         DenyReason::Client => "client not allowed on this listener",
         DenyReason::ConnectionLimit => "connection limit reached",
         DenyReason::PerClientLimit => "per-client connection limit reached",
+        DenyReason::Descriptors => "open-file limit near: new connections shed",
         _ => why.as_str(),
     };
     // Throttled: a scan or a flood must not flood the log too.

@@ -27,6 +27,7 @@ pub mod forward;
 pub mod forward_tls;
 pub mod ingress;
 pub mod limits;
+pub mod loops;
 pub mod peer;
 pub mod policy;
 pub mod pool;

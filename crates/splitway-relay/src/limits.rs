@@ -7,6 +7,8 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use splitway_control::metrics::DenyReason;
+
 use crate::config::Limits;
 
 const SHARDS: usize = 16;
@@ -15,6 +17,9 @@ pub struct ConnLimiter {
     /// `Limits`, changeable by a reload; permits taken before keep counting.
     max_connections: AtomicUsize,
     per_client_max: AtomicUsize,
+    /// What the open-file limit leaves room for (two sockets a
+    /// connection); 0 = no such cap. Fixed at start.
+    descriptor_cap: usize,
     total: AtomicUsize,
     per_client: Vec<Mutex<HashMap<IpAddr, usize>>>,
     hasher: RandomState,
@@ -25,6 +30,34 @@ pub struct ConnLimiter {
 pub enum Refused {
     Total,
     PerClient,
+    /// The open-file limit is near (see [`descriptor_cap`]).
+    Descriptors,
+}
+
+impl Refused {
+    /// The bounded metrics label.
+    pub fn reason(self) -> DenyReason {
+        match self {
+            Refused::Total => DenyReason::ConnectionLimit,
+            Refused::PerClient => DenyReason::PerClientLimit,
+            Refused::Descriptors => DenyReason::Descriptors,
+        }
+    }
+}
+
+/// Descriptors kept out of the connection budget: listeners, the admin
+/// API, pooled and early-started legs, splice pipes, DNS and BPF.
+pub const DESCRIPTOR_RESERVE: usize = 512;
+
+/// How many split connections (two sockets each) fit under the open-file
+/// limit `nofile` once `reserve` is set aside (at most half of a small
+/// limit). New connections beyond it are shed at accept, so the relay never
+/// reaches EMFILE with connections in hand that then cannot dial their
+/// next leg.
+pub fn descriptor_cap(nofile: u64, reserve: usize) -> usize {
+    let nofile = usize::try_from(nofile).unwrap_or(usize::MAX);
+    let reserve = reserve.min(nofile / 2);
+    (nofile.saturating_sub(reserve) / 2).max(1)
 }
 
 /// Held for a connection's lifetime.
@@ -35,9 +68,16 @@ pub struct Permit {
 
 impl ConnLimiter {
     pub fn new(limits: Limits) -> Arc<ConnLimiter> {
+        ConnLimiter::with_descriptor_cap(limits, 0)
+    }
+
+    /// A limiter that also sheds connections beyond `descriptor_cap`
+    /// (0 = none), whatever `limits` say.
+    pub fn with_descriptor_cap(limits: Limits, descriptor_cap: usize) -> Arc<ConnLimiter> {
         Arc::new(ConnLimiter {
             max_connections: AtomicUsize::new(limits.max_connections),
             per_client_max: AtomicUsize::new(limits.per_client),
+            descriptor_cap,
             total: AtomicUsize::new(0),
             per_client: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
@@ -54,9 +94,9 @@ impl ConnLimiter {
         let max = self.max_connections.load(Ordering::Relaxed);
         let per_client_max = self.per_client_max.load(Ordering::Relaxed);
         let prev = self.total.fetch_add(1, Ordering::AcqRel);
-        if max != 0 && prev >= max {
+        if let Err(why) = self.over_total(max, prev) {
             self.total.fetch_sub(1, Ordering::AcqRel);
-            return Err(Refused::Total);
+            return Err(why);
         }
         let client = client.filter(|_| per_client_max != 0);
         if let Some(ip) = client {
@@ -73,6 +113,36 @@ impl ConnLimiter {
             limiter: self.clone(),
             client,
         })
+    }
+
+    /// Whether [`ConnLimiter::acquire`] would admit `client` now, without
+    /// taking anything: work started before accept (early SYN, strict mode)
+    /// must not be done for a connection that accept will refuse.
+    pub fn would_admit(&self, client: Option<IpAddr>) -> Result<(), Refused> {
+        let max = self.max_connections.load(Ordering::Relaxed);
+        self.over_total(max, self.total.load(Ordering::Acquire))?;
+        let per_client_max = self.per_client_max.load(Ordering::Relaxed);
+        if let Some(ip) = client.filter(|_| per_client_max != 0) {
+            let shard = self.shard(&ip).lock().expect("limiter lock");
+            if shard.get(&ip).is_some_and(|n| *n >= per_client_max) {
+                return Err(Refused::PerClient);
+            }
+        }
+        Ok(())
+    }
+
+    fn over_total(&self, max: usize, open: usize) -> Result<(), Refused> {
+        if max != 0 && open >= max {
+            Err(Refused::Total)
+        } else if self.descriptor_cap != 0 && open >= self.descriptor_cap {
+            Err(Refused::Descriptors)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn descriptor_cap(&self) -> usize {
+        self.descriptor_cap
     }
 
     /// New caps for connections from now on (a reload). Connections over a
@@ -116,17 +186,43 @@ mod tests {
         });
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
+        assert_eq!(l.would_admit(Some(a)), Ok(()));
         let p1 = l.acquire(Some(a)).unwrap();
         let p2 = l.acquire(Some(a)).unwrap();
+        assert_eq!(l.would_admit(Some(a)), Err(Refused::PerClient));
+        assert_eq!(l.would_admit(Some(b)), Ok(()));
         assert_eq!(l.acquire(Some(a)).err(), Some(Refused::PerClient));
         let p3 = l.acquire(Some(b)).unwrap();
         assert_eq!(l.acquire(None).err(), Some(Refused::Total));
+        assert_eq!(l.would_admit(Some(b)), Err(Refused::Total));
         drop(p1);
+        assert_eq!(l.would_admit(Some(a)), Ok(()));
         let p4 = l.acquire(Some(a)).unwrap();
         assert_eq!(l.open(), 3);
         drop((p2, p3, p4));
         assert_eq!(l.open(), 0);
         assert!(l.per_client.iter().all(|s| s.lock().unwrap().is_empty()));
+    }
+
+    #[test]
+    fn the_descriptor_cap_sheds_whatever_the_limits_say() {
+        assert_eq!(descriptor_cap(20_000, DESCRIPTOR_RESERVE), 9_744);
+        assert_eq!(descriptor_cap(300, DESCRIPTOR_RESERVE), 75);
+        assert_eq!(descriptor_cap(1, DESCRIPTOR_RESERVE), 1);
+        let l = ConnLimiter::with_descriptor_cap(
+            Limits {
+                max_connections: 0,
+                per_client: 0,
+            },
+            2,
+        );
+        let a = l.acquire(None).unwrap();
+        let b = l.acquire(None).unwrap();
+        assert_eq!(l.acquire(None).err(), Some(Refused::Descriptors));
+        assert_eq!(l.would_admit(None), Err(Refused::Descriptors));
+        drop(a);
+        assert!(l.acquire(None).is_ok());
+        drop(b);
     }
 
     #[test]

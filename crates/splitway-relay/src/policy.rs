@@ -50,6 +50,12 @@ pub enum Denial {
         "{0} is a host-local address, refused to a client from another host (policy.allow_local_destinations)"
     )]
     Local(IpAddr),
+    #[error("{0} is one of this relay's own listeners: refused, the relay would dial itself")]
+    SelfDial(SocketAddr),
+    #[error(
+        "IP hop limit exhausted (arrived with {0}): a routing loop through relays, or a client sending with a TTL of 1"
+    )]
+    HopLimit(u8),
 }
 
 impl Denial {
@@ -59,6 +65,8 @@ impl Denial {
             Denial::Port(_) => DenyReason::Port,
             Denial::NotAllowed(_) | Denial::Denied(_) => DenyReason::Destination,
             Denial::Local(_) => DenyReason::Local,
+            Denial::SelfDial(_) => DenyReason::SelfDial,
+            Denial::HopLimit(_) => DenyReason::Loop,
         }
     }
 }

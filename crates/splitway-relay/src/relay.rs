@@ -20,7 +20,8 @@ use crate::control::{ConnRegistry, Live, LogControl, RelayAdmin};
 use crate::early_syn::EarlyStarts;
 use crate::error::RelayError;
 use crate::ingress::{self, AcceptCount};
-use crate::limits::ConnLimiter;
+use crate::limits::{ConnLimiter, DESCRIPTOR_RESERVE, descriptor_cap};
+use crate::loops::OwnListeners;
 use crate::peer::HelloWindow;
 use crate::pool::PeerPool;
 use crate::reload::Reloader;
@@ -59,6 +60,8 @@ pub struct Shared {
     pub hellos: Option<Arc<HelloWindow>>,
     /// Per listener, what each of its accept sockets took (`/status`).
     pub accept_paths: Arc<[Vec<Arc<AcceptCount>>]>,
+    /// This relay's listening ports: a destination there is refused.
+    pub own: Arc<OwnListeners>,
 }
 
 /// The snapshot new connections start on, swapped by a reload.
@@ -164,6 +167,7 @@ impl Shared {
             generation: self.generation + 1,
             hellos: self.hellos.clone(),
             accept_paths: self.accept_paths.clone(),
+            own: self.own.clone(),
         }
     }
 }
@@ -338,19 +342,33 @@ impl Relay {
 
     pub async fn bind_with(cfg: Config, options: RelayOptions) -> Result<Relay, RelayError> {
         // Two sockets per split connection, plus pipes while data moves.
-        match splitway_sys::sock::raise_nofile_limit() {
+        // Beyond what the open-file limit holds, new connections are shed
+        // at accept (a reset, counted) instead of failing half-way.
+        let descriptor_cap = match splitway_sys::sock::raise_nofile_limit() {
             Ok((soft, _)) => {
-                let need = cfg.limits.max_connections.saturating_mul(2) + 1024;
-                if cfg.limits.max_connections != 0 && (soft as usize) < need {
-                    warn!(
+                let reserve = DESCRIPTOR_RESERVE
+                    + if cfg.accel.early_syn || cfg.accel.strict {
+                        cfg.accel.early_syn_budget
+                    } else {
+                        0
+                    }
+                    + cfg.peers.iter().map(|p| p.pool.high).sum::<usize>();
+                let cap = descriptor_cap(soft, reserve);
+                if cfg.limits.max_connections == 0 || cap < cfg.limits.max_connections {
+                    info!(
                         nofile = soft,
                         max_connections = cfg.limits.max_connections,
-                        "open-file limit below what limits.max_connections needs ({need}); raise LimitNOFILE or lower the limit"
+                        shed_above = cap,
+                        "the open-file limit holds {cap} split connections; new ones beyond are shed (raise LimitNOFILE for more)"
                     );
                 }
+                cap
             }
-            Err(e) => warn!(error = %e, "cannot raise the open-file limit"),
-        }
+            Err(e) => {
+                warn!(error = %e, "cannot read the open-file limit; no descriptor cap");
+                0
+            }
+        };
         let metrics = Arc::new(Metrics::new());
         for p in &cfg.peers {
             metrics.register_peer(&p.name);
@@ -506,10 +524,20 @@ impl Relay {
             .iter()
             .map(|set| set.iter().map(|_| Arc::default()).collect())
             .collect();
+        // The ports actually bound (a configured port 0 got one).
+        let own = OwnListeners::new(
+            listeners
+                .iter()
+                .flatten()
+                .chain(admin.iter())
+                .filter_map(|l| l.local_addr().ok())
+                .map(|a| a.port()),
+        );
         let shared = Arc::new(Shared {
             accept_paths,
+            own: Arc::new(own),
             turbo_routes: Arc::new(std::sync::Mutex::new(turbo_routes)),
-            limiter: ConnLimiter::new(cfg.limits),
+            limiter: ConnLimiter::with_descriptor_cap(cfg.limits, descriptor_cap),
             live: Arc::new(Live::new(&cfg)),
             conns: Arc::new(ConnRegistry::default()),
             generation: 0,
@@ -612,7 +640,7 @@ impl Relay {
                 loop {
                     tokio::select! {
                         ev = watch.next() => match ev {
-                            Ok(ev) => early.on_syn(current.refresh(&mut snapshot), ev.client, ev.original_dst),
+                            Ok(ev) => early.on_syn(current.refresh(&mut snapshot), ev.client, ev.original_dst, ev.ttl),
                             Err(e) => {
                                 warn!(error = %e, "SYN detector failed; early SYN off from now on");
                                 break;

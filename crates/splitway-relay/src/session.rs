@@ -17,6 +17,7 @@ use crate::config::{ListenMode, Via};
 use crate::error::{ConnError, Culprit};
 use crate::forward::{self, End, Side};
 use crate::forward_tls::forward_legs;
+use crate::loops::next_hop_limit;
 use crate::peer::{self, PeerLeg, reply_bytes};
 use crate::policy::DENIALS;
 use crate::proxy_header;
@@ -35,6 +36,11 @@ pub struct Inbound {
     pub conn_id: u64,
     /// TTL for the next relay hop (already decremented).
     pub next_ttl: u8,
+    /// The IP hop limit the connection arrived with: the client SYN's TTL,
+    /// or the one an upstream relay carried in its header (`None`: not
+    /// known, e.g. an explicit proxy's client; the kernel's default TTL
+    /// applies). The next leg leaves with one less; see `loops`.
+    pub arrived_hops: Option<u8>,
     /// The original client as the first relay saw it.
     pub origin: SocketAddr,
     /// The chain's first relay forwards client data without waiting for
@@ -80,6 +86,8 @@ pub struct LegRequest {
     pub dst: Destination,
     pub conn_id: u64,
     pub next_ttl: u8,
+    /// See [`Inbound::arrived_hops`].
+    pub arrived_hops: Option<u8>,
     pub origin: SocketAddr,
     /// Who asks for the leg, as `[policy]` judges it: the accepted socket's
     /// peer (on a peer listener, the upstream relay; not `origin`).
@@ -116,6 +124,7 @@ async fn connect_direct(
     shared: &Shared,
     dst: SocketAddr,
     has_early_data: bool,
+    hop_limit: Option<u8>,
     from_client: Option<SocketAddr>,
 ) -> Result<TcpStream, ConnError> {
     let sock = match dst {
@@ -125,6 +134,10 @@ async fn connect_direct(
     .map_err(|e| ConnError::Internal(format!("socket: {e}")))?;
     tuning::apply(&sock, &shared.cfg.direct, None)
         .map_err(|e| ConnError::Internal(format!("tuning direct leg: {e}")))?;
+    if let Some(hops) = hop_limit {
+        splitway_sys::hops::set_hop_limit(&sock, dst.is_ipv6(), hops)
+            .map_err(|e| ConnError::Internal(e.to_string()))?;
+    }
     if let Some(client) = from_client {
         crate::transparent::bind_as_client(&sock, client, dst)?;
     }
@@ -146,7 +159,8 @@ async fn connect_direct(
 pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next, ConnError> {
     let inbound = req;
     let policy = &shared.cfg.policy;
-    // The port first: a forbidden port costs no DNS lookup.
+    // A looping connection and a forbidden port cost no DNS lookup.
+    let hop_limit = inbound.arrived_hops.map(next_hop_limit).transpose()?;
     policy.check_port(inbound.dst.port())?;
     let dst = resolve(&inbound.dst).await?;
     policy.check_addr(inbound.client, dst.ip())?;
@@ -156,12 +170,15 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
         .ok_or(ConnError::NoRoute(dst))?;
     match &route.via {
         Via::Direct => {
+            // Only a destination this relay dials can be itself: behind a
+            // peer route it is the next relay's to judge (its loopback).
+            shared.own.check(dst)?;
             // A PROXY header is sure to be written: with TFO it rides the
             // SYN. Not for a leg started at the SYN, which must not wait.
             let first_write = !inbound.early_data.is_empty()
                 || (route.reveal.proxy_protocol.is_some() && !inbound.speculative);
             let from_client = route.reveal.client_source.then_some(inbound.origin);
-            let stream = connect_direct(shared, dst, first_write, from_client).await?;
+            let stream = connect_direct(shared, dst, first_write, hop_limit, from_client).await?;
             Ok(Next::Direct(DirectLeg {
                 stream,
                 server: dst,
@@ -173,6 +190,9 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 return Err(ConnError::TtlExceeded);
             }
             let peer = &shared.cfg.peers[*i];
+            // A peer entry naming this relay (a config mistake) would be a
+            // loop the header TTL only ends after 16 hops.
+            shared.own.check(peer.addr)?;
             let psk = shared
                 .cfg
                 .psk
@@ -182,6 +202,9 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
             header.ttl = inbound.next_ttl;
             if inbound.optimistic {
                 header.flags |= FLAG_OPTIMISTIC;
+            }
+            if let Some(hops) = hop_limit {
+                header.set_hop_limit(hops);
             }
             let pooled = shared.pools[*i].as_ref().and_then(|p| {
                 if inbound.speculative {
@@ -365,6 +388,18 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         }
         _ => None,
     };
+    // A transparent connection whose original destination is one of our
+    // own listeners was not intercepted at all (a port scan, a health
+    // check reaching the TPROXY port): refused whatever the route says.
+    if let (ListenMode::Tproxy, Destination::Ip(dst)) = (inbound.mode, &inbound.dst)
+        && let Err(denied) = shared.own.check(*dst)
+    {
+        drop(early_start);
+        let e = ConnError::from(denied);
+        refuse(&inbound, e.reply_status()).await;
+        finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
+        return;
+    }
     // Boxed: connecting takes more state than forwarding; it is freed once
     // the leg is up instead of staying in every connection's future.
     let mut next = match Box::pin(async {
@@ -378,6 +413,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
                     dst: inbound.dst.clone(),
                     conn_id: inbound.conn_id,
                     next_ttl: inbound.next_ttl,
+                    arrived_hops: inbound.arrived_hops,
                     origin: inbound.origin,
                     client: inbound.client.ip(),
                     early_data: std::mem::take(&mut inbound.early_data),

@@ -156,6 +156,17 @@ impl Strict {
             drop(table);
             return self.verdict(held.id, Verdict::Drop, StrictOutcome::OverBudget);
         }
+        if let Err(why) = crate::early_syn::admissible(shared, held.src) {
+            // Accept would refuse it: answer as it would (a reset), having
+            // dialed nothing and held no budget.
+            drop(table);
+            shared.metrics.denied(why);
+            return self.verdict(
+                held.id,
+                Verdict::AcceptMarked(REFUSED_MARK),
+                StrictOutcome::Denied,
+            );
+        }
         table.insert(key, State::Pending);
         self.pending.fetch_add(1, Relaxed);
         drop(table);
@@ -163,9 +174,12 @@ impl Strict {
         let shared = shared.clone();
         tokio::spawn(async move {
             // connect_next bounds each step; this bounds a peer's Reply too.
-            let r = tokio::time::timeout(shared.reply_timeout(), connect_through(&shared, key))
-                .await
-                .unwrap_or(Err(ConnError::ServerTimeout { addr: key.1 }));
+            let r = tokio::time::timeout(
+                shared.reply_timeout(),
+                connect_through(&shared, key, held.ttl),
+            )
+            .await
+            .unwrap_or(Err(ConnError::ServerTimeout { addr: key.1 }));
             strict.decide(key, held, r);
         });
     }
@@ -224,11 +238,12 @@ pub fn verdict_for(e: &ConnError) -> (Verdict, StrictOutcome) {
 }
 
 /// Dials the next leg for a held SYN and waits until it reaches the server.
-async fn connect_through(shared: &Shared, (client, dst): Key) -> Result<Next, ConnError> {
+async fn connect_through(shared: &Shared, (client, dst): Key, ttl: u8) -> Result<Next, ConnError> {
     let mut req = LegRequest {
         dst: Destination::Ip(dst),
         conn_id: rand::rngs::OsRng.next_u64(),
         next_ttl: DEFAULT_TTL,
+        arrived_hops: Some(ttl),
         origin: client,
         client: client.ip(),
         early_data: Vec::new(),

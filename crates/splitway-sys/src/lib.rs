@@ -10,6 +10,7 @@
 
 pub mod activation;
 pub mod bpf;
+pub mod hops;
 pub mod mem;
 pub mod netns;
 pub mod nfqueue;
@@ -19,6 +20,7 @@ pub mod splice;
 pub mod tproxy;
 pub mod tun;
 pub mod turbo;
+#[cfg(feature = "uring")]
 pub mod uring;
 
 use thiserror::Error;

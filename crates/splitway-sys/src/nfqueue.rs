@@ -71,6 +71,8 @@ pub struct Held {
     /// The TCP sequence number: a retransmitted SYN repeats its ISN, a new
     /// connection on the same 4-tuple has another.
     pub seq: u32,
+    /// The SYN's IPv4 TTL or IPv6 hop limit.
+    pub ttl: u8,
 }
 
 /// What one netlink message from the queue socket carried.
@@ -317,7 +319,13 @@ fn parse_batch(bytes: &[u8]) -> Vec<Event> {
         }
         let Some(id) = id else { continue };
         events.push(match tcp_addresses(payload) {
-            Some((src, dst, seq)) => Event::Packet(Held { id, src, dst, seq }),
+            Some((src, dst, seq)) => Event::Packet(Held {
+                id,
+                src,
+                dst,
+                seq,
+                ttl: crate::hops::ip_hop_limit(payload).unwrap_or(0),
+            }),
             None => Event::Unparsed(id),
         });
     }

@@ -411,3 +411,8 @@ pub fn attach_reuseport_guard(sock: &impl AsRawFd, n: u32) -> Result<(), SysErro
         ))
     }
 }
+
+/// EMFILE or ENFILE: the process (or the system) is out of descriptors.
+pub fn is_descriptor_exhaustion(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}

@@ -141,9 +141,18 @@ fn nft_script(script: &str) -> Result<(), SysError> {
 }
 
 /// The rule that delivers packets of connections a transparent socket
-/// already holds (it matches established sockets, not listeners' SYNs).
+/// already holds. SYNs are left to the tproxy rule: `socket transparent`
+/// also matches a TIME_WAIT socket, so a client SYN reusing the 4-tuple of
+/// a connection the relay closed first would be delivered to that
+/// TIME_WAIT socket and answered with an ACK, and the client would
+/// retransmit after a second. The tproxy rule handles exactly this case
+/// (the kernel's `nf_tproxy_handle_time_wait4/6`: the SYN goes to the
+/// listener and the TIME_WAIT socket is retired). `tcp flags` masks out
+/// ECE/CWR, so an ECN-setup SYN counts as a SYN.
 fn established_rule() -> String {
-    format!("meta l4proto tcp socket transparent 1 meta mark set {FWMARK:#x} accept")
+    format!(
+        "meta l4proto tcp tcp flags & (fin | syn | rst | ack) != syn socket transparent 1 meta mark set {FWMARK:#x} accept"
+    )
 }
 
 impl Interception {
@@ -356,7 +365,7 @@ mod tests {
         assert_eq!(
             script,
             "flush chain inet splitway_rc_0 prerouting\n\
-             add rule inet splitway_rc_0 prerouting meta l4proto tcp socket transparent 1 meta mark set 0x5357 accept\n"
+             add rule inet splitway_rc_0 prerouting meta l4proto tcp tcp flags & (fin | syn | rst | ack) != syn socket transparent 1 meta mark set 0x5357 accept\n"
         );
         assert!(!script.contains("tproxy"));
         // Dropping this test value would run nft: forget it instead.

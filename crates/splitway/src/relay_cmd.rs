@@ -13,6 +13,10 @@ use splitway_relay::{Config, Relay};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
+/// sysexits.h `EX_CONFIG`: the config is wrong (systemd's
+/// `RestartPreventExitStatus=78` then stops retrying a broken file).
+pub const EX_CONFIG: u8 = 78;
+
 pub fn run(
     path: &Path,
     check: bool,
@@ -23,7 +27,7 @@ pub fn run(
         Ok(c) => c,
         Err(errors) => {
             eprint!("{errors}");
-            return Ok(ExitCode::FAILURE);
+            return Ok(ExitCode::from(EX_CONFIG));
         }
     };
     for w in cfg.warnings() {

@@ -137,3 +137,28 @@ fn check_rejects_a_missing_file() {
         "error should name the file:\n{stderr}"
     );
 }
+
+#[test]
+fn a_bad_config_exits_with_ex_config() {
+    let dir = TempDir::new();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "name = \"rc\"\nbogus_key = 1\n").expect("write");
+    for check in [true, false] {
+        let mut cmd = Command::new(SPLITWAY);
+        cmd.args(["relay", "--config"]).arg(&path);
+        if check {
+            cmd.arg("--check");
+        }
+        let out = output(&mut cmd);
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "relay (check = {check}) on a bad config: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("bogus_key"),
+            "the error names the key"
+        );
+    }
+}

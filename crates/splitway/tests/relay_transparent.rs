@@ -131,7 +131,7 @@ fn transparent_with_manual_nft_rules() {
         "table inet swt_tproxy {{\n\
          \tchain prerouting {{\n\
          \t\ttype filter hook prerouting priority mangle; policy accept;\n\
-         \t\tmeta l4proto tcp socket transparent 1 meta mark set 1 accept\n\
+         \t\tmeta l4proto tcp tcp flags & (fin | syn | rst | ack) != syn socket transparent 1 meta mark set 1 accept\n\
          \t\tiifname \"{WEST_IF}\" meta nfproto ipv4 meta l4proto tcp th dport {{ 80, {SERVER_PORT} }} tproxy ip to :{TPROXY_PORT} meta mark set 1 accept\n\
          \t}}\n\
          }}\n"

@@ -19,6 +19,8 @@ pub struct SynEvent {
     /// `bpf_ktime_get_ns()` when the program saw the SYN: CLOCK_MONOTONIC,
     /// comparable with [`crate::bpf::monotonic_now_ns`].
     pub at_ns: u64,
+    /// The SYN's IPv4 TTL or IPv6 hop limit.
+    pub ttl: u8,
 }
 
 // Offsets of `struct syn_event` in bpf/syn_watch.c.
@@ -28,6 +30,7 @@ const DADDR: usize = 24;
 const SPORT: usize = 40;
 const DPORT: usize = 42;
 const FAMILY: usize = 48;
+const TTL: usize = 49;
 /// `sizeof(struct syn_event)`.
 pub(crate) const RECORD_LEN: usize = 56;
 
@@ -86,6 +89,7 @@ impl SynEvent {
             client,
             original_dst,
             at_ns,
+            ttl: record[TTL],
         })
     }
 }
@@ -109,6 +113,7 @@ mod tests {
         r[SPORT..SPORT + 2].copy_from_slice(&sport.to_be_bytes());
         r[DPORT..DPORT + 2].copy_from_slice(&dport.to_be_bytes());
         r[FAMILY] = family;
+        r[TTL] = 61;
         r
     }
 
@@ -119,6 +124,7 @@ mod tests {
         assert_eq!(ev.client, "10.0.0.1:40000".parse().unwrap());
         assert_eq!(ev.original_dst, "10.0.0.2:443".parse().unwrap());
         assert_eq!(ev.at_ns, 1234);
+        assert_eq!(ev.ttl, 61);
     }
 
     #[test]

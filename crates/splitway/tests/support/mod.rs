@@ -25,6 +25,13 @@ use rand::{RngCore, SeedableRng};
 use sha2::{Digest as _, Sha256};
 use splitway_sys::netns::{self, Netns};
 
+mod nginx;
+mod proxy_clients;
+#[allow(unused_imports)]
+pub use nginx::*;
+#[allow(unused_imports)]
+pub use proxy_clients::*;
+
 /// The binary under test.
 pub const SPLITWAY: &str = env!("CARGO_BIN_EXE_splitway");
 
@@ -262,6 +269,8 @@ pub struct RelayConfig {
     pub psk_file: Option<PathBuf>,
     /// Raw top-level TOML lines, rendered before any table.
     pub top: String,
+    /// Open-file limit (soft and hard) to start the relay under.
+    pub nofile: Option<u64>,
 }
 
 impl RelayConfig {
@@ -274,6 +283,7 @@ impl RelayConfig {
             extra: String::new(),
             psk_file: None,
             top: String::new(),
+            nofile: None,
         }
     }
 
@@ -647,8 +657,15 @@ impl Lab {
         fs::write(&config_path, config.render(&self.psk_path)).expect("write relay config");
         let stderr_path = self.dir.join(&format!("{name}.stderr"));
         let stderr = File::create(&stderr_path).expect("create stderr file");
-        let child = self.relays[r]
-            .command(SPLITWAY)
+        let mut command = match config.nofile {
+            Some(n) => {
+                let mut c = self.relays[r].command("prlimit");
+                c.arg(format!("--nofile={n}:{n}")).arg(SPLITWAY);
+                c
+            }
+            None => self.relays[r].command(SPLITWAY),
+        };
+        let child = command
             .args(["relay", "--config"])
             .arg(&config_path)
             .env(
