@@ -553,6 +553,8 @@ fn read_to_close(stream: &mut TcpStream) -> (Vec<u8>, Instant) {
             Ok(n) => got.extend_from_slice(&buf[..n]),
             // A reset is how the relay refuses.
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            // A signal (another test's child exiting) is not the relay.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => panic!("waiting for the relay to close: {e}"),
         }
     }
@@ -709,8 +711,10 @@ fn forged_lying_and_slow_headers_are_refused() {
     // Slowloris: one byte of a valid v1 line every 200 ms; the handshake
     // timeout (2 s) ends it, not the line's completion.
     let before = refused(&lab, "timeout");
-    let mut s = connect_from(&lab.client, &trusted, relay);
+    // Timed from before the connect: the relay's timer starts at its
+    // accept, which may run before connect() returns here.
     let started = Instant::now();
+    let mut s = connect_from(&lab.client, &trusted, relay);
     let line = b"PROXY TCP4 192.0.2.9 10.0.1.2 4242 1080\r\n";
     let mut closed = None;
     for byte in line {
@@ -727,6 +731,7 @@ fn forged_lying_and_slow_headers_are_refused() {
             Ok(n) => panic!("slowloris: relay answered {:?}", &buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => {
                 closed = Some(started.elapsed());
                 break;
@@ -735,7 +740,9 @@ fn forged_lying_and_slow_headers_are_refused() {
     }
     let closed = closed.expect("slowloris header was never cut off");
     assert!(
-        closed >= Duration::from_secs(2) && closed < Duration::from_secs(4),
+        // Upper bound: the timeout plus this loop's 200 ms reads and a
+        // loaded 2-core machine's scheduling; the whole line takes 8 s.
+        closed >= Duration::from_secs(2) && closed < Duration::from_secs(5),
         "slowloris cut after {closed:?}, handshake timeout is 2 s"
     );
     lab.wait_counter(
