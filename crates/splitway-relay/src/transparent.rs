@@ -81,3 +81,13 @@ pub fn policy_routing() -> String {
          ip -6 route replace local ::/0 dev lo table {ROUTE_TABLE}\n"
     )
 }
+
+/// Whether this host has the policy rule [`policy_routing`] adds for the
+/// family (`ip rule show`); `false` when `ip` cannot tell.
+pub fn policy_rule_installed(ipv6: bool) -> bool {
+    let flag = if ipv6 { "-6" } else { "-4" };
+    let needle = format!("fwmark {FWMARK:#x} lookup {ROUTE_TABLE}");
+    splitway_sys::netns::ip(&[flag, "rule", "show"])
+        .map(|out| String::from_utf8_lossy(&out.stdout).contains(&needle))
+        .unwrap_or(false)
+}

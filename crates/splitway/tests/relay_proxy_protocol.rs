@@ -450,6 +450,11 @@ fn source_client_server_socket_peer_is_the_client() {
         .filter(|l| l.starts_with("nft ") || l.starts_with("ip "))
         .collect();
     assert!(commands.len() >= 5, "--check printed:\n{printed}");
+    let warned = String::from_utf8_lossy(&check.stderr).into_owned();
+    assert!(
+        warned.contains("IPv4 policy rule is not installed") && warned.contains("IPv6"),
+        "--check before the rules: {warned}"
+    );
     for line in &commands {
         let out = output(lab.rs().command("sh").args(["-c", line]));
         assert!(
@@ -458,6 +463,17 @@ fn source_client_server_socket_peer_is_the_client() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    let again = output(
+        lab.rs()
+            .command(SPLITWAY)
+            .args(["relay", "--check", "--config"])
+            .arg(&check_cfg),
+    );
+    let warned = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        again.status.success() && !warned.contains("not installed"),
+        "--check after the rules: {warned}"
+    );
     lab.start_relays(&configs);
     for (server_ip, client_ip) in [
         (SERVER_V4.to_string(), link_v4(0, 2, 1)),
