@@ -416,6 +416,106 @@ fn haproxy_send_proxy_v2_in_front_of_the_first_relay() {
     lab.assert_relays_alive();
 }
 
+/// An L4 balancer between two relays: HAProxy (`send-proxy-v2`) in front
+/// of rs's peer listener. rs reads the header, then authenticates rc
+/// through it (rs speaks first), and the client the server learns is still
+/// the chain's origin, not the balancer's or rc's address.
+#[test]
+fn haproxy_send_proxy_v2_in_front_of_a_peer_listener() {
+    require_netns!();
+    if !installed("nginx", "nginx-light") || !installed("haproxy", "haproxy") {
+        return;
+    }
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let rs_west = link_v4(1, 2, 2);
+    let balanced = format!("{rs_west}:7101");
+    let mut configs = lab.default_configs(&[80], false);
+    // rc dials the balancer instead of rs.
+    configs[0].peers[0].1 = balanced.clone();
+    configs[1].listeners.clear();
+    configs[1].extra(&format!(
+        "[[listen]]\nmode = \"peer\"\naddr = \"127.0.0.1:{PEER_PORT}\"\naccept_proxy_protocol = [\"127.0.0.1/32\"]"
+    ));
+    raw_routes(
+        &mut configs[1],
+        &["dst = \"0.0.0.0/0\"\nvia = \"direct\"\nproxy_protocol = \"v1\""],
+    );
+    let haproxy_cfg = lab.dir.join("haproxy-rs.cfg");
+    std::fs::write(
+        &haproxy_cfg,
+        format!(
+            "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
+             frontend fe\n  bind {balanced}\n  default_backend be\n\
+             backend be\n  server rs 127.0.0.1:{PEER_PORT} send-proxy-v2\n"
+        ),
+    )
+    .expect("write haproxy.cfg");
+    let child = lab
+        .rs()
+        .command("haproxy")
+        .args(["-db", "-f"])
+        .arg(&haproxy_cfg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn haproxy");
+    lab.adopt(child);
+    let rs_ns = lab.rs();
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "waiting for haproxy to listen",
+        || listening_ports(rs_ns).is_superset_of(&[7101]).then_some(()),
+    );
+    lab.start_relays(&configs);
+    start_nginx(&mut lab, &[SERVER_V4]);
+    let served = write_random_file(&lab.dir.join("www/file"), MIB + 3, 0xB41);
+    for (i, proxy) in [None, Some(format!("{ENTRY_V4}:{SOCKS_PORT}"))]
+        .iter()
+        .enumerate()
+    {
+        let args: Vec<&str> = match proxy {
+            Some(p) => vec!["--socks5", p],
+            None => vec![],
+        };
+        let name = format!("download-{i}");
+        curl(&lab, &args, &format!("http://{SERVER_V4}/file"), &name);
+        assert_eq!(
+            sha256_file(&lab.dir.join(&name)),
+            hex::encode(served.sha256),
+            "download {i}"
+        );
+    }
+    let client_ip = link_v4(0, 2, 1);
+    for line in wait_access_lines(&lab, 2) {
+        assert!(
+            line.starts_with(&format!("pp={client_ip}:"))
+                && line.ends_with(&format!(
+                    " dst={SERVER_V4}:80 peer={LAST_RELAY_V4} status=200 bytes={}",
+                    served.len
+                )),
+            "{line}"
+        );
+    }
+    // rs took rc (the header's source) as its upstream, and refused nothing.
+    let m = lab.metrics("rs");
+    let accepted = m.counter("splitway_connections_accepted_total", &[("mode", "peer")]);
+    assert!(accepted >= 2.0, "rs accepted {accepted} peer connections");
+    for reason in ["missing", "untrusted", "malformed", "timeout", "truncated"] {
+        assert_eq!(
+            m.counter(
+                "splitway_proxy_protocol_refused_total",
+                &[("reason", reason)]
+            ),
+            0.0,
+            "{reason}"
+        );
+    }
+    deadline.remaining("downloads through a balanced peer leg");
+    lab.assert_relays_alive();
+}
+
 #[test]
 fn source_client_server_socket_peer_is_the_client() {
     require_netns!();
