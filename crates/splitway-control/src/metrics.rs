@@ -289,6 +289,25 @@ label_enum! {
 }
 
 label_enum! {
+    /// Why a listener with `accept_proxy_protocol` refused a connection.
+    pub enum ProxyRefusal {
+        /// A trusted source sent no PROXY header (its first bytes are not one).
+        Missing => "missing",
+        /// The connection closed inside the header.
+        Truncated => "truncated",
+        /// A v1 line over 107 bytes, or a v2 length over the relay's limit.
+        TooLong => "too_long",
+        /// A header that breaks the specification (fields, version,
+        /// command, family, a length that lies, a TLV that overruns).
+        Malformed => "malformed",
+        /// The header did not arrive within `timeouts.handshake`.
+        Timeout => "timeout",
+        /// A source outside `accept_proxy_protocol` sent a header.
+        Untrusted => "untrusted",
+    }
+}
+
+label_enum! {
     /// What happened to a peer's connection pool.
     pub enum PoolEvent {
         /// A pooled connection was taken for a split connection.
@@ -319,6 +338,11 @@ struct ZeroRttLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StrictLabels {
     outcome: StrictOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProxyRefusalLabels {
+    reason: ProxyRefusal,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -423,6 +447,7 @@ impl PoolMetrics {
 /// | `early_syn_total` | counter | `outcome` |
 /// | `zero_rtt_total` | counter | `outcome` |
 /// | `strict_syn_total` | counter | `outcome` |
+/// | `proxy_protocol_refused_total` | counter | `reason` |
 /// | `pool_events_total` | counter | `peer`, `event` |
 /// | `pool_level` | gauge | `peer` |
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` |
@@ -442,6 +467,7 @@ pub struct Metrics {
     early_syn: [CounterU64; EarlySynOutcome::COUNT],
     zero_rtt: [CounterU64; ZeroRttOutcome::COUNT],
     strict_syn: [CounterU64; StrictOutcome::COUNT],
+    proxy_refused: [CounterU64; ProxyRefusal::COUNT],
     pool_events: Family<PoolEventLabels, CounterU64>,
     pool_level: Family<PeerLabels, Gauge>,
 }
@@ -553,6 +579,12 @@ impl Metrics {
             "Client SYNs held by strict mode, by verdict",
             strict_family.clone(),
         );
+        let proxy_refused_family = Family::<ProxyRefusalLabels, CounterU64>::default();
+        registry.register(
+            "proxy_protocol_refused",
+            "Connections refused by a listener with accept_proxy_protocol, by reason",
+            proxy_refused_family.clone(),
+        );
         let pool_events = Family::<PoolEventLabels, CounterU64>::default();
         registry.register(
             "pool_events",
@@ -581,6 +613,11 @@ impl Metrics {
             strict_syn: StrictOutcome::ALL.map(|outcome| {
                 strict_family
                     .get_or_create(&StrictLabels { outcome })
+                    .clone()
+            }),
+            proxy_refused: ProxyRefusal::ALL.map(|reason| {
+                proxy_refused_family
+                    .get_or_create(&ProxyRefusalLabels { reason })
                     .clone()
             }),
             pool_events,
@@ -736,6 +773,11 @@ impl Metrics {
     /// Counts a strict-mode verdict.
     pub fn strict_syn(&self, outcome: StrictOutcome) {
         self.strict_syn[outcome.index()].inc();
+    }
+
+    /// Counts a connection refused for its PROXY protocol header.
+    pub fn proxy_refused(&self, reason: ProxyRefusal) {
+        self.proxy_refused[reason.index()].inc();
     }
 
     /// Counts `n` pool events for the configured peer `peer`.

@@ -441,6 +441,7 @@ fn serve(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                                 let opts = splitway_relay::forward::Options {
                                     data_path,
                                     idle: Duration::from_secs(3600),
+                                    own_prefix: 0,
                                 };
                                 splitway_relay::forward::forward(
                                     &inbound,

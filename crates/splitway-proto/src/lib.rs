@@ -1,5 +1,5 @@
 //! splitway wire protocols, sans-I/O: the relay↔relay header and reply, peer
-//! authentication, SOCKS5 and HTTP CONNECT.
+//! authentication, SOCKS5, HTTP CONNECT and the PROXY protocol.
 //!
 //! Nothing here reads a socket, spawns a task or draws random numbers; callers
 //! feed bytes in and pass nonces explicitly, so every state machine is
@@ -18,6 +18,7 @@ pub mod addr;
 pub mod auth;
 pub mod header;
 pub mod http_connect;
+pub mod proxy_protocol;
 pub mod socks5;
 pub mod zero_rtt;
 

@@ -10,6 +10,8 @@ mod auth;
 mod header;
 #[path = "../../../fuzz/checks/http_connect.rs"]
 mod http_connect;
+#[path = "../../../fuzz/checks/proxy_protocol.rs"]
+mod proxy_protocol;
 #[path = "../../../fuzz/checks/socks5.rs"]
 mod socks5;
 
@@ -55,4 +57,9 @@ fn http_connect_corpus() {
 #[test]
 fn auth_corpus() {
     replay("auth", auth::check);
+}
+
+#[test]
+fn proxy_protocol_corpus() {
+    replay("proxy_protocol", proxy_protocol::check);
 }

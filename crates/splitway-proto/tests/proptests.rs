@@ -11,6 +11,7 @@ use splitway_proto::auth::{Acceptor, Dialer, NONCE_LEN, Psk};
 use splitway_proto::header::{
     EXTENSION_CRITICAL, Extension, Header, MAX_HEADER_LEN, Reply, ReplyStatus,
 };
+use splitway_proto::proxy_protocol::{self, Addresses, ProxyError, Version};
 use splitway_proto::{http_connect, socks5};
 
 type Decoded<T, E> = Result<Option<(T, usize)>, E>;
@@ -158,6 +159,32 @@ fn all_contracts(buf: &[u8], split: usize) {
     check_contract(acceptor_decode, buf, split);
     check_contract(dialer_decode, buf, split);
     check_contract(proof_decode, buf, split);
+    check_contract(proxy_protocol::decode, buf, split);
+}
+
+fn proxy_version() -> impl Strategy<Value = Version> {
+    prop_oneof![Just(Version::V1), Just(Version::V2)]
+}
+
+/// A v2 header for `src`/`dst` followed by TLVs, its length field updated.
+fn proxy_v2_with_tlvs(src: SocketAddr, dst: SocketAddr, tlvs: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut wire = Vec::new();
+    proxy_protocol::encode(Version::V2, src, dst, &mut wire);
+    for (kind, value) in tlvs {
+        wire.push(*kind);
+        wire.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        wire.extend_from_slice(value);
+    }
+    let len = (wire.len() - proxy_protocol::V2_FIXED_LEN) as u16;
+    wire[14..16].copy_from_slice(&len.to_be_bytes());
+    wire
+}
+
+fn tlvs() -> impl Strategy<Value = Vec<(u8, Vec<u8>)>> {
+    prop::collection::vec(
+        (any::<u8>(), prop::collection::vec(any::<u8>(), 0..40)),
+        0..5,
+    )
 }
 
 proptest! {
@@ -242,6 +269,41 @@ proptest! {
     }
 
     #[test]
+    fn proxy_protocol_round_trip(
+        version in proxy_version(),
+        src in socket_addr(),
+        dst in socket_addr(),
+        tlvs in tlvs(),
+        trailing in prop::collection::vec(any::<u8>(), 0..8),
+    ) {
+        let mut wire = match version {
+            Version::V1 => {
+                let mut wire = Vec::new();
+                proxy_protocol::encode(version, src, dst, &mut wire);
+                wire
+            }
+            Version::V2 => proxy_v2_with_tlvs(src, dst, &tlvs),
+        };
+        let len = wire.len();
+        prop_assert!(version == Version::V2 || len <= proxy_protocol::V1_MAX_LEN);
+        for cut in 0..len {
+            prop_assert_eq!(proxy_protocol::decode(&wire[..cut]), Ok(None));
+        }
+        wire.extend_from_slice(&trailing);
+        let (header, used) = proxy_protocol::decode(&wire).unwrap().unwrap();
+        prop_assert_eq!(used, len);
+        prop_assert_eq!(header.version, version);
+        // Same family: carried as is; mixed: both IPv4-mapped IPv6.
+        let mapped = |addr: SocketAddr| match addr {
+            SocketAddr::V4(v4) if src.is_ipv4() != dst.is_ipv4() => {
+                SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())
+            }
+            other => SocketAddr::new(other.ip(), other.port()),
+        };
+        prop_assert_eq!(header.addresses, Addresses::Tcp { src: mapped(src), dst: mapped(dst) });
+    }
+
+    #[test]
     fn random_bytes_keep_the_contract(buf in prop::collection::vec(any::<u8>(), 0..600), split in any::<usize>()) {
         all_contracts(&buf, split);
     }
@@ -250,7 +312,9 @@ proptest! {
     fn mutated_frames_keep_the_contract(
         header in header(),
         dst in destination(),
-        which in 0usize..6,
+        which in 0usize..8,
+        tlvs in tlvs(),
+        src in socket_addr(),
         flips in prop::collection::vec((any::<usize>(), 1u8..=255), 0..3),
         cut in 0usize..1100,
         split in any::<usize>(),
@@ -269,6 +333,12 @@ proptest! {
             2 => format!("CONNECT {dst} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(),
             3 => valid_response(),
             4 => Acceptor::new(vec![], NONCE_S).challenge(),
+            6 => proxy_v2_with_tlvs(src, header.src, &tlvs),
+            7 => {
+                let mut wire = Vec::new();
+                proxy_protocol::encode(Version::V1, src, header.src, &mut wire);
+                wire
+            }
             _ => valid_proof(),
         };
         let mutated = mutate(base, &flips, cut);
@@ -287,6 +357,16 @@ proptest! {
         let mut header = vec![1u8];
         header.extend_from_slice(&((MAX_HEADER_LEN + 1 + extra) as u16).to_be_bytes());
         prop_assert!(Header::decode(&header).is_err());
+
+        // A v1 line that never ends fails at 107 bytes; a v2 length over the
+        // limit fails as soon as the length arrives.
+        let mut line = b"PROXY UNKNOWN ".to_vec();
+        line.resize(proxy_protocol::V1_MAX_LEN + extra, b'x');
+        prop_assert_eq!(proxy_protocol::decode(&line), Err(ProxyError::V1TooLong));
+        let mut v2 = proxy_protocol::V2_SIGNATURE.to_vec();
+        v2.extend_from_slice(&[0x21, 0x11]);
+        v2.extend_from_slice(&((proxy_protocol::V2_MAX_PAYLOAD + 1 + extra) as u16).to_be_bytes());
+        prop_assert!(matches!(proxy_protocol::decode(&v2), Err(ProxyError::LengthTooLong(_))));
     }
 }
 
@@ -365,6 +445,7 @@ fn error_labels_are_distinct_snake_case() {
         ],
         0,
     );
+    check(&proxy_protocol::ERROR_LABELS, 0);
     let statuses: Vec<_> = ReplyStatus::ALL.iter().map(|s| s.label()).collect();
     check(&statuses, 0);
 }

@@ -203,6 +203,10 @@ pub struct Listener {
     /// Listening sockets, each with its own accept task; `None`: one per
     /// runtime worker thread (the kernel spreads connections over them).
     pub accept_sockets: Option<usize>,
+    /// `accept_proxy_protocol`: sources (load balancers) whose connections
+    /// start with a PROXY protocol v1/v2 header naming the real client.
+    /// Only they may send one, and they must.
+    pub accept_proxy_protocol: Vec<IpNet>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -234,6 +238,18 @@ pub enum Via {
 pub struct Route {
     pub dst: IpNet,
     pub via: Via,
+    /// What a `direct` route does for the server to learn the client.
+    pub reveal: Reveal,
+}
+
+/// How a `via = "direct"` route tells the server who the client is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reveal {
+    /// `proxy_protocol`: a PROXY protocol header before the client's bytes.
+    pub proxy_protocol: Option<splitway_proto::proxy_protocol::Version>,
+    /// `source = "client"`: dial the server from the client's own address
+    /// (IP_TRANSPARENT); replies must be routed back to this relay.
+    pub client_source: bool,
 }
 
 /// Socket tuning for one kind of leg.
@@ -335,6 +351,8 @@ struct RawListener {
     tls: Option<bool>,
     reuse_port: Option<bool>,
     accept_sockets: Option<usize>,
+    #[serde(default)]
+    accept_proxy_protocol: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -405,6 +423,8 @@ struct RawTurbo {
 struct RawRoute {
     dst: String,
     via: String,
+    proxy_protocol: Option<String>,
+    source: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -651,6 +671,55 @@ impl Checker<'_> {
             deny_destinations,
             allow_ports,
             allow_local_destinations: raw.allow_local_destinations.unwrap_or(false),
+        }
+    }
+
+    /// A route's `proxy_protocol` and `source`: only a direct route talks
+    /// to the server; a peer route's last relay decides for itself.
+    fn reveal(&mut self, key: &str, raw: &RawRoute, via: Option<&Via>) -> Reveal {
+        use splitway_proto::proxy_protocol::Version;
+        let direct_only = |c: &mut Checker, name: &str| {
+            if matches!(via, Some(Via::Peer(_))) {
+                c.err(
+                    format!("{key}.{name}"),
+                    format!(
+                        "only on a via = \"direct\" route (set it on the last relay's route; `{}` is a peer)",
+                        raw.via
+                    ),
+                );
+            }
+        };
+        let proxy_protocol = raw.proxy_protocol.as_deref().and_then(|v| {
+            direct_only(self, "proxy_protocol");
+            match v {
+                "v1" => Some(Version::V1),
+                "v2" => Some(Version::V2),
+                other => {
+                    self.err(
+                        format!("{key}.proxy_protocol"),
+                        format!("`{other}` is not \"v1\" or \"v2\""),
+                    );
+                    None
+                }
+            }
+        });
+        let client_source = match raw.source.as_deref() {
+            None | Some("relay") => false,
+            Some("client") => {
+                direct_only(self, "source");
+                true
+            }
+            Some(other) => {
+                self.err(
+                    format!("{key}.source"),
+                    format!("`{other}` is not \"relay\" or \"client\""),
+                );
+                false
+            }
+        };
+        Reveal {
+            proxy_protocol,
+            client_source,
         }
     }
 
@@ -942,6 +1011,10 @@ impl Config {
                     format!("must be 1 to {MAX_ACCEPT_SOCKETS} (absent: one per worker thread)"),
                 );
             }
+            let accept_proxy_protocol = c.prefixes(
+                &format!("{key}.accept_proxy_protocol"),
+                &raw.accept_proxy_protocol,
+            );
             if let Some(addr) = addr {
                 listeners.push(Listener {
                     mode: raw.mode,
@@ -952,6 +1025,7 @@ impl Config {
                     tls: tls.as_ref().filter(|_| want_tls).map(|t| t.server.clone()),
                     reuse_port,
                     accept_sockets: raw.accept_sockets,
+                    accept_proxy_protocol,
                 });
             }
         }
@@ -1096,8 +1170,9 @@ impl Config {
                 );
                 None
             };
+            let reveal = c.reveal(&key, &raw, via.as_ref());
             if let (Some(dst), Some(via)) = (dst, via) {
-                routes.push(Route { dst, via });
+                routes.push(Route { dst, via, reveal });
             }
         }
 
@@ -1259,6 +1334,19 @@ impl Config {
                     "accel.strict",
                     "needs a tproxy listener with `intercept` (the relay holds the SYNs its rules intercept)",
                 );
+            }
+            if accel.early_syn || accel.strict {
+                // Both dial at the SYN, before a PROXY header can name the client.
+                for (i, l) in listeners.iter().enumerate() {
+                    // Any tproxy listener: SYNs the detector or the strict
+                    // queue see may reach it through hand-written rules too.
+                    if l.mode == ListenMode::Tproxy && !l.accept_proxy_protocol.is_empty() {
+                        c.err(
+                            format!("listen[{i}].accept_proxy_protocol"),
+                            "cannot be combined with accel.early_syn or accel.strict on a tproxy listener (they dial the server at the SYN, before the header names the client)",
+                        );
+                    }
+                }
             }
         }
         for p in &peers {
@@ -1672,6 +1760,93 @@ mod tests {
         assert!(
             !Config::parse_str(MINIMAL).unwrap().accel.strict,
             "off by default"
+        );
+    }
+
+    #[test]
+    fn proxy_protocol_and_source_only_on_direct_routes() {
+        use splitway_proto::proxy_protocol::Version;
+        let cfg = with_psk(
+            r#"
+            name = "r"
+            psk_file = "psk.key"
+            [[listen]]
+            mode = "peer"
+            addr = "0.0.0.0:7100"
+            accept_proxy_protocol = ["192.0.2.0/24", "2001:db8::/32"]
+            [[peer]]
+            name = "rs"
+            addr = "10.0.12.2:7100"
+            [[route]]
+            dst = "10.0.3.0/24"
+            via = "direct"
+            proxy_protocol = "v2"
+            source = "client"
+            [[route]]
+            dst = "0.0.0.0/0"
+            via = "direct"
+            proxy_protocol = "v1"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.listeners[0].accept_proxy_protocol.len(), 2);
+        assert_eq!(cfg.routes[0].reveal.proxy_protocol, Some(Version::V2));
+        assert!(cfg.routes[0].reveal.client_source);
+        assert_eq!(cfg.routes[1].reveal.proxy_protocol, Some(Version::V1));
+        assert!(!cfg.routes[1].reveal.client_source);
+
+        let issues = with_psk(
+            r#"
+            name = "r"
+            psk_file = "psk.key"
+            [[listen]]
+            mode = "socks5"
+            addr = "127.0.0.1:1080"
+            accept_proxy_protocol = ["192.0.2.1/24", "nope"]
+            [[peer]]
+            name = "rs"
+            addr = "10.0.12.2:7100"
+            [[route]]
+            dst = "10.0.3.0/24"
+            via = "rs"
+            proxy_protocol = "v2"
+            source = "client"
+            [[route]]
+            dst = "0.0.0.0/0"
+            via = "direct"
+            proxy_protocol = "v3"
+            source = "server"
+            "#,
+        )
+        .unwrap_err();
+        let keys: Vec<_> = issues.iter().map(|i| i.key.as_str()).collect();
+        for key in [
+            "listen[0].accept_proxy_protocol[0]",
+            "listen[0].accept_proxy_protocol[1]",
+            "route[0].proxy_protocol",
+            "route[0].source",
+            "route[1].proxy_protocol",
+            "route[1].source",
+        ] {
+            assert!(keys.contains(&key), "{key} missing from {issues:?}");
+        }
+        assert_eq!(issues.len(), 6, "{issues:?}");
+    }
+
+    #[test]
+    fn accept_proxy_protocol_refused_with_syn_time_dials() {
+        let issues = Config::parse_str(
+            "name = \"r\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
+             intercept = { interfaces = [\"eth0\"], ports = [80] }\n\
+             accept_proxy_protocol = [\"10.0.0.0/8\"]\n\
+             [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n[accel]\nearly_syn = true\n",
+        )
+        .unwrap_err();
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.key == "listen[0].accept_proxy_protocol" && i.message.contains("SYN")),
+            "{issues:?}"
         );
     }
 }

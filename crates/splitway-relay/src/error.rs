@@ -91,6 +91,13 @@ pub enum ConnError {
     TtlExceeded,
     #[error("client: destination refused by policy: {0}")]
     Denied(#[from] crate::policy::Denial),
+    /// `source = "client"`: the leg could not leave from the client's address.
+    #[error("cannot dial server {server} from client address {client}: {detail}")]
+    ClientSource {
+        client: SocketAddr,
+        server: SocketAddr,
+        detail: String,
+    },
     #[error("internal: {0}")]
     Internal(String),
 }
@@ -118,7 +125,7 @@ impl ConnError {
             ConnError::Resolve { .. } | ConnError::NoRoute(_) | ConnError::TtlExceeded => {
                 Culprit::Internal
             }
-            ConnError::Internal(_) => Culprit::Internal,
+            ConnError::Internal(_) | ConnError::ClientSource { .. } => Culprit::Internal,
         }
     }
 

@@ -90,6 +90,11 @@ pub struct Outcome {
 pub struct Options {
     pub data_path: DataPath,
     pub idle: Duration,
+    /// Leading bytes of the to-server prefix this relay wrote itself (a
+    /// PROXY protocol header, ≤ 107 bytes): sent with the client's bytes,
+    /// not counted as forwarded. u16 keeps `Options`, which the session
+    /// future holds, at 24 bytes.
+    pub own_prefix: u16,
 }
 
 /// Per-direction byte counts. Atomics only so the connection's future is
@@ -216,6 +221,9 @@ pub async fn forward(
             let _ = socket2::SockRef::from(s).set_linger(None);
         }
     }
+    // Counted when the whole prefix was written; nothing otherwise.
+    let own = u64::from(opts.own_prefix).min(up.copy.load(Relaxed));
+    up.copy.fetch_sub(own, Relaxed);
     for (dir, c) in [(Direction::ToServer, &up), (Direction::ToClient, &down)] {
         for (path, n) in [
             (Path::Splice, c.splice.load(Relaxed)),

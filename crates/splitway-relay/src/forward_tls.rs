@@ -104,7 +104,11 @@ async fn forward_tls(
             let _ = socket2::SockRef::from(s).set_linger(None);
         }
     }
-    let (up, down) = (up.load(Relaxed), down.load(Relaxed));
+    // As in `forward`: this relay's own prefix bytes are not forwarded ones.
+    let (up, down) = (
+        up.load(Relaxed).saturating_sub(u64::from(opts.own_prefix)),
+        down.load(Relaxed),
+    );
     for (dir, n) in [(Direction::ToServer, up), (Direction::ToClient, down)] {
         if n > 0 {
             metrics.bytes(dir, Path::Tls, n);

@@ -307,6 +307,8 @@ async fn admit(
     shared.metrics.accepted(mode);
     let active = shared.metrics.active(mode);
     let client = SocketAddr::new(client.ip().to_canonical(), client.port());
+    // Behind a trusted load balancer the PROXY header names the client.
+    let client = crate::proxy_header::admit(&shared, spec, &stream, client).await?;
 
     let explicit = matches!(spec.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
     let per_client = (spec.mode != ListenMode::Peer).then_some(client.ip());

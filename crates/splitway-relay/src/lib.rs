@@ -7,6 +7,7 @@
 //! - `policy`: which destinations and ports the relay dials for its clients
 //! - `peer`: the authenticated relay↔relay leg, both ends
 //! - `pool`: pre-established, authenticated connections to each peer
+//! - `proxy_header`: PROXY protocol headers read from load balancers, written to servers
 //! - `control`: the admin API's view of the relay: live parameters, drain, open connections
 //! - `early_syn`: legs started at the client's SYN, paired with accepts
 //! - `strict`: SYNs held (NFQUEUE) until the server accepted (strict mode)
@@ -14,6 +15,7 @@
 //! - `forward`: zero-copy (splice) or small-chunk (recv/send) forwarding with
 //!   exact half-close and reset propagation
 //! - `tuning`: per-leg socket options
+//! - `transparent`: server legs sent from the client's own address
 //! - `relay`: startup, admin API, shutdown and drain
 //! - `reload`: re-reading the config file while running (SIGHUP, `POST /reload`)
 
@@ -29,12 +31,14 @@ pub mod loops;
 pub mod peer;
 pub mod policy;
 pub mod pool;
+pub mod proxy_header;
 pub mod relay;
 pub mod reload;
 pub mod route;
 pub mod session;
 pub mod strict;
 pub mod tls;
+pub mod transparent;
 pub mod tuning;
 
 pub use config::Config;

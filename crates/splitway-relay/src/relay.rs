@@ -270,6 +270,7 @@ impl Shared {
                 "mode": l.mode.as_str(),
                 "addr": l.addr.to_string(),
                 "intercept": l.intercept.as_ref().map(|i| json!({"interfaces": i.interfaces, "ports": i.ports})),
+                "accept_proxy_protocol": l.accept_proxy_protocol.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
                 // One entry per accept socket: connections it accepted.
                 "accept_paths": self.accept_paths.get(i).map(|paths| paths.iter().map(|p| json!({"accepted": p.get()})).collect::<Vec<_>>()),
             })).collect::<Vec<_>>(),
@@ -282,6 +283,8 @@ impl Shared {
             "routes": self.routes.routes().iter().map(|r| json!({
                 "dst": r.dst.to_string(),
                 "via": via(&r.via),
+                "proxy_protocol": r.reveal.proxy_protocol.map(|v| v.label()),
+                "source": if r.reveal.client_source { "client" } else { "relay" },
             })).collect::<Vec<_>>(),
             "early_syn": self.early.as_ref().map(|e| e.status()),
             "features": {

@@ -404,6 +404,12 @@ impl Plan {
         for (l, n) in o.listeners.iter().zip(&new.listeners) {
             let key = format!("listen.{}.allow_clients", l.addr);
             self.change(key, show(&l.allow_clients), show(&n.allow_clients));
+            let key = format!("listen.{}.accept_proxy_protocol", l.addr);
+            self.change(
+                key,
+                show(&l.accept_proxy_protocol),
+                show(&n.accept_proxy_protocol),
+            );
         }
         for p in &o.peers {
             if !new.peers.iter().any(|n| n.name == p.name) {
@@ -443,6 +449,14 @@ impl Plan {
                 .map(|x| via_name(o, &x.via))
                 .unwrap_or_else(|| "(none)".into());
             self.change(format!("route.{}", r.dst), before, via_name(new, &r.via));
+            if let Some(x) = o.routes.iter().find(|x| x.dst == r.dst) {
+                // proxy_protocol and source.
+                self.change(
+                    format!("route.{}.reveal", r.dst),
+                    show(&x.reveal),
+                    show(&r.reveal),
+                );
+            }
         }
         let (ot, nt) = (&o.timeouts, &new.timeouts);
         self.change("timeouts.connect", show(&ot.connect), show(&nt.connect));

@@ -32,6 +32,12 @@ impl RouteTable {
             .map(|r| &r.via)
     }
 
+    /// The whole route for `dst` (its hop and options), like [`Self::lookup`].
+    pub fn lookup_route(&self, dst: IpAddr) -> Option<&Route> {
+        let dst = dst.to_canonical();
+        self.routes.iter().find(|r| r.dst.contains(&dst))
+    }
+
     pub fn routes(&self) -> &[Route] {
         &self.routes
     }
@@ -56,6 +62,7 @@ mod tests {
         Route {
             dst: dst.parse().unwrap(),
             via,
+            reveal: Default::default(),
         }
     }
 
@@ -94,6 +101,7 @@ mod tests {
             let routes: Vec<Route> = prefixes.iter().enumerate().map(|(i, (a, l))| Route {
                 dst: IpNet::new(IpAddr::V4((*a).into()), *l).unwrap().trunc(),
                 via: Via::Peer(i),
+                reveal: Default::default(),
             }).collect();
             // Duplicated prefixes are refused by config validation; keep the first.
             let mut uniq: Vec<Route> = Vec::new();

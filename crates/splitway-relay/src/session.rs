@@ -20,6 +20,7 @@ use crate::forward_tls::forward_legs;
 use crate::loops::next_hop_limit;
 use crate::peer::{self, PeerLeg, reply_bytes};
 use crate::policy::DENIALS;
+use crate::proxy_header;
 use crate::relay::Shared;
 use crate::tls::{LegIo, TlsLeg};
 use crate::tuning;
@@ -67,8 +68,17 @@ pub fn metric_mode(mode: ListenMode) -> Mode {
 
 /// A connected next leg.
 pub enum Next {
-    Direct(TcpStream),
+    Direct(DirectLeg),
     Peer(PeerLeg),
+}
+
+/// A leg to the server itself.
+pub struct DirectLeg {
+    pub stream: TcpStream,
+    /// Kept: with TFO the socket has no peer address until its first write.
+    pub server: SocketAddr,
+    /// `proxy_protocol` on the route: written before the client's bytes.
+    pub proxy_header: Option<Vec<u8>>,
 }
 
 /// What dialing the next leg needs to know.
@@ -115,6 +125,7 @@ async fn connect_direct(
     dst: SocketAddr,
     has_early_data: bool,
     hop_limit: Option<u8>,
+    from_client: Option<SocketAddr>,
 ) -> Result<TcpStream, ConnError> {
     let sock = match dst {
         SocketAddr::V4(_) => TcpSocket::new_v4(),
@@ -126,6 +137,9 @@ async fn connect_direct(
     if let Some(hops) = hop_limit {
         splitway_sys::hops::set_hop_limit(&sock, dst.is_ipv6(), hops)
             .map_err(|e| ConnError::Internal(e.to_string()))?;
+    }
+    if let Some(client) = from_client {
+        crate::transparent::bind_as_client(&sock, client, dst)?;
     }
     if shared.cfg.accel.tfo && has_early_data {
         // The client's first bytes will leave in our SYN (server speaks
@@ -150,18 +164,26 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
     policy.check_port(inbound.dst.port())?;
     let dst = resolve(&inbound.dst).await?;
     policy.check_addr(inbound.client, dst.ip())?;
-    let via = shared
+    let route = shared
         .routes
-        .lookup(dst.ip())
+        .lookup_route(dst.ip())
         .ok_or(ConnError::NoRoute(dst))?;
-    match via {
+    match &route.via {
         Via::Direct => {
             // Only a destination this relay dials can be itself: behind a
             // peer route it is the next relay's to judge (its loopback).
             shared.own.check(dst)?;
-            connect_direct(shared, dst, !inbound.early_data.is_empty(), hop_limit)
-                .await
-                .map(Next::Direct)
+            // A PROXY header is sure to be written: with TFO it rides the
+            // SYN. Not for a leg started at the SYN, which must not wait.
+            let first_write = !inbound.early_data.is_empty()
+                || (route.reveal.proxy_protocol.is_some() && !inbound.speculative);
+            let from_client = route.reveal.client_source.then_some(inbound.origin);
+            let stream = connect_direct(shared, dst, first_write, hop_limit, from_client).await?;
+            Ok(Next::Direct(DirectLeg {
+                stream,
+                server: dst,
+                proxy_header: proxy_header::for_route(route, inbound.origin, dst),
+            }))
         }
         Via::Peer(i) => {
             if inbound.next_ttl == 0 {
@@ -380,7 +402,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     }
     // Boxed: connecting takes more state than forwarding; it is freed once
     // the leg is up instead of staying in every connection's future.
-    let next = match Box::pin(async {
+    let mut next = match Box::pin(async {
         match early_start {
             // The leg was started when the client's SYN arrived.
             Some(started) => started.await.unwrap_or_else(|_| {
@@ -414,20 +436,36 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         }
     };
 
-    let opts = forward::Options {
+    let mut opts = forward::Options {
         data_path: shared.cfg.forwarding.data_path,
         idle: shared.live.idle(),
+        own_prefix: 0,
     };
-    let early = std::mem::take(&mut inbound.early_data);
+    let mut early = std::mem::take(&mut inbound.early_data);
 
     // Kept to name the culprit should the leg fail: a reset socket no
     // longer knows its peer.
     let next_addr = match &next {
-        Next::Direct(out) => out.peer_addr().ok(),
+        Next::Direct(out) => Some(out.server),
         Next::Peer(leg) => leg.stream.peer_addr().ok(),
     };
+    // The PROXY header goes in the same write as the client's first bytes
+    // (the same segment, or the SYN with TFO). Built here, where nothing is
+    // awaited: a binding in the match arm below would live in every
+    // session's future.
+    if let Next::Direct(DirectLeg {
+        proxy_header: header @ Some(_),
+        ..
+    }) = &mut next
+        && let Some(mut header) = header.take()
+    {
+        // A PROXY header is at most 16 + 216 bytes.
+        opts.own_prefix = u16::try_from(header.len()).unwrap_or(u16::MAX);
+        header.append(&mut early);
+        early = header;
+    }
     let (outbound, outcome) = match next {
-        Next::Direct(out) => {
+        Next::Direct(DirectLeg { stream: out, .. }) => {
             let Some(outcome) =
                 confirm_and_forward(&shared, &inbound, (&out).into(), early, Vec::new(), opts)
                     .await

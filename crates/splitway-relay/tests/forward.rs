@@ -40,6 +40,7 @@ fn opts(data_path: DataPath) -> Options {
     Options {
         data_path,
         idle: Duration::from_secs(30),
+        own_prefix: 0,
     }
 }
 
@@ -251,6 +252,7 @@ async fn idle_timeout_resets_both_legs() {
             Options {
                 data_path: DataPath::Auto,
                 idle: Duration::from_millis(200),
+                own_prefix: 0,
             },
             &m,
         )

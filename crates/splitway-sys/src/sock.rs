@@ -312,6 +312,27 @@ pub fn queued_bytes(sock: &impl AsRawFd) -> io::Result<usize> {
     }
 }
 
+/// Non-blocking peek (MSG_PEEK | MSG_DONTWAIT): what is queued now, left in
+/// the queue; `WouldBlock` when nothing is. Independent of any reactor's
+/// idea of readiness, so it sees bytes that arrived with the handshake.
+pub fn peek_now(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: buf is a valid writable slice of buf.len() bytes for the
+    // duration of the call; recv writes at most that many.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// Non-blocking send. With `more`, the kernel may hold a partial segment
 /// back for the write that follows (MSG_MORE), so a burst forwarded in
 /// chunks leaves as full segments instead of one short segment per chunk.

@@ -36,6 +36,50 @@ pub fn run(
             eprintln!("warning: {w}");
         }
     }
+    // `source = "client"` routes: refuse what cannot work, show the policy
+    // routing replies need (the relay does not install host-wide rules).
+    let client_sourced: Vec<_> = cfg
+        .routes
+        .iter()
+        .filter(|r| r.reveal.client_source)
+        .collect();
+    if !client_sourced.is_empty() {
+        let mut failed = false;
+        for r in &client_sourced {
+            if let Err(e) = splitway_relay::transparent::probe(r.dst.addr().is_ipv6()) {
+                eprintln!("route {}: source = \"client\": {e}", r.dst);
+                failed = true;
+            }
+        }
+        if failed {
+            return Ok(ExitCode::FAILURE);
+        }
+        let rules = splitway_relay::transparent::policy_routing();
+        let missing: Vec<_> = client_sourced
+            .iter()
+            .map(|r| r.dst.addr().is_ipv6())
+            .filter(|&v6| !splitway_relay::transparent::policy_rule_installed(v6))
+            .map(|v6| if v6 { "IPv6" } else { "IPv4" })
+            .collect();
+        if check {
+            println!("{rules}");
+        } else {
+            info!(
+                "routes with source = \"client\" need this policy routing on this host:\n{rules}"
+            );
+        }
+        // Not fatal: the operator may install it after the relay starts.
+        for family in missing {
+            warn!(
+                "source = \"client\": the {family} policy rule is not installed yet; replies to client-sourced legs will not reach this relay"
+            );
+            if check {
+                eprintln!(
+                    "warning: source = \"client\": the {family} policy rule is not installed yet; replies to client-sourced legs will not reach this relay"
+                );
+            }
+        }
+    }
     if check {
         println!(
             "{}: valid ({} listeners, {} peers, {} routes)",
