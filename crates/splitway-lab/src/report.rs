@@ -4,8 +4,12 @@
 //! `size_bytes`, `n`, `failures`, `ttfb_ms` / `total_ms` / `connect_ms` as
 //! `{p10, median, p90}` (null when nothing was measured), `model_ttfb_ms`,
 //! `model_total_ms`, `model_connect_ms`, `status` (`ok`, `n/a`, `failed`),
-//! a `note`, the emulator's stats for that batch and its `suspect` verdict;
-//! plus the scenario, git commit, kernel and date of the run.
+//! a `note`, the emulator's stats for that batch, `emulator_shift` (how far
+//! the emulator's release lateness could have moved the TTFB and download
+//! time, against each figure's tolerance), the `suspect` verdict with its
+//! reasons and `premise` (why the model did not apply: a queue overflowed);
+//! plus the scenario, git commit, kernel, date and load average of the run.
+//! How the verdicts are derived: `docs/lab.md`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -82,8 +86,15 @@ pub struct Measurement {
     pub note: Option<String>,
     /// The emulator's counters for this batch (null when not measured).
     pub emulator: Option<serde_json::Value>,
+    /// How far the emulator's lateness could have moved this row's figures
+    /// (null when not measured).
+    pub emulator_shift: Option<crate::verdict::EmulatorShift>,
+    /// The emulator could have moved a figure beyond its tolerance, lost
+    /// packets itself, or the client did not reach the relay.
     pub suspect: bool,
     pub suspect_reasons: Vec<String>,
+    /// Why the model's premises failed for this row (empty: they held).
+    pub premise: Vec<String>,
 }
 
 impl Measurement {
@@ -104,8 +115,10 @@ impl Measurement {
             model_connect_ms: round3(p.connect_ms),
             note: None,
             emulator: None,
+            emulator_shift: None,
             suspect: false,
             suspect_reasons: Vec::new(),
+            premise: Vec::new(),
         }
     }
 }
@@ -183,6 +196,10 @@ pub struct LabReport {
     pub commit: String,
     pub kernel: String,
     pub date: String,
+    /// `/proc/loadavg`'s 1, 5 and 15 minute load averages when the run
+    /// started and when it ended (the lab shares the machine's cores).
+    pub load_average_start: String,
+    pub load_average_end: String,
     /// The scenario's model parameters; with `turbo_initcwnd = "bdp"` each
     /// chain's `model` holds the window actually used.
     pub model: model::ModelParams,
@@ -204,6 +221,8 @@ impl LabReport {
             commit: git_commit(),
             kernel: kernel_release(),
             date: utc_now_iso8601(),
+            load_average_start: load_average(),
+            load_average_end: String::new(),
             model: scenario.model,
             end_host_congestion: crate::runner::END_HOST_CONGESTION.into(),
             relay_congestion: crate::runner::RELAY_CONGESTION.into(),
@@ -245,11 +264,17 @@ impl LabReport {
         );
         let _ = writeln!(
             out,
-            "commit {}  kernel {}  {}  reps {}",
+            "commit {}  kernel {}  {}  reps {}  load {} → {}",
             short(&self.commit),
             self.kernel,
             self.date,
-            self.reps
+            self.reps,
+            self.load_average_start,
+            if self.load_average_end.is_empty() {
+                "-"
+            } else {
+                &self.load_average_end
+            }
         );
         for chain in &self.chains {
             let _ = writeln!(
@@ -294,12 +319,16 @@ impl LabReport {
                     (Some(t), Some(e)) if t.median > 0.0 => format!("{:.2}x", e.median / t.median),
                     _ => "-".into(),
                 };
-                let flag = match (m.status == Status::Degraded, m.suspect) {
-                    (true, true) => " DEGRADED SUSPECT",
-                    (true, false) => " DEGRADED",
-                    (false, true) => " SUSPECT",
-                    (false, false) => "",
-                };
+                let mut flag = String::new();
+                for (on, word) in [
+                    (m.status == Status::Degraded, " DEGRADED"),
+                    (m.suspect, " SUSPECT"),
+                    (!m.premise.is_empty(), " PREMISE"),
+                ] {
+                    if on {
+                        flag.push_str(word);
+                    }
+                }
                 let _ = writeln!(
                     out,
                     "{:<14} {:>6} {:>5} {:>26} {:>8.1} {:>6} {:>26} {:>8.1} {:>6} {:>7}{}",
@@ -324,11 +353,13 @@ impl LabReport {
                         notes.push(line);
                     }
                 }
-                for r in &m.suspect_reasons {
-                    let line =
-                        format!("{} {}: suspect: {}", m.config, format_size(m.size_bytes), r);
-                    if !notes.contains(&line) {
-                        notes.push(line);
+                for (kind, reasons) in [("suspect", &m.suspect_reasons), ("premise", &m.premise)] {
+                    for r in reasons {
+                        let line =
+                            format!("{} {}: {kind}: {r}", m.config, format_size(m.size_bytes));
+                        if !notes.contains(&line) {
+                            notes.push(line);
+                        }
                     }
                 }
             }
@@ -413,6 +444,15 @@ pub fn git_commit() -> String {
         .filter(|s| !s.is_empty());
     from_git
         .or_else(|| std::env::var("SPLITWAY_COMMIT").ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The 1, 5 and 15 minute load averages, or "unknown".
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".into())
 }
 
@@ -651,7 +691,14 @@ mod tests {
         report.chains.push(cr);
 
         let v: serde_json::Value = serde_json::from_str(&report.to_json()).expect("valid JSON");
-        for key in ["scenario", "commit", "kernel", "date", "chains"] {
+        for key in [
+            "scenario",
+            "commit",
+            "kernel",
+            "date",
+            "load_average_start",
+            "chains",
+        ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
         assert!(v["date"].as_str().is_some_and(|d| d.ends_with('Z')));
