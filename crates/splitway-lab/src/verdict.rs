@@ -237,6 +237,19 @@ mod tests {
     }
 
     #[test]
+    fn quiet_host_lateness_flags_no_paper_ktcp_cell() {
+        // lab-facts.md: release lateness p99 of 40-100 µs on a quiet host.
+        let s = crate::scenario::Scenario::load("paper-ktcp").expect("built in");
+        let (links, params) = (s.chains[0].model_links(), s.chains[0].model);
+        for config in Config::ALL {
+            for &size in &s.sizes {
+                let v = judge(&links, &params, config, size, &uniform(100.0));
+                assert!(v.suspect.is_empty(), "{config} {size}: {v:?}");
+            }
+        }
+    }
+
+    #[test]
     fn drops_are_premise_or_suspect() {
         let (links, params) = ktcp();
         let mut observed = uniform(0.0);
