@@ -1,7 +1,7 @@
 //! Every measured figure in the README comes from a committed raw file:
 //! each table under `## Measured` must sit in a section that names a raw
 //! result file (`lab-results/…` or `bench-results/…`), and every raw file
-//! the README names must exist in the repository.
+//! the README or `docs/` names must exist in the repository.
 
 use std::path::{Path, PathBuf};
 
@@ -107,6 +107,26 @@ fn every_readme_figure_names_a_raw_file_that_exists() {
         );
     }
     assert!(tables >= 1, "no measured table found under ## Measured");
+}
+
+#[test]
+fn every_raw_file_named_in_docs_exists() {
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(repo().join("docs")).expect("read docs/") {
+        let path = entry.expect("docs/ entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            let text = std::fs::read_to_string(&path).expect("read a doc");
+            for raw in raw_paths(&text) {
+                if !exists(&raw) {
+                    missing.push(format!("{}: {raw}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs name missing raw files: {missing:?}"
+    );
 }
 
 #[test]
