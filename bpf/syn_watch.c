@@ -1,4 +1,9 @@
-// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// Unlike the rest of splitway (Apache-2.0, see LICENSE), this program runs
+// in the kernel, whose verifier lets only programs with a GPL-compatible
+// license section call GPL-only helpers; it is dual licensed GPL/BSD and
+// its license section says the same ("Dual BSD/GPL").
 //
 // syn_watch: a tc ingress (cls_bpf direct-action or TCX) program that reports
 // every TCP SYN (SYN set, ACK clear) to user space through a ring buffer, so
@@ -205,4 +210,5 @@ int syn_watch(struct __sk_buff *skb)
 	return TC_ACT_UNSPEC;
 }
 
+/* Must match the SPDX line: GPL-compatible for the GPL-only helpers. */
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -174,10 +174,22 @@ fn fidelity(quick: bool, json: Option<PathBuf>) -> Result<(), LabError> {
         options.loss_packets = 20_000;
         options.rate_window = std::time::Duration::from_secs(2);
     }
+    let date = crate::report::utc_now_iso8601();
+    let load_start = crate::report::load_average();
     let report = run_fidelity(options)?;
     print_fidelity(&report);
     if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&report).expect("fidelity report serialises");
+        // A raw file for the README: when, on what, how loaded.
+        let raw = serde_json::json!({
+            "date": date,
+            "commit": crate::report::git_commit(),
+            "kernel": crate::report::kernel_release(),
+            "load_average_start": load_start,
+            "load_average_end": crate::report::load_average(),
+            "quick": quick,
+            "report": report,
+        });
+        let text = serde_json::to_string_pretty(&raw).expect("fidelity report serialises");
         std::fs::write(&path, text).map_err(|source| LabError::Io {
             op: format!("write {}", path.display()),
             source,

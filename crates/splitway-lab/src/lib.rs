@@ -8,6 +8,7 @@
 //! - `scenario`: scenario files (`lab/scenarios/*.toml`) and what-if chains
 //! - `runner`: runs real nginx, curl, HAProxy, ssh and splitway through each configuration
 //! - `report`: terminal tables, JSON and SVG charts
+//! - `verdict`: whether the emulator could have moved a row's figures, and whether the model applied
 //! - `soak`: `splitway lab soak`, many concurrent split connections for a long time
 //! - `cli`: the `splitway lab` command line
 
@@ -21,3 +22,4 @@ pub mod runner;
 pub mod scenario;
 pub mod soak;
 pub mod topology;
+pub mod verdict;

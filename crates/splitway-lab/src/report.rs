@@ -4,8 +4,12 @@
 //! `size_bytes`, `n`, `failures`, `ttfb_ms` / `total_ms` / `connect_ms` as
 //! `{p10, median, p90}` (null when nothing was measured), `model_ttfb_ms`,
 //! `model_total_ms`, `model_connect_ms`, `status` (`ok`, `n/a`, `failed`),
-//! a `note`, the emulator's stats for that batch and its `suspect` verdict;
-//! plus the scenario, git commit, kernel and date of the run.
+//! a `note`, the emulator's stats for that batch, `emulator_shift` (how far
+//! the emulator's release lateness could have moved the TTFB and download
+//! time, against each figure's tolerance), the `suspect` verdict with its
+//! reasons and `premise` (why the model did not apply: a queue overflowed);
+//! plus the scenario, git commit, kernel, date and load average of the run.
+//! How the verdicts are derived: `docs/lab.md`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -82,8 +86,15 @@ pub struct Measurement {
     pub note: Option<String>,
     /// The emulator's counters for this batch (null when not measured).
     pub emulator: Option<serde_json::Value>,
+    /// How far the emulator's lateness could have moved this row's figures
+    /// (null when not measured).
+    pub emulator_shift: Option<crate::verdict::EmulatorShift>,
+    /// The emulator could have moved a figure beyond its tolerance, lost
+    /// packets itself, or the client did not reach the relay.
     pub suspect: bool,
     pub suspect_reasons: Vec<String>,
+    /// Why the model's premises failed for this row (empty: they held).
+    pub premise: Vec<String>,
 }
 
 impl Measurement {
@@ -104,8 +115,10 @@ impl Measurement {
             model_connect_ms: round3(p.connect_ms),
             note: None,
             emulator: None,
+            emulator_shift: None,
             suspect: false,
             suspect_reasons: Vec::new(),
+            premise: Vec::new(),
         }
     }
 }
@@ -183,6 +196,10 @@ pub struct LabReport {
     pub commit: String,
     pub kernel: String,
     pub date: String,
+    /// `/proc/loadavg`'s 1, 5 and 15 minute load averages when the run
+    /// started and when it ended (the lab shares the machine's cores).
+    pub load_average_start: String,
+    pub load_average_end: String,
     /// The scenario's model parameters; with `turbo_initcwnd = "bdp"` each
     /// chain's `model` holds the window actually used.
     pub model: model::ModelParams,
@@ -204,6 +221,8 @@ impl LabReport {
             commit: git_commit(),
             kernel: kernel_release(),
             date: utc_now_iso8601(),
+            load_average_start: load_average(),
+            load_average_end: String::new(),
             model: scenario.model,
             end_host_congestion: crate::runner::END_HOST_CONGESTION.into(),
             relay_congestion: crate::runner::RELAY_CONGESTION.into(),
@@ -245,11 +264,17 @@ impl LabReport {
         );
         let _ = writeln!(
             out,
-            "commit {}  kernel {}  {}  reps {}",
+            "commit {}  kernel {}  {}  reps {}  load {} → {}",
             short(&self.commit),
             self.kernel,
             self.date,
-            self.reps
+            self.reps,
+            self.load_average_start,
+            if self.load_average_end.is_empty() {
+                "-"
+            } else {
+                &self.load_average_end
+            }
         );
         for chain in &self.chains {
             let _ = writeln!(
@@ -294,12 +319,16 @@ impl LabReport {
                     (Some(t), Some(e)) if t.median > 0.0 => format!("{:.2}x", e.median / t.median),
                     _ => "-".into(),
                 };
-                let flag = match (m.status == Status::Degraded, m.suspect) {
-                    (true, true) => " DEGRADED SUSPECT",
-                    (true, false) => " DEGRADED",
-                    (false, true) => " SUSPECT",
-                    (false, false) => "",
-                };
+                let mut flag = String::new();
+                for (on, word) in [
+                    (m.status == Status::Degraded, " DEGRADED"),
+                    (m.suspect, " SUSPECT"),
+                    (!m.premise.is_empty(), " PREMISE"),
+                ] {
+                    if on {
+                        flag.push_str(word);
+                    }
+                }
                 let _ = writeln!(
                     out,
                     "{:<14} {:>6} {:>5} {:>26} {:>8.1} {:>6} {:>26} {:>8.1} {:>6} {:>7}{}",
@@ -324,11 +353,13 @@ impl LabReport {
                         notes.push(line);
                     }
                 }
-                for r in &m.suspect_reasons {
-                    let line =
-                        format!("{} {}: suspect: {}", m.config, format_size(m.size_bytes), r);
-                    if !notes.contains(&line) {
-                        notes.push(line);
+                for (kind, reasons) in [("suspect", &m.suspect_reasons), ("premise", &m.premise)] {
+                    for r in reasons {
+                        let line =
+                            format!("{} {}: {kind}: {r}", m.config, format_size(m.size_bytes));
+                        if !notes.contains(&line) {
+                            notes.push(line);
+                        }
                     }
                 }
             }
@@ -416,6 +447,15 @@ pub fn git_commit() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The 1, 5 and 15 minute load averages, or "unknown".
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// The running kernel's release (`uname -r`).
 pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -453,9 +493,11 @@ fn iso8601(unix_secs: u64) -> String {
     )
 }
 
-/// The SVG chart: like the KTCP paper's Fig. 3 and 4, grouped bars per size
-/// (one bar per configuration, median measured) with the model as a black
-/// marker, TTFB on top and download time below, log scale in time.
+/// The SVG chart, laid out like the KTCP paper's Fig. 3 (TTFB) and Fig. 4
+/// (download completion time): seconds on a linear axis from zero, one group
+/// of bars per object size, one bar per configuration (median, whiskers
+/// p10–p90), the model's prediction as a black diamond on each bar. The
+/// legend sits beside the plots, so every x slot holds a size.
 mod chart {
     use super::*;
     use plotters::prelude::*;
@@ -470,8 +512,11 @@ mod chart {
         RGBColor(0xda, 0x8b, 0xc3),
         RGBColor(0x8c, 0x8c, 0x8c),
     ];
+    const WIDTH: u32 = 1200;
+    const HEIGHT: u32 = 900;
+    const LEGEND_WIDTH: u32 = 220;
 
-    /// Selects a metric and its model value from a row.
+    /// Selects a metric and its model value from a row, in ms.
     type Pick = fn(&Measurement) -> (Option<Spread>, f64);
 
     fn err(path: &Path, e: impl std::fmt::Display) -> ReportError {
@@ -479,6 +524,14 @@ mod chart {
             path: path.to_owned(),
             detail: e.to_string(),
         }
+    }
+
+    fn diamond(at: (i32, i32)) -> Polygon<(i32, i32)> {
+        let (x, y) = at;
+        Polygon::new(
+            vec![(x, y - 5), (x + 4, y), (x, y + 5), (x - 4, y)],
+            BLACK.filled(),
+        )
     }
 
     pub fn draw(report: &LabReport, index: usize, path: &Path) -> Result<(), ReportError> {
@@ -493,56 +546,61 @@ mod chart {
                 sizes.push(m.size_bytes);
             }
         }
-        let root = SVGBackend::new(path, (1100, 900)).into_drawing_area();
+        let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(path, e))?;
         let title = format!(
-            "{} — {} ({})",
-            report.scenario, chain.name, chain.description
+            "{} — {} ({}), median of {} per bar",
+            report.scenario, chain.name, chain.description, report.reps
         );
         let root = root
             .titled(&title, ("sans-serif", 20))
             .map_err(|e| err(path, e))?;
-        let panels = root.split_evenly((2, 1));
-        let metrics: [(&str, Pick); 2] = [
-            ("time to first byte (ms, median; ◆ model)", |m| {
-                (m.ttfb_ms, m.model_ttfb_ms)
-            }),
-            ("download time (ms, median; ◆ model)", |m| {
-                (m.total_ms, m.model_total_ms)
-            }),
+        let (plots, legend) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let panels = plots.split_evenly((2, 1));
+        let paper = report.scenario == "paper-ktcp";
+        let metrics: [(String, Pick); 2] = [
+            (
+                format!(
+                    "Time to first byte (s){}",
+                    if paper { ", as KTCP Fig. 3" } else { "" }
+                ),
+                |m| (m.ttfb_ms, m.model_ttfb_ms),
+            ),
+            (
+                format!(
+                    "Download completion time (s){}",
+                    if paper { ", as KTCP Fig. 4" } else { "" }
+                ),
+                |m| (m.total_ms, m.model_total_ms),
+            ),
         ];
         let groups = sizes.len().max(1);
         let per_group = configs.len().max(1);
+        let width = 0.8 / per_group as f64;
         for (panel, (caption, pick)) in panels.iter().zip(metrics) {
-            let mut max = 1.0_f64;
+            let mut max = 0.001_f64;
             for m in &chain.results {
                 let (s, model) = pick(m);
-                for v in s
-                    .map(|s| vec![s.p90, s.p10])
-                    .unwrap_or_default()
-                    .into_iter()
-                    .chain([model])
-                {
+                let values = s.map(|s| [s.p90, s.median]).unwrap_or_default();
+                for v in values.into_iter().chain([model]) {
                     if v.is_finite() {
-                        max = max.max(v);
+                        max = max.max(v / 1000.0);
                     }
                 }
             }
-            // Linear from zero, as in the KTCP paper's figures; the extra
-            // column on the right holds the legend.
-            let min = 0.0;
             let mut chart = ChartBuilder::on(panel)
-                .caption(caption, ("sans-serif", 16))
+                .caption(&caption, ("sans-serif", 16))
                 .margin(10)
                 .x_label_area_size(30)
                 .y_label_area_size(60)
-                .build_cartesian_2d(0.0..groups as f64 + 1.0, min..max * 1.08)
+                .build_cartesian_2d(0.0..groups as f64, 0.0..max * 1.08)
                 .map_err(|e| err(path, e))?;
             let size_labels: Vec<String> = sizes.iter().map(|s| format_size(*s)).collect();
             chart
                 .configure_mesh()
                 .disable_x_mesh()
-                .x_labels((groups + 1) * 2 + 1)
+                .label_style(("sans-serif", 14))
+                .x_labels(groups * 2 + 1)
                 .x_label_formatter(&|x| {
                     let i = x.floor() as usize;
                     if (x - i as f64 - 0.5).abs() < 0.26 {
@@ -551,22 +609,12 @@ mod chart {
                         String::new()
                     }
                 })
-                .y_desc("ms")
-                .y_label_formatter(&|y| format!("{y:.0}"))
+                .y_desc("s")
+                .y_label_formatter(&|y| format!("{y:.2}"))
                 .draw()
                 .map_err(|e| err(path, e))?;
-            let width = 0.8 / per_group as f64;
             for (c, config) in configs.iter().enumerate() {
                 let color = PALETTE[c % PALETTE.len()];
-                let degraded = chain
-                    .results
-                    .iter()
-                    .any(|m| m.config == *config && m.status == Status::Degraded);
-                let label = if degraded {
-                    format!("{config} (degraded, see JSON)")
-                } else {
-                    (*config).to_owned()
-                };
                 let mut bars = Vec::new();
                 let mut whiskers = Vec::new();
                 let mut markers = Vec::new();
@@ -580,40 +628,69 @@ mod chart {
                     };
                     let x0 = g as f64 + 0.1 + c as f64 * width;
                     let x1 = x0 + width * 0.9;
+                    let xm = (x0 + x1) / 2.0;
                     let (spread, model) = pick(m);
-                    if let Some(s) = spread {
-                        bars.push(Rectangle::new([(x0, min), (x1, s.median)], color.filled()));
-                        let xm = (x0 + x1) / 2.0;
-                        whiskers.push(PathElement::new(vec![(xm, s.p10), (xm, s.p90)], BLACK));
+                    if let Some(sp) = spread {
+                        let sec = |v: f64| v / 1000.0;
+                        bars.push(Rectangle::new(
+                            [(x0, 0.0), (x1, sec(sp.median))],
+                            color.filled(),
+                        ));
+                        whiskers.push(PathElement::new(
+                            vec![(xm, sec(sp.p10)), (xm, sec(sp.p90))],
+                            BLACK,
+                        ));
                     }
                     if model > 0.0 {
-                        markers.push(((x0 + x1) / 2.0, model));
+                        markers.push((xm, model / 1000.0));
                     }
                 }
-                chart
-                    .draw_series(bars)
-                    .map_err(|e| err(path, e))?
-                    .label(label)
-                    .legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
-                    });
+                chart.draw_series(bars).map_err(|e| err(path, e))?;
                 chart.draw_series(whiskers).map_err(|e| err(path, e))?;
                 chart
-                    .draw_series(markers.into_iter().map(|p| {
-                        EmptyElement::at(p)
-                            + Polygon::new(vec![(0, -5), (4, 0), (0, 5), (-4, 0)], BLACK.filled())
-                    }))
+                    .draw_series(
+                        markers
+                            .into_iter()
+                            .map(|p| EmptyElement::at(p) + diamond((0, 0))),
+                    )
                     .map_err(|e| err(path, e))?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|e| err(path, e))?;
         }
+        draw_legend(&legend, chain, &configs).map_err(|e| err(path, e))?;
         root.present().map_err(|e| err(path, e))?;
+        Ok(())
+    }
+
+    /// One entry per configuration, then the model's marker and the
+    /// whiskers, in pixel coordinates of the legend column.
+    fn draw_legend<DB: DrawingBackend>(
+        area: &DrawingArea<DB, plotters::coord::Shift>,
+        chain: &ChainReport,
+        configs: &[&str],
+    ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+        let font = ("sans-serif", 15).into_font();
+        let mut y = 60;
+        for (c, config) in configs.iter().enumerate() {
+            let color = PALETTE[c % PALETTE.len()];
+            let degraded = chain
+                .results
+                .iter()
+                .any(|m| m.config == *config && m.status == Status::Degraded);
+            let label = if degraded {
+                format!("{config} (degraded)")
+            } else {
+                (*config).to_owned()
+            };
+            area.draw(&Rectangle::new([(10, y - 6), (24, y + 6)], color.filled()))?;
+            area.draw(&Text::new(label, (32, y - 8), font.clone()))?;
+            y += 24;
+        }
+        y += 10;
+        area.draw(&(EmptyElement::at((17, y)) + diamond((0, 0))))?;
+        area.draw(&Text::new("model", (32, y - 8), font.clone()))?;
+        y += 24;
+        area.draw(&PathElement::new(vec![(17, y - 7), (17, y + 7)], BLACK))?;
+        area.draw(&Text::new("p10–p90", (32, y - 8), font))?;
         Ok(())
     }
 }
@@ -651,7 +728,14 @@ mod tests {
         report.chains.push(cr);
 
         let v: serde_json::Value = serde_json::from_str(&report.to_json()).expect("valid JSON");
-        for key in ["scenario", "commit", "kernel", "date", "chains"] {
+        for key in [
+            "scenario",
+            "commit",
+            "kernel",
+            "date",
+            "load_average_start",
+            "chains",
+        ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
         assert!(v["date"].as_str().is_some_and(|d| d.ends_with('Z')));
@@ -680,6 +764,43 @@ mod tests {
         assert_eq!(na["status"], "n/a");
         assert!(na["ttfb_ms"].is_null(), "n/a rows carry no number");
         assert!(na["model_ttfb_ms"].is_f64());
+    }
+
+    #[test]
+    fn chart_has_one_slot_per_size_and_marks_the_model() {
+        let scenario = Scenario::load("paper-ktcp").expect("built in");
+        let chain = &scenario.chains[0];
+        let mut report = LabReport::new(&scenario, true, true, 3);
+        let mut cr = ChainReport::new(chain);
+        for config in [Config::E2e, Config::Full] {
+            for size in [10_000, 1_000_000] {
+                let mut m = Measurement::unmeasured(chain, config, size);
+                m.status = Status::Ok;
+                m.n = 3;
+                m.ttfb_ms = Spread::of(&[m.model_ttfb_ms, m.model_ttfb_ms * 1.01]);
+                m.total_ms = Spread::of(&[m.model_total_ms, m.model_total_ms * 1.02]);
+                cr.results.push(m);
+            }
+        }
+        report.chains.push(cr);
+        let dir = std::env::temp_dir().join(format!("swlab-chart-{}", std::process::id()));
+        let paths = report.write_charts(&dir).expect("chart drawn");
+        let svg = std::fs::read_to_string(&paths[0]).expect("chart written");
+        std::fs::remove_dir_all(&dir).expect("remove the chart");
+        for text in [
+            "10KB",
+            "1MB",
+            "e2e",
+            "full",
+            "model",
+            "KTCP Fig. 3",
+            "KTCP Fig. 4",
+        ] {
+            assert!(svg.contains(text), "chart lacks {text:?}");
+        }
+        // Two panels, each with one label per size: no empty slot.
+        assert_eq!(svg.matches("\n10KB\n").count(), 2);
+        assert_eq!(svg.matches("\n1MB\n").count(), 2);
     }
 
     #[test]

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::emu::EmuError;
+use crate::emu::{EmuError, EmuStats};
 use crate::model::{Config, Congestion};
 use crate::report::{ChainReport, LabReport, Measurement, ReportError, Spread, Status};
 use crate::scenario::{Chain, Scenario, ScenarioError, format_size};
@@ -233,6 +233,7 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
         report.chains.push(chain_report);
     }
     bar.finish_and_clear();
+    report.load_average_end = crate::report::load_average();
     Ok(report)
 }
 
@@ -335,7 +336,8 @@ fn run_chain(
                 chain.name,
                 format_size(row.size_bytes)
             ));
-            measure(&topo, &setup, row, reps, scenario.timeout, bar);
+            let stats = measure(&topo, &setup, row, reps, scenario.timeout, bar);
+            judge_row(chain, config, row, &stats);
             if interrupted() {
                 return Err(LabError::Interrupted);
             }
@@ -346,7 +348,27 @@ fn run_chain(
     Ok(out)
 }
 
-/// Runs `reps` downloads of one size and fills `row`.
+/// Whether the emulator could have moved `row`'s figures and whether the
+/// model applied (see `verdict`).
+fn judge_row(chain: &Chain, config: Config, row: &mut Measurement, stats: &EmuStats) {
+    if row.n == 0 {
+        return;
+    }
+    let verdict = crate::verdict::judge(
+        &chain.model_links(),
+        &chain.model,
+        config,
+        row.size_bytes,
+        &crate::verdict::LinkLateness::from_stats(stats),
+    );
+    row.emulator_shift = Some(verdict.shift);
+    row.suspect |= !verdict.suspect.is_empty();
+    row.suspect_reasons.extend(verdict.suspect);
+    row.premise = verdict.premise;
+}
+
+/// Runs `reps` downloads of one size and fills `row`; returns the
+/// emulator's counters of the batch.
 fn measure(
     topo: &Topology,
     setup: &Setup,
@@ -354,7 +376,7 @@ fn measure(
     reps: u32,
     timeout: Duration,
     bar: &ProgressBar,
-) {
+) -> EmuStats {
     let (mut ttfb, mut total, mut connect) = (Vec::new(), Vec::new(), Vec::new());
     let mut errors: Vec<String> = Vec::new();
     topo.reset_stats();
@@ -391,8 +413,6 @@ fn measure(
     } else {
         Status::Failed
     };
-    row.suspect = stats.is_suspect();
-    row.suspect_reasons = stats.suspect_reasons().to_vec();
     row.emulator = serde_json::to_value(&stats).ok();
     let mut notes: Vec<String> = setup.note.iter().cloned().collect();
     notes.extend(setup.degraded.iter().cloned());
@@ -414,6 +434,7 @@ fn measure(
     if !notes.is_empty() {
         row.note = Some(notes.join("; "));
     }
+    stats
 }
 
 // ------------------------------------------------------------------ curl

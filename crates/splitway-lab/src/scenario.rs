@@ -336,6 +336,7 @@ impl Scenario {
                 issues,
             });
         }
+        let path_rtt_ms: f64 = rtts_ms.iter().sum();
         let links = rtts_ms
             .iter()
             .enumerate()
@@ -346,7 +347,13 @@ impl Scenario {
                 loss: losses.map(|l| l[i]),
                 loss_one_way: None,
                 rate_mbit: rates_mbit.map(|r| r[i]).filter(|r| *r > 0.0),
-                queue_packets: None,
+                // As the shipped scenarios do: a capped link's queue holds
+                // twice the end-to-end BDP, so slow start never overflows
+                // it (the model has no such loss).
+                queue_packets: rates_mbit
+                    .map(|r| r[i])
+                    .filter(|r| *r > 0.0)
+                    .map(|r| e2e_queue_packets(r, path_rtt_ms)),
                 relay_congestion: None,
             })
             .collect();
@@ -370,6 +377,13 @@ impl Scenario {
         };
         validate(file, "what-if")
     }
+}
+
+/// Packets of twice the bandwidth-delay product of a `rate_mbit` link over
+/// a whole path of `path_rtt_ms` (1500-byte packets), at least 64.
+pub fn e2e_queue_packets(rate_mbit: f64, path_rtt_ms: f64) -> usize {
+    let bdp_bytes = rate_mbit * 1e6 / 8.0 * path_rtt_ms / 1000.0;
+    ((2.0 * bdp_bytes / f64::from(crate::topology::MTU)).ceil() as usize).max(64)
 }
 
 /// Parses "10KB", "1.5MB", "64KiB", "1000" into bytes.
@@ -813,6 +827,9 @@ rtt_ms = 10
         assert_eq!(chain.spec.links[0].rate_mbit, Some(100.0));
         assert_eq!(chain.spec.links[1].rate_mbit, None);
         assert_eq!(chain.spec.links[2].loss, 0.05);
+        // 100 Mbit/s over the whole 180 ms path, twice: 3000 packets.
+        assert_eq!(chain.spec.links[0].queue, QueueLimit::Packets(3000));
+        assert_eq!(chain.spec.links[1].queue, QueueLimit::Auto);
         let err = Scenario::what_if(&[40.0, 20.0], Some(&[0.0]), None, &[1000], &[Config::E2e])
             .expect_err("length mismatch");
         assert_eq!(err.issues()[0].key, "--loss");
