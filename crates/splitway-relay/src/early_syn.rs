@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,8 @@ pub struct EarlyStarts {
     expiry: Duration,
     pub stats: EarlyStats,
     metrics: Arc<Metrics>,
+    /// The SYN detector feeding this table stopped: nothing new arrives.
+    dead: AtomicBool,
 }
 
 fn canonical(a: SocketAddr) -> SocketAddr {
@@ -85,6 +87,7 @@ impl EarlyStarts {
             expiry,
             stats: EarlyStats::default(),
             metrics,
+            dead: AtomicBool::new(false),
         }
     }
 
@@ -175,6 +178,10 @@ impl EarlyStarts {
 
     /// The accepted connection's early-started leg, if any.
     pub fn take(&self, client: SocketAddr, dst: SocketAddr) -> Option<Started> {
+        // No detector, no early legs: accepts are not misses of it either.
+        if self.dead.load(Relaxed) {
+            return None;
+        }
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
         // Either way the 4-tuple is now accepted: a SYN event still queued
@@ -227,7 +234,15 @@ impl EarlyStarts {
         self.in_table.load(Relaxed)
     }
 
+    /// The detector stopped for good: status says so instead of counting on.
+    pub fn detector_died(&self) {
+        self.dead.store(true, Relaxed);
+    }
+
     pub fn status(&self) -> serde_json::Value {
+        if self.dead.load(Relaxed) {
+            return serde_json::json!({"detector": "dead"});
+        }
         serde_json::json!({
             "pending": self.pending(),
             "budget": self.budget,

@@ -1,6 +1,7 @@
 //! splitway-relay: the data path of a split-TCP relay.
 //!
 //! - `config`: the TOML file, validated as a whole
+//! - `accel`: what each acceleration does on this host, and why
 //! - `route`: destination prefix → next relay or direct
 //! - `ingress`: listeners (TPROXY, SOCKS5, HTTP CONNECT, peer) and their handshakes
 //! - `limits`: global and per-client connection caps
@@ -17,6 +18,7 @@
 //! - `relay`: startup, admin API, shutdown and drain
 //! - `reload`: re-reading the config file while running (SIGHUP, `POST /reload`)
 
+pub mod accel;
 pub mod config;
 pub mod control;
 pub mod early_syn;

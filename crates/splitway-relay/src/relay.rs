@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use splitway_control::metrics::{Metrics, Mode};
+use splitway_control::metrics::{AccelName, AccelState, Metrics, Mode};
 use splitway_sys::tproxy::{InterceptSpec, Interception};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::accel::{self, AccelStatus, HostFacts};
 use crate::config::{Config, ListenMode, Peer, Turbo, Via};
 use crate::control::{ConnRegistry, Live, LogControl, RelayAdmin};
 use crate::early_syn::EarlyStarts;
@@ -59,6 +60,8 @@ pub struct Shared {
     pub hellos: Option<Arc<HelloWindow>>,
     /// Per listener, what each of its accept sockets took (`/status`).
     pub accept_paths: Arc<[Vec<Arc<AcceptCount>>]>,
+    /// Each acceleration's effective state (`/status`, `/metrics`).
+    pub accel: Arc<AccelStatus>,
 }
 
 /// The snapshot new connections start on, swapped by a reload.
@@ -164,6 +167,7 @@ impl Shared {
             generation: self.generation + 1,
             hellos: self.hellos.clone(),
             accept_paths: self.accept_paths.clone(),
+            accel: self.accel.clone(),
         }
     }
 }
@@ -280,12 +284,14 @@ impl Shared {
                 "via": via(&r.via),
             })).collect::<Vec<_>>(),
             "early_syn": self.early.as_ref().map(|e| e.status()),
+            // Effective states: what runs, not what the file asked for.
+            "accel": self.accel.json(),
             "features": {
                 "data_path": format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
-                "early_syn": self.cfg.accel.early_syn,
+                "early_syn": self.accel.state(AccelName::EarlySyn) == AccelState::Active,
                 "strict": self.cfg.accel.strict,
-                "pool": self.cfg.accel.pool,
-                "tfo": self.cfg.accel.tfo,
+                "pool": self.accel.state(AccelName::Pool) == AccelState::Active,
+                "tfo": self.accel.state(AccelName::TfoClient) == AccelState::Active,
                 "zero_rtt": self.cfg.accel.zero_rtt.then(|| json!({
                     "window_ms": self.cfg.accel.zero_rtt_window.as_millis() as u64,
                 })),
@@ -392,24 +398,7 @@ impl Relay {
                 })?);
             }
         }
-        if cfg.accel.tfo && !splitway_sys::sock::fastopen_server_enabled() {
-            warn!(
-                "accel.tfo is on but net.ipv4.tcp_fastopen lacks the server bit (2): clients' SYN data will not be accepted"
-            );
-        }
-        if cfg.accel.zero_rtt {
-            let peer_listener = cfg.listeners.iter().any(|l| l.mode == ListenMode::Peer);
-            if peer_listener && !splitway_sys::sock::fastopen_server_enabled() {
-                warn!(
-                    "accel.zero_rtt is on but net.ipv4.tcp_fastopen lacks the server bit (2): upstream relays' hellos arrive a round trip later, after the handshake"
-                );
-            }
-            if !cfg.peers.is_empty() && !splitway_sys::sock::fastopen_client_enabled() {
-                warn!(
-                    "accel.zero_rtt is on but net.ipv4.tcp_fastopen lacks the client bit (1): hellos to peers leave after the handshake, not in the SYN"
-                );
-            }
-        }
+        let mut host = HostFacts::read();
         let admin = match cfg.admin {
             Some(a) => Some(splitway_control::bind(a).await?),
             None => None,
@@ -447,16 +436,26 @@ impl Relay {
                     (i, p)
                 });
             match SynWatch::attach(&interfaces, &ports) {
-                Ok(w) => (
-                    Some(Arc::new(EarlyStarts::new(
-                        cfg.accel.early_syn_budget,
-                        cfg.accel.early_syn_expiry,
-                        metrics.clone(),
-                    ))),
-                    Some(w),
-                ),
+                Ok(w) => {
+                    host.early_syn = Some(Ok(format!(
+                        "BPF SYN detector attached on {} ({:?})",
+                        interfaces.join(", "),
+                        w.hook()
+                    )));
+                    (
+                        Some(Arc::new(EarlyStarts::new(
+                            cfg.accel.early_syn_budget,
+                            cfg.accel.early_syn_expiry,
+                            metrics.clone(),
+                        ))),
+                        Some(w),
+                    )
+                }
                 Err(e) => {
-                    warn!(error = %e, "early SYN unavailable (BPF SYN detector did not attach); legs start at accept");
+                    host.early_syn = Some(Err(format!(
+                        "BPF SYN detector did not attach: {}",
+                        accel::bpf_hint(&e.to_string())
+                    )));
                     (None, None)
                 }
             }
@@ -503,7 +502,24 @@ impl Relay {
             .iter()
             .map(|set| set.iter().map(|_| Arc::default()).collect())
             .collect();
+        let plan = accel::plan(&cfg, &host);
+        for e in &plan {
+            match e.state {
+                AccelState::Unavailable => {
+                    warn!(accel = %e.name, requested = e.requested, reason = %e.reason, "acceleration unavailable")
+                }
+                state => {
+                    info!(accel = %e.name, requested = e.requested, %state, reason = %e.reason, "acceleration")
+                }
+            }
+        }
+        let accel = Arc::new(AccelStatus::new(
+            plan,
+            metrics.clone(),
+            host.peer_fast_open(&cfg),
+        ));
         let shared = Arc::new(Shared {
+            accel,
             accept_paths,
             turbo_routes: Arc::new(std::sync::Mutex::new(turbo_routes)),
             limiter: ConnLimiter::new(cfg.limits),
@@ -612,6 +628,12 @@ impl Relay {
                             Ok(ev) => early.on_syn(current.refresh(&mut snapshot), ev.client, ev.original_dst),
                             Err(e) => {
                                 warn!(error = %e, "SYN detector failed; early SYN off from now on");
+                                early.detector_died();
+                                current.load().accel.set(
+                                    AccelName::EarlySyn,
+                                    AccelState::Unavailable,
+                                    format!("BPF SYN detector failed while running: {e}; legs start at accept"),
+                                );
                                 break;
                             }
                         },

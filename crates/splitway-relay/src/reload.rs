@@ -217,6 +217,10 @@ impl Reloader {
         });
 
         // Run-time state shared by every snapshot.
+        old.accel.replan(
+            splitway_control::metrics::AccelName::Pool,
+            &crate::accel::plan(&cfg, &crate::accel::HostFacts::read()),
+        );
         old.limiter.set_limits(cfg.limits);
         old.live.set_idle(cfg.timeouts.idle);
         if self.syn_watch {

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use splitway_control::metrics::{CloseReason, Direction, Mode, Path};
+use splitway_control::metrics::{CloseReason, Direction, LegSide, Mode, Path, PeerHandshake};
 use splitway_proto::Destination;
 use splitway_proto::header::{FLAG_OPTIMISTIC, Header, ReplyStatus};
 use splitway_proto::{http_connect, socks5};
@@ -114,7 +114,7 @@ async fn connect_direct(
     .map_err(|e| ConnError::Internal(format!("socket: {e}")))?;
     tuning::apply(&sock, &shared.cfg.direct, None)
         .map_err(|e| ConnError::Internal(format!("tuning direct leg: {e}")))?;
-    if shared.cfg.accel.tfo && has_early_data {
+    if shared.cfg.accel.tfo_direct && has_early_data {
         // The client's first bytes will leave in our SYN (server speaks
         // second, so a write is sure to come).
         splitway_sys::sock::set_fastopen_connect(&sock)
@@ -168,7 +168,12 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
             });
             let early = std::mem::take(&mut inbound.early_data);
             let leg = match pooled {
-                Some(c) => c.carry(&peer.name, &header, &early).await,
+                Some(c) => {
+                    shared
+                        .metrics
+                        .peer_handshake(LegSide::Dial, PeerHandshake::Pooled);
+                    c.carry(&peer.name, &header, &early).await
+                }
                 None => {
                     let turbo_buffer = shared.cfg.accel.turbo.map(|t| t.buffer);
                     peer::dial(
@@ -179,6 +184,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                         &shared.cfg.timeouts,
                         turbo_buffer,
                         shared.cfg.accel.zero_rtt,
+                        shared.accel.peer_fast_open,
                         &shared.metrics,
                     )
                     .await
