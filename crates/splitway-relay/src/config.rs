@@ -1323,6 +1323,28 @@ impl Config {
                 );
             }
         }
+        if accel.turbo.is_some() {
+            // Each peer listener's allow_clients prefix becomes a turbo-start
+            // route: a broad one would give client and server legs inside it
+            // turbo windows too. Upstream relays outside them get a host
+            // route when they authenticate.
+            for (i, l) in listeners.iter().enumerate() {
+                if l.mode != ListenMode::Peer {
+                    continue;
+                }
+                for (j, n) in l.allow_clients.iter().enumerate() {
+                    let narrowest_broad = if n.addr().is_ipv4() { 24 } else { 64 };
+                    if n.prefix_len() < narrowest_broad {
+                        c.err(
+                            format!("listen[{i}].allow_clients[{j}]"),
+                            format!(
+                                "{n} is broader than /{narrowest_broad}: with [accel.turbo] each prefix becomes a turbo-start route, so clients and servers inside it would get turbo windows too; list the upstream relays by /{narrowest_broad} or narrower (or turn turbo off)"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
         for p in &peers {
             if accel.pool && p.pool.idle >= timeouts.pooled_header {
                 c.err(
@@ -1713,6 +1735,72 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.warnings().len(), 1);
+    }
+
+    const RC: &str = "name = \"rc\"\npsk_file = \"psk.key\"\n\
+        [[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
+        intercept = { interfaces = [\"eth0\"], ports = [80] }\n\
+        [[peer]]\nname = \"rs\"\naddr = \"10.0.12.2:7100\"\n\
+        [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"rs\"\n";
+
+    #[test]
+    fn unset_accel_switches_are_on_where_they_apply() {
+        // Nothing to pool to, nowhere to watch SYNs: those stay off.
+        let cfg = Config::parse_str(MINIMAL).unwrap();
+        assert_eq!(cfg.accel.requested, Requested::default());
+        assert_eq!(cfg.accel.requested.pool, Switch::Auto);
+        assert!(!cfg.accel.pool && !cfg.accel.early_syn);
+        assert!(cfg.accel.zero_rtt && cfg.accel.tfo);
+        assert!(!cfg.accel.tfo_direct, "TFO to servers is opt-in");
+        // A peer and an intercepting listener: pool and early SYN too.
+        let cfg = with_psk(RC).unwrap();
+        assert!(cfg.accel.pool && cfg.accel.early_syn && cfg.accel.zero_rtt);
+        // Each can be turned off; tfo = true also covers direct legs.
+        let cfg = with_psk(&format!(
+            "{RC}[accel]\npool = false\nearly_syn = false\nzero_rtt = false\ntfo = true\n"
+        ))
+        .unwrap();
+        assert!(!cfg.accel.pool && !cfg.accel.early_syn && !cfg.accel.zero_rtt);
+        assert!(cfg.accel.tfo && cfg.accel.tfo_direct);
+        assert_eq!(cfg.accel.requested.pool, Switch::Off);
+        assert_eq!(cfg.accel.requested.tfo, Switch::On);
+        let cfg = with_psk(&format!("{RC}[accel]\ntfo = false\n")).unwrap();
+        assert!(!cfg.accel.tfo && !cfg.accel.tfo_direct);
+        // Strict replaces the detector: auto early SYN stays off with it.
+        let cfg = with_psk(&format!("{RC}[accel]\nstrict = true\n")).unwrap();
+        assert!(cfg.accel.strict && !cfg.accel.early_syn);
+        // Insisting on early SYN without an intercepting listener is an error.
+        let issues =
+            Config::parse_str(&format!("{MINIMAL}[accel]\nearly_syn = true\n")).unwrap_err();
+        assert!(
+            issues.iter().any(|i| i.key == "accel.early_syn"),
+            "{issues:?}"
+        );
+    }
+
+    #[test]
+    fn turbo_refuses_broad_upstream_prefixes() {
+        let rs = |prefix: &str| {
+            format!(
+                "name = \"rs\"\npsk_file = \"psk.key\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:7100\"\n\
+                 allow_clients = [\"10.0.12.0/24\", \"{prefix}\"]\n\
+                 [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n[accel]\nturbo = {{ initcwnd = 40 }}\n"
+            )
+        };
+        for broad in ["0.0.0.0/0", "10.0.0.0/8", "fd00::/48"] {
+            let issues = with_psk(&rs(broad)).unwrap_err();
+            assert!(
+                issues
+                    .iter()
+                    .any(|i| i.key == "listen[0].allow_clients[1]" && i.message.contains("turbo")),
+                "{broad}: {issues:?}"
+            );
+        }
+        for narrow in ["10.0.13.0/24", "192.0.2.7/32", "fd00:1::/64"] {
+            assert!(with_psk(&rs(narrow)).is_ok(), "{narrow}");
+        }
+        // Without turbo a broad prefix is only an ACL.
+        assert!(with_psk(&rs("0.0.0.0/0").replace("turbo = { initcwnd = 40 }", "")).is_ok());
     }
 
     #[test]

@@ -71,6 +71,11 @@ pub struct EarlyStarts {
     metrics: Arc<Metrics>,
     /// The SYN detector feeding this table stopped: nothing new arrives.
     dead: AtomicBool,
+    /// `Accepted` markers in the table. They would grow with connection
+    /// rate × expiry, so they get a budget of their own (the same size):
+    /// beyond it an accept leaves none, and a late SYN event may start a
+    /// leg that the legs' budget bounds and the expiry closes.
+    markers: AtomicUsize,
 }
 
 fn canonical(a: SocketAddr) -> SocketAddr {
@@ -88,6 +93,7 @@ impl EarlyStarts {
             stats: EarlyStats::default(),
             metrics,
             dead: AtomicBool::new(false),
+            markers: AtomicUsize::new(0),
         }
     }
 
@@ -186,14 +192,27 @@ impl EarlyStarts {
         let mut shard = self.shard(&key).lock().expect("early table lock");
         // Either way the 4-tuple is now accepted: a SYN event still queued
         // behind the accept (a retransmit, on a loaded host) must not start
-        // a leg, so a tombstone stays until the sweep.
-        let previous = shard.insert(
-            key,
-            Entry {
+        // a leg, so a marker stays until the sweep (within its budget).
+        let previous = shard.remove(&key);
+        let was_marker = matches!(
+            previous,
+            Some(Entry {
                 slot: Slot::Accepted,
-                born: Instant::now(),
-            },
+                ..
+            })
         );
+        if was_marker || self.markers.load(Relaxed) < self.budget {
+            shard.insert(
+                key,
+                Entry {
+                    slot: Slot::Accepted,
+                    born: Instant::now(),
+                },
+            );
+            if !was_marker {
+                self.markers.fetch_add(1, Relaxed);
+            }
+        }
         drop(shard);
         match previous {
             Some(Entry {
@@ -216,13 +235,18 @@ impl EarlyStarts {
         for shard in &self.shards {
             let mut map = shard.lock().expect("early table lock");
             let mut gone = 0;
+            let mut markers = 0;
             map.retain(|_, e| {
                 let keep = e.born.elapsed() < self.expiry;
-                if !keep && matches!(e.slot, Slot::Started(_)) {
-                    gone += 1;
+                if !keep {
+                    match e.slot {
+                        Slot::Started(_) => gone += 1,
+                        Slot::Accepted => markers += 1,
+                    }
                 }
                 keep
             });
+            self.markers.fetch_sub(markers, Relaxed);
             if gone > 0 {
                 self.in_table.fetch_sub(gone, Relaxed);
                 self.count(&self.stats.expired, EarlySynOutcome::Expired, gone as u64);
@@ -246,6 +270,7 @@ impl EarlyStarts {
         serde_json::json!({
             "pending": self.pending(),
             "budget": self.budget,
+            "markers": self.markers.load(Relaxed),
             "started": self.stats.started.load(Relaxed),
             "hits": self.stats.hits.load(Relaxed),
             "misses": self.stats.misses.load(Relaxed),
@@ -253,5 +278,38 @@ impl EarlyStarts {
             "over_budget": self.stats.over_budget.load(Relaxed),
             "expired": self.stats.expired.load(Relaxed),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 1, 1], port))
+    }
+
+    /// Accepts leave markers only within the budget, and the sweep takes
+    /// them away: the table cannot grow with connection rate × expiry.
+    #[test]
+    fn accept_markers_are_bounded_by_the_budget_and_swept() {
+        let early = EarlyStarts::new(4, Duration::ZERO, Arc::new(Metrics::new()));
+        let dst = SocketAddr::from(([10, 0, 3, 2], 80));
+        for port in 0..100 {
+            assert!(early.take(addr(port), dst).is_none());
+        }
+        let entries: usize = early.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        assert_eq!(entries, 4, "markers in the table");
+        assert_eq!(early.markers.load(Relaxed), 4);
+        assert_eq!(early.stats.misses.load(Relaxed), 100);
+        early.sweep();
+        let entries: usize = early.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        assert_eq!(entries, 0);
+        assert_eq!(early.markers.load(Relaxed), 0);
+        // A dead detector: accepts neither consult the table nor count.
+        early.detector_died();
+        assert!(early.take(addr(1), dst).is_none());
+        assert_eq!(early.stats.misses.load(Relaxed), 100);
+        assert_eq!(early.status()["detector"], "dead");
     }
 }

@@ -16,6 +16,7 @@
 //!   exact half-close and reset propagation
 //! - `tuning`: per-leg socket options
 //! - `relay`: startup, admin API, shutdown and drain
+//! - `resolve`: domain-name destinations, resolved without blocking threads
 //! - `reload`: re-reading the config file while running (SIGHUP, `POST /reload`)
 
 pub mod accel;
@@ -32,6 +33,7 @@ pub mod policy;
 pub mod pool;
 pub mod relay;
 pub mod reload;
+pub mod resolve;
 pub mod route;
 pub mod session;
 pub mod strict;

@@ -475,7 +475,7 @@ impl Relay {
             for (addr, len) in cfg
                 .peers
                 .iter()
-                .map(|p| (p.addr.ip(), None))
+                .map(|p| (p.addr.ip().to_canonical(), None))
                 .chain(peer_prefixes.map(|n| (n.addr(), Some(n.prefix_len()))))
             {
                 let r = install_turbo(addr, len, t).map_err(|e| {

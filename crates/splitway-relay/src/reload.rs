@@ -226,6 +226,19 @@ impl Reloader {
         if self.syn_watch {
             old.live.set_early_syn(cfg.accel.early_syn);
         }
+        {
+            // Routes to peers the new file no longer has go now, not at
+            // exit (an upstream relay at the same address learns its route
+            // again when it next authenticates).
+            let mut routes = old.turbo_routes.lock().expect("turbo lock");
+            for p in &old.cfg.peers {
+                let addr = p.addr.ip().to_canonical();
+                let kept = cfg.peers.iter().any(|n| n.addr.ip().to_canonical() == addr);
+                if !kept && routes.remove(&addr).is_some() {
+                    info!(peer = %p.name, %addr, "reload: turbo-start route to a removed peer removed");
+                }
+            }
+        }
         if let Some(t) = cfg.accel.turbo {
             let mut routes = old.turbo_routes.lock().expect("turbo lock");
             for p in &cfg.peers {

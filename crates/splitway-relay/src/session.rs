@@ -87,18 +87,7 @@ pub struct LegRequest {
 async fn resolve(dst: &Destination) -> Result<SocketAddr, ConnError> {
     match dst {
         Destination::Ip(a) => Ok(SocketAddr::new(a.ip().to_canonical(), a.port())),
-        Destination::Domain { host, port } => {
-            let mut addrs = tokio::net::lookup_host((host.as_str(), *port))
-                .await
-                .map_err(|e| ConnError::Resolve {
-                    host: host.clone(),
-                    detail: e.to_string(),
-                })?;
-            addrs.next().ok_or_else(|| ConnError::Resolve {
-                host: host.clone(),
-                detail: "no addresses".into(),
-            })
-        }
+        Destination::Domain { host, port } => crate::resolve::lookup(host, *port).await,
     }
 }
 

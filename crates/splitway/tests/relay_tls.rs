@@ -326,7 +326,10 @@ fn rustls_client(dir: &Path, trust: &Path, tag: &str) -> rustls::ClientConnectio
 fn peers_without_a_certificate_from_the_ca_are_refused() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
-    let (mut lab, pki, server) = tls_lab(true, "");
+    // rc's connections to rs are the client's only: no pool (its plaintext
+    // dials would be more TLS failures at rs), and no early SYN (whose leg
+    // could fail, and reset the client, before connect() returned).
+    let (mut lab, pki, server) = tls_lab(true, "[accel]\npool = false\nearly_syn = false");
     let peer = sock(&lab.peer_addr(1));
 
     // A TLS peer whose certificate another CA signed: it trusts rs, but
