@@ -353,7 +353,12 @@ impl Plan {
             }
         }
         self.needs_restart.extend(sockets);
-        self.restart_if("accel.tfo", &o.accel.tfo, &new.accel.tfo);
+        // Listener TFO is set at start; direct legs' TFO goes with it.
+        self.restart_if(
+            "accel.tfo",
+            &(o.accel.tfo, o.accel.tfo_direct),
+            &(new.accel.tfo, new.accel.tfo_direct),
+        );
         // Peer listeners' TFO and the replay window are set up at start.
         self.restart_if("accel.zero_rtt", &o.accel.zero_rtt, &new.accel.zero_rtt);
         self.restart_if(
@@ -405,6 +410,7 @@ impl Plan {
         new.name = o.name.clone();
         new.admin = o.admin;
         new.accel.tfo = o.accel.tfo;
+        new.accel.tfo_direct = o.accel.tfo_direct;
         new.accel.zero_rtt = o.accel.zero_rtt;
         new.accel.zero_rtt_window = o.accel.zero_rtt_window;
         new.accel.turbo = o.accel.turbo;
