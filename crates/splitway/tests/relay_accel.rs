@@ -1,7 +1,8 @@
 //! Connection-time accelerations through real relays in namespaces: early
 //! SYN pairing (retransmits, expiry, flood budget), the relay↔relay pool
 //! (dead connections skipped, refill after a peer restart) and turbo-start
-//! windows on relay legs only.
+//! windows on relay legs only, TCP Fast Open on client and server legs, and
+//! what status says when an acceleration cannot run.
 
 mod support;
 
@@ -498,4 +499,79 @@ fn turbo_route_of_a_peer_removed_by_reload_goes_with_it() {
         (!route(&lab).contains("initcwnd")).then_some(())
     });
     lab.assert_relays_alive();
+}
+
+/// Early SYN is on by default with an intercepting listener; on a host where
+/// its detector cannot attach (rc without CAP_BPF and CAP_SYS_ADMIN) the
+/// relay runs without it and says so, with the reason, in `/status`,
+/// `ctl status` and `/metrics`, instead of claiming it on.
+#[test]
+fn early_syn_that_cannot_attach_is_reported_unavailable_with_the_reason() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(30));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], false);
+    lab.start_relays(&configs);
+    assert_eq!(status(&lab, "rc")["accel"]["early_syn"]["state"], "active");
+    // rc again, same config, without the capabilities BPF needs.
+    lab.stop_relay("rc");
+    let log = std::fs::File::create(lab.dir.join("rc-without-cap-bpf.log")).expect("log file");
+    let child = lab
+        .rc()
+        .command("setpriv")
+        .args([
+            "--bounding-set=-bpf,-sys_admin",
+            "--inh-caps=-bpf,-sys_admin",
+            "--",
+            SPLITWAY,
+            "relay",
+            "--config",
+        ])
+        .arg(lab.config_path("rc"))
+        .stdout(log.try_clone().expect("dup log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn rc without CAP_BPF");
+    lab.adopt(child);
+    let st = wait_until(deadline, "rc without CAP_BPF answering", || {
+        let text = curl_admin(lab.rc(), "/status").ok()?;
+        serde_json::from_str::<serde_json::Value>(&text).ok()
+    });
+    let early = &st["accel"]["early_syn"];
+    assert_eq!(early["state"], "unavailable", "{st}");
+    assert_eq!(early["requested"], "auto", "{st}");
+    assert!(
+        early["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("CAP_BPF")),
+        "the reason names the capability: {st}"
+    );
+    assert_eq!(st["features"]["early_syn"], false, "{st}");
+    assert!(st["early_syn"].is_null(), "no early-SYN statistics: {st}");
+    let out = lab.ctl("rc", &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("early_syn") && l.contains("unavailable")),
+        "ctl status:\n{text}"
+    );
+    let rc = lab.metrics("rc");
+    assert_eq!(
+        rc.counter(
+            "splitway_accel_state",
+            &[("accel", "early_syn"), ("state", "unavailable")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        rc.counter(
+            "splitway_accel_state",
+            &[("accel", "early_syn"), ("state", "active")]
+        ),
+        0.0
+    );
+    // Legs start at accept: every byte still arrives.
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_server_to_client(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
+    assert_eq!(early(&lab, "started"), 0.0);
 }
