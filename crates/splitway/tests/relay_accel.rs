@@ -537,11 +537,11 @@ fn early_syn_that_cannot_attach_is_reported_unavailable_with_the_reason() {
         let text = curl_admin(lab.rc(), "/status").ok()?;
         serde_json::from_str::<serde_json::Value>(&text).ok()
     });
-    let early = &st["accel"]["early_syn"];
-    assert_eq!(early["state"], "unavailable", "{st}");
-    assert_eq!(early["requested"], "auto", "{st}");
+    let state = &st["accel"]["early_syn"];
+    assert_eq!(state["state"], "unavailable", "{st}");
+    assert_eq!(state["requested"], "auto", "{st}");
     assert!(
-        early["reason"]
+        state["reason"]
             .as_str()
             .is_some_and(|r| r.contains("CAP_BPF")),
         "the reason names the capability: {st}"
