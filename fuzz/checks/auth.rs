@@ -1,7 +1,8 @@
 //! Peer handshake: arbitrary bytes at every step of both sides never panic or
 //! authenticate; a genuine handshake with fuzzer-chosen key and nonces always
 //! succeeds, and flipping any one byte of it always fails. The same for the
-//! version-2 0-RTT Hello and its proof.
+//! version-2 0-RTT Hello and its proof, also behind the Challenge an
+//! acceptor sends at accept when the Hello did not ride the SYN.
 //!
 //! Shared by the cargo-fuzz target and the stable corpus replay test.
 
@@ -146,4 +147,30 @@ fn check_hello(key: &Psk, nonce_c: [u8; NONCE_LEN], data: &[u8]) {
     );
     assert_eq!(dialer.on_server_proof(verified.proof()), Ok(Some(33)));
     assert!(dialer.is_authenticated());
+
+    // Without TFO (the default's usual case) the acceptor's Challenge, sent
+    // at accept, precedes its answer: the dialer skips it, and what follows
+    // authenticates only if it is the genuine proof.
+    let nonce_s = split_nonce(&[data[0]; NONCE_LEN]);
+    let mut after_challenge = Acceptor::new(vec![key.clone()], nonce_s).challenge();
+    let challenge_len = after_challenge.len();
+    after_challenge.extend_from_slice(&data[3..]);
+    let mut dialer = Dialer::new(key.clone(), nonce_c);
+    dialer
+        .hello(timestamp, &header_bytes(u16::from(data[2])))
+        .unwrap();
+    if let Ok(Some(used)) = dialer.on_server_proof(&after_challenge) {
+        assert_eq!(
+            &after_challenge[challenge_len..used],
+            verified.proof(),
+            "forged proof after a challenge authenticated"
+        );
+    }
+    let mut genuine = Acceptor::new(vec![key.clone()], nonce_s).challenge();
+    genuine.extend_from_slice(verified.proof());
+    let mut dialer = Dialer::new(key.clone(), nonce_c);
+    dialer
+        .hello(timestamp, &header_bytes(u16::from(data[2])))
+        .unwrap();
+    assert_eq!(dialer.on_server_proof(&genuine), Ok(Some(genuine.len())));
 }

@@ -265,6 +265,61 @@ label_enum! {
 }
 
 label_enum! {
+    /// Which end of a peer leg counted its handshake.
+    pub enum LegSide {
+        /// This relay dialed the leg (upstream end).
+        Dial => "dial",
+        /// This relay accepted the leg (downstream end).
+        Accept => "accept",
+    }
+}
+
+label_enum! {
+    /// How a peer leg was authenticated before its Header was acted on.
+    pub enum PeerHandshake {
+        /// A 0-RTT Hello that rode the TCP Fast Open SYN.
+        HelloSyn => "hello_syn",
+        /// A 0-RTT Hello in the first segment after the handshake.
+        Hello => "hello",
+        /// The version-1 challenge–response on a fresh leg (a Hello
+        /// refused, 0-RTT off, or a TLS leg).
+        Challenge => "challenge",
+        /// A pooled connection, authenticated in advance (dialer only).
+        Pooled => "pooled",
+    }
+}
+
+label_enum! {
+    /// An acceleration whose effective state is exported.
+    pub enum AccelName {
+        EarlySyn => "early_syn",
+        Strict => "strict",
+        Pool => "pool",
+        ZeroRtt => "zero_rtt",
+        /// TCP Fast Open on the legs to and from peer relays.
+        TfoPeer => "tfo_peer",
+        /// TCP Fast Open accepted on client-facing listeners.
+        TfoClient => "tfo_client",
+        /// TCP Fast Open on direct legs to servers.
+        TfoServer => "tfo_server",
+        TurboStart => "turbo_start",
+    }
+}
+
+label_enum! {
+    /// What an acceleration is doing right now.
+    pub enum AccelState {
+        /// Switched off (explicitly, or nothing to apply it to).
+        Off => "off",
+        /// Running.
+        Active => "active",
+        /// Asked for (or auto) but this host cannot run it; `ctl status`
+        /// says why.
+        Unavailable => "unavailable",
+    }
+}
+
+label_enum! {
     /// What strict mode did with a client SYN it held (NFQUEUE verdicts).
     pub enum StrictOutcome {
         /// The next leg reached the server: the SYN went on to the listener.
@@ -333,6 +388,18 @@ struct EarlySynLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ZeroRttLabels {
     outcome: ZeroRttOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandshakeLabels {
+    side: LegSide,
+    handshake: PeerHandshake,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AccelLabels {
+    accel: AccelName,
+    state: AccelState,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -446,6 +513,8 @@ impl PoolMetrics {
 /// | `peer_connect_failures_total` | counter | `peer` (config names) |
 /// | `early_syn_total` | counter | `outcome` |
 /// | `zero_rtt_total` | counter | `outcome` |
+/// | `peer_handshakes_total` | counter | `side`, `handshake` |
+/// | `accel_state` | gauge (1 for the current state, else 0) | `accel`, `state` |
 /// | `strict_syn_total` | counter | `outcome` |
 /// | `proxy_protocol_refused_total` | counter | `reason` |
 /// | `pool_events_total` | counter | `peer`, `event` |
@@ -466,6 +535,8 @@ pub struct Metrics {
     peer_connect_failures: Family<PeerLabels, CounterU64>,
     early_syn: [CounterU64; EarlySynOutcome::COUNT],
     zero_rtt: [CounterU64; ZeroRttOutcome::COUNT],
+    handshakes: [[CounterU64; PeerHandshake::COUNT]; LegSide::COUNT],
+    accel_state: [[Gauge; AccelState::COUNT]; AccelName::COUNT],
     strict_syn: [CounterU64; StrictOutcome::COUNT],
     proxy_refused: [CounterU64; ProxyRefusal::COUNT],
     pool_events: Family<PoolEventLabels, CounterU64>,
@@ -573,6 +644,18 @@ impl Metrics {
             "0-RTT peer Hellos, by outcome (dialer and acceptor side)",
             zero_rtt_family.clone(),
         );
+        let handshake_family = Family::<HandshakeLabels, CounterU64>::default();
+        registry.register(
+            "peer_handshakes",
+            "Peer legs by how they were authenticated, on the dialing and the accepting end",
+            handshake_family.clone(),
+        );
+        let accel_family = Family::<AccelLabels, Gauge>::default();
+        registry.register(
+            "accel_state",
+            "Effective state of each acceleration: 1 on the state it is in, 0 on the others",
+            accel_family.clone(),
+        );
         let strict_family = Family::<StrictLabels, CounterU64>::default();
         registry.register(
             "strict_syn",
@@ -609,6 +692,25 @@ impl Metrics {
                 zero_rtt_family
                     .get_or_create(&ZeroRttLabels { outcome })
                     .clone()
+            }),
+            handshakes: LegSide::ALL.map(|side| {
+                PeerHandshake::ALL.map(|handshake| {
+                    handshake_family
+                        .get_or_create(&HandshakeLabels { side, handshake })
+                        .clone()
+                })
+            }),
+            accel_state: AccelName::ALL.map(|accel| {
+                AccelState::ALL.map(|state| {
+                    let g = accel_family
+                        .get_or_create(&AccelLabels { accel, state })
+                        .clone();
+                    // Until the relay says otherwise, everything is off.
+                    if state == AccelState::Off {
+                        g.set(1);
+                    }
+                    g
+                })
             }),
             strict_syn: StrictOutcome::ALL.map(|outcome| {
                 strict_family
@@ -768,6 +870,27 @@ impl Metrics {
     /// Counts a 0-RTT Hello outcome.
     pub fn zero_rtt(&self, outcome: ZeroRttOutcome) {
         self.zero_rtt[outcome.index()].inc();
+    }
+
+    /// Counts how a peer leg was authenticated.
+    pub fn peer_handshake(&self, side: LegSide, handshake: PeerHandshake) {
+        self.handshakes[side.index()][handshake.index()].inc();
+    }
+
+    /// Records the state `accel` is in now.
+    pub fn set_accel_state(&self, accel: AccelName, state: AccelState) {
+        for (s, g) in AccelState::ALL.iter().zip(&self.accel_state[accel.index()]) {
+            g.set(i64::from(*s == state));
+        }
+    }
+
+    /// The state last recorded for `accel`.
+    pub fn accel_state(&self, accel: AccelName) -> AccelState {
+        AccelState::ALL
+            .into_iter()
+            .zip(&self.accel_state[accel.index()])
+            .find(|(_, g)| g.get() == 1)
+            .map_or(AccelState::Off, |(s, _)| s)
     }
 
     /// Counts a strict-mode verdict.

@@ -146,10 +146,15 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
             run,
         }) => {
             let run = run.merged(&args.run);
-            let configs = run
-                .configs
-                .clone()
-                .unwrap_or_else(|| vec![Config::E2e, Config::Haproxy, Config::Ssh, Config::Split]);
+            let configs = run.configs.clone().unwrap_or_else(|| {
+                vec![
+                    Config::E2e,
+                    Config::Haproxy,
+                    Config::Ssh,
+                    Config::Default,
+                    Config::Split,
+                ]
+            });
             let scenario =
                 Scenario::what_if(&rtt, loss.as_deref(), rate.as_deref(), &sizes, &configs)?;
             execute(&scenario, &run)

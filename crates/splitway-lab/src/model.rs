@@ -17,10 +17,14 @@
 //!      (transparent relays see the destination in the SYN);
 //!    - a plain relay→relay leg (HAProxy, the papers' TCP split): the next
 //!      relay accepts after a 3-way handshake;
-//!    - splitway's authenticated peer leg: the acceptor sends a challenge on
-//!      accept and the dialer answers with Response+Header, so the next relay
-//!      learns the destination one more RTT of that leg later (`2.5 RTT`
-//!      after the dial) and data can only leave after the challenge (`2 RTT`);
+//!    - splitway's version-1 peer leg (challenge fallback): the acceptor sends
+//!      a challenge on accept and the dialer answers with Response+Header, so
+//!      the next relay learns the destination one more RTT of that leg later
+//!      (`2.5 RTT` after the dial) and data can only leave after the
+//!      challenge (`2 RTT`);
+//!    - splitway's default peer leg without TFO: the dialer's Hello, header
+//!      and request are its first segment after the handshake, so the next
+//!      relay learns the destination as on a plain leg (`1.5 RTT`);
 //!    - a 0-RTT peer leg (`[accel] zero_rtt`): the dialer's Hello with the
 //!      header rides its TCP Fast Open SYN, so the next relay learns the
 //!      destination when the SYN arrives (`0.5 RTT` after the dial); the
@@ -205,7 +209,12 @@ pub enum Config {
     Haproxy,
     /// `ssh -L` on the first relay to sshd on the last relay.
     Ssh,
-    /// splitway relays, fresh authenticated peer legs.
+    /// splitway relays with exactly the README's minimal config: whatever
+    /// the relays turn on by themselves (early SYN on the intercepting
+    /// relay, the pool, 0-RTT Hellos).
+    Default,
+    /// splitway relays, every acceleration off: fresh peer legs that open
+    /// with the 0-RTT Hello after the handshake (no TFO).
     Split,
     /// `split` plus early SYN on the first relay.
     SplitEs,
@@ -218,10 +227,11 @@ pub enum Config {
 }
 
 impl Config {
-    pub const ALL: [Config; 8] = [
+    pub const ALL: [Config; 9] = [
         Config::E2e,
         Config::Haproxy,
         Config::Ssh,
+        Config::Default,
         Config::Split,
         Config::SplitEs,
         Config::SplitEsPool,
@@ -234,6 +244,7 @@ impl Config {
             Config::E2e => "e2e",
             Config::Haproxy => "haproxy",
             Config::Ssh => "ssh",
+            Config::Default => "default",
             Config::Split => "split",
             Config::SplitEs => "split+es",
             Config::SplitEsPool => "split+es+pool",
@@ -248,7 +259,7 @@ impl Config {
             grouping: LegGrouping::EveryRelay,
             client_tfo: false,
             early_syn: EarlySyn::None,
-            relay_leg: RelayLeg::Authenticated,
+            relay_leg: RelayLeg::Hello,
             server_tfo: false,
             turbo_relay_legs: false,
         };
@@ -262,6 +273,12 @@ impl Config {
             Config::Ssh => Mechanics {
                 grouping: LegGrouping::FirstAndLastRelay,
                 relay_leg: RelayLeg::SshChannel,
+                ..splitway
+            },
+            // The relays' own choice: what split+es+pool asks for.
+            Config::Default => Mechanics {
+                early_syn: EarlySyn::FirstRelay,
+                relay_leg: RelayLeg::Pooled,
                 ..splitway
             },
             Config::Split => splitway,
@@ -340,8 +357,13 @@ pub enum EarlySyn {
 pub enum RelayLeg {
     /// A plain 3-way handshake; the destination is known on accept.
     Plain,
-    /// splitway's peer protocol: handshake, challenge, Response+Header.
+    /// splitway's version-1 peer protocol: handshake, challenge,
+    /// Response+Header (now only the fallback; kept for comparison).
     Authenticated,
+    /// splitway's 0-RTT Hello without TFO: the first segment after the
+    /// handshake carries Hello, Header and request, so the next relay
+    /// learns the destination as after a plain handshake.
+    Hello,
     /// splitway's 0-RTT Hello in a TCP Fast Open SYN: the destination is
     /// known at the SYN, data follows the proof (one RTT).
     ZeroRtt,
@@ -501,7 +523,7 @@ fn handshake(legs: &[Leg], m: &Mechanics) -> Handshake {
         // When relay j knows the destination without early SYN.
         let learned = match inbound_kind {
             RelayLeg::Plain if j == 1 && m.client_tfo => syn_arrival,
-            RelayLeg::Plain => syn_arrival + inbound.rtt(),
+            RelayLeg::Plain | RelayLeg::Hello => syn_arrival + inbound.rtt(),
             RelayLeg::Authenticated => syn_arrival + 2.0 * inbound.rtt(),
             RelayLeg::ZeroRtt | RelayLeg::Pooled | RelayLeg::SshChannel => syn_arrival,
         };
@@ -532,7 +554,9 @@ fn handshake(legs: &[Leg], m: &Mechanics) -> Handshake {
             dial[j] + leg.rtt()
         } else {
             match m.relay_leg {
-                RelayLeg::Plain | RelayLeg::ZeroRtt => dial[j] + leg.rtt(),
+                // A Hello leg's first write (with the request) leaves
+                // when the handshake completes, as on a plain leg.
+                RelayLeg::Plain | RelayLeg::Hello | RelayLeg::ZeroRtt => dial[j] + leg.rtt(),
                 RelayLeg::Authenticated => dial[j] + 2.0 * leg.rtt(),
                 RelayLeg::Pooled => dial[j],
                 // sshd confirms the channel once its own connect is done.
@@ -733,6 +757,32 @@ mod tests {
             LinkModel::symmetric(215.0, Some(1000.0), 0.0),
             LinkModel::symmetric(26.0, Some(1000.0), 0.0),
         ]
+    }
+
+    /// Issue 13's claims, in the model: `split` (the Hello after the
+    /// handshake) is as fast to the first byte as end to end, the version-1
+    /// challenge was one middle-leg RTT slower, and `default` is modelled as
+    /// what the relays turn on by themselves (early SYN and the pool).
+    #[test]
+    fn split_matches_e2e_and_default_is_the_pooled_early_syn_figure() {
+        let links = ktcp_links();
+        let p = ModelParams::default();
+        let ttfb = |m: Mechanics| predict_mechanics(&links, &m, 10_000, &p).ttfb_ms;
+        let e2e = predict(&links, Config::E2e, 10_000, &p).ttfb_ms;
+        let split = predict(&links, Config::Split, 10_000, &p).ttfb_ms;
+        assert!((split - e2e).abs() < 0.5, "split {split} vs e2e {e2e}");
+        let challenge = ttfb(Mechanics {
+            relay_leg: RelayLeg::Authenticated,
+            ..Config::Split.mechanics()
+        });
+        assert!(
+            (challenge - split - 215.0).abs() < 0.5,
+            "challenge {challenge}"
+        );
+        let default = predict(&links, Config::Default, 10_000, &p).ttfb_ms;
+        let pooled = predict(&links, Config::SplitEsPool, 10_000, &p).ttfb_ms;
+        assert_eq!(default, pooled);
+        assert!(default < e2e);
     }
 
     #[test]

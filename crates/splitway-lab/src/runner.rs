@@ -240,7 +240,7 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
 /// Whether the lab can run a configuration; Err explains why not.
 pub fn availability(config: Config) -> Result<(), String> {
     match config {
-        Config::E2e | Config::Haproxy | Config::Split => Ok(()),
+        Config::E2e | Config::Haproxy | Config::Default | Config::Split => Ok(()),
         Config::Ssh => {
             if Path::new("/usr/sbin/sshd").is_file() {
                 Ok(())
@@ -791,9 +791,12 @@ fn setup_config(
         }),
         Config::Haproxy => setup_haproxy(relays, server_addr, &dir),
         Config::Ssh => setup_ssh(relays, server_addr, &dir),
-        Config::Split | Config::SplitEs | Config::SplitEsPool | Config::Full | Config::FullTfo => {
-            setup_splitway(config, relays, &direct, &dir, chain)
-        }
+        Config::Default
+        | Config::Split
+        | Config::SplitEs
+        | Config::SplitEsPool
+        | Config::Full
+        | Config::FullTfo => setup_splitway(config, relays, &direct, &dir, chain),
     }
 }
 
@@ -990,10 +993,18 @@ fn random_psk_hex() -> Result<String, LabError> {
 /// The relay accelerations a configuration switches on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Accel {
+    /// `default`: no `[accel]` and no tuning sections at all; the relays
+    /// decide (the other fields are then unused).
+    minimal: bool,
     early_syn: bool,
-    /// 0-RTT Hellos on relay legs: from `split+es` on, so that every relay,
-    /// not only the first, starts its next leg at a SYN.
+    /// 0-RTT Hellos on relay legs (every splitway configuration: it is no
+    /// acceleration but the handshake itself since issue 13).
     zero_rtt: bool,
+    /// TCP Fast Open on the relays' own legs (`tcp_fastopen = 3` on the
+    /// relays): from `split+es` on the Hello rides the SYN, so that every
+    /// relay, not only the first, starts its next leg at a SYN. Off, the
+    /// relays keep the kernel's default (1): the Hello follows the handshake.
+    peer_tfo: bool,
     pool: bool,
     tfo: bool,
     turbo: bool,
@@ -1009,8 +1020,10 @@ impl Accel {
             _ => (false, false, false, false),
         };
         Accel {
+            minimal: config == Config::Default,
             early_syn,
-            zero_rtt: early_syn,
+            zero_rtt: true,
+            peer_tfo: early_syn,
             pool,
             tfo,
             turbo,
@@ -1076,8 +1089,13 @@ fn relay_config(
         None => "direct".to_owned(),
     };
     conf.push_str(&format!(
-        "[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"{via}\"\n\n[direct]\ncongestion = \"{right_cc}\"\n"
+        "[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"{via}\"\n"
     ));
+    if accel.minimal {
+        // The README's minimal config: listeners, peer, route. Nothing else.
+        return Ok(conf);
+    }
+    conf.push_str(&format!("\n[direct]\ncongestion = \"{right_cc}\"\n"));
     if i == 0 {
         // The client leg: the relay sends the downloads on these sockets.
         conf.push_str(&format!(
@@ -1087,12 +1105,11 @@ fn relay_config(
     }
     let early_syn = accel.early_syn && i == 0;
     let pool = accel.pool && i + 1 < relays.len();
-    if early_syn || accel.zero_rtt || pool || accel.tfo || accel.turbo {
-        conf.push_str(&format!(
-            "\n[accel]\nearly_syn = {early_syn}\nzero_rtt = {}\npool = {pool}\ntfo = {}\n",
-            accel.zero_rtt, accel.tfo
-        ));
-    }
+    // Every switch explicit: unset ones are on by default.
+    conf.push_str(&format!(
+        "\n[accel]\nearly_syn = {early_syn}\nzero_rtt = {}\npool = {pool}\ntfo = {}\n",
+        accel.zero_rtt, accel.tfo
+    ));
     if accel.turbo {
         // Every relay: the dialer installs routes to its peer, the acceptor
         // to its upstream relay, whose direction carries the downloads.
@@ -1116,6 +1133,17 @@ fn setup_splitway(
     let psk = dir.join("psk.key");
     write_file(&psk, random_psk_hex()?.as_bytes())?;
     let mut procs = Vec::new();
+    for relay in relays {
+        let tfo = if accel.peer_tfo || accel.tfo {
+            "3"
+        } else {
+            "1"
+        };
+        relay
+            .netns()
+            .sysctl("net.ipv4.tcp_fastopen", tfo)
+            .map_err(|e| LabError::peer("sysctl", relay.name(), e.to_string()))?;
+    }
     for (i, relay) in relays.iter().enumerate().rev() {
         let conf = relay_config(relays, i, &psk, accel, chain)?;
         let path = dir.join(format!("relay-{}.toml", relay.name()));
@@ -1142,8 +1170,32 @@ fn setup_splitway(
     // log a warning); never report such a run under the feature's name.
     procs.reverse(); // client side first, like `relays`
     let mut missing = Vec::new();
+    let mut decided = Vec::new();
     for (i, (relay, proc)) in relays.iter().zip(&procs).enumerate() {
         let status = relay_status(relay)?;
+        if accel.minimal {
+            // What the relay turned on by itself, for the note; early SYN
+            // (the intercepting relay) and the pool (every relay with a
+            // next relay) are what `default` is modelled with.
+            let state = |a: &str| {
+                status["accel"][a]["state"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_owned()
+            };
+            let active: Vec<&str> = ["early_syn", "pool", "zero_rtt", "tfo_peer", "tfo_client"]
+                .into_iter()
+                .filter(|a| state(a) == "active")
+                .collect();
+            decided.push(format!("{}: {}", relay.name(), active.join(" ")));
+            if i == 0 && state("early_syn") != "active" {
+                missing.push(format!("early SYN on {}", relay.name()));
+            }
+            if i + 1 < relays.len() && state("pool") != "active" {
+                missing.push(format!("the connection pool on {}", relay.name()));
+            }
+            continue;
+        }
         if accel.early_syn && i == 0 && status["early_syn"].is_null() {
             missing.push(format!(
                 "early SYN on {} ({})",
@@ -1172,7 +1224,12 @@ fn setup_splitway(
         note: Some(format!(
             "transparent: {} intercepts the client's port {HTTP_PORT} with TPROXY{}",
             relays[0].name(),
-            if accel.turbo {
+            if accel.minimal {
+                format!(
+                    "; README's minimal config, relays turned on: {}",
+                    decided.join("; ")
+                )
+            } else if accel.turbo {
                 format!("; Turbo-Start initcwnd/initrwnd {turbo_initcwnd} on relay-to-relay legs")
             } else {
                 String::new()
@@ -1206,13 +1263,17 @@ mod tests {
         assert_eq!(
             Accel::of(Config::Split),
             Accel {
+                minimal: false,
                 early_syn: false,
-                zero_rtt: false,
+                zero_rtt: true,
+                peer_tfo: false,
                 pool: false,
                 tfo: false,
                 turbo: false
             }
         );
+        assert!(Accel::of(Config::Default).minimal && !Accel::of(Config::Split).minimal);
+        assert!(Accel::of(Config::SplitEs).peer_tfo && !Accel::of(Config::Split).peer_tfo);
         assert!(Accel::of(Config::SplitEs).early_syn && !Accel::of(Config::SplitEs).pool);
         assert!(Accel::of(Config::SplitEs).zero_rtt && Accel::of(Config::Full).zero_rtt);
         assert!(Accel::of(Config::SplitEsPool).pool && !Accel::of(Config::SplitEsPool).turbo);

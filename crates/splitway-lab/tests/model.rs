@@ -2,7 +2,7 @@
 //! the numbers of the KTCP paper (section 4).
 
 use splitway_lab::model::{
-    Config, HTTP_RESPONSE_HEADER_BYTES, LinkModel, MSS, Mechanics, ModelParams, predict,
+    Config, HTTP_RESPONSE_HEADER_BYTES, LinkModel, MSS, Mechanics, ModelParams, RelayLeg, predict,
     predict_mechanics,
 };
 
@@ -124,15 +124,32 @@ fn ktcp_numbers() {
     assert_close(ttfb(&path, Config::FullTfo), total_rtt, "full+tfo ≈ 274 ms");
 }
 
-/// splitway's fresh peer legs are authenticated: with the challenge, one
-/// more RTT of the relay↔relay leg than the papers' split. With early SYN at
-/// the first relay and the 0-RTT Hello in the relay leg's SYN, the next relay
-/// dials the server when that SYN arrives: the papers' early SYN on every
-/// relay, without capturing SYNs there.
+/// splitway's fresh peer legs are authenticated: with the version-1
+/// challenge (now the fallback), one more RTT of the relay↔relay leg than
+/// the papers' split; with the Hello after the handshake (`split` since
+/// issue 13), none. With early SYN at the first relay and the 0-RTT Hello in
+/// the relay leg's SYN, the next relay dials the server when that SYN
+/// arrives: the papers' early SYN on every relay, without capturing SYNs
+/// there.
 #[test]
 fn splitway_split_pays_the_auth_round_trip_and_zero_rtt_removes_it() {
     let path = ktcp_path();
-    assert_close(ttfb(&path, Config::Split), 547.4 + 215.0, "split");
+    let challenge = Mechanics {
+        relay_leg: RelayLeg::Authenticated,
+        ..Config::Split.mechanics()
+    };
+    assert_close(ttfb_m(&path, challenge), 547.4 + 215.0, "challenge");
+    assert_close(ttfb(&path, Config::Split), 547.4, "split (Hello)");
+    assert_close(
+        ttfb(&path, Config::Split),
+        ttfb_m(&path, Mechanics::paper_split()),
+        "split = papers' split",
+    );
+    assert_close(
+        ttfb(&path, Config::Default),
+        ttfb(&path, Config::SplitEsPool),
+        "default = split+es+pool",
+    );
     assert_close(
         ttfb(&path, Config::SplitEs),
         ttfb_m(&path, Mechanics::paper_early_syn()),

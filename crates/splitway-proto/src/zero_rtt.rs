@@ -339,6 +339,32 @@ mod tests {
         assert_eq!(&from_acceptor[n..], b"reply");
     }
 
+    /// The default without TFO: the Challenge sent at accept comes first,
+    /// then the refusal that sends the dialer back to version 1, or a proof
+    /// that must still be the genuine one.
+    #[test]
+    fn after_the_challenge_a_reject_surfaces_and_a_forged_proof_fails() {
+        let challenge = crate::auth::Acceptor::new(vec![key(1)], [3; NONCE_LEN]).challenge();
+        let (mut dialer, _) = hello_bytes(key(1), 9, 1_000);
+        let mut rejected = challenge.clone();
+        rejected.extend_from_slice(&[FRAME_REJECT, RejectReason::Stale.code()]);
+        assert_eq!(
+            dialer.on_server_proof(&rejected).unwrap_err(),
+            AuthError::Rejected(RejectReason::Stale)
+        );
+        let (mut dialer, _) = hello_bytes(key(1), 9, 1_000);
+        let (other_hello, _) = on_hello(&[key(1)], &hello_bytes(key(1), 10, 1_000).1)
+            .unwrap()
+            .unwrap();
+        let mut forged = challenge;
+        forged.extend_from_slice(other_hello.proof());
+        assert_eq!(
+            dialer.on_server_proof(&forged).unwrap_err(),
+            AuthError::BadMac
+        );
+        assert!(!dialer.is_authenticated());
+    }
+
     #[test]
     fn dialer_sees_a_reject_in_place_of_the_proof() {
         let (mut dialer, _) = hello_bytes(key(1), 9, 1_000);

@@ -73,12 +73,55 @@ impl Default for Limits {
     }
 }
 
+/// An `[accel]` switch as written: unset means the relay decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Switch {
+    /// Not in the file: on wherever this relay's config and host allow it.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl Switch {
+    fn from_raw(v: Option<bool>) -> Switch {
+        match v {
+            None => Switch::Auto,
+            Some(true) => Switch::On,
+            Some(false) => Switch::Off,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Switch::Auto => "auto",
+            Switch::On => "on",
+            Switch::Off => "off",
+        }
+    }
+}
+
+/// The `[accel]` switches as the file set them, kept for status and
+/// `--check` (the booleans in [`Accel`] are what they resolved to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Requested {
+    pub early_syn: Switch,
+    pub pool: Switch,
+    pub tfo: Switch,
+    pub zero_rtt: Switch,
+}
+
 /// Connection-time accelerations (the KTCP paper's, plus TFO). Each has its
-/// own switch so the lab can measure them one by one.
+/// own switch so the lab can measure them one by one; unset switches are on
+/// wherever they work (see [`Switch::Auto`] and each field).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accel {
+    /// The switches as written.
+    pub requested: Requested,
     /// Start the next leg when the client's SYN arrives (tc BPF detector on
-    /// the tproxy listener's intercept interfaces).
+    /// the tproxy listener's intercept interfaces). Auto: on when a tproxy
+    /// listener has `intercept` (and strict mode is off); the relay runs
+    /// without it if the detector does not attach.
     pub early_syn: bool,
     /// At most this many early-started legs whose client has not been
     /// accepted yet; beyond it, legs start at accept (SYN-flood bound).
@@ -91,16 +134,23 @@ pub struct Accel {
     /// `early_syn_budget`; released legs wait `early_syn_expiry`.
     pub strict: bool,
     /// Keep pre-established, authenticated connections to each peer.
+    /// Auto: on when there is a `[[peer]]`.
     pub pool: bool,
-    /// Accept TCP Fast Open on client-facing listeners, and use
-    /// TCP_FASTOPEN_CONNECT on direct legs to servers.
+    /// Accept TCP Fast Open on client-facing listeners (the client chose
+    /// TFO; the kernel's server bit decides whether it works). Auto: on.
     pub tfo: bool,
+    /// Use TCP_FASTOPEN_CONNECT on direct legs to servers. Only with an
+    /// explicit `tfo = true`: SYN data may be replayed to a server that did
+    /// not ask for it, and middleboxes on the way to arbitrary servers drop
+    /// such SYNs (docs/deployment.md, "TCP Fast Open").
+    pub tfo_direct: bool,
     /// Turbo-start on relay↔relay legs only.
     pub turbo: Option<Turbo>,
-    /// 0-RTT peer legs: fresh (unpooled) legs to peers send an authenticated
-    /// Hello with the Header in their TCP Fast Open SYN, and peer listeners
-    /// accept such Hellos at the SYN, so the next relay starts its own next
-    /// leg half a round trip after the dial.
+    /// 0-RTT peer legs: fresh (unpooled) legs to peers open with an
+    /// authenticated Hello carrying the Header, and peer listeners take it,
+    /// so no round trip goes to a challenge. Where the kernel allows TCP
+    /// Fast Open the Hello rides the SYN (half a round trip after the dial);
+    /// otherwise the first segment after the handshake. Auto: on.
     pub zero_rtt: bool,
     /// How far a Hello's timestamp may be from this relay's clock; relays'
     /// clocks must agree to well within it (NTP).
@@ -123,12 +173,14 @@ pub struct Turbo {
 impl Default for Accel {
     fn default() -> Self {
         Accel {
+            requested: Requested::default(),
             early_syn: false,
             early_syn_budget: 1024,
             early_syn_expiry: Duration::from_secs(10),
             strict: false,
             pool: false,
             tfo: false,
+            tfo_direct: false,
             turbo: None,
             zero_rtt: false,
             zero_rtt_window: Duration::from_secs(10),
@@ -1258,14 +1310,32 @@ impl Config {
         };
 
         let mut accel = Accel::default();
-        if let Some(v) = table.get("accel")
-            && let Some(raw) = c.section::<RawAccel>("accel", v)
-        {
-            accel.early_syn = raw.early_syn.unwrap_or(false);
+        let intercepting = listeners
+            .iter()
+            .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some());
+        let raw_accel = match table.get("accel") {
+            Some(v) => c.section::<RawAccel>("accel", v),
+            None => Some(RawAccel::default()),
+        };
+        if let Some(raw) = raw_accel {
+            accel.requested = Requested {
+                early_syn: Switch::from_raw(raw.early_syn),
+                pool: Switch::from_raw(raw.pool),
+                tfo: Switch::from_raw(raw.tfo),
+                zero_rtt: Switch::from_raw(raw.zero_rtt),
+            };
             accel.strict = raw.strict.unwrap_or(false);
-            accel.pool = raw.pool.unwrap_or(false);
-            accel.tfo = raw.tfo.unwrap_or(false);
-            accel.zero_rtt = raw.zero_rtt.unwrap_or(false);
+            accel.early_syn = match accel.requested.early_syn {
+                Switch::Auto => intercepting && !accel.strict,
+                s => s == Switch::On,
+            };
+            accel.pool = match accel.requested.pool {
+                Switch::Auto => !peers.is_empty(),
+                s => s == Switch::On,
+            };
+            accel.tfo = accel.requested.tfo != Switch::Off;
+            accel.tfo_direct = accel.requested.tfo == Switch::On;
+            accel.zero_rtt = accel.requested.zero_rtt != Switch::Off;
             if let Some(t) = raw.zero_rtt_window
                 && let Some(d) = c.duration("accel.zero_rtt_window", &t)
             {
@@ -1315,21 +1385,13 @@ impl Config {
             {
                 accel.early_syn_expiry = d;
             }
-            if accel.early_syn
-                && !listeners
-                    .iter()
-                    .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some())
-            {
+            if accel.early_syn && !intercepting {
                 c.err(
                     "accel.early_syn",
                     "needs a tproxy listener with `intercept` (its interfaces and ports are where SYNs are watched)",
                 );
             }
-            if accel.strict
-                && !listeners
-                    .iter()
-                    .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some())
-            {
+            if accel.strict && !intercepting {
                 c.err(
                     "accel.strict",
                     "needs a tproxy listener with `intercept` (the relay holds the SYNs its rules intercept)",
@@ -1344,6 +1406,28 @@ impl Config {
                         c.err(
                             format!("listen[{i}].accept_proxy_protocol"),
                             "cannot be combined with accel.early_syn or accel.strict on a tproxy listener (they dial the server at the SYN, before the header names the client)",
+                        );
+                    }
+                }
+            }
+        }
+        if accel.turbo.is_some() {
+            // Each peer listener's allow_clients prefix becomes a turbo-start
+            // route: a broad one would give client and server legs inside it
+            // turbo windows too. Upstream relays outside them get a host
+            // route when they authenticate.
+            for (i, l) in listeners.iter().enumerate() {
+                if l.mode != ListenMode::Peer {
+                    continue;
+                }
+                for (j, n) in l.allow_clients.iter().enumerate() {
+                    let narrowest_broad = if n.addr().is_ipv4() { 24 } else { 64 };
+                    if n.prefix_len() < narrowest_broad {
+                        c.err(
+                            format!("listen[{i}].allow_clients[{j}]"),
+                            format!(
+                                "{n} is broader than /{narrowest_broad}: with [accel.turbo] each prefix becomes a turbo-start route, so clients and servers inside it would get turbo windows too; list the upstream relays by /{narrowest_broad} or narrower (or turn turbo off)"
+                            ),
                         );
                     }
                 }
@@ -1739,6 +1823,72 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.warnings().len(), 1);
+    }
+
+    const RC: &str = "name = \"rc\"\npsk_file = \"psk.key\"\n\
+        [[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
+        intercept = { interfaces = [\"eth0\"], ports = [80] }\n\
+        [[peer]]\nname = \"rs\"\naddr = \"10.0.12.2:7100\"\n\
+        [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"rs\"\n";
+
+    #[test]
+    fn unset_accel_switches_are_on_where_they_apply() {
+        // Nothing to pool to, nowhere to watch SYNs: those stay off.
+        let cfg = Config::parse_str(MINIMAL).unwrap();
+        assert_eq!(cfg.accel.requested, Requested::default());
+        assert_eq!(cfg.accel.requested.pool, Switch::Auto);
+        assert!(!cfg.accel.pool && !cfg.accel.early_syn);
+        assert!(cfg.accel.zero_rtt && cfg.accel.tfo);
+        assert!(!cfg.accel.tfo_direct, "TFO to servers is opt-in");
+        // A peer and an intercepting listener: pool and early SYN too.
+        let cfg = with_psk(RC).unwrap();
+        assert!(cfg.accel.pool && cfg.accel.early_syn && cfg.accel.zero_rtt);
+        // Each can be turned off; tfo = true also covers direct legs.
+        let cfg = with_psk(&format!(
+            "{RC}[accel]\npool = false\nearly_syn = false\nzero_rtt = false\ntfo = true\n"
+        ))
+        .unwrap();
+        assert!(!cfg.accel.pool && !cfg.accel.early_syn && !cfg.accel.zero_rtt);
+        assert!(cfg.accel.tfo && cfg.accel.tfo_direct);
+        assert_eq!(cfg.accel.requested.pool, Switch::Off);
+        assert_eq!(cfg.accel.requested.tfo, Switch::On);
+        let cfg = with_psk(&format!("{RC}[accel]\ntfo = false\n")).unwrap();
+        assert!(!cfg.accel.tfo && !cfg.accel.tfo_direct);
+        // Strict replaces the detector: auto early SYN stays off with it.
+        let cfg = with_psk(&format!("{RC}[accel]\nstrict = true\n")).unwrap();
+        assert!(cfg.accel.strict && !cfg.accel.early_syn);
+        // Insisting on early SYN without an intercepting listener is an error.
+        let issues =
+            Config::parse_str(&format!("{MINIMAL}[accel]\nearly_syn = true\n")).unwrap_err();
+        assert!(
+            issues.iter().any(|i| i.key == "accel.early_syn"),
+            "{issues:?}"
+        );
+    }
+
+    #[test]
+    fn turbo_refuses_broad_upstream_prefixes() {
+        let rs = |prefix: &str| {
+            format!(
+                "name = \"rs\"\npsk_file = \"psk.key\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:7100\"\n\
+                 allow_clients = [\"10.0.12.0/24\", \"{prefix}\"]\n\
+                 [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n[accel]\nturbo = {{ initcwnd = 40 }}\n"
+            )
+        };
+        for broad in ["0.0.0.0/0", "10.0.0.0/8", "fd00::/48"] {
+            let issues = with_psk(&rs(broad)).unwrap_err();
+            assert!(
+                issues
+                    .iter()
+                    .any(|i| i.key == "listen[0].allow_clients[1]" && i.message.contains("turbo")),
+                "{broad}: {issues:?}"
+            );
+        }
+        for narrow in ["10.0.13.0/24", "192.0.2.7/32", "fd00:1::/64"] {
+            assert!(with_psk(&rs(narrow)).is_ok(), "{narrow}");
+        }
+        // Without turbo a broad prefix is only an ACL.
+        assert!(with_psk(&rs("0.0.0.0/0").replace("turbo = { initcwnd = 40 }", "")).is_ok());
     }
 
     #[test]

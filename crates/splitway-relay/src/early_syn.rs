@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,13 @@ pub struct EarlyStarts {
     expiry: Duration,
     pub stats: EarlyStats,
     metrics: Arc<Metrics>,
+    /// The SYN detector feeding this table stopped: nothing new arrives.
+    dead: AtomicBool,
+    /// `Accepted` markers in the table. They would grow with connection
+    /// rate × expiry, so they get a budget of their own (the same size):
+    /// beyond it an accept leaves none, and a late SYN event may start a
+    /// leg that the legs' budget bounds and the expiry closes.
+    markers: AtomicUsize,
 }
 
 fn canonical(a: SocketAddr) -> SocketAddr {
@@ -90,6 +97,8 @@ impl EarlyStarts {
             expiry,
             stats: EarlyStats::default(),
             metrics,
+            dead: AtomicBool::new(false),
+            markers: AtomicUsize::new(0),
         }
     }
 
@@ -186,18 +195,35 @@ impl EarlyStarts {
 
     /// The accepted connection's early-started leg, if any.
     pub fn take(&self, client: SocketAddr, dst: SocketAddr) -> Option<Started> {
+        // No detector, no early legs: accepts are not misses of it either.
+        if self.dead.load(Relaxed) {
+            return None;
+        }
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
         // Either way the 4-tuple is now accepted: a SYN event still queued
         // behind the accept (a retransmit, on a loaded host) must not start
-        // a leg, so a tombstone stays until the sweep.
-        let previous = shard.insert(
-            key,
-            Entry {
+        // a leg, so a marker stays until the sweep (within its budget).
+        let previous = shard.remove(&key);
+        let was_marker = matches!(
+            previous,
+            Some(Entry {
                 slot: Slot::Accepted,
-                born: Instant::now(),
-            },
+                ..
+            })
         );
+        if was_marker || self.markers.load(Relaxed) < self.budget {
+            shard.insert(
+                key,
+                Entry {
+                    slot: Slot::Accepted,
+                    born: Instant::now(),
+                },
+            );
+            if !was_marker {
+                self.markers.fetch_add(1, Relaxed);
+            }
+        }
         drop(shard);
         match previous {
             Some(Entry {
@@ -220,13 +246,18 @@ impl EarlyStarts {
         for shard in &self.shards {
             let mut map = shard.lock().expect("early table lock");
             let mut gone = 0;
+            let mut markers = 0;
             map.retain(|_, e| {
                 let keep = e.born.elapsed() < self.expiry;
-                if !keep && matches!(e.slot, Slot::Started(_)) {
-                    gone += 1;
+                if !keep {
+                    match e.slot {
+                        Slot::Started(_) => gone += 1,
+                        Slot::Accepted => markers += 1,
+                    }
                 }
                 keep
             });
+            self.markers.fetch_sub(markers, Relaxed);
             if gone > 0 {
                 self.in_table.fetch_sub(gone, Relaxed);
                 self.count(&self.stats.expired, EarlySynOutcome::Expired, gone as u64);
@@ -238,10 +269,19 @@ impl EarlyStarts {
         self.in_table.load(Relaxed)
     }
 
+    /// The detector stopped for good: status says so instead of counting on.
+    pub fn detector_died(&self) {
+        self.dead.store(true, Relaxed);
+    }
+
     pub fn status(&self) -> serde_json::Value {
+        if self.dead.load(Relaxed) {
+            return serde_json::json!({"detector": "dead"});
+        }
         serde_json::json!({
             "pending": self.pending(),
             "budget": self.budget,
+            "markers": self.markers.load(Relaxed),
             "started": self.stats.started.load(Relaxed),
             "hits": self.stats.hits.load(Relaxed),
             "misses": self.stats.misses.load(Relaxed),
@@ -272,4 +312,37 @@ pub fn admissible(shared: &Shared, client: SocketAddr) -> Result<(), DenyReason>
         .limiter
         .would_admit(Some(ip))
         .map_err(Refused::reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 1, 1], port))
+    }
+
+    /// Accepts leave markers only within the budget, and the sweep takes
+    /// them away: the table cannot grow with connection rate × expiry.
+    #[test]
+    fn accept_markers_are_bounded_by_the_budget_and_swept() {
+        let early = EarlyStarts::new(4, Duration::ZERO, Arc::new(Metrics::new()));
+        let dst = SocketAddr::from(([10, 0, 3, 2], 80));
+        for port in 0..100 {
+            assert!(early.take(addr(port), dst).is_none());
+        }
+        let entries: usize = early.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        assert_eq!(entries, 4, "markers in the table");
+        assert_eq!(early.markers.load(Relaxed), 4);
+        assert_eq!(early.stats.misses.load(Relaxed), 100);
+        early.sweep();
+        let entries: usize = early.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        assert_eq!(entries, 0);
+        assert_eq!(early.markers.load(Relaxed), 0);
+        // A dead detector: accepts neither consult the table nor count.
+        early.detector_died();
+        assert!(early.take(addr(1), dst).is_none());
+        assert_eq!(early.stats.misses.load(Relaxed), 100);
+        assert_eq!(early.status()["detector"], "dead");
+    }
 }

@@ -1,6 +1,7 @@
 //! splitway-relay: the data path of a split-TCP relay.
 //!
 //! - `config`: the TOML file, validated as a whole
+//! - `accel`: what each acceleration does on this host, and why
 //! - `route`: destination prefix → next relay or direct
 //! - `ingress`: listeners (TPROXY, SOCKS5, HTTP CONNECT, peer) and their handshakes
 //! - `limits`: global and per-client connection caps
@@ -17,8 +18,10 @@
 //! - `tuning`: per-leg socket options
 //! - `transparent`: server legs sent from the client's own address
 //! - `relay`: startup, admin API, shutdown and drain
+//! - `resolve`: domain-name destinations, resolved without blocking threads
 //! - `reload`: re-reading the config file while running (SIGHUP, `POST /reload`)
 
+pub mod accel;
 pub mod config;
 pub mod control;
 pub mod early_syn;
@@ -34,6 +37,7 @@ pub mod pool;
 pub mod proxy_header;
 pub mod relay;
 pub mod reload;
+pub mod resolve;
 pub mod route;
 pub mod session;
 pub mod strict;

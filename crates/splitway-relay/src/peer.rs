@@ -4,9 +4,12 @@
 //! in one write, then (concurrently with forwarding client data) read the
 //! ServerProof and the Reply. Acceptor (downstream): send the Challenge at
 //! accept, verify the Response, send the ServerProof, read the Header.
-//! With `[accel] zero_rtt` the dialer speaks first instead: a Hello with the
-//! Header rides its TCP Fast Open SYN and the acceptor acts on it at once,
-//! guarded by a replay window. `docs/protocol.md` has the frames byte by byte.
+//! By default (`[accel] zero_rtt` unset or on) the dialer speaks first
+//! instead: a Hello with the Header, in its TCP Fast Open SYN where the
+//! kernel allows it and in the first segment after the handshake otherwise,
+//! and the acceptor acts on it at once, guarded by a replay window. The
+//! challenge is the fallback for a peer that refuses the Hello.
+//! `docs/protocol.md` has the frames byte by byte.
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,7 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
 use rustls::ServerConfig;
-use splitway_control::metrics::{AuthFailureReason, Metrics, ZeroRttOutcome};
+use splitway_control::metrics::{
+    AuthFailureReason, LegSide, Metrics, PeerHandshake, ZeroRttOutcome,
+};
 use splitway_proto::auth::{
     Acceptor, AuthError, Dialer, FRAME_HELLO, NONCE_LEN, Psk, RejectReason,
 };
@@ -183,9 +188,9 @@ async fn answer_challenge(
 
 /// Connects to `peer`, authenticates and sends `header` (and the client's
 /// first bytes) in the same write as our Response; the peer's proof is read
-/// later, with its Reply. With `zero_rtt` (plain legs only) a Hello in the
-/// SYN replaces the challenge; a peer that refuses it is dialed again with
-/// the challenge handshake, the same bytes resent.
+/// later, with its Reply. With `zero_rtt` (plain legs only) a Hello replaces
+/// the challenge, in the SYN with `fast_open`; a peer that refuses it is
+/// dialed again with the challenge handshake, the same bytes resent.
 #[allow(clippy::too_many_arguments)]
 pub async fn dial(
     peer: &Peer,
@@ -195,12 +200,24 @@ pub async fn dial(
     timeouts: &Timeouts,
     turbo_buffer: Option<usize>,
     zero_rtt: bool,
+    fast_open: bool,
     metrics: &Metrics,
 ) -> Result<PeerLeg, ConnError> {
     if zero_rtt && peer.tls.is_none() {
-        match dial_hello(peer, psk, header, early_data, timeouts, turbo_buffer).await {
+        match dial_hello(
+            peer,
+            psk,
+            header,
+            early_data,
+            timeouts,
+            turbo_buffer,
+            fast_open,
+        )
+        .await
+        {
             Ok(leg) => {
                 metrics.zero_rtt(ZeroRttOutcome::Sent);
+                metrics.peer_handshake(LegSide::Dial, hello_kind(&leg.stream));
                 return Ok(leg);
             }
             Err(HelloDial::Refused(reason)) => {
@@ -223,6 +240,7 @@ pub async fn dial(
             op: "send header",
             source,
         })?;
+    metrics.peer_handshake(LegSide::Dial, PeerHandshake::Challenge);
     Ok(PeerLeg {
         stream,
         peer: peer.name.clone(),
@@ -230,6 +248,17 @@ pub async fn dial(
         buf: Vec::new(),
         tls,
     })
+}
+
+/// Whether a Hello rode the SYN: the kernel knows whether SYN data was
+/// acknowledged (taken by the listener), on both ends.
+fn hello_kind(stream: &TcpStream) -> PeerHandshake {
+    // A failed TCP_INFO read only loses the distinction, not the count.
+    if splitway_sys::sock::syn_data_acked(stream).unwrap_or(false) {
+        PeerHandshake::HelloSyn
+    } else {
+        PeerHandshake::Hello
+    }
 }
 
 enum HelloDial {
@@ -252,11 +281,14 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The 0-RTT dial: Hello ‖ Header ‖ first bytes as the first write of a TFO
-/// socket, then the peer's proof. Waiting for the proof costs nothing: the
-/// acceptor sends it at the SYN, so it comes back with the SYN-ACK, before
-/// which no further byte could leave anyway; and until it is in, the client
-/// bytes we were given are still ours to resend on a fallback.
+/// The 0-RTT dial: Hello ‖ Header ‖ first bytes as the first write (of a
+/// TFO socket with `fast_open`), then the peer's proof. Waiting for the
+/// proof costs nothing in the SYN: the acceptor sends it at the SYN, so it
+/// comes back with the SYN-ACK, before which no further byte could leave
+/// anyway. Without TFO it holds back only client bytes beyond the first
+/// write, which the Reply (a round trip later still) would not release
+/// sooner. Until the proof is in, the client bytes we were given are still
+/// ours to resend on a fallback.
 async fn dial_hello(
     peer: &Peer,
     psk: &Psk,
@@ -264,8 +296,9 @@ async fn dial_hello(
     early_data: &[u8],
     timeouts: &Timeouts,
     turbo_buffer: Option<usize>,
+    fast_open: bool,
 ) -> Result<PeerLeg, HelloDial> {
-    let stream = connect(peer, timeouts, turbo_buffer, true).await?;
+    let stream = connect(peer, timeouts, turbo_buffer, fast_open).await?;
     let mut dialer = Dialer::new(psk.clone(), nonce());
     let mut encoded = Vec::with_capacity(header.encoded_len());
     header.encode(&mut encoded);
@@ -698,6 +731,7 @@ async fn authenticate(
                 .write_all(&proof)
                 .await
                 .map_err(client_io("send proof"))?;
+            metrics.peer_handshake(LegSide::Accept, PeerHandshake::Challenge);
             Ok(Authenticated::Challenged(buf))
         }
         FirstFrame::Hello(hello) => {
@@ -727,6 +761,7 @@ async fn authenticate(
                 .await
                 .map_err(client_io("send proof"))?;
             metrics.zero_rtt(ZeroRttOutcome::Accepted);
+            metrics.peer_handshake(LegSide::Accept, hello_kind(stream.tcp));
             Ok(Authenticated::Hello {
                 header: hello.header,
                 rest: buf,

@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use splitway_control::metrics::{Metrics, Mode};
+use splitway_control::metrics::{AccelName, AccelState, Metrics, Mode};
 use splitway_sys::tproxy::{InterceptSpec, Interception};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::accel::{self, AccelStatus, HostFacts};
 use crate::config::{Config, ListenMode, Peer, Turbo, Via};
 use crate::control::{ConnRegistry, Live, LogControl, RelayAdmin};
 use crate::early_syn::EarlyStarts;
@@ -62,6 +63,8 @@ pub struct Shared {
     pub accept_paths: Arc<[Vec<Arc<AcceptCount>>]>,
     /// This relay's listening ports: a destination there is refused.
     pub own: Arc<OwnListeners>,
+    /// Each acceleration's effective state (`/status`, `/metrics`).
+    pub accel: Arc<AccelStatus>,
 }
 
 /// The snapshot new connections start on, swapped by a reload.
@@ -168,6 +171,7 @@ impl Shared {
             hellos: self.hellos.clone(),
             accept_paths: self.accept_paths.clone(),
             own: self.own.clone(),
+            accel: self.accel.clone(),
         }
     }
 }
@@ -287,12 +291,14 @@ impl Shared {
                 "source": if r.reveal.client_source { "client" } else { "relay" },
             })).collect::<Vec<_>>(),
             "early_syn": self.early.as_ref().map(|e| e.status()),
+            // Effective states: what runs, not what the file asked for.
+            "accel": self.accel.json(),
             "features": {
                 "data_path": format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
-                "early_syn": self.cfg.accel.early_syn,
+                "early_syn": self.accel.state(AccelName::EarlySyn) == AccelState::Active,
                 "strict": self.cfg.accel.strict,
-                "pool": self.cfg.accel.pool,
-                "tfo": self.cfg.accel.tfo,
+                "pool": self.accel.state(AccelName::Pool) == AccelState::Active,
+                "tfo": self.accel.state(AccelName::TfoClient) == AccelState::Active,
                 "zero_rtt": self.cfg.accel.zero_rtt.then(|| json!({
                     "window_ms": self.cfg.accel.zero_rtt_window.as_millis() as u64,
                 })),
@@ -413,24 +419,7 @@ impl Relay {
                 })?);
             }
         }
-        if cfg.accel.tfo && !splitway_sys::sock::fastopen_server_enabled() {
-            warn!(
-                "accel.tfo is on but net.ipv4.tcp_fastopen lacks the server bit (2): clients' SYN data will not be accepted"
-            );
-        }
-        if cfg.accel.zero_rtt {
-            let peer_listener = cfg.listeners.iter().any(|l| l.mode == ListenMode::Peer);
-            if peer_listener && !splitway_sys::sock::fastopen_server_enabled() {
-                warn!(
-                    "accel.zero_rtt is on but net.ipv4.tcp_fastopen lacks the server bit (2): upstream relays' hellos arrive a round trip later, after the handshake"
-                );
-            }
-            if !cfg.peers.is_empty() && !splitway_sys::sock::fastopen_client_enabled() {
-                warn!(
-                    "accel.zero_rtt is on but net.ipv4.tcp_fastopen lacks the client bit (1): hellos to peers leave after the handshake, not in the SYN"
-                );
-            }
-        }
+        let mut host = HostFacts::read();
         let admin = match cfg.admin {
             Some(a) => Some(splitway_control::bind(a).await?),
             None => None,
@@ -468,16 +457,26 @@ impl Relay {
                     (i, p)
                 });
             match SynWatch::attach(&interfaces, &ports) {
-                Ok(w) => (
-                    Some(Arc::new(EarlyStarts::new(
-                        cfg.accel.early_syn_budget,
-                        cfg.accel.early_syn_expiry,
-                        metrics.clone(),
-                    ))),
-                    Some(w),
-                ),
+                Ok(w) => {
+                    host.early_syn = Some(Ok(format!(
+                        "BPF SYN detector attached on {} ({:?})",
+                        interfaces.join(", "),
+                        w.hook()
+                    )));
+                    (
+                        Some(Arc::new(EarlyStarts::new(
+                            cfg.accel.early_syn_budget,
+                            cfg.accel.early_syn_expiry,
+                            metrics.clone(),
+                        ))),
+                        Some(w),
+                    )
+                }
                 Err(e) => {
-                    warn!(error = %e, "early SYN unavailable (BPF SYN detector did not attach); legs start at accept");
+                    host.early_syn = Some(Err(format!(
+                        "BPF SYN detector did not attach: {}",
+                        accel::bpf_hint(&e.to_string())
+                    )));
                     (None, None)
                 }
             }
@@ -497,7 +496,7 @@ impl Relay {
             for (addr, len) in cfg
                 .peers
                 .iter()
-                .map(|p| (p.addr.ip(), None))
+                .map(|p| (p.addr.ip().to_canonical(), None))
                 .chain(peer_prefixes.map(|n| (n.addr(), Some(n.prefix_len()))))
             {
                 let r = install_turbo(addr, len, t).map_err(|e| {
@@ -533,7 +532,24 @@ impl Relay {
                 .filter_map(|l| l.local_addr().ok())
                 .map(|a| a.port()),
         );
+        let plan = accel::plan(&cfg, &host);
+        for e in &plan {
+            match e.state {
+                AccelState::Unavailable => {
+                    warn!(accel = %e.name, requested = e.requested, reason = %e.reason, "acceleration unavailable")
+                }
+                state => {
+                    info!(accel = %e.name, requested = e.requested, %state, reason = %e.reason, "acceleration")
+                }
+            }
+        }
+        let accel = Arc::new(AccelStatus::new(
+            plan,
+            metrics.clone(),
+            host.peer_fast_open(&cfg),
+        ));
         let shared = Arc::new(Shared {
+            accel,
             accept_paths,
             own: Arc::new(own),
             turbo_routes: Arc::new(std::sync::Mutex::new(turbo_routes)),
@@ -643,6 +659,12 @@ impl Relay {
                             Ok(ev) => early.on_syn(current.refresh(&mut snapshot), ev.client, ev.original_dst, ev.ttl),
                             Err(e) => {
                                 warn!(error = %e, "SYN detector failed; early SYN off from now on");
+                                early.detector_died();
+                                current.load().accel.set(
+                                    AccelName::EarlySyn,
+                                    AccelState::Unavailable,
+                                    format!("BPF SYN detector failed while running: {e}; legs start at accept"),
+                                );
                                 break;
                             }
                         },

@@ -217,10 +217,27 @@ impl Reloader {
         });
 
         // Run-time state shared by every snapshot.
+        old.accel.replan(
+            splitway_control::metrics::AccelName::Pool,
+            &crate::accel::plan(&cfg, &crate::accel::HostFacts::read()),
+        );
         old.limiter.set_limits(cfg.limits);
         old.live.set_idle(cfg.timeouts.idle);
         if self.syn_watch {
             old.live.set_early_syn(cfg.accel.early_syn);
+        }
+        {
+            // Routes to peers the new file no longer has go now, not at
+            // exit (an upstream relay at the same address learns its route
+            // again when it next authenticates).
+            let mut routes = old.turbo_routes.lock().expect("turbo lock");
+            for p in &old.cfg.peers {
+                let addr = p.addr.ip().to_canonical();
+                let kept = cfg.peers.iter().any(|n| n.addr.ip().to_canonical() == addr);
+                if !kept && routes.remove(&addr).is_some() {
+                    info!(peer = %p.name, %addr, "reload: turbo-start route to a removed peer removed");
+                }
+            }
         }
         if let Some(t) = cfg.accel.turbo {
             let mut routes = old.turbo_routes.lock().expect("turbo lock");
@@ -336,7 +353,12 @@ impl Plan {
             }
         }
         self.needs_restart.extend(sockets);
-        self.restart_if("accel.tfo", &o.accel.tfo, &new.accel.tfo);
+        // Listener TFO is set at start; direct legs' TFO goes with it.
+        self.restart_if(
+            "accel.tfo",
+            &(o.accel.tfo, o.accel.tfo_direct),
+            &(new.accel.tfo, new.accel.tfo_direct),
+        );
         // Peer listeners' TFO and the replay window are set up at start.
         self.restart_if("accel.zero_rtt", &o.accel.zero_rtt, &new.accel.zero_rtt);
         self.restart_if(
@@ -388,6 +410,7 @@ impl Plan {
         new.name = o.name.clone();
         new.admin = o.admin;
         new.accel.tfo = o.accel.tfo;
+        new.accel.tfo_direct = o.accel.tfo_direct;
         new.accel.zero_rtt = o.accel.zero_rtt;
         new.accel.zero_rtt_window = o.accel.zero_rtt_window;
         new.accel.turbo = o.accel.turbo;

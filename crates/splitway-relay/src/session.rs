@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use splitway_control::metrics::{CloseReason, Direction, Mode, Path};
+use splitway_control::metrics::{CloseReason, Direction, LegSide, Mode, Path, PeerHandshake};
 use splitway_proto::Destination;
 use splitway_proto::header::{FLAG_OPTIMISTIC, Header, ReplyStatus};
 use splitway_proto::{http_connect, socks5};
@@ -105,18 +105,7 @@ pub struct LegRequest {
 async fn resolve(dst: &Destination) -> Result<SocketAddr, ConnError> {
     match dst {
         Destination::Ip(a) => Ok(SocketAddr::new(a.ip().to_canonical(), a.port())),
-        Destination::Domain { host, port } => {
-            let mut addrs = tokio::net::lookup_host((host.as_str(), *port))
-                .await
-                .map_err(|e| ConnError::Resolve {
-                    host: host.clone(),
-                    detail: e.to_string(),
-                })?;
-            addrs.next().ok_or_else(|| ConnError::Resolve {
-                host: host.clone(),
-                detail: "no addresses".into(),
-            })
-        }
+        Destination::Domain { host, port } => crate::resolve::lookup(host, *port).await,
     }
 }
 
@@ -141,7 +130,7 @@ async fn connect_direct(
     if let Some(client) = from_client {
         crate::transparent::bind_as_client(&sock, client, dst)?;
     }
-    if shared.cfg.accel.tfo && has_early_data {
+    if shared.cfg.accel.tfo_direct && has_early_data {
         // The client's first bytes will leave in our SYN (server speaks
         // second, so a write is sure to come).
         splitway_sys::sock::set_fastopen_connect(&sock)
@@ -215,7 +204,12 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
             });
             let early = std::mem::take(&mut inbound.early_data);
             let leg = match pooled {
-                Some(c) => c.carry(&peer.name, &header, &early).await,
+                Some(c) => {
+                    shared
+                        .metrics
+                        .peer_handshake(LegSide::Dial, PeerHandshake::Pooled);
+                    c.carry(&peer.name, &header, &early).await
+                }
                 None => {
                     let turbo_buffer = shared.cfg.accel.turbo.map(|t| t.buffer);
                     peer::dial(
@@ -226,6 +220,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                         &shared.cfg.timeouts,
                         turbo_buffer,
                         shared.cfg.accel.zero_rtt,
+                        shared.accel.peer_fast_open,
                         &shared.metrics,
                     )
                     .await

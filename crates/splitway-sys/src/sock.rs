@@ -118,6 +118,8 @@ pub fn set_linger_zero(sock: &impl AsRawFd) -> io::Result<()> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TcpInfo {
     pub state: u8,
+    /// `tcpi_options` (`TCPI_OPT_*` bits).
+    pub options: u8,
     pub rtt_us: u32,
     pub snd_cwnd: u32,
     pub snd_mss: u32,
@@ -212,6 +214,7 @@ pub fn tcp_info(sock: &impl AsRawFd) -> Result<TcpInfo, SysError> {
     }
     Ok(TcpInfo {
         state: info.state,
+        options: info.options,
         rtt_us: info.rtt,
         snd_cwnd: info.snd_cwnd,
         snd_mss: info.snd_mss,
@@ -220,6 +223,16 @@ pub fn tcp_info(sock: &impl AsRawFd) -> Result<TcpInfo, SysError> {
         bytes_acked: info.bytes_acked,
         bytes_received: info.bytes_received,
     })
+}
+
+/// `TCPI_OPT_SYN_DATA`: the SYN (sent or received) carried data that the
+/// other end acknowledged, i.e. a TCP Fast Open exchange took place.
+const TCPI_OPT_SYN_DATA: u8 = 32;
+
+/// Whether this connection's SYN carried data the receiver took (TFO), on
+/// either end.
+pub fn syn_data_acked(sock: &impl AsRawFd) -> Result<bool, SysError> {
+    Ok(tcp_info(sock)?.options & TCPI_OPT_SYN_DATA != 0)
 }
 
 /// `TCP_FASTOPEN` on a listener: accept data carried in SYNs, with a queue
@@ -261,10 +274,14 @@ pub fn fastopen_client_enabled() -> bool {
 }
 
 fn fastopen_sysctl_has(bit: u32) -> bool {
+    fastopen_sysctl().is_some_and(|v| v & bit != 0)
+}
+
+/// `net.ipv4.tcp_fastopen` of this network namespace, if readable.
+pub fn fastopen_sysctl() -> Option<u32> {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
-        .is_some_and(|v| v & bit != 0)
 }
 
 /// Raises this process's open-file soft limit to its hard limit (a relay

@@ -424,6 +424,21 @@ fn render_status(status: &Value) -> String {
         turbo,
     );
 
+    // Effective states (older relays send none).
+    if let Value::Object(accel) = &status["accel"] {
+        let _ = writeln!(out, "accelerations (state, as requested: why):");
+        let width = accel.keys().map(String::len).max().unwrap_or(0);
+        for (name, a) in accel {
+            let _ = writeln!(
+                out,
+                "  {name:<width$}  {:<11}  {:<4}  {}",
+                text(&a["state"]),
+                text(&a["requested"]),
+                text(&a["reason"]),
+            );
+        }
+    }
+
     let active = &status["connections_active"];
     let modes = ["tproxy", "socks5", "http_connect", "peer"];
     let total: i64 = modes.iter().filter_map(|m| active[*m].as_i64()).sum();
@@ -433,7 +448,11 @@ fn render_status(status: &Value) -> String {
         .collect();
     let _ = writeln!(out, "active connections: {total} ({})", by_mode.join(", "));
 
-    if let Value::Object(early) = &status["early_syn"] {
+    if let Value::Object(early) = &status["early_syn"]
+        && early.get("detector").and_then(Value::as_str) == Some("dead")
+    {
+        let _ = writeln!(out, "early SYN: detector dead, legs start at accept");
+    } else if let Value::Object(early) = &status["early_syn"] {
         let _ = writeln!(
             out,
             "early SYN: {} pending of {} budget; started {}, hits {}, misses {}, duplicates {}, over budget {}, expired {}",
@@ -744,6 +763,10 @@ mod tests {
             ],
             "early_syn": {"pending": 1, "budget": 1024, "started": 50, "hits": 48,
                           "misses": 2, "duplicates": 5, "over_budget": 0, "expired": 1},
+            "accel": {
+                "early_syn": {"requested": "auto", "state": "active", "reason": "BPF SYN detector attached on eth0"},
+                "tfo_client": {"requested": "auto", "state": "unavailable", "reason": "net.ipv4.tcp_fastopen = 1 lacks the server bit (2)"},
+            },
             "features": {"data_path": "auto", "early_syn": true, "pool": true, "tfo": false,
                          "turbo_start": {"initcwnd": 64, "initrwnd": 64, "buffer": 8388608, "routes": []}},
             "connections_active": {"tproxy": 3, "socks5": 1, "http_connect": 0, "peer": 0},
@@ -791,6 +814,8 @@ mod tests {
         for expected in [
             "relay rc  (splitway 0.1.0)  up 2h 03m 10s",
             "features: data path auto, early SYN on, pool on, TFO off, turbo-start initcwnd 64 initrwnd 64",
+            "  early_syn   active       auto  BPF SYN detector attached on eth0",
+            "  tfo_client  unavailable  auto  net.ipv4.tcp_fastopen = 1 lacks the server bit (2)",
             "active connections: 4 (tproxy 3, socks5 1, http_connect 0, peer 0)",
             "early SYN: 1 pending of 1024 budget; started 50, hits 48",
             "  tproxy  0.0.0.0:7000    eth0 ports 80,443",

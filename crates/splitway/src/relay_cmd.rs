@@ -88,6 +88,25 @@ pub fn run(
             cfg.peers.len(),
             cfg.routes.len()
         );
+        // What each acceleration will do here: the detector is loaded (and
+        // on TCX kernels attached to lo and detached) to find out.
+        let mut host = splitway_relay::accel::HostFacts::read();
+        if cfg.accel.early_syn && !cfg.accel.strict {
+            host.early_syn = Some(
+                splitway_sys::bpf::SynWatch::probe()
+                    .map(|()| "the BPF SYN detector loads and attaches on this host".to_owned())
+                    .map_err(|e| {
+                        format!(
+                            "BPF attach failed: {}",
+                            splitway_relay::accel::bpf_hint(&e.to_string())
+                        )
+                    }),
+            );
+        }
+        print!(
+            "{}",
+            splitway_relay::accel::describe(&splitway_relay::accel::plan(&cfg, &host))
+        );
         return Ok(ExitCode::SUCCESS);
     }
     // Taken before any thread exists; the fds are ours from here on.

@@ -1,7 +1,8 @@
 //! Connection-time accelerations through real relays in namespaces: early
 //! SYN pairing (retransmits, expiry, flood budget), the relay↔relay pool
 //! (dead connections skipped, refill after a peer restart) and turbo-start
-//! windows on relay legs only.
+//! windows on relay legs only, TCP Fast Open on client and server legs, and
+//! what status says when an acceleration cannot run.
 
 mod support;
 
@@ -352,4 +353,225 @@ fn turbo_start_on_relay_legs_only() {
     }
     drop(client);
     lab.assert_relays_alive();
+}
+
+fn tcp_ext(ns: &Netns, name: &str) -> u64 {
+    ns.tcp_ext().expect("TcpExt counters")[name]
+}
+
+/// A TCP Fast Open listener in the server's namespace that answers each
+/// request (read until the client's FIN) with its bytes reversed.
+fn tfo_reverse_server(ns: &Netns, addr: SocketAddr) -> std::net::TcpListener {
+    ns.run_in(move || {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        s.set_reuse_address(true)?;
+        s.bind(&addr.into())?;
+        splitway_sys::sock::set_fastopen_listener(&s, 128).map_err(std::io::Error::other)?;
+        s.listen(128)?;
+        Ok::<_, std::io::Error>(std::net::TcpListener::from(s))
+    })
+    .expect("enter namespace")
+    .expect("TFO listener")
+}
+
+/// One request through the relays from a TFO client: its first write goes
+/// in the SYN once it holds a cookie for the address it dials.
+fn tfo_request(ns: &Netns, dst: SocketAddr, request: Vec<u8>) -> Vec<u8> {
+    ns.run_in(move || {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        splitway_sys::sock::set_fastopen_connect(&s).map_err(std::io::Error::other)?;
+        s.connect_timeout(&dst.into(), Duration::from_secs(10))?;
+        let mut s = std::net::TcpStream::from(s);
+        set_timeouts(&s);
+        s.write_all(&request)?;
+        s.shutdown(std::net::Shutdown::Write)?;
+        let mut reply = Vec::new();
+        s.read_to_end(&mut reply)?;
+        Ok::<_, std::io::Error>(reply)
+    })
+    .expect("enter namespace")
+    .expect("TFO request through the relays")
+}
+
+/// `[accel] tfo`: a TFO client's request rides its SYN to rc (client leg,
+/// accepted by default), and rs, with `tfo = true`, sends it on in its own
+/// SYN to a TFO server (server leg). Counted by the kernels themselves.
+#[test]
+fn tfo_carries_the_request_in_the_syn_on_client_and_server_legs() {
+    require_netns!();
+    let mut lab = Lab::two_relays();
+    for ns in [&lab.client, lab.rc(), lab.rs(), &lab.server] {
+        let out = output(
+            ns.command("sysctl")
+                .args(["-qw", "net.ipv4.tcp_fastopen=3"]),
+        );
+        assert!(out.status.success(), "sysctl tcp_fastopen: {out:?}");
+    }
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    // rc: TFO on its client listener by default (no key). rs: asked for,
+    // so its direct legs send the client's bytes in their SYN.
+    configs[1].extra("[accel]\ntfo = true");
+    lab.start_relays(&configs);
+    let st = status(&lab, "rc");
+    assert_eq!(st["accel"]["tfo_client"]["state"], "active", "{st}");
+    assert_eq!(st["accel"]["tfo_server"]["state"], "off", "{st}");
+    let st = status(&lab, "rs");
+    assert_eq!(st["accel"]["tfo_server"]["state"], "active", "{st}");
+
+    let listener = tfo_reverse_server(&lab.server, server_v4());
+    const REQUESTS: u64 = 4;
+    let serve = std::thread::spawn(move || -> std::io::Result<()> {
+        for _ in 0..REQUESTS {
+            let (mut c, _) = listener.accept()?;
+            c.set_read_timeout(Some(Duration::from_secs(10)))?;
+            let mut request = Vec::new();
+            c.read_to_end(&mut request)?;
+            request.reverse();
+            c.write_all(&request)?;
+        }
+        Ok(())
+    });
+    let rc_passive = tcp_ext(lab.rc(), "TCPFastOpenPassive");
+    let rs_active = tcp_ext(lab.rs(), "TCPFastOpenActive");
+    let server_passive = tcp_ext(&lab.server, "TCPFastOpenPassive");
+    for i in 0..REQUESTS {
+        let request: Vec<u8> = (0..1000u32).map(|b| (b * 7 + i as u32) as u8).collect();
+        let mut expected = request.clone();
+        expected.reverse();
+        let reply = tfo_request(&lab.client, server_v4(), request);
+        assert_eq!(reply, expected, "request {i}: reply differs");
+    }
+    serve.join().expect("server thread").expect("server");
+    // The first request fetches rc's cookie; every later one rides the SYN.
+    let rc_syn_data = tcp_ext(lab.rc(), "TCPFastOpenPassive") - rc_passive;
+    assert!(
+        rc_syn_data >= REQUESTS - 1,
+        "client leg: {rc_syn_data} of {REQUESTS} requests in the SYN"
+    );
+    // rs's first TFO dial (the first with the client's bytes at hand)
+    // fetches the server's cookie; later ones carry the bytes.
+    let rs_syn_data = tcp_ext(lab.rs(), "TCPFastOpenActive") - rs_active;
+    let server_syn_data = tcp_ext(&lab.server, "TCPFastOpenPassive") - server_passive;
+    assert!(
+        rs_syn_data >= REQUESTS - 2 && server_syn_data >= REQUESTS - 2,
+        "server leg: rs sent {rs_syn_data}, the server took {server_syn_data} of {REQUESTS} requests in the SYN"
+    );
+    lab.assert_relays_alive();
+}
+
+/// A reload that removes a peer removes its turbo-start route at once.
+#[test]
+fn turbo_route_of_a_peer_removed_by_reload_goes_with_it() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(30));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].extra("[accel]\nturbo = { initcwnd = 40, initrwnd = 40 }");
+    lab.start_relays(&configs);
+    let rs_ip = lab
+        .peer_addr(1)
+        .rsplit_once(':')
+        .map(|(ip, _)| ip.to_owned())
+        .expect("ip:port");
+    let route = |lab: &Lab| {
+        let out =
+            output(
+                lab.rc()
+                    .command("ip")
+                    .args(["route", "show", "exact", &format!("{rs_ip}/32")]),
+            );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        route(&lab).contains("initcwnd 40"),
+        "turbo route to rs: {:?}",
+        route(&lab)
+    );
+    // The same relay without its peer: everything goes direct.
+    let mut without = RelayConfig::new("rc");
+    without.listeners = configs[0].listeners.clone();
+    without.route("0.0.0.0/0", "direct");
+    without.extra("[accel]\nturbo = { initcwnd = 40, initrwnd = 40 }");
+    std::fs::write(lab.config_path("rc"), without.render(&lab.psk_path)).expect("write config");
+    let out = lab.ctl("rc", &["reload"]);
+    assert!(out.status.success(), "ctl reload: {out:?}");
+    wait_until(deadline, "turbo route to the removed peer gone", || {
+        (!route(&lab).contains("initcwnd")).then_some(())
+    });
+    lab.assert_relays_alive();
+}
+
+/// Early SYN is on by default with an intercepting listener; on a host where
+/// its detector cannot attach (rc without CAP_BPF and CAP_SYS_ADMIN) the
+/// relay runs without it and says so, with the reason, in `/status`,
+/// `ctl status` and `/metrics`, instead of claiming it on.
+#[test]
+fn early_syn_that_cannot_attach_is_reported_unavailable_with_the_reason() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(30));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], false);
+    lab.start_relays(&configs);
+    assert_eq!(status(&lab, "rc")["accel"]["early_syn"]["state"], "active");
+    // rc again, same config, without the capabilities BPF needs.
+    lab.stop_relay("rc");
+    let log = std::fs::File::create(lab.dir.join("rc-without-cap-bpf.log")).expect("log file");
+    let child = lab
+        .rc()
+        .command("setpriv")
+        .args([
+            "--bounding-set=-bpf,-sys_admin",
+            "--inh-caps=-bpf,-sys_admin",
+            "--",
+            SPLITWAY,
+            "relay",
+            "--config",
+        ])
+        .arg(lab.config_path("rc"))
+        .stdout(log.try_clone().expect("dup log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn rc without CAP_BPF");
+    lab.adopt(child);
+    let st = wait_until(deadline, "rc without CAP_BPF answering", || {
+        let text = curl_admin(lab.rc(), "/status").ok()?;
+        serde_json::from_str::<serde_json::Value>(&text).ok()
+    });
+    let state = &st["accel"]["early_syn"];
+    assert_eq!(state["state"], "unavailable", "{st}");
+    assert_eq!(state["requested"], "auto", "{st}");
+    assert!(
+        state["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("CAP_BPF")),
+        "the reason names the capability: {st}"
+    );
+    assert_eq!(st["features"]["early_syn"], false, "{st}");
+    assert!(st["early_syn"].is_null(), "no early-SYN statistics: {st}");
+    let out = lab.ctl("rc", &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("early_syn") && l.contains("unavailable")),
+        "ctl status:\n{text}"
+    );
+    let rc = lab.metrics("rc");
+    assert_eq!(
+        rc.counter(
+            "splitway_accel_state",
+            &[("accel", "early_syn"), ("state", "unavailable")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        rc.counter(
+            "splitway_accel_state",
+            &[("accel", "early_syn"), ("state", "active")]
+        ),
+        0.0
+    );
+    // Legs start at accept: every byte still arrives.
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_server_to_client(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
+    assert_eq!(early(&lab, "started"), 0.0);
 }

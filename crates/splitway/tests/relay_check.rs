@@ -162,3 +162,56 @@ fn a_bad_config_exits_with_ex_config() {
         );
     }
 }
+
+/// `--check` says, for this host, what each acceleration will do and why:
+/// unset switches are auto, explicit ones are reported as asked.
+#[test]
+fn check_says_what_each_acceleration_will_do_here() {
+    let (ok, text) = check(GOOD);
+    assert!(ok, "{text}");
+    for name in [
+        "early_syn",
+        "strict",
+        "pool",
+        "zero_rtt",
+        "tfo_peer",
+        "tfo_client",
+        "tfo_server",
+        "turbo_start",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"));
+        assert!(
+            ["active", "off", "unavailable"]
+                .iter()
+                .any(|s| line.starts_with(&format!("{name}: {s} ("))),
+            "{line}"
+        );
+    }
+    assert!(
+        text.contains(
+            "pool: active (requested auto): authenticated connections kept ready: rs 4..16"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("zero_rtt: active (requested auto)"), "{text}");
+    assert!(
+        text.contains("tfo_server: off (requested auto): opt-in only"),
+        "{text}"
+    );
+    // Turned off explicitly: said so, with the key.
+    let (ok, text) = check(&format!(
+        "{GOOD}\n[accel]\npool = false\nzero_rtt = false\n"
+    ));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("pool: off (requested off): turned off ([accel] pool = false)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tfo_peer: off (requested off): needs zero_rtt"),
+        "{text}"
+    );
+}

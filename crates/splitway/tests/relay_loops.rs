@@ -279,7 +279,8 @@ fn refusing_lab(accel: &str) -> (Lab, TestServer) {
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     configs[0].listeners[0].allow_clients = vec!["10.0.99.0/24".into()];
-    configs[0].extra(accel);
+    // No pool: its legs would be accepted by rs whatever the client did.
+    configs[0].extra(&format!("{accel}\npool = false"));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_addr());
     (lab, server)

@@ -429,7 +429,9 @@ fn metrics_parse_and_count_what_was_done() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
     let mut lab = Lab::two_relays();
-    let configs = lab.default_configs(&[SERVER_PORT], false);
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    // rs counts one accepted peer leg per connection: none pooled ahead.
+    configs[0].extra("[accel]\npool = false");
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
     let sizes = [MIB, 3 * MIB + 7, 12_345];

@@ -40,7 +40,9 @@ fn first_relay_refuses_denied_destinations_and_ports_before_any_relay_leg() {
         "[policy]\n\
          allow_destinations = [\"10.0.3.0/24\"]\n\
          deny_destinations = [\"10.0.3.3/32\"]\n\
-         allow_ports = [5001, \"5100-5110\", 9090]",
+         allow_ports = [5001, \"5100-5110\", 9090]\n\
+         # rs's accepted legs below count relay legs: none pooled.\n\
+         [accel]\npool = false",
     );
     lab.start_relays(&configs);
     let allowed = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));

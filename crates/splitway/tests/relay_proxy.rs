@@ -286,3 +286,84 @@ fn pipelined_socks5_payload_is_forwarded_and_counted() {
     lab.assert_forwarded_bytes("rs", payload.len() as u64, 2, deadline);
     lab.assert_relays_alive();
 }
+
+/// Threads of process `pid` (`Threads:` in /proc/PID/status).
+fn threads(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("Threads: line")
+}
+
+/// Opens `n` SOCKS5 connections at once to `dst` (address type and
+/// address, as in the request) port `port`, then checks each: the reply,
+/// and 32 bytes echoed back intact.
+fn socks_batch(lab: &Lab, dst: &[u8], port: u16, n: usize, batch: usize) {
+    let socks = sock(&format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    let mut streams = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut s = connect_in(&lab.client, socks).expect("connect to the SOCKS5 listener");
+        let mut request = vec![5, 1, 0, 5, 1, 0];
+        request.extend_from_slice(dst);
+        request.extend_from_slice(&port.to_be_bytes());
+        s.write_all(&request).expect("SOCKS5 request");
+        streams.push(s);
+    }
+    for (i, mut s) in streams.into_iter().enumerate() {
+        let mut reply = [0u8; 12];
+        s.read_exact(&mut reply).expect("SOCKS5 replies");
+        assert_eq!(
+            &reply[..4],
+            &[5, 0, 5, 0],
+            "batch {batch} connection {i}: {reply:?}"
+        );
+        let payload: Vec<u8> = (0..32u8).map(|b| b ^ (i as u8) ^ (batch as u8)).collect();
+        s.write_all(&payload).expect("send");
+        s.shutdown(Shutdown::Write).expect("shutdown");
+        let mut echoed = Vec::new();
+        s.read_to_end(&mut echoed).expect("read echo");
+        assert_eq!(
+            echoed, payload,
+            "batch {batch} connection {i}: echo differs"
+        );
+    }
+}
+
+/// Domain-name destinations resolve without creating threads: rc's thread
+/// count after 1,000 SOCKS5 connections to a name, 100 at a time, is what
+/// it was before the first lookup (getaddrinfo on tokio's blocking pool
+/// would have added a thread per concurrent lookup).
+#[test]
+fn domain_lookups_create_no_threads_across_1000_socks5_connections() {
+    require_netns!();
+    let mut lab = Lab::two_relays();
+    lab.relay_hosts_file(&format!("{SERVER_V4} {ORIGIN_NAME}"));
+    let configs = lab.default_configs(&[SERVER_PORT], false);
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let _echo = server.serve_forever(|mut c| {
+        let mut buf = Vec::new();
+        if c.read_to_end(&mut buf).is_ok() {
+            let _ = c.write_all(&buf);
+        }
+    });
+    // Warm up with an address (no lookup): whatever a connection itself
+    // needs exists.
+    let ip: std::net::Ipv4Addr = SERVER_V4.parse().expect("IPv4");
+    let by_address = [&[1u8][..], &ip.octets()].concat();
+    socks_batch(&lab, &by_address, SERVER_PORT, 100, 0);
+    let by_name = [&[3u8, ORIGIN_NAME.len() as u8][..], ORIGIN_NAME.as_bytes()].concat();
+    let pid = lab.relay_pid("rc");
+    let before = threads(pid);
+    for batch in 1..=10 {
+        socks_batch(&lab, &by_name, SERVER_PORT, 100, batch);
+    }
+    let after = threads(pid);
+    assert_eq!(
+        after, before,
+        "rc's threads went from {before} to {after} over 1,000 name lookups"
+    );
+    lab.assert_relays_alive();
+}

@@ -326,7 +326,14 @@ fn rustls_client(dir: &Path, trust: &Path, tag: &str) -> rustls::ClientConnectio
 fn peers_without_a_certificate_from_the_ca_are_refused() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
-    let (mut lab, pki, server) = tls_lab(true, "");
+    // rc's connections to rs are the client's only: no pool (its plaintext
+    // dials would be more TLS failures at rs), and no early SYN or 0-RTT
+    // Hello (either fails the leg at once, which could reset the client
+    // before its connect() returned; the challenge waits for rs's timeout).
+    let (mut lab, pki, server) = tls_lab(
+        true,
+        "[accel]\npool = false\nearly_syn = false\nzero_rtt = false",
+    );
     let peer = sock(&lab.peer_addr(1));
 
     // A TLS peer whose certificate another CA signed: it trusts rs, but

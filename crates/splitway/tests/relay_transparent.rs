@@ -106,6 +106,14 @@ fn transfer_100mib_with_data_path(data_path: &str) {
     lab.assert_relays_alive();
 }
 
+/// `auto` (the default) must move bulk data by splice: fails if it never
+/// switches from copying.
+#[test]
+fn transparent_100mib_auto_data_path_switches_to_splice() {
+    require_netns!();
+    transfer_100mib_with_data_path("auto");
+}
+
 #[test]
 fn transparent_100mib_copy_data_path() {
     require_netns!();

@@ -1,7 +1,9 @@
-//! 0-RTT peer legs (`[accel] zero_rtt`) through real relays in namespaces:
-//! the Hello with the destination rides the TCP Fast Open SYN between
-//! relays, a peer without 0-RTT is redialed with the challenge handshake,
-//! and a replayed or stale Hello is refused before anything is dialed.
+//! 0-RTT peer legs (`[accel] zero_rtt`, on unless turned off) through real
+//! relays in namespaces: by default the Hello is the first flight of every
+//! fresh leg, after the handshake without TCP Fast Open; with it the Hello
+//! rides the SYN between relays; a peer without 0-RTT is redialed with the
+//! challenge handshake; and a replayed or stale Hello is refused before
+//! anything is dialed.
 
 mod support;
 
@@ -31,6 +33,91 @@ fn tcp_ext(ns: &Netns, name: &str) -> u64 {
     ns.tcp_ext().expect("TcpExt counters")[name]
 }
 
+fn handshakes(m: &Metrics, side: &str, handshake: &str) -> f64 {
+    m.counter(
+        "splitway_peer_handshakes_total",
+        &[("side", side), ("handshake", handshake)],
+    )
+}
+
+#[test]
+fn by_default_every_fresh_leg_opens_with_the_hello_even_without_tfo() {
+    require_netns!();
+    let mut lab = Lab::two_relays();
+    // The namespaces' own default, net.ipv4.tcp_fastopen = 1: rs takes no
+    // SYN data, so every Hello goes in the first segment after the
+    // handshake. No `[accel]` key but the pool's (off, so that every leg is
+    // fresh): zero_rtt is on by default.
+    for ns in [lab.rc(), lab.rs()] {
+        let out = output(
+            ns.command("sysctl")
+                .args(["-qw", "net.ipv4.tcp_fastopen=1"]),
+        );
+        assert!(out.status.success(), "sysctl tcp_fastopen: {out:?}");
+    }
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].extra("[accel]\npool = false");
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+    const LEGS: u64 = 4;
+    for _ in 0..LEGS / 2 {
+        transfer_server_to_client(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
+        transfer_client_to_server(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
+    }
+    let rc = lab.metrics("rc");
+    let rs = lab.metrics("rs");
+    assert_eq!(
+        handshakes(&rc, "dial", "hello"),
+        LEGS as f64,
+        "rc dialed with the Hello"
+    );
+    assert_eq!(
+        handshakes(&rs, "accept", "hello"),
+        LEGS as f64,
+        "rs took Hellos after the handshake"
+    );
+    for (m, side) in [(&rc, "dial"), (&rs, "accept")] {
+        assert_eq!(
+            handshakes(m, side, "challenge"),
+            0.0,
+            "{side}: no challenge"
+        );
+        assert_eq!(
+            handshakes(m, side, "hello_syn"),
+            0.0,
+            "{side}: no SYN data without TFO"
+        );
+    }
+    assert_eq!(
+        rc.counter("splitway_zero_rtt_total", &[("outcome", "fallback")]),
+        0.0
+    );
+    // Status reports what runs: 0-RTT active, TFO on peer legs unavailable
+    // (rs lacks the server bit), with the reason.
+    let status: serde_json::Value =
+        serde_json::from_str(&curl_admin(lab.rs(), "/status").expect("rs status")).expect("json");
+    assert_eq!(status["accel"]["zero_rtt"]["state"], "active", "{status}");
+    assert_eq!(status["accel"]["zero_rtt"]["requested"], "auto", "{status}");
+    assert_eq!(
+        status["accel"]["tfo_peer"]["state"], "unavailable",
+        "{status}"
+    );
+    assert!(
+        status["accel"]["tfo_peer"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("server bit")),
+        "{status}"
+    );
+    assert_eq!(
+        rs.counter(
+            "splitway_accel_state",
+            &[("accel", "tfo_peer"), ("state", "unavailable")]
+        ),
+        1.0
+    );
+    lab.assert_relays_alive();
+}
+
 #[test]
 fn hello_rides_the_syn_between_relays_and_every_byte_arrives() {
     require_netns!();
@@ -39,8 +126,9 @@ fn hello_rides_the_syn_between_relays_and_every_byte_arrives() {
         enable_fast_open(ns);
     }
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    // Explicitly on, and no pool: every leg is a fresh one.
     for c in &mut configs {
-        c.extra("[accel]\nzero_rtt = true");
+        c.extra("[accel]\nzero_rtt = true\npool = false");
     }
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
@@ -68,6 +156,20 @@ fn hello_rides_the_syn_between_relays_and_every_byte_arrives() {
         passive >= LEGS - 1,
         "Hellos in the SYN: {passive} of {LEGS} legs (TCPFastOpenPassive)"
     );
+    // Both ends saw it too (TCPI_OPT_SYN_DATA), and counted it.
+    for (m, side) in [(&rc, "dial"), (&rs, "accept")] {
+        let syn = handshakes(m, side, "hello_syn");
+        let after = handshakes(m, side, "hello");
+        assert_eq!(syn + after, LEGS as f64, "{side}");
+        assert!(syn >= (LEGS - 1) as f64, "{side}: {syn} Hellos in the SYN");
+    }
+    assert_eq!(
+        rc.counter(
+            "splitway_accel_state",
+            &[("accel", "tfo_peer"), ("state", "active")]
+        ),
+        1.0
+    );
     lab.assert_relays_alive();
 }
 
@@ -77,7 +179,9 @@ fn a_peer_without_zero_rtt_is_redialed_with_the_challenge() {
     let mut lab = Lab::two_relays();
     enable_fast_open(lab.rc());
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra("[accel]\nzero_rtt = true");
+    configs[0].extra("[accel]\nzero_rtt = true\npool = false");
+    // An rs that does not take Hellos (as an older version would not).
+    configs[1].extra("[accel]\nzero_rtt = false");
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
     transfer_server_to_client(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
@@ -91,6 +195,8 @@ fn a_peer_without_zero_rtt_is_redialed_with_the_challenge() {
         rc.counter("splitway_zero_rtt_total", &[("outcome", "sent")]),
         0.0
     );
+    assert_eq!(handshakes(&rc, "dial", "challenge"), 2.0);
+    assert_eq!(handshakes(&rc, "dial", "hello"), 0.0);
     lab.assert_relays_alive();
 }
 

@@ -1,0 +1,405 @@
+//! What each acceleration does on this host, and why: for `relay --check`
+//! before anything starts, and for `ctl status` and `/metrics` while the
+//! relay runs (updated when something fails at run time, such as the
+//! early-SYN detector).
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use splitway_control::metrics::{AccelName, AccelState, Metrics};
+
+use crate::config::{Config, ListenMode, Switch};
+
+/// The sysctl file that holds `tcp_fastopen` also holds the fix.
+const TFO_FIX: &str = "set net.ipv4.tcp_fastopen = 3 (deploy/sysctl.d/60-splitway-tfo.conf)";
+
+/// One acceleration's effective state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: AccelName,
+    /// `auto`, `on` or `off`, as the config file set it.
+    pub requested: &'static str,
+    pub state: AccelState,
+    /// Why it is in this state, in words an operator can act on.
+    pub reason: String,
+}
+
+/// What the host allows, read once at start (or by `--check`).
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    /// `net.ipv4.tcp_fastopen` of this network namespace (None: unreadable).
+    pub tcp_fastopen: Option<u32>,
+    /// Outcome of loading (`--check`: probing) the early-SYN detector, when
+    /// it was tried; None when it was not tried (yet).
+    pub early_syn: Option<Result<String, String>>,
+}
+
+impl HostFacts {
+    /// The TFO sysctl as it is now; the detector not tried.
+    pub fn read() -> HostFacts {
+        HostFacts {
+            tcp_fastopen: splitway_sys::sock::fastopen_sysctl(),
+            early_syn: None,
+        }
+    }
+
+    fn tfo(&self, bit: u32) -> bool {
+        self.tcp_fastopen.is_some_and(|v| v & bit != 0)
+    }
+
+    fn tfo_text(&self) -> String {
+        match self.tcp_fastopen {
+            Some(v) => format!("net.ipv4.tcp_fastopen = {v}"),
+            None => "net.ipv4.tcp_fastopen unreadable".into(),
+        }
+    }
+
+    /// Whether fresh peer legs this relay dials send their Hello in the SYN.
+    pub fn peer_fast_open(&self, cfg: &Config) -> bool {
+        cfg.accel.zero_rtt && self.tfo(1)
+    }
+}
+
+fn entry(name: AccelName, requested: Switch, state: AccelState, reason: String) -> Entry {
+    Entry {
+        name,
+        requested: requested.as_str(),
+        state,
+        reason,
+    }
+}
+
+fn off_reason(requested: Switch, key: &str, auto_reason: &str) -> String {
+    match requested {
+        Switch::Off => format!("turned off ([accel] {key} = false)"),
+        _ => auto_reason.to_owned(),
+    }
+}
+
+/// Every acceleration's state for `cfg` on a host with `host`.
+pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
+    use AccelState::{Active, Off, Unavailable};
+    let a = &cfg.accel;
+    let r = a.requested;
+    let mut out = Vec::new();
+
+    let intercept: Vec<String> = cfg
+        .listeners
+        .iter()
+        .filter_map(|l| l.intercept.as_ref())
+        .flat_map(|i| i.interfaces.iter().cloned())
+        .collect();
+    out.push(if a.strict {
+        entry(
+            AccelName::EarlySyn,
+            r.early_syn,
+            Off,
+            "strict mode holds the SYNs and starts their legs itself".into(),
+        )
+    } else if !a.early_syn {
+        entry(
+            AccelName::EarlySyn,
+            r.early_syn,
+            Off,
+            off_reason(
+                r.early_syn,
+                "early_syn",
+                "no tproxy listener with `intercept` (nowhere to watch SYNs)",
+            ),
+        )
+    } else {
+        match &host.early_syn {
+            None => entry(
+                AccelName::EarlySyn,
+                r.early_syn,
+                Active,
+                format!("BPF SYN detector to attach on {}", intercept.join(", ")),
+            ),
+            Some(Ok(how)) => entry(AccelName::EarlySyn, r.early_syn, Active, how.clone()),
+            Some(Err(e)) => entry(
+                AccelName::EarlySyn,
+                r.early_syn,
+                Unavailable,
+                format!("{e}; legs start at accept"),
+            ),
+        }
+    });
+
+    out.push(Entry {
+        name: AccelName::Strict,
+        requested: if a.strict { "on" } else { "off" },
+        state: if a.strict { Active } else { Off },
+        reason: if a.strict {
+            "intercepted SYNs are held until the server accepted".into()
+        } else {
+            "opt-in only ([accel] strict = true): it delays every SYN by the path".into()
+        },
+    });
+
+    out.push(if a.pool {
+        let sizes: Vec<String> = cfg
+            .peers
+            .iter()
+            .map(|p| format!("{} {}..{}", p.name, p.pool.low, p.pool.high))
+            .collect();
+        entry(
+            AccelName::Pool,
+            r.pool,
+            if cfg.peers.is_empty() { Off } else { Active },
+            if cfg.peers.is_empty() {
+                "no [[peer]] to pool connections to".into()
+            } else {
+                format!("authenticated connections kept ready: {}", sizes.join(", "))
+            },
+        )
+    } else {
+        entry(
+            AccelName::Pool,
+            r.pool,
+            Off,
+            off_reason(r.pool, "pool", "no [[peer]] to pool connections to"),
+        )
+    });
+
+    let plain_dials = cfg.peers.iter().any(|p| p.tls.is_none());
+    let plain_accepts = cfg
+        .listeners
+        .iter()
+        .any(|l| l.mode == ListenMode::Peer && l.tls.is_none());
+    out.push(if !a.zero_rtt {
+        entry(
+            AccelName::ZeroRtt,
+            r.zero_rtt,
+            Off,
+            off_reason(r.zero_rtt, "zero_rtt", ""),
+        )
+    } else if !plain_dials && !plain_accepts {
+        entry(
+            AccelName::ZeroRtt,
+            r.zero_rtt,
+            Off,
+            "no plain (non-TLS) peer legs: TLS legs bind the challenge to the session".into(),
+        )
+    } else {
+        entry(
+            AccelName::ZeroRtt,
+            r.zero_rtt,
+            Active,
+            "fresh peer legs open with the authenticated Hello (no challenge round trip); the challenge is the fallback".into(),
+        )
+    });
+
+    // TFO on peer legs: the dialing end needs the client bit, the
+    // accepting end the server bit.
+    let mut missing = Vec::new();
+    if plain_dials && !host.tfo(1) {
+        missing.push("the client bit (1): Hellos to peers leave after the handshake");
+    }
+    if plain_accepts && !host.tfo(2) {
+        missing.push("the server bit (2): upstream relays' Hellos arrive after the handshake");
+    }
+    out.push(if !a.zero_rtt {
+        entry(
+            AccelName::TfoPeer,
+            r.zero_rtt,
+            Off,
+            "needs zero_rtt (the Hello is what rides the SYN)".into(),
+        )
+    } else if !plain_dials && !plain_accepts {
+        entry(
+            AccelName::TfoPeer,
+            r.zero_rtt,
+            Off,
+            "no plain (non-TLS) peer legs".into(),
+        )
+    } else if missing.is_empty() {
+        entry(
+            AccelName::TfoPeer,
+            r.zero_rtt,
+            Active,
+            format!(
+                "Hellos ride the SYN once a cookie is held ({})",
+                host.tfo_text()
+            ),
+        )
+    } else {
+        entry(
+            AccelName::TfoPeer,
+            r.zero_rtt,
+            Unavailable,
+            format!(
+                "{} lacks {}; {TFO_FIX}",
+                host.tfo_text(),
+                missing.join(", and ")
+            ),
+        )
+    });
+
+    let client_facing = cfg.listeners.iter().any(|l| l.mode != ListenMode::Peer);
+    out.push(if !a.tfo {
+        entry(
+            AccelName::TfoClient,
+            r.tfo,
+            Off,
+            off_reason(r.tfo, "tfo", ""),
+        )
+    } else if !client_facing {
+        entry(
+            AccelName::TfoClient,
+            r.tfo,
+            Off,
+            "no client-facing listener".into(),
+        )
+    } else if host.tfo(2) {
+        entry(
+            AccelName::TfoClient,
+            r.tfo,
+            Active,
+            "clients that send data in their SYN are accepted at the SYN".into(),
+        )
+    } else {
+        entry(
+            AccelName::TfoClient,
+            r.tfo,
+            Unavailable,
+            format!("{} lacks the server bit (2); {TFO_FIX}", host.tfo_text()),
+        )
+    });
+
+    out.push(if !a.tfo_direct {
+        entry(
+            AccelName::TfoServer,
+            r.tfo,
+            Off,
+            match r.tfo {
+                Switch::Off => "turned off ([accel] tfo = false)".into(),
+                _ => "opt-in only ([accel] tfo = true): SYN data can be replayed to a server that did not ask for TFO, and middleboxes towards arbitrary servers drop such SYNs".into(),
+            },
+        )
+    } else if host.tfo(1) {
+        entry(
+            AccelName::TfoServer,
+            r.tfo,
+            Active,
+            "the client's first bytes ride the SYN to servers whose cookie is held".into(),
+        )
+    } else {
+        entry(
+            AccelName::TfoServer,
+            r.tfo,
+            Unavailable,
+            format!("{} lacks the client bit (1); {TFO_FIX}", host.tfo_text()),
+        )
+    });
+
+    out.push(match a.turbo {
+        Some(t) => Entry {
+            name: AccelName::TurboStart,
+            requested: "on",
+            state: Active,
+            reason: format!(
+                "initcwnd {} initrwnd {} on routes to relays",
+                t.initcwnd, t.initrwnd
+            ),
+        },
+        None => Entry {
+            name: AccelName::TurboStart,
+            requested: "off",
+            state: Off,
+            reason: "opt-in only ([accel.turbo]): it changes routes for whole prefixes".into(),
+        },
+    });
+    out
+}
+
+/// The running relay's view, shared by every config snapshot.
+pub struct AccelStatus {
+    entries: Mutex<Vec<Entry>>,
+    metrics: Arc<Metrics>,
+    /// Fresh peer legs this relay dials use TCP_FASTOPEN_CONNECT.
+    pub peer_fast_open: bool,
+}
+
+impl AccelStatus {
+    pub fn new(entries: Vec<Entry>, metrics: Arc<Metrics>, peer_fast_open: bool) -> AccelStatus {
+        for e in &entries {
+            metrics.set_accel_state(e.name, e.state);
+        }
+        AccelStatus {
+            entries: Mutex::new(entries),
+            metrics,
+            peer_fast_open,
+        }
+    }
+
+    /// Records a change (a reload, a detector that died).
+    pub fn set(&self, name: AccelName, state: AccelState, reason: String) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = entries.iter_mut().find(|e| e.name == name) {
+            e.state = state;
+            e.reason = reason;
+        }
+        self.metrics.set_accel_state(name, state);
+    }
+
+    /// Takes the entry for `name` from a fresh plan (a reload).
+    pub fn replan(&self, name: AccelName, plan: &[Entry]) {
+        let Some(new) = plan.iter().find(|e| e.name == name) else {
+            return;
+        };
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = entries.iter_mut().find(|e| e.name == name) {
+            *e = new.clone();
+        }
+        self.metrics.set_accel_state(name, new.state);
+    }
+
+    pub fn state(&self, name: AccelName) -> AccelState {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|e| e.name == name)
+            .map_or(AccelState::Off, |e| e.state)
+    }
+
+    /// `{"early_syn": {"requested": "auto", "state": "active", "reason": …}, …}`
+    pub fn json(&self) -> Value {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let map = entries
+            .iter()
+            .map(|e| {
+                (
+                    e.name.as_str().to_owned(),
+                    json!({"requested": e.requested, "state": e.state.as_str(), "reason": e.reason}),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>();
+        Value::Object(map)
+    }
+}
+
+/// `relay --check`'s lines: one per acceleration.
+pub fn describe(entries: &[Entry]) -> String {
+    entries
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {} (requested {}): {}\n",
+                e.name, e.state, e.requested, e.reason
+            )
+        })
+        .collect()
+}
+
+/// A BPF load or attach error with what usually fixes it.
+pub fn bpf_hint(error: &str) -> String {
+    let lower = error.to_ascii_lowercase();
+    if lower.contains("operation not permitted") || lower.contains("permission denied") {
+        format!("{error} (loading and attaching needs CAP_BPF and CAP_NET_ADMIN)")
+    } else if lower.contains("no such device") {
+        format!("{error} (an intercept interface does not exist)")
+    } else {
+        error.to_owned()
+    }
+}
