@@ -10,6 +10,7 @@
 
 pub mod activation;
 pub mod bpf;
+pub mod cc;
 pub mod mem;
 pub mod netns;
 pub mod nfqueue;
