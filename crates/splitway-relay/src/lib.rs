@@ -14,10 +14,12 @@
 //! - `forward`: zero-copy (splice) or small-chunk (recv/send) forwarding with
 //!   exact half-close and reset propagation
 //! - `tuning`: per-leg socket options
+//! - `congestion`: the BPF congestion controls this process registered
 //! - `relay`: startup, admin API, shutdown and drain
 //! - `reload`: re-reading the config file while running (SIGHUP, `POST /reload`)
 
 pub mod config;
+pub mod congestion;
 pub mod control;
 pub mod early_syn;
 pub mod error;

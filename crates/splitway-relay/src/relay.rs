@@ -280,6 +280,7 @@ impl Shared {
                 "via": via(&r.via),
             })).collect::<Vec<_>>(),
             "early_syn": self.early.as_ref().map(|e| e.status()),
+            "congestion_controls": crate::congestion::status(),
             "features": {
                 "data_path": format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
                 "early_syn": self.cfg.accel.early_syn,
@@ -348,6 +349,8 @@ impl Relay {
             }
             Err(e) => warn!(error = %e, "cannot raise the open-file limit"),
         }
+        // BPF congestion controls before any socket could select them.
+        crate::congestion::register_for(&cfg)?;
         let metrics = Arc::new(Metrics::new());
         for p in &cfg.peers {
             metrics.register_peer(&p.name);

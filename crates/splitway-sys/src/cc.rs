@@ -92,10 +92,16 @@ pub enum CcRegistered {
 /// Why struct_ops congestion control cannot work here, or `None` if the
 /// kernel has what it needs (BTF and the struct_ops type). Cheap: reads
 /// files only; [`register`] is the real test.
+///
+/// `SPLITWAY_KERNEL_BTF` replaces the BTF path, so tests can show what a
+/// kernel without BTF gets.
 pub fn unsupported_reason() -> Option<String> {
-    const BTF: &str = "/sys/kernel/btf/vmlinux";
-    match std::fs::read(BTF) {
-        Err(e) => Some(format!("{BTF}: {e} (kernel built without BTF)")),
+    let btf_path = std::env::var("SPLITWAY_KERNEL_BTF")
+        .unwrap_or_else(|_| "/sys/kernel/btf/vmlinux".to_owned());
+    match std::fs::read(&btf_path) {
+        Err(e) => Some(format!(
+            "{btf_path}: {e} (kernel without BTF: needs CONFIG_DEBUG_INFO_BTF)"
+        )),
         Ok(btf) => {
             let needle = b"bpf_struct_ops_tcp_congestion_ops\0";
             if btf.windows(needle.len()).any(|w| w == needle) {
@@ -292,6 +298,7 @@ mod ffi {
         pub sz: usize,
         pub object_name: *const c_char,
         pub relaxed_maps: bool,
+        pub _pad0: [u8; 7],
         pub pin_root_path: *const c_char,
         pub _unused: u32,
         pub kconfig: *const c_char,
@@ -299,6 +306,9 @@ mod ffi {
         pub kernel_log_buf: *mut c_char,
         pub kernel_log_size: usize,
         pub kernel_log_level: u32,
+        /// Explicit so it is zero: libbpf rejects non-zero bytes past the
+        /// fields it knows.
+        pub _pad1: u32,
     }
 
     impl Default for bpf_object_open_opts {
@@ -307,6 +317,7 @@ mod ffi {
                 sz: 0,
                 object_name: std::ptr::null(),
                 relaxed_maps: false,
+                _pad0: [0; 7],
                 pin_root_path: std::ptr::null(),
                 _unused: 0,
                 kconfig: std::ptr::null(),
@@ -314,6 +325,7 @@ mod ffi {
                 kernel_log_buf: std::ptr::null_mut(),
                 kernel_log_size: 0,
                 kernel_log_level: 0,
+                _pad1: 0,
             }
         }
     }
