@@ -128,6 +128,9 @@ pub enum Congestion {
     Reno,
     Cubic,
     Bbr,
+    /// splitway's BPF CUBIC (bpf/cc); the model treats it as cubic.
+    #[serde(rename = "splitway_cubic")]
+    SplitwayCubic,
 }
 
 impl Congestion {
@@ -136,6 +139,7 @@ impl Congestion {
             Congestion::Reno => "reno",
             Congestion::Cubic => "cubic",
             Congestion::Bbr => "bbr",
+            Congestion::SplitwayCubic => "splitway_cubic",
         }
     }
 }
@@ -147,8 +151,9 @@ impl FromStr for Congestion {
             "reno" => Ok(Congestion::Reno),
             "cubic" => Ok(Congestion::Cubic),
             "bbr" => Ok(Congestion::Bbr),
+            "splitway_cubic" => Ok(Congestion::SplitwayCubic),
             other => Err(format!(
-                "unknown congestion control {other:?} (known: reno, cubic, bbr)"
+                "unknown congestion control {other:?} (known: reno, cubic, bbr, splitway_cubic)"
             )),
         }
     }
