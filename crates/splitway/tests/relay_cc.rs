@@ -29,6 +29,14 @@ fn registered() -> bool {
         .any(|n| n == CC)
 }
 
+/// The host namespace's default congestion control.
+fn host_default() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("read tcp_congestion_control")
+        .trim()
+        .to_owned()
+}
+
 fn assert_not_registered_before() {
     assert!(
         !registered(),
@@ -81,8 +89,17 @@ fn splitway_cubic_runs_on_its_leg_and_is_gone_after_sigkill() {
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     configs[0].peers[0].2 = format!("congestion = \"{CC}\"");
+    let default_before = host_default();
     lab.start_relays(&configs);
     assert!(registered(), "rc should have registered {CC} at start");
+    // Registering changes no default: other sockets are untouched.
+    assert_eq!(host_default(), default_before, "host default cc changed");
+    let fresh = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    assert_ne!(
+        splitway_sys::sock::congestion(&fresh).expect("TCP_CONGESTION"),
+        CC,
+        "a socket the relay never touched got {CC}"
+    );
 
     let server = TestServer::bind(&lab.server, server_v4());
     let (ccs, ss) = peer_leg_algorithms(&lab, &server);
@@ -199,6 +216,8 @@ fn check(btf: Option<&str>) -> (bool, String) {
 
 #[test]
 fn check_tries_splitway_cubic_and_names_the_key_when_struct_ops_is_missing() {
+    // Registering needs root, like the namespaces.
+    require_netns!();
     let _lock = heavy_lock();
     assert_not_registered_before();
     let (ok, text) = check(None);
