@@ -14,11 +14,25 @@
 #define SPLITWAY_CC_H
 
 #include <linux/types.h>
+#include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 
+struct in6_addr {
+	union {
+		__u32 u6_addr32[4];
+	} in6_u;
+} __attribute__((preserve_access_index));
+
+struct sock_common {
+	__u32 skc_daddr;
+	unsigned short skc_family;
+	struct in6_addr skc_v6_daddr;
+} __attribute__((preserve_access_index));
+
 struct sock {
+	struct sock_common __sk_common;
 	unsigned long sk_pacing_rate;
 	__u32 sk_pacing_status;
 } __attribute__((preserve_access_index));
@@ -36,6 +50,7 @@ struct tcp_sock {
 	__u32 snd_una;
 	__u32 max_packets_out;
 	__u32 lsndtime;
+	__u32 srtt_us;
 	__u64 tcp_mstamp;
 	__u8 is_cwnd_limited : 1;
 } __attribute__((preserve_access_index));
@@ -58,6 +73,7 @@ enum tcp_ca_event {
 #define SW_TCP_CA_OPEN 0
 #define SW_TCP_CA_LOSS 4
 #define SW_SK_PACING_NONE 0
+#define SW_SK_PACING_NEEDED 1
 
 struct tcp_congestion_ops {
 	__u32 (*ssthresh)(struct sock *sk);

@@ -108,7 +108,7 @@ pub struct RunArgs {
     #[arg(long, default_value = RESULTS_DIR)]
     pub out_dir: PathBuf,
     /// splitway's congestion control on every leg of every chain (reno,
-    /// cubic, bbr, or a shipped BPF one: splitway_cubic), replacing the
+    /// cubic, bbr, or a shipped BPF one: splitway_cubic, splitway_resume), replacing the
     /// scenario's `relay_congestion` and the lab's default.
     #[arg(long)]
     pub relay_congestion: Option<crate::model::Congestion>,

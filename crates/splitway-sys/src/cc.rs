@@ -39,11 +39,18 @@ struct Shipped {
     object: &'static [u8],
 }
 
-static SHIPPED: &[Shipped] = &[Shipped {
-    name: "splitway_cubic",
-    map: "splitway_cubic_ops",
-    object: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cc/splitway_cubic.o")),
-}];
+static SHIPPED: &[Shipped] = &[
+    Shipped {
+        name: "splitway_cubic",
+        map: "splitway_cubic_ops",
+        object: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cc/splitway_cubic.o")),
+    },
+    Shipped {
+        name: "splitway_resume",
+        map: "splitway_resume_ops",
+        object: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cc/splitway_resume.o")),
+    },
+];
 
 /// Names of the congestion controls shipped with splitway.
 pub fn shipped_names() -> impl Iterator<Item = &'static str> {

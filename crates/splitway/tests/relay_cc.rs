@@ -230,3 +230,62 @@ fn check_tries_splitway_cubic_and_names_the_key_when_struct_ops_is_missing() {
         "the failure should name the key and struct_ops:\n{text}"
     );
 }
+
+/// `cwnd:N` of each socket in `ss -ti` text.
+fn cwnds(ss_text: &str) -> Vec<u32> {
+    ss_text
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("cwnd:"))
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// Opens a split connection without sending client data and returns the
+/// cwnd of rc's new leg to rs (only the peer handshake has crossed it).
+fn fresh_peer_leg_cwnd(lab: &Lab, server: &TestServer) -> (u32, String) {
+    let client = connect_in(&lab.client, server_v4()).expect("connect");
+    let (conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let ss = ss_info(lab.rc(), &format!("dport = :{PEER_PORT}"));
+    let cwnd = cwnds(&ss);
+    assert_eq!(cwnd.len(), 1, "one rc → rs leg expected:\n{ss}");
+    drop((client, conn));
+    (cwnd[0], ss)
+}
+
+#[test]
+fn splitway_resume_starts_the_next_leg_to_a_peer_from_the_last_window() {
+    require_netns!();
+    let _lock = heavy_lock();
+    const RESUME: &str = "splitway_resume";
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .expect("read");
+    assert!(
+        !available.split_whitespace().any(|n| n == RESUME),
+        "{RESUME} is already registered by another process"
+    );
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].2 = format!("congestion = \"{RESUME}\"");
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+
+    // Nothing saved for rs yet: the first leg starts at the initial window.
+    let (first, ss) = fresh_peer_leg_cwnd(&lab, &server);
+    assert!(first <= 16, "a first leg should start near initcwnd:\n{ss}");
+    // A bulk upload (rc sends on the leg) grows the window; its close saves it.
+    transfer_client_to_server(&lab.client, &server, server_v4(), 32 * MIB, LAST_RELAY_V4);
+    // The next leg to the same peer resumes from half the saved window.
+    let (resumed, ss) = wait_until(
+        Deadline::after(Duration::from_secs(20)),
+        "a leg resumed above the initial window",
+        || {
+            let (cwnd, ss) = fresh_peer_leg_cwnd(&lab, &server);
+            (cwnd > 2 * first).then_some((cwnd, ss))
+        },
+    );
+    eprintln!("first leg cwnd {first}, resumed leg cwnd {resumed}:\n{ss}");
+    // And the resumed leg carries the bytes intact.
+    transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    lab.assert_relays_alive();
+}
