@@ -289,3 +289,46 @@ fn splitway_resume_starts_the_next_leg_to_a_peer_from_the_last_window() {
     transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
     lab.assert_relays_alive();
 }
+
+/// Two relays on one host both use splitway_cubic: the second shares the
+/// first's registration, and re-registers it when the first dies.
+#[test]
+fn a_second_relay_shares_the_registration_and_takes_over_when_the_first_dies() {
+    require_netns!();
+    let _lock = heavy_lock();
+    assert_not_registered_before();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].2 = format!("congestion = \"{CC}\"");
+    let plain_rs = configs[1].clone();
+    configs[1].extra(&format!("[direct]\ncongestion = \"{CC}\""));
+    // rs starts first and registers; rc finds the name taken.
+    lab.start_relays(&configs);
+    let status = String::from_utf8_lossy(&lab.ctl("rc", &["status"]).stdout).into_owned();
+    assert!(
+        status.contains(&format!("{CC} (held by another process)")),
+        "rc should share rs's registration:\n{status}"
+    );
+    let server = TestServer::bind(&lab.server, server_v4());
+    let (ccs, ss) = peer_leg_algorithms(&lab, &server);
+    assert!(ccs.iter().all(|c| c == CC) && !ccs.is_empty(), "{ss}");
+
+    // rs dies: the name goes with it; rs comes back without it.
+    lab.kill_relay("rs");
+    wait_until(deadline, "rs's registration gone", || {
+        (!registered()).then_some(())
+    });
+    lab.restart_relay("rs", &plain_rs);
+    // rc's next leg finds the name missing, registers it and uses it.
+    let (ccs, ss) = peer_leg_algorithms(&lab, &server);
+    assert!(ccs.iter().all(|c| c == CC) && !ccs.is_empty(), "{ss}");
+    let status = String::from_utf8_lossy(&lab.ctl("rc", &["status"]).stdout).into_owned();
+    assert!(
+        status.contains(&format!("{CC} (held by this process)")),
+        "rc should now hold {CC} itself:\n{status}"
+    );
+    transfer_client_to_server(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    lab.stop_relay("rc");
+    assert!(!registered(), "{CC} still registered after both relays exited");
+}
