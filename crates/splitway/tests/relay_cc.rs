@@ -330,5 +330,8 @@ fn a_second_relay_shares_the_registration_and_takes_over_when_the_first_dies() {
     );
     transfer_client_to_server(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
     lab.stop_relay("rc");
-    assert!(!registered(), "{CC} still registered after both relays exited");
+    assert!(
+        !registered(),
+        "{CC} still registered after both relays exited"
+    );
 }
