@@ -18,7 +18,9 @@ PACKAGES=(
   iputils-ping
   clang            # BPF programs
   llvm
-  libbpf-dev
+  libbpf-dev       # BPF headers; libbpf.a loads the struct_ops congestion controls
+  libelf-dev       # libbpf.a links libelf and zlib
+  zlib1g-dev
 )
 
 missing=()

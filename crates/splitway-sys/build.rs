@@ -31,6 +31,50 @@ fn main() {
         println!("cargo:rerun-if-changed={}", source.display());
         compile(&clang, source, &out_dir);
     }
+
+    // Congestion controls (struct_ops, bpf/cc/): loaded through libbpf.
+    let cc_dir = bpf_dir.join("cc");
+    let cc_out = out_dir.join("cc");
+    std::fs::create_dir_all(&cc_out).expect("create OUT_DIR/cc");
+    println!("cargo:rerun-if-changed={}", cc_dir.display());
+    let mut cc_sources: Vec<PathBuf> = std::fs::read_dir(&cc_dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", cc_dir.display()))
+        .map(|entry| entry.expect("read_dir entry").path())
+        .filter(|p| p.extension().is_some_and(|ext| ext == "c" || ext == "h"))
+        .collect();
+    cc_sources.sort();
+    for source in &cc_sources {
+        println!("cargo:rerun-if-changed={}", source.display());
+        if source.extension().is_some_and(|ext| ext == "c") {
+            compile(&clang, source, &cc_out);
+        }
+    }
+    link_libbpf();
+}
+
+/// Links Debian's libbpf (libbpf-dev) statically, so the binary does not
+/// need libbpf1 at run time; libelf and zlib, which libbpf uses, are linked
+/// dynamically (libelf1, zlib1g). See docs/congestion.md.
+fn link_libbpf() {
+    println!("cargo:rerun-if-env-changed=SPLITWAY_LIBBPF_DIR");
+    let dir = std::env::var("SPLITWAY_LIBBPF_DIR")
+        .map(PathBuf::from)
+        .ok()
+        .or_else(|| {
+            let triple = multiarch_triple()?;
+            let dir = Path::new("/usr/lib").join(triple);
+            dir.join("libbpf.a").is_file().then_some(dir)
+        });
+    match dir {
+        Some(dir) => println!("cargo:rustc-link-search=native={}", dir.display()),
+        None => panic!(
+            "\n\nsplitway-sys: libbpf.a not found (set SPLITWAY_LIBBPF_DIR).\n\
+             Run `./scripts/install-deps.sh` (libbpf-dev, libelf-dev, zlib1g-dev) and build again.\n"
+        ),
+    }
+    println!("cargo:rustc-link-lib=static=bpf");
+    println!("cargo:rustc-link-lib=dylib=elf");
+    println!("cargo:rustc-link-lib=dylib=z");
 }
 
 fn env(key: &str) -> String {
@@ -77,8 +121,13 @@ fn compile(clang: &str, source: &Path, out_dir: &Path) {
 fn multiarch_include_dir() -> Option<PathBuf> {
     // Host headers are what the kernel UAPI includes resolve to; the BPF
     // object itself is target-independent.
+    let dir = Path::new("/usr/include").join(multiarch_triple()?);
+    dir.is_dir().then_some(dir)
+}
+
+fn multiarch_triple() -> Option<&'static str> {
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").ok()?;
-    let triple = match arch.as_str() {
+    Some(match arch.as_str() {
         "x86_64" => "x86_64-linux-gnu",
         "aarch64" => "aarch64-linux-gnu",
         "x86" => "i386-linux-gnu",
@@ -87,7 +136,5 @@ fn multiarch_include_dir() -> Option<PathBuf> {
         "powerpc64" => "powerpc64le-linux-gnu",
         "s390x" => "s390x-linux-gnu",
         _ => return None,
-    };
-    let dir = Path::new("/usr/include").join(triple);
-    dir.is_dir().then_some(dir)
+    })
 }

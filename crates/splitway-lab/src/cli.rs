@@ -107,6 +107,11 @@ pub struct RunArgs {
     /// Directory for the SVG charts.
     #[arg(long, default_value = RESULTS_DIR)]
     pub out_dir: PathBuf,
+    /// splitway's congestion control on every leg of every chain (reno,
+    /// cubic, bbr, or a shipped BPF one: splitway_cubic, splitway_resume), replacing the
+    /// scenario's `relay_congestion` and the lab's default.
+    #[arg(long)]
+    pub relay_congestion: Option<crate::model::Congestion>,
 }
 
 impl RunArgs {
@@ -118,6 +123,7 @@ impl RunArgs {
             configs: self.configs.or_else(|| outer.configs.clone()),
             json: self.json.or_else(|| outer.json.clone()),
             model_only: self.model_only || outer.model_only,
+            relay_congestion: self.relay_congestion.or(outer.relay_congestion),
             out_dir: if self.out_dir.as_os_str() == RESULTS_DIR {
                 outer.out_dir.clone()
             } else {
@@ -246,6 +252,18 @@ fn list() -> String {
 }
 
 fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
+    let overridden;
+    let scenario = match run.relay_congestion {
+        Some(cc) => {
+            let mut s = scenario.clone();
+            for chain in &mut s.chains {
+                chain.relay_congestion = vec![Some(cc); chain.spec.links.len()];
+            }
+            overridden = s;
+            &overridden
+        }
+        None => scenario,
+    };
     let configs = run
         .configs
         .clone()

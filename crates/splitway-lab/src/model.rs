@@ -132,6 +132,13 @@ pub enum Congestion {
     Reno,
     Cubic,
     Bbr,
+    /// splitway's BPF CUBIC (bpf/cc); the model treats it as cubic.
+    #[serde(rename = "splitway_cubic")]
+    SplitwayCubic,
+    /// splitway's BPF CUBIC with Careful Resume per peer (bpf/cc); the
+    /// model treats it as cubic (it does not model the resumed window).
+    #[serde(rename = "splitway_resume")]
+    SplitwayResume,
 }
 
 impl Congestion {
@@ -140,6 +147,8 @@ impl Congestion {
             Congestion::Reno => "reno",
             Congestion::Cubic => "cubic",
             Congestion::Bbr => "bbr",
+            Congestion::SplitwayCubic => "splitway_cubic",
+            Congestion::SplitwayResume => "splitway_resume",
         }
     }
 }
@@ -151,8 +160,10 @@ impl FromStr for Congestion {
             "reno" => Ok(Congestion::Reno),
             "cubic" => Ok(Congestion::Cubic),
             "bbr" => Ok(Congestion::Bbr),
+            "splitway_cubic" => Ok(Congestion::SplitwayCubic),
+            "splitway_resume" => Ok(Congestion::SplitwayResume),
             other => Err(format!(
-                "unknown congestion control {other:?} (known: reno, cubic, bbr)"
+                "unknown congestion control {other:?} (known: reno, cubic, bbr, splitway_cubic, splitway_resume)"
             )),
         }
     }

@@ -1102,6 +1102,13 @@ fn relay_config(
             "\n[client]\ncongestion = \"{}\"\n",
             leg_congestion(chain, 0)
         ));
+    } else {
+        // The leg accepted from relay i - 1 (link i): this relay sends the
+        // downloads on it.
+        conf.push_str(&format!(
+            "\n[upstream]\ncongestion = \"{}\"\n",
+            leg_congestion(chain, i)
+        ));
     }
     let early_syn = accel.early_syn && i == 0;
     let pool = accel.pool && i + 1 < relays.len();

@@ -790,12 +790,16 @@ impl Checker<'_> {
                     format!("`{cc}` is not a congestion control name"),
                 );
                 None
-            } else if !available.is_empty() && !available.contains(&cc) {
+            } else if !available.is_empty()
+                && !available.contains(&cc)
+                && !splitway_sys::cc::is_shipped(&cc)
+            {
                 self.err(
                     format!("{key}.congestion"),
                     format!(
-                        "`{cc}` is not available on this kernel (available: {})",
-                        available.join(", ")
+                        "`{cc}` is not available on this kernel (available: {}; shipped with splitway: {})",
+                        available.join(", "),
+                        splitway_sys::cc::shipped_names().collect::<Vec<_>>().join(", ")
                     ),
                 );
                 None
@@ -1596,6 +1600,38 @@ mod tests {
         assert!(cfg.psk.is_some());
         assert_eq!(cfg.admin, Some(DEFAULT_ADMIN.parse().unwrap()));
         assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
+    }
+
+    #[test]
+    fn shipped_bpf_congestion_control_is_accepted_on_every_leg() {
+        let cfg = Config::parse_str(
+            r#"
+            name = "rc"
+            [[listen]]
+            mode = "socks5"
+            addr = "127.0.0.1:1080"
+            [direct]
+            congestion = "splitway_cubic"
+            [client]
+            congestion = "splitway_cubic"
+            [upstream]
+            congestion = "splitway_cubic"
+            [[route]]
+            dst = "0.0.0.0/0"
+            via = "direct"
+            "#,
+        )
+        .expect("shipped name accepted");
+        let uses = crate::congestion::shipped_in(&cfg);
+        let keys: Vec<&str> = uses.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "direct.congestion",
+                "client.congestion",
+                "upstream.congestion"
+            ]
+        );
     }
 
     #[test]

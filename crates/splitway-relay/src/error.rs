@@ -234,6 +234,9 @@ pub enum RelayError {
     },
     #[error("admin API: {0}")]
     Admin(#[from] splitway_control::ControlError),
+    /// A BPF congestion control the config names could not be registered.
+    #[error(transparent)]
+    Congestion(#[from] crate::congestion::CongestionError),
     #[error("internal: {0}")]
     Internal(String),
 }

@@ -17,12 +17,14 @@
 //!   exact half-close and reset propagation
 //! - `tuning`: per-leg socket options
 //! - `transparent`: server legs sent from the client's own address
+//! - `congestion`: the BPF congestion controls this process registered
 //! - `relay`: startup, admin API, shutdown and drain
 //! - `resolve`: domain-name destinations, resolved without blocking threads
 //! - `reload`: re-reading the config file while running (SIGHUP, `POST /reload`)
 
 pub mod accel;
 pub mod config;
+pub mod congestion;
 pub mod control;
 pub mod early_syn;
 pub mod error;

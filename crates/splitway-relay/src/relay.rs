@@ -293,6 +293,7 @@ impl Shared {
             "early_syn": self.early.as_ref().map(|e| e.status()),
             // Effective states: what runs, not what the file asked for.
             "accel": self.accel.json(),
+            "congestion_controls": crate::congestion::status(),
             "features": {
                 "data_path": format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
                 "early_syn": self.accel.state(AccelName::EarlySyn) == AccelState::Active,
@@ -375,6 +376,8 @@ impl Relay {
                 0
             }
         };
+        // BPF congestion controls before any socket could select them.
+        crate::congestion::register_for(&cfg)?;
         let metrics = Arc::new(Metrics::new());
         for p in &cfg.peers {
             metrics.register_peer(&p.name);

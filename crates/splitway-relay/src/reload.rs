@@ -35,6 +35,10 @@ pub enum ReloadError {
     Draining,
     #[error("{0}")]
     Invalid(ConfigErrors),
+    /// The new config names a BPF congestion control that cannot be
+    /// registered; the old config stays.
+    #[error(transparent)]
+    Congestion(#[from] crate::congestion::CongestionError),
 }
 
 /// One value a reload changed.
@@ -166,6 +170,9 @@ impl Reloader {
             return Err(ReloadError::Draining);
         }
         let new = Config::load(path).map_err(ReloadError::Invalid)?;
+        // Load on demand: new connections may only switch to an algorithm
+        // that is registered.
+        crate::congestion::register_for(&new)?;
         for w in new.warnings() {
             warn!("reload: {w}");
         }

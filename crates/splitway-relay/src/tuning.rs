@@ -50,8 +50,22 @@ pub fn apply_with_buffers(
         )?;
     }
     if let Some(cc) = &tuning.congestion {
-        splitway_sys::sock::set_congestion(&sock.as_fd(), cc)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        set_congestion(sock, cc)?;
     }
     Ok(())
+}
+
+/// `TCP_CONGESTION`. A shipped BPF algorithm that another process held and
+/// has since unregistered (ENOENT) is registered again here and retried.
+fn set_congestion(sock: &impl AsFd, cc: &str) -> std::io::Result<()> {
+    let set = || splitway_sys::sock::set_congestion(&sock.as_fd(), cc);
+    let missing = |e: &splitway_sys::SysError| matches!(e, splitway_sys::SysError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
+    match set() {
+        Ok(()) => Ok(()),
+        Err(e) if missing(&e) && splitway_sys::cc::is_shipped(cc) => {
+            crate::congestion::ensure(cc).map_err(std::io::Error::other)?;
+            set().map_err(|e| std::io::Error::other(e.to_string()))
+        }
+        Err(e) => Err(std::io::Error::other(e.to_string())),
+    }
 }

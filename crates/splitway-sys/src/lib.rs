@@ -10,6 +10,7 @@
 
 pub mod activation;
 pub mod bpf;
+pub mod cc;
 pub mod hops;
 pub mod mem;
 pub mod netns;

@@ -438,6 +438,26 @@ fn render_status(status: &Value) -> String {
             );
         }
     }
+    // BPF congestion controls this relay process registered (or shares).
+    let ccs: Vec<String> = array(&status["congestion_controls"])
+        .map(|c| {
+            let mut s = format!("{} (held by {}", text(&c["name"]), text(&c["held_by"]));
+            if c["available"] == Value::Bool(false) {
+                s.push_str(", NOT registered now");
+            }
+            s.push(')');
+            s
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "BPF congestion controls: {}",
+        if ccs.is_empty() {
+            "none loaded".to_owned()
+        } else {
+            ccs.join(", ")
+        }
+    );
 
     let active = &status["connections_active"];
     let modes = ["tproxy", "socks5", "http_connect", "peer"];

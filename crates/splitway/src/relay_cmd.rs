@@ -81,6 +81,14 @@ pub fn run(
         }
     }
     if check {
+        // Shipped BPF congestion controls: tried for real, named by key.
+        let problems = splitway_relay::congestion::check(&cfg);
+        for p in &problems {
+            eprintln!("{}: {p}", path.display());
+        }
+        if !problems.is_empty() {
+            return Ok(ExitCode::FAILURE);
+        }
         println!(
             "{}: valid ({} listeners, {} peers, {} routes)",
             path.display(),

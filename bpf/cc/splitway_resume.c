@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// splitway_resume: CUBIC that resumes from the previous connection to the
+// same peer, after the IETF's Careful Resume
+// (draft-ietf-tsvwg-careful-resume) and RFC 9040's cached ssthresh. Meant for
+// relay legs, which reconnect to the same few peers all the time: a measured,
+// per-peer replacement for turbo-start's static initcwnd.
+//
+// License: dual GPL-2.0-only OR BSD-2-Clause; object license string
+// "Dual BSD/GPL" (GPL-compatible, needed for the kfuncs CUBIC calls).
+//
+// - Saved: when a connection ends (release), its cwnd and smoothed RTT, per
+//   peer address, in an LRU hash map that lives as long as the registration
+//   (the relay process). Only windows above RESUME_MIN_CWND are saved.
+// - Resume: at init, if the peer has an entry younger than RESUME_MAX_AGE
+//   and the handshake RTT confirms the path (between half and ten times the
+//   saved RTT, Careful Resume's check), cwnd jumps to half the saved cwnd
+//   and ssthresh is set to the saved cwnd. The jump is paced (the kernel's
+//   internal pacing, SK_PACING_NEEDED) for the unvalidated phase.
+// - Unvalidated phase: two smoothed RTTs after the jump. A loss in it is a
+//   "safe retreat": ssthresh = a quarter of the jump (below what plain CUBIC
+//   would keep), CUBIC's W_max forgotten, and the peer's entry deleted so
+//   the next connection starts normally.
+// - Afterwards it is splitway_cubic (cubic_core.h).
+//
+// Simplifications against the draft: the jump happens at init, using the
+// handshake RTT as the reconnaissance; the saved value is the final cwnd,
+// not a measured flight size, which is why only half of it is used.
+
+#include "cubic_core.h"
+
+char _license[] SEC("license") = "Dual BSD/GPL";
+
+#define SW_AF_INET 2
+#define SW_AF_INET6 10
+#define RESUME_MIN_CWND 20
+#define RESUME_MAX_AGE_NS (600ULL * 1000000000ULL)
+
+struct resume_key {
+	__u32 family;
+	__u32 addr[4];
+};
+
+struct resume_val {
+	__u32 cwnd;
+	__u32 srtt_us;
+	__u64 at_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct resume_key);
+	__type(value, struct resume_val);
+} splitway_resume_peers SEC(".maps");
+
+enum { CR_OFF = 0, CR_UNVALIDATED = 1 };
+
+struct sw_resume {
+	struct sw_cubic cubic; /* first: cubic_core.h reads it at offset 0 */
+	__u32 jump_cwnd;
+	__u32 jump_at_us;
+	__u32 validate_us;
+	__u8 phase;
+};
+
+_Static_assert(sizeof(struct sw_resume) <= 13 * sizeof(__u64),
+	       "state must fit icsk_ca_priv");
+
+static __always_inline int peer_key(struct sock *sk, struct resume_key *key)
+{
+	__u16 family = sk->__sk_common.skc_family;
+
+	__builtin_memset(key, 0, sizeof(*key));
+	key->family = family;
+	if (family == SW_AF_INET) {
+		key->addr[0] = sk->__sk_common.skc_daddr;
+		return 1;
+	}
+	if (family == SW_AF_INET6) {
+		key->addr[0] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[0];
+		key->addr[1] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[1];
+		key->addr[2] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[2];
+		key->addr[3] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3];
+		return 1;
+	}
+	return 0;
+}
+
+SEC("struct_ops/splitway_resume_init")
+void BPF_PROG(splitway_resume_init, struct sock *sk)
+{
+	struct tcp_sock *tp = sw_tcp_sk(sk);
+	struct sw_resume *ca = sw_ca_priv(sk);
+	struct resume_key key;
+	struct resume_val *saved;
+	__u32 srtt, jump;
+
+	cubic_init(sk);
+	ca->phase = CR_OFF;
+	if (!peer_key(sk, &key))
+		return;
+	saved = bpf_map_lookup_elem(&splitway_resume_peers, &key);
+	if (!saved)
+		return;
+	if (bpf_ktime_get_ns() - saved->at_ns > RESUME_MAX_AGE_NS)
+		return;
+	srtt = tp->srtt_us >> 3;
+	/* No handshake RTT, or clearly a different path: start normally.
+	 * Careful Resume's bounds (half to ten times the saved RTT), widened
+	 * by 1 ms so that microsecond jitter on short paths does not count. */
+	if (!srtt || srtt + 1000 < saved->srtt_us / 2 ||
+	    srtt > saved->srtt_us * 10 + 1000)
+		return;
+	jump = saved->cwnd / 2;
+	if (jump <= tp->snd_cwnd)
+		return;
+	if (jump > tp->snd_cwnd_clamp)
+		jump = tp->snd_cwnd_clamp;
+	tp->snd_cwnd = jump;
+	tp->snd_ssthresh = saved->cwnd;
+	sk->sk_pacing_status = SW_SK_PACING_NEEDED;
+	ca->jump_cwnd = jump;
+	ca->jump_at_us = now_us(tp);
+	ca->validate_us = 2 * srtt;
+	ca->phase = CR_UNVALIDATED;
+}
+
+/* Ends the unvalidated phase once two RTTs passed without a loss. */
+static __always_inline void maybe_validated(struct sock *sk, struct sw_resume *ca)
+{
+	struct tcp_sock *tp = sw_tcp_sk(sk);
+
+	if (ca->phase == CR_UNVALIDATED &&
+	    (__s32)(now_us(tp) - ca->jump_at_us) > (__s32)ca->validate_us) {
+		ca->phase = CR_OFF;
+		sk->sk_pacing_status = SW_SK_PACING_NONE;
+	}
+}
+
+SEC("struct_ops/splitway_resume_cong_avoid")
+void BPF_PROG(splitway_resume_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+	maybe_validated(sk, sw_ca_priv(sk));
+	cubic_cong_avoid(sk, ack, acked);
+}
+
+SEC("struct_ops/splitway_resume_ssthresh")
+__u32 BPF_PROG(splitway_resume_ssthresh, struct sock *sk)
+{
+	struct sw_resume *ca = sw_ca_priv(sk);
+	struct resume_key key;
+	__u32 retreat;
+
+	maybe_validated(sk, ca);
+	if (ca->phase != CR_UNVALIDATED)
+		return cubic_ssthresh(sk);
+	/* Safe retreat: the saved window was wrong for this connection. */
+	ca->phase = CR_OFF;
+	sk->sk_pacing_status = SW_SK_PACING_NONE;
+	if (peer_key(sk, &key))
+		bpf_map_delete_elem(&splitway_resume_peers, &key);
+	cubic_ssthresh(sk);
+	retreat = SW_MAX(ca->jump_cwnd / 4, 2U);
+	ca->cubic.last_max_cwnd = retreat;
+	return retreat;
+}
+
+SEC("struct_ops/splitway_resume_release")
+void BPF_PROG(splitway_resume_release, struct sock *sk)
+{
+	struct tcp_sock *tp = sw_tcp_sk(sk);
+	struct resume_key key;
+	struct resume_val val = {};
+
+	if (tp->snd_cwnd < RESUME_MIN_CWND || !tp->srtt_us)
+		return;
+	if (!peer_key(sk, &key))
+		return;
+	val.cwnd = tp->snd_cwnd;
+	val.srtt_us = tp->srtt_us >> 3;
+	val.at_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&splitway_resume_peers, &key, &val, BPF_ANY);
+}
+
+SEC("struct_ops/splitway_resume_cwnd_event")
+void BPF_PROG(splitway_resume_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
+{
+	cubic_cwnd_event(sk, ev);
+}
+
+SEC("struct_ops/splitway_resume_set_state")
+void BPF_PROG(splitway_resume_set_state, struct sock *sk, __u8 new_state)
+{
+	cubic_set_state(sk, new_state);
+}
+
+SEC("struct_ops/splitway_resume_pkts_acked")
+void BPF_PROG(splitway_resume_pkts_acked, struct sock *sk,
+	      const struct ack_sample *sample)
+{
+	cubic_pkts_acked(sk, sample);
+}
+
+SEC("struct_ops/splitway_resume_undo_cwnd")
+__u32 BPF_PROG(splitway_resume_undo_cwnd, struct sock *sk)
+{
+	return cubic_undo_cwnd(sk);
+}
+
+SEC(".struct_ops")
+struct tcp_congestion_ops splitway_resume_ops = {
+	.init = (void *)splitway_resume_init,
+	.release = (void *)splitway_resume_release,
+	.ssthresh = (void *)splitway_resume_ssthresh,
+	.cong_avoid = (void *)splitway_resume_cong_avoid,
+	.set_state = (void *)splitway_resume_set_state,
+	.undo_cwnd = (void *)splitway_resume_undo_cwnd,
+	.cwnd_event = (void *)splitway_resume_cwnd_event,
+	.pkts_acked = (void *)splitway_resume_pkts_acked,
+	.name = "splitway_resume",
+};

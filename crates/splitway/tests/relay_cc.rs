@@ -1,0 +1,339 @@
+//! BPF congestion controls shipped with splitway (`splitway_cubic`):
+//! registered by the relay for the legs that name them, really used by those
+//! sockets, switched to by a reload, refused by `--check` when the kernel
+//! cannot take them, and unregistered when the relay dies by SIGKILL.
+//!
+//! Registration is machine-wide, so every test here holds one lock (tests
+//! of one binary run in parallel; cargo runs test binaries one at a time),
+//! and each checks first that no other process holds the name.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use splitway_sys::netns::Netns;
+use support::*;
+
+const CC: &str = "splitway_cubic";
+
+fn server_v4() -> SocketAddr {
+    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
+}
+
+fn registered() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .expect("read tcp_available_congestion_control")
+        .split_whitespace()
+        .any(|n| n == CC)
+}
+
+/// The host namespace's default congestion control.
+fn host_default() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("read tcp_congestion_control")
+        .trim()
+        .to_owned()
+}
+
+fn assert_not_registered_before() {
+    assert!(
+        !registered(),
+        "{CC} is already registered by another process; these tests need it free"
+    );
+}
+
+/// `ss -tin` text of established sockets in `ns` matching `filter`.
+fn ss_info(ns: &Netns, filter: &str) -> String {
+    let out = output(
+        ns.command("ss")
+            .args(["-Htin", "state", "established"])
+            .arg(filter),
+    );
+    assert!(out.status.success(), "ss failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Congestion control names `ss -i` shows, one per socket.
+fn algorithms(ss_text: &str) -> Vec<String> {
+    const KNOWN: [&str; 4] = ["cubic", "reno", "bbr", CC];
+    ss_text
+        .split_whitespace()
+        .filter(|w| KNOWN.contains(w))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Opens a split connection, sends some bytes, and returns what `ss` shows
+/// for rc's leg to rs while it is open; then finishes it, checking the
+/// byte count.
+fn peer_leg_algorithms(lab: &Lab, server: &TestServer) -> (Vec<String>, String) {
+    let mut client = connect_in(&lab.client, server_v4()).expect("connect");
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    send_pattern(&mut client, 64 * 1024, 7).expect("client send");
+    let ss = ss_info(lab.rc(), &format!("dport = :{PEER_PORT}"));
+    drop(client);
+    let (received, _) = read_until_end(&mut conn);
+    assert_eq!(received, 64 * 1024, "bytes through the split connection");
+    (algorithms(&ss), ss)
+}
+
+#[test]
+fn splitway_cubic_runs_on_its_leg_and_is_gone_after_sigkill() {
+    require_netns!();
+    let _lock = heavy_lock();
+    assert_not_registered_before();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].2 = format!("congestion = \"{CC}\"");
+    let default_before = host_default();
+    lab.start_relays(&configs);
+    assert!(registered(), "rc should have registered {CC} at start");
+    // Registering changes no default: other sockets are untouched.
+    assert_eq!(host_default(), default_before, "host default cc changed");
+    let fresh = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    assert_ne!(
+        splitway_sys::sock::congestion(&fresh).expect("TCP_CONGESTION"),
+        CC,
+        "a socket the relay never touched got {CC}"
+    );
+
+    let server = TestServer::bind(&lab.server, server_v4());
+    let (ccs, ss) = peer_leg_algorithms(&lab, &server);
+    assert!(
+        !ccs.is_empty() && ccs.iter().all(|c| c == CC),
+        "rc → rs legs should run {CC}:\n{ss}"
+    );
+    // Only the configured leg: rs's legs keep the namespace default.
+    let direct = algorithms(&ss_info(lab.rs(), &format!("dst {SERVER_V4}")));
+    assert!(!direct.contains(&CC.to_owned()), "rs → server got {CC}");
+    // Bytes intact both ways over the BPF-controlled leg.
+    transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    transfer_server_to_client(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+
+    let status = lab.ctl("rc", &["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success() && text.contains(&format!("{CC} (held by this process)")),
+        "ctl status should list {CC}:\n{text}"
+    );
+
+    lab.kill_relay("rc");
+    wait_until(
+        deadline,
+        &format!("{CC} unregistered after SIGKILL of rc"),
+        || (!registered()).then_some(()),
+    );
+}
+
+#[test]
+fn reload_switches_new_connections_to_splitway_cubic() {
+    require_netns!();
+    let _lock = heavy_lock();
+    assert_not_registered_before();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].2 = "congestion = \"reno\"".into();
+    lab.start_relays(&configs);
+    assert!(
+        !registered(),
+        "nothing should register {CC} before it is used"
+    );
+    let server = TestServer::bind(&lab.server, server_v4());
+    let (before, ss) = peer_leg_algorithms(&lab, &server);
+    assert!(
+        !before.is_empty() && before.iter().all(|c| c == "reno"),
+        "before the reload rc → rs should run reno:\n{ss}"
+    );
+
+    configs[0].peers[0].2 = format!("congestion = \"{CC}\"");
+    std::fs::write(lab.config_path("rc"), configs[0].render(&lab.psk_path)).expect("write");
+    let out = lab.ctl("rc", &["reload"]);
+    assert!(
+        out.status.success(),
+        "ctl reload failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(registered(), "the reload should have registered {CC}");
+    let (after, ss) = peer_leg_algorithms(&lab, &server);
+    assert!(
+        !after.is_empty() && after.iter().all(|c| c == CC),
+        "after the reload new rc → rs legs should run {CC}:\n{ss}"
+    );
+    transfer_client_to_server(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    deadline.remaining("reload test");
+    lab.assert_relays_alive();
+    let status = lab.stop_relay("rc");
+    assert!(status.is_some_and(|s| s.success()), "rc exit: {status:?}");
+    assert!(!registered(), "{CC} still registered after rc exited");
+}
+
+const CHECK_CONFIG: &str = r#"
+name = "rc"
+psk_file = "@PSK@"
+[[listen]]
+mode = "socks5"
+addr = "127.0.0.1:1080"
+[[peer]]
+name = "rs"
+addr = "10.0.12.2:7100"
+congestion = "splitway_cubic"
+[[route]]
+dst = "0.0.0.0/0"
+via = "rs"
+"#;
+
+fn check(btf: Option<&str>) -> (bool, String) {
+    let dir = TempDir::new();
+    let psk = dir.join("psk.key");
+    write_psk(&psk, 3);
+    let path = dir.join("relay.toml");
+    std::fs::write(
+        &path,
+        CHECK_CONFIG.replace("@PSK@", psk.to_str().expect("utf-8")),
+    )
+    .expect("write config");
+    let mut cmd = Command::new(SPLITWAY);
+    cmd.args(["relay", "--config"]).arg(&path).arg("--check");
+    if let Some(btf) = btf {
+        cmd.env("SPLITWAY_KERNEL_BTF", btf);
+    }
+    let out = output(&mut cmd);
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn check_tries_splitway_cubic_and_names_the_key_when_struct_ops_is_missing() {
+    // Registering needs root, like the namespaces.
+    require_netns!();
+    let _lock = heavy_lock();
+    assert_not_registered_before();
+    let (ok, text) = check(None);
+    assert!(ok, "--check should accept {CC} on this kernel:\n{text}");
+    assert!(!registered(), "--check must not leave {CC} registered");
+    let (ok, text) = check(Some("/nonexistent/btf"));
+    assert!(!ok, "--check should fail without kernel BTF:\n{text}");
+    assert!(
+        text.contains("peer[0].congestion") && text.contains("struct_ops"),
+        "the failure should name the key and struct_ops:\n{text}"
+    );
+}
+
+/// `cwnd:N` of each socket in `ss -ti` text.
+fn cwnds(ss_text: &str) -> Vec<u32> {
+    ss_text
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("cwnd:"))
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// Opens a split connection without sending client data and returns the
+/// cwnd of rc's new leg to rs (only the peer handshake has crossed it).
+fn fresh_peer_leg_cwnd(lab: &Lab, server: &TestServer) -> (u32, String) {
+    let client = connect_in(&lab.client, server_v4()).expect("connect");
+    let (conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let ss = ss_info(lab.rc(), &format!("dport = :{PEER_PORT}"));
+    let cwnd = cwnds(&ss);
+    assert_eq!(cwnd.len(), 1, "one rc → rs leg expected:\n{ss}");
+    drop((client, conn));
+    (cwnd[0], ss)
+}
+
+#[test]
+fn splitway_resume_starts_the_next_leg_to_a_peer_from_the_last_window() {
+    require_netns!();
+    let _lock = heavy_lock();
+    const RESUME: &str = "splitway_resume";
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .expect("read");
+    assert!(
+        !available.split_whitespace().any(|n| n == RESUME),
+        "{RESUME} is already registered by another process"
+    );
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].2 = format!("congestion = \"{RESUME}\"");
+    // Fresh legs only: pooled legs would be open before the first transfer.
+    configs[0].extra("[accel]\npool = false");
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+
+    // Nothing saved for rs yet: the first leg starts at the initial window.
+    let (first, ss) = fresh_peer_leg_cwnd(&lab, &server);
+    assert!(first <= 16, "a first leg should start near initcwnd:\n{ss}");
+    // A bulk upload (rc sends on the leg) grows the window; its close saves it.
+    transfer_client_to_server(&lab.client, &server, server_v4(), 32 * MIB, LAST_RELAY_V4);
+    // The next leg to the same peer resumes from half the saved window.
+    let (resumed, ss) = wait_until(
+        Deadline::after(Duration::from_secs(20)),
+        "a leg resumed above the initial window",
+        || {
+            let (cwnd, ss) = fresh_peer_leg_cwnd(&lab, &server);
+            (cwnd > 2 * first).then_some((cwnd, ss))
+        },
+    );
+    eprintln!("first leg cwnd {first}, resumed leg cwnd {resumed}:\n{ss}");
+    // And the resumed leg carries the bytes intact.
+    transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    lab.assert_relays_alive();
+}
+
+/// Two relays on one host both use splitway_cubic: the second shares the
+/// first's registration, and re-registers it when the first dies.
+#[test]
+fn a_second_relay_shares_the_registration_and_takes_over_when_the_first_dies() {
+    require_netns!();
+    let _lock = heavy_lock();
+    assert_not_registered_before();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].2 = format!("congestion = \"{CC}\"");
+    let plain_rs = configs[1].clone();
+    configs[1].extra(&format!("[direct]\ncongestion = \"{CC}\""));
+    // rs starts first and registers; rc finds the name taken.
+    lab.start_relays(&configs);
+    let status = String::from_utf8_lossy(&lab.ctl("rc", &["status"]).stdout).into_owned();
+    assert!(
+        status.contains(&format!("{CC} (held by another process)")),
+        "rc should share rs's registration:\n{status}"
+    );
+    let server = TestServer::bind(&lab.server, server_v4());
+    let (ccs, ss) = peer_leg_algorithms(&lab, &server);
+    assert!(ccs.iter().all(|c| c == CC) && !ccs.is_empty(), "{ss}");
+
+    // rs dies: the name goes with it; rs comes back without it.
+    lab.kill_relay("rs");
+    wait_until(deadline, "rs's registration gone", || {
+        (!registered()).then_some(())
+    });
+    lab.restart_relay("rs", &plain_rs);
+    // rc's next leg finds the name missing, registers it and uses it.
+    let (ccs, ss) = peer_leg_algorithms(&lab, &server);
+    assert!(ccs.iter().all(|c| c == CC) && !ccs.is_empty(), "{ss}");
+    let status = String::from_utf8_lossy(&lab.ctl("rc", &["status"]).stdout).into_owned();
+    assert!(
+        status.contains(&format!("{CC} (held by this process)")),
+        "rc should now hold {CC} itself:\n{status}"
+    );
+    transfer_client_to_server(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    lab.stop_relay("rc");
+    assert!(
+        !registered(),
+        "{CC} still registered after both relays exited"
+    );
+}
