@@ -39,8 +39,13 @@ enum BypassCommand {
         #[arg(long)]
         loopback_only: bool,
         /// Pair only connections with either port in this list.
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', required_unless_present = "any_port")]
         ports: Vec<u16>,
+        /// Pair every port. Not the default: on kernels measured so far the
+        /// redirect path has no backpressure and breaks splice and blocking
+        /// readers (docs/bypass.md), so pairing is opt-in per service.
+        #[arg(long, conflicts_with = "ports")]
+        any_port: bool,
     },
     /// Policy, paired sockets, bytes redirected, fallbacks.
     Status {
@@ -61,6 +66,7 @@ pub fn run(args: BypassArgs) -> anyhow::Result<ExitCode> {
             cgroup,
             loopback_only,
             ports,
+            any_port: _,
         } => {
             let mut ports = ports;
             ports.sort_unstable();

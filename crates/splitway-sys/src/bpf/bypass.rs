@@ -320,7 +320,8 @@ fn read_policy() -> Result<Option<Policy>, BypassError> {
 }
 
 fn count_socks(path: &Path) -> Result<usize, BypassError> {
-    let data = MapData::from_pin(path).map_err(|e| kernel(&format!("open {}", path.display()), e))?;
+    let data =
+        MapData::from_pin(path).map_err(|e| kernel(&format!("open {}", path.display()), e))?;
     let socks: SockHash<MapData, Key> =
         SockHash::try_from(Map::SockHash(data)).map_err(|e| kernel("sockhash", e))?;
     Ok(socks.keys().filter(Result::is_ok).count())
@@ -330,7 +331,8 @@ fn read_counters(path: &Path) -> Result<Counters, BypassError> {
     if !path.exists() {
         return Ok(Counters::default());
     }
-    let data = MapData::from_pin(path).map_err(|e| kernel(&format!("open {}", path.display()), e))?;
+    let data =
+        MapData::from_pin(path).map_err(|e| kernel(&format!("open {}", path.display()), e))?;
     let stats: PerCpuArray<MapData, u64> =
         PerCpuArray::try_from(Map::PerCpuArray(data)).map_err(|e| kernel("stats map", e))?;
     let mut sums = Vec::new();
@@ -354,10 +356,12 @@ pub fn enable(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassErr
         return Err(BypassError::TooManyPorts(policy.ports.len()));
     }
     check_cgroup(cgroup)?;
-    let cgroup = cgroup.canonicalize().map_err(|source| BypassError::Cgroup {
-        path: cgroup.to_owned(),
-        source,
-    })?;
+    let cgroup = cgroup
+        .canonicalize()
+        .map_err(|source| BypassError::Cgroup {
+            path: cgroup.to_owned(),
+            source,
+        })?;
     let cgroup_text = cgroup.display().to_string();
     ensure_pin_dir()?;
     release_drained()?;
@@ -408,7 +412,11 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
         match prog {
             aya::programs::Program::SkMsg(p) => p.load(),
             aya::programs::Program::SockOps(p) => p.load(),
-            _ => return Err(BypassError::Internal(format!("{name} has an unexpected type"))),
+            _ => {
+                return Err(BypassError::Internal(format!(
+                    "{name} has an unexpected type"
+                )));
+            }
         }
         .map_err(|e| kernel(&format!("load {name}"), e))?;
     }
@@ -508,7 +516,11 @@ fn release_drained() -> Result<Vec<Draining>, BypassError> {
     let mut live = Vec::new();
     for dir in draining_dirs() {
         let socks = dir.join(SOCKS_PIN);
-        let n = if socks.exists() { count_socks(&socks)? } else { 0 };
+        let n = if socks.exists() {
+            count_socks(&socks)?
+        } else {
+            0
+        };
         if n == 0 {
             for name in [SOCKS_PIN, STATS_PIN] {
                 let p = dir.join(name);
@@ -517,7 +529,8 @@ fn release_drained() -> Result<Vec<Draining>, BypassError> {
                         .map_err(|e| kernel(&format!("unpin {}", p.display()), e))?;
                 }
             }
-            std::fs::remove_dir(&dir).map_err(|e| kernel(&format!("rmdir {}", dir.display()), e))?;
+            std::fs::remove_dir(&dir)
+                .map_err(|e| kernel(&format!("rmdir {}", dir.display()), e))?;
         } else {
             live.push(Draining {
                 pin: dir,
@@ -592,7 +605,11 @@ pub fn status() -> Result<Status, BypassError> {
     }
     let enabled = dir.join(LINK_PIN).exists();
     let socks = dir.join(SOCKS_PIN);
-    let paired_sockets = if socks.exists() { count_socks(&socks)? } else { 0 };
+    let paired_sockets = if socks.exists() {
+        count_socks(&socks)?
+    } else {
+        0
+    };
     Ok(Status {
         enabled,
         cgroup: if enabled { read_state_cgroup() } else { None },

@@ -37,6 +37,16 @@ pub struct TortureArgs {
     /// Bytes --mode backpressure tries to queue behind a reader that never reads.
     #[arg(long, default_value_t = 1 << 30)]
     cap_bytes: u64,
+    /// How the trial's readers and writers wait: blocking threads (one
+    /// reader and one writer thread per socket), or tokio (epoll).
+    #[arg(long, value_enum, default_value_t = Io::Tokio)]
+    io: Io,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Io {
+    Blocking,
+    Tokio,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -164,6 +174,23 @@ fn trial(i: u32, args: &TortureArgs, rng: &mut StdRng) -> anyhow::Result<Outcome
     let rst = rng.gen_ratio(1, 8);
     let tag = format!("trial {i} ({family:?}, c->s {c_len} B, s->c {s_len} B, rst {rst})");
 
+    if args.io == Io::Tokio {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let spec = AsyncSpec {
+            c_data,
+            s_data,
+            chunks: [cw, cr, sw, sr],
+            seeds,
+            rst,
+            timeout,
+        };
+        return rt
+            .block_on(async_trial(client, server, spec))
+            .with_context(|| tag.clone());
+    }
     let (c_read, s_read) = (client.try_clone()?, server.try_clone()?);
     let cr_t = std::thread::spawn(move || read_side(c_read, seeds[0], cr));
     let c_data2 = c_data.clone();
@@ -177,7 +204,9 @@ fn trial(i: u32, args: &TortureArgs, rng: &mut StdRng) -> anyhow::Result<Outcome
         splitway_sys::sock::set_linger_zero(&server).context("SO_LINGER")?;
         drop(s_read);
         drop(server);
-        let _client_write = cw_t.join().map_err(|_| anyhow::anyhow!("thread panicked"))?;
+        let _client_write = cw_t
+            .join()
+            .map_err(|_| anyhow::anyhow!("thread panicked"))?;
         let (got, _err) = cr_t
             .join()
             .map_err(|_| anyhow::anyhow!("thread panicked"))?;
@@ -237,6 +266,137 @@ fn trial(i: u32, args: &TortureArgs, rng: &mut StdRng) -> anyhow::Result<Outcome
     })
 }
 
+struct AsyncSpec {
+    c_data: Vec<u8>,
+    s_data: Vec<u8>,
+    chunks: [usize; 4],
+    seeds: [u64; 4],
+    rst: bool,
+    timeout: Duration,
+}
+
+async fn async_write(
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    buf: Vec<u8>,
+    seed: u64,
+    max_chunk: usize,
+    shutdown: bool,
+) -> anyhow::Result<tokio::net::tcp::OwnedWriteHalf> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut off = 0;
+    while off < buf.len() {
+        let n = rng.gen_range(1..=max_chunk).min(buf.len() - off);
+        let k = w
+            .write(&buf[off..off + n])
+            .await
+            .with_context(|| format!("write at {off}"))?;
+        if k == 0 {
+            bail!("write returned 0 at offset {off}");
+        }
+        off += k;
+    }
+    if shutdown {
+        w.shutdown().await.context("shutdown(SHUT_WR)")?;
+    }
+    Ok(w)
+}
+
+async fn async_read(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    seed: u64,
+    max_chunk: usize,
+) -> (Vec<u8>, Option<std::io::Error>) {
+    use tokio::io::AsyncReadExt as _;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; max_chunk];
+    loop {
+        let n = rng.gen_range(1..=max_chunk);
+        match r.read(&mut buf[..n]).await {
+            Ok(0) => return (out, None),
+            Ok(k) => out.extend_from_slice(&buf[..k]),
+            Err(e) => return (out, Some(e)),
+        }
+    }
+}
+
+async fn async_trial(
+    client: TcpStream,
+    server: TcpStream,
+    t: AsyncSpec,
+) -> anyhow::Result<Outcome> {
+    client.set_nonblocking(true)?;
+    server.set_nonblocking(true)?;
+    let (cr, cw) = tokio::net::TcpStream::from_std(client)?.into_split();
+    let (sr, sw) = tokio::net::TcpStream::from_std(server)?.into_split();
+    let [c_wc, c_rc, s_wc, s_rc] = t.chunks;
+    let c_read = tokio::spawn(async_read(cr, t.seeds[0], c_rc));
+    let c_write = tokio::spawn(async_write(cw, t.c_data.clone(), t.seeds[1], c_wc, true));
+    let deadline = t.timeout;
+    let within =
+        |what: &'static str| move |_| anyhow::anyhow!("{what}: no progress within {deadline:?}");
+    if t.rst {
+        let sw = async_write(sw, t.s_data.clone(), t.seeds[2], s_wc, false).await?;
+        let server = sr
+            .reunite(sw)
+            .map_err(|e| anyhow::anyhow!("reunite: {e}"))?;
+        let server = server.into_std()?;
+        splitway_sys::sock::set_linger_zero(&server).context("SO_LINGER")?;
+        drop(server);
+        let _client_write = tokio::time::timeout(deadline, c_write)
+            .await
+            .map_err(within("client write"))?;
+        let (got, _err) = tokio::time::timeout(deadline, c_read)
+            .await
+            .map_err(within("client read"))??;
+        if got.len() > t.s_data.len() || got[..] != t.s_data[..got.len()] {
+            bail!(
+                "client read {} bytes that are not a prefix of the server's {}",
+                got.len(),
+                t.s_data.len()
+            );
+        }
+        return Ok(Outcome {
+            bytes: got.len() as u64,
+            rst: true,
+        });
+    }
+    let s_read = tokio::spawn(async_read(sr, t.seeds[3], s_rc));
+    let s_write = tokio::spawn(async_write(sw, t.s_data.clone(), t.seeds[2], s_wc, true));
+    let _cw = tokio::time::timeout(deadline, c_write)
+        .await
+        .map_err(within("client write"))???;
+    let _sw = tokio::time::timeout(deadline, s_write)
+        .await
+        .map_err(within("server write"))???;
+    let (c_got, c_err) = tokio::time::timeout(deadline, c_read)
+        .await
+        .map_err(within("client read"))??;
+    let (s_got, s_err) = tokio::time::timeout(deadline, s_read)
+        .await
+        .map_err(within("server read"))??;
+    if let Some(e) = c_err {
+        bail!("client read failed after {} bytes: {e}", c_got.len());
+    }
+    if let Some(e) = s_err {
+        bail!("server read failed after {} bytes: {e}", s_got.len());
+    }
+    if hex(&s_got) != hex(&t.c_data) || hex(&c_got) != hex(&t.s_data) {
+        bail!(
+            "content differs: server got {} of {} bytes, client got {} of {} bytes (sha256 compared)",
+            s_got.len(),
+            t.c_data.len(),
+            c_got.len(),
+            t.s_data.len()
+        );
+    }
+    Ok(Outcome {
+        bytes: (t.c_data.len() + t.s_data.len()) as u64,
+        rst: false,
+    })
+}
+
 fn run_trials(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     let mut rng = StdRng::seed_from_u64(args.seed);
     let started = Instant::now();
@@ -248,7 +408,7 @@ fn run_trials(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     }
     println!(
         "{}",
-        json!({"mode": "trials", "trials": args.trials, "rst_trials": rsts, "bytes_checked": bytes,
+        json!({"mode": "trials", "io": format!("{:?}", args.io), "trials": args.trials, "rst_trials": rsts, "bytes_checked": bytes,
                "seconds": started.elapsed().as_secs_f64(), "errors": 0})
     );
     Ok(ExitCode::SUCCESS)
@@ -346,27 +506,32 @@ fn run_hold(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     std::io::stdout().flush()?;
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
+    // The rest over epoll (tokio): blocking readers are unsafe on paired
+    // sockets (docs/bypass.md).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     let mut checked = 0u64;
     for (i, (c, s, cd, sd)) in conns.into_iter().enumerate() {
-        let (cr, sr) = (c.try_clone()?, s.try_clone()?);
-        let rc = std::thread::spawn(move || read_side(cr, 1, 4096));
-        let rs = std::thread::spawn(move || read_side(sr, 2, 4096));
-        let cd2 = cd.clone();
-        let sd2 = sd.clone();
-        let wc = std::thread::spawn(move || {
-            let mut c = c;
-            c.write_all(&cd2[half..])?;
-            c.shutdown(Shutdown::Write)
-        });
-        let ws = std::thread::spawn(move || {
-            let mut s = s;
-            s.write_all(&sd2[half..])?;
-            s.shutdown(Shutdown::Write)
-        });
-        wc.join().map_err(|_| anyhow::anyhow!("panic"))??;
-        ws.join().map_err(|_| anyhow::anyhow!("panic"))??;
-        let (cgot, cerr) = rc.join().map_err(|_| anyhow::anyhow!("panic"))?;
-        let (sgot, serr) = rs.join().map_err(|_| anyhow::anyhow!("panic"))?;
+        let spec = (cd, sd);
+        let got = rt.block_on(async move {
+            c.set_nonblocking(true)?;
+            s.set_nonblocking(true)?;
+            let (cr, cw) = tokio::net::TcpStream::from_std(c)?.into_split();
+            let (sr, sw) = tokio::net::TcpStream::from_std(s)?.into_split();
+            let rc = tokio::spawn(async_read(cr, 1, 4096));
+            let rs = tokio::spawn(async_read(sr, 2, 4096));
+            let wc = tokio::spawn(async_write(cw, spec.0[half..].to_vec(), 3, 4096, true));
+            let ws = tokio::spawn(async_write(sw, spec.1[half..].to_vec(), 4, 4096, true));
+            let t = timeout;
+            let _wc = tokio::time::timeout(t, wc).await???;
+            let _ws = tokio::time::timeout(t, ws).await???;
+            let c_got = tokio::time::timeout(t, rc).await??;
+            let s_got = tokio::time::timeout(t, rs).await??;
+            anyhow::Ok((c_got, s_got, spec))
+        })?;
+        let ((cgot, cerr), (sgot, serr), (cd, sd)) = got;
         if cerr.is_some() || serr.is_some() || hex(&cgot) != hex(&sd) || hex(&sgot) != hex(&cd) {
             bail!(
                 "connection {i}: client got {} of {} ({cerr:?}), server got {} of {} ({serr:?}), \
