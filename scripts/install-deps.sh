@@ -18,6 +18,10 @@ PACKAGES=(
   clang            # BPF programs
   llvm
   libbpf-dev
+  sockperf         # bench-bypass: TCP ping-pong
+  redis-server     # bench-bypass: request/response server
+  redis-tools      # bench-bypass: redis-benchmark
+  iperf3           # bench-bypass: bulk
 )
 
 missing=()
@@ -34,8 +38,8 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Debian starts nginx and sshd on install; the tests run their own instances.
-for svc in nginx ssh; do
+# Debian starts nginx, sshd and redis on install; the tests run their own instances.
+for svc in nginx ssh redis-server; do
   if command -v systemctl >/dev/null 2>&1; then systemctl stop "$svc" >/dev/null 2>&1 || true; fi
 done
 command -v cargo >/dev/null || { echo "install-deps: cargo (stable Rust) is required" >&2; exit 1; }
