@@ -57,13 +57,13 @@ measure() { # round mode
   for size in 64 1024 16384; do
     v=$(incg sockperf pp --tcp -i 127.0.0.1 -p $P_SOCKPERF -m $size -t "$SECS" 2>&1 |
       awk '/Summary: Latency is/ {print $5}')
-    # One round trip per observation: transactions/s = 1e6 / avg RTT (usec)... sockperf
-    # reports half the round trip as latency.
+    # sockperf reports latency as half the average round trip (lower is
+    # better); transactions/s of one ping-pong stream = 1e6 / (2 * value).
     echo "$r $m sockperf_pp_${size}B ${v:-FAIL} usec_half_rtt"
   done
   for c in 1 50; do
     v=$(incg redis-benchmark -p $P_REDIS -c $c -n $((c == 1 ? 20000 : 100000)) -t get -q 2>&1 |
-      tr '\r' '\n' | awk '/GET:/ {print $2; exit}')
+      tr '\r' '\n' | awk '/GET:/ && /requests per second/ {v=$2} END {print v}')
     echo "$r $m redis_get_c${c} ${v:-FAIL} req_per_s"
   done
   for len in 1K 16K 128K; do
