@@ -170,6 +170,10 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
         counter(&after, "directions_tcp") - counter(&before, "directions_tcp")
     );
 
+    // Two namespaces on one host over veth (routable addresses, IPv4 and
+    // IPv6): the keys carry no netns cookie, so the ends pair.
+    veth_trials(&cg.0);
+
     // disable with live connections: 8 connections hold unread redirected
     // data across `disable`, then finish; every byte must arrive.
     let mut hold = torture_in(
@@ -222,4 +226,53 @@ fn unsafe_env_skip() -> bool {
         eprintln!("skipped: not root");
     }
     !root
+}
+
+fn veth_trials(cgroup: &Path) {
+    use splitway_sys::netns::{Netns, unique_name, veth};
+    let a = Netns::create(&unique_name("swbyp")).expect("netns a");
+    let b = Netns::create(&unique_name("swbyp")).expect("netns b");
+    veth(&a, "byp0", &b, "byp1").expect("veth");
+    a.ip(&["addr", "add", "10.231.0.1/24", "dev", "byp0"])
+        .expect("addr");
+    b.ip(&["addr", "add", "10.231.0.2/24", "dev", "byp1"])
+        .expect("addr");
+    a.ip(&["addr", "add", "fd00:231::1/64", "dev", "byp0", "nodad"])
+        .expect("addr6");
+    b.ip(&["addr", "add", "fd00:231::2/64", "dev", "byp1", "nodad"])
+        .expect("addr6");
+    for (ip, family) in [("10.231.0.1", "v4"), ("fd00:231::1", "v6")] {
+        let before = status();
+        let out = torture_in(
+            cgroup,
+            &[
+                "--trials",
+                "20",
+                "--seed",
+                "3",
+                "--family",
+                family,
+                "--server-netns",
+                a.name(),
+                "--client-netns",
+                b.name(),
+                "--server-ip",
+                ip,
+            ],
+        )
+        .output()
+        .expect("torture");
+        assert!(
+            out.status.success(),
+            "veth {family} trials failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let after = status();
+        assert!(
+            counter(&after, "sockets_paired") - counter(&before, "sockets_paired") >= 40,
+            "veth {family}: not paired: {after}"
+        );
+        assert!(counter(&after, "bytes_redirected") > counter(&before, "bytes_redirected"));
+    }
 }

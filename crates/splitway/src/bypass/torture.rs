@@ -41,6 +41,14 @@ pub struct TortureArgs {
     /// reader and one writer thread per socket), or tokio (epoll).
     #[arg(long, value_enum, default_value_t = Io::Tokio)]
     io: Io,
+    /// Cross-namespace pairs: the server listens on --server-ip inside
+    /// this (existing) namespace and the client connects from --client-netns.
+    #[arg(long, requires_all = ["client_netns", "server_ip"])]
+    server_netns: Option<String>,
+    #[arg(long, requires = "server_netns")]
+    client_netns: Option<String>,
+    #[arg(long, requires = "server_netns")]
+    server_ip: Option<std::net::IpAddr>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -69,7 +77,24 @@ enum Family {
     Mapped,
 }
 
-fn pair(family: Family, timeout: Duration) -> anyhow::Result<(TcpStream, TcpStream)> {
+fn pair(args: &TortureArgs, family: Family) -> anyhow::Result<(TcpStream, TcpStream)> {
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if let (Some(sns), Some(cns), Some(ip)) =
+        (&args.server_netns, &args.client_netns, args.server_ip)
+    {
+        let bind = SocketAddr::new(ip, 0);
+        let listener = splitway_sys::netns::run_in_named(sns, move || TcpListener::bind(bind))?
+            .context("listen in server namespace")?;
+        let to = SocketAddr::new(ip, listener.local_addr()?.port());
+        let client = splitway_sys::netns::run_in_named(cns, move || TcpStream::connect(to))?
+            .with_context(|| format!("connect to {to} from the client namespace"))?;
+        let (server, _) = listener.accept().context("accept")?;
+        for s in [&client, &server] {
+            s.set_read_timeout(Some(timeout))?;
+            s.set_write_timeout(Some(timeout))?;
+        }
+        return Ok((client, server));
+    }
     let (bind, connect_ip): (SocketAddr, &str) = match family {
         Family::V4 => ("127.0.0.1:0".parse()?, "127.0.0.1"),
         Family::V6 => ("[::1]:0".parse()?, "::1"),
@@ -158,7 +183,7 @@ struct Outcome {
 fn trial(i: u32, args: &TortureArgs, rng: &mut StdRng) -> anyhow::Result<Outcome> {
     let family = args.family[i as usize % args.family.len()];
     let timeout = Duration::from_secs(args.timeout_secs);
-    let (client, server) = pair(family, timeout)?;
+    let (client, server) = pair(args, family)?;
     let c_len = rng.gen_range(0..=args.max_bytes);
     let s_len = rng.gen_range(0..=args.max_bytes);
     let c_data = data(rng.r#gen(), c_len);
@@ -415,7 +440,7 @@ fn run_trials(args: &TortureArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_backpressure(args: &TortureArgs) -> anyhow::Result<ExitCode> {
-    let (client, server) = pair(args.family[0], Duration::from_secs(args.timeout_secs))?;
+    let (client, server) = pair(args, args.family[0])?;
     client.set_nonblocking(true)?;
     let chunk = vec![0x5au8; 64 * 1024];
     let mut accepted: u64 = 0;
@@ -450,7 +475,7 @@ fn run_backpressure(args: &TortureArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_splice(args: &TortureArgs) -> anyhow::Result<ExitCode> {
-    let (mut client, server) = pair(args.family[0], Duration::from_secs(args.timeout_secs))?;
+    let (mut client, server) = pair(args, args.family[0])?;
     let payload = data(9, 4096);
     client.write_all(&payload)?;
     // Wait (bounded) for the bytes to become visible to FIONREAD.
@@ -494,7 +519,7 @@ fn run_hold(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     let mut conns = Vec::new();
     for i in 0..args.trials {
         let family = args.family[i as usize % args.family.len()];
-        let (mut c, mut s) = pair(family, timeout)?;
+        let (mut c, mut s) = pair(args, family)?;
         let cd = data(u64::from(i) * 2, args.max_bytes);
         let sd = data(u64::from(i) * 2 + 1, args.max_bytes);
         // First half each way, left unread across `disable`.
