@@ -170,6 +170,10 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
         counter(&after, "directions_tcp") - counter(&before, "directions_tcp")
     );
 
+    // Only one end in the cgroup: an echo server in this (test) process, a
+    // paired client. The client's sends find no peer and stay on TCP.
+    one_end_paired(&cg.0);
+
     // Two namespaces on one host over veth (routable addresses, IPv4 and
     // IPv6): the keys carry no netns cookie, so the ends pair.
     veth_trials(&cg.0);
@@ -275,4 +279,56 @@ fn veth_trials(cgroup: &Path) {
         );
         assert!(counter(&after, "bytes_redirected") > counter(&before, "bytes_redirected"));
     }
+}
+
+fn one_end_paired(cgroup: &Path) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind echo");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let echo = std::thread::spawn(move || {
+        for _ in 0..10 {
+            let (s, _) = listener.accept().expect("accept");
+            let mut r = s.try_clone().expect("clone");
+            let mut w = s;
+            // Plain sockets (not paired): std::io::copy until EOF, then FIN.
+            std::io::copy(&mut r, &mut w).expect("echo copy");
+            w.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        }
+    });
+    let before = status();
+    let out = torture_in(
+        cgroup,
+        &[
+            "--mode",
+            "echo-client",
+            "--trials",
+            "10",
+            "--max-bytes",
+            "200000",
+            "--connect",
+            &addr,
+        ],
+    )
+    .output()
+    .expect("echo client");
+    assert!(
+        out.status.success(),
+        "echo client failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    echo.join().expect("echo thread");
+    let after = status();
+    assert_eq!(
+        counter(&after, "sockets_paired") - counter(&before, "sockets_paired"),
+        10,
+        "only the client ends are paired"
+    );
+    assert_eq!(
+        counter(&after, "directions_tcp") - counter(&before, "directions_tcp"),
+        10
+    );
+    assert_eq!(
+        counter(&after, "bytes_redirected"),
+        counter(&before, "bytes_redirected")
+    );
 }

@@ -49,6 +49,9 @@ pub struct TortureArgs {
     client_netns: Option<String>,
     #[arg(long, requires = "server_netns")]
     server_ip: Option<std::net::IpAddr>,
+    /// The echo server for --mode echo-client.
+    #[arg(long)]
+    connect: Option<SocketAddr>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -68,6 +71,10 @@ enum Mode {
     /// Open --trials connections, send half, print "ready", wait for a
     /// line on stdin, send the rest, check everything (disable while live).
     Hold,
+    /// Client only: --trials connections to the echo server at --connect
+    /// (run outside the cgroup, so only this end is paired); every byte
+    /// must come back.
+    EchoClient,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -576,6 +583,46 @@ fn run_hold(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn run_echo_client(args: &TortureArgs) -> anyhow::Result<ExitCode> {
+    let Some(to) = args.connect else {
+        bail!("--mode echo-client needs --connect");
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut checked = 0u64;
+    for i in 0..args.trials {
+        let len = rng.gen_range(1..=args.max_bytes);
+        let sent = data(rng.r#gen(), len);
+        let (wc, rc): (usize, usize) = (rng.gen_range(1..=65536), rng.gen_range(1..=65536));
+        let seeds: [u64; 2] = rng.r#gen();
+        let timeout = Duration::from_secs(args.timeout_secs);
+        let copy = sent.clone();
+        let got = rt.block_on(async move {
+            let (r, w) = tokio::net::TcpStream::connect(to).await?.into_split();
+            let reader = tokio::spawn(async_read(r, seeds[0], rc));
+            let _w =
+                tokio::time::timeout(timeout, async_write(w, copy, seeds[1], wc, true)).await??;
+            anyhow::Ok(tokio::time::timeout(timeout, reader).await??)
+        })?;
+        let (got, err) = got;
+        if err.is_some() || hex(&got) != hex(&sent) {
+            bail!(
+                "echo {i}: sent {len} bytes, got {} back ({err:?}) or content differs",
+                got.len()
+            );
+        }
+        checked += 2 * len as u64;
+    }
+    println!(
+        "{}",
+        json!({"mode": "echo-client", "connections": args.trials, "bytes_checked": checked, "errors": 0})
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn run(args: TortureArgs) -> anyhow::Result<ExitCode> {
     if args.family.is_empty() {
         bail!("--family needs at least one family");
@@ -585,5 +632,6 @@ pub fn run(args: TortureArgs) -> anyhow::Result<ExitCode> {
         Mode::Backpressure => run_backpressure(&args),
         Mode::Splice => run_splice(&args),
         Mode::Hold => run_hold(&args),
+        Mode::EchoClient => run_echo_client(&args),
     }
 }
