@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long soak churn
+.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long soak churn bypass-long bypass-probes bench-bypass
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -74,3 +74,19 @@ soak: deps release
 
 clean:
 	$(CARGO) clean
+
+## bypass-long: `splitway bypass` torture with 1,000 randomized trials (half-close
+## both ways, RST, pairing race; every byte sha256-checked) plus disable with
+## live connections; make test runs the same test with 60 trials.
+bypass-long: deps
+	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_BYPASS_TRIALS=1000 $(CARGO) test -p splitway --test bypass -- --nocapture
+
+## bypass-probes: the sk_msg-redirect hazards on this kernel (splice, FIONREAD,
+## backpressure, blocking readers), paired vs plain; bench-results/bypass-probes-*.txt.
+bypass-probes: deps release
+	./scripts/bypass-probes.sh
+
+## bench-bypass: plain loopback vs bypass, alternating rounds (sockperf, redis-benchmark,
+## iperf3); refuses to run at load average >= 3 unless FORCE=1; bench-results/bypass-bench-*.txt.
+bench-bypass: deps release
+	./scripts/bench-bypass.sh

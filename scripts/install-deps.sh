@@ -18,9 +18,17 @@ PACKAGES=(
   iputils-ping
   clang            # BPF programs
   llvm
+<<<<<<< HEAD
   libbpf-dev       # BPF headers; libbpf.a loads the struct_ops congestion controls
   libelf-dev       # libbpf.a links libelf and zlib
   zlib1g-dev
+=======
+  libbpf-dev
+  sockperf         # bench-bypass: TCP ping-pong
+  redis-server     # bench-bypass: request/response server
+  redis-tools      # bench-bypass: redis-benchmark
+  iperf3           # bench-bypass: bulk
+>>>>>>> bypass
 )
 
 missing=()
@@ -37,8 +45,8 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Debian starts nginx and sshd on install; the tests run their own instances.
-for svc in nginx ssh; do
+# Debian starts nginx, sshd and redis on install; the tests run their own instances.
+for svc in nginx ssh redis-server; do
   if command -v systemctl >/dev/null 2>&1; then systemctl stop "$svc" >/dev/null 2>&1 || true; fi
 done
 command -v cargo >/dev/null || { echo "install-deps: cargo (stable Rust) is required" >&2; exit 1; }

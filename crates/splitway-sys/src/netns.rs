@@ -127,21 +127,7 @@ impl Netns {
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, SysError> {
-        let path = format!("/var/run/netns/{}", self.name);
-        let file = File::open(&path).map_err(|e| SysError::io(format!("open {path}"), e))?;
-        let handle = std::thread::spawn(move || -> Result<T, SysError> {
-            // SAFETY: setns only changes the calling thread's network
-            // namespace; the fd is valid for the duration of the call because
-            // `file` is owned by this closure.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            if rc != 0 {
-                return Err(SysError::io("setns", std::io::Error::last_os_error()));
-            }
-            Ok(f())
-        });
-        handle
-            .join()
-            .map_err(|_| SysError::Internal("thread inside namespace panicked".into()))?
+        run_in_named(&self.name, f)
     }
 
     /// Kills every process still running inside the namespace.
@@ -167,6 +153,29 @@ impl Drop for Netns {
             tracing::warn!(netns = %self.name, error = %e, "failed to delete namespace");
         }
     }
+}
+
+/// Runs `f` on a fresh thread inside the existing namespace `name` (one
+/// `ip netns` created, not owned here), like [`Netns::run_in`].
+pub fn run_in_named<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SysError> {
+    let path = format!("/var/run/netns/{}", name);
+    let file = File::open(&path).map_err(|e| SysError::io(format!("open {path}"), e))?;
+    let handle = std::thread::spawn(move || -> Result<T, SysError> {
+        // SAFETY: setns only changes the calling thread's network
+        // namespace; the fd is valid for the duration of the call because
+        // `file` is owned by this closure.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        if rc != 0 {
+            return Err(SysError::io("setns", std::io::Error::last_os_error()));
+        }
+        Ok(f())
+    });
+    handle
+        .join()
+        .map_err(|_| SysError::Internal("thread inside namespace panicked".into()))?
 }
 
 /// Removes namespaces left behind by earlier runs: every namespace whose name

@@ -1,0 +1,334 @@
+//! `splitway bypass` on real sockets: enable/status/disable idempotence and
+//! errors, byte-exact randomized trials (half-close both ways, RST, the
+//! pairing race) in a child process placed in a cgroup the test creates, and
+//! `disable` with live paired connections holding unread redirected data.
+//!
+//! The pins under /sys/fs/bpf/splitway/bypass are machine-wide, so everything
+//! runs in one test function. SPLITWAY_BYPASS_TRIALS sets the trial count
+//! (`make bypass-long` runs 1,000).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_splitway");
+
+/// A cgroup v2 directory with a unique name, removed on drop (after its
+/// processes exited: the children are always waited for).
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn new() -> Option<Cgroup> {
+        let mount = splitway_sys::bpf::bypass::cgroup2_mount()?;
+        let dir = mount.join(format!("splitway-bypass-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        Some(Cgroup(dir))
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Disables the bypass even when the test fails half-way.
+struct DisableOnDrop;
+
+impl Drop for DisableOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new(BIN).args(["bypass", "disable"]).output();
+    }
+}
+
+fn splitway(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run splitway")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = splitway(args);
+    assert!(
+        out.status.success(),
+        "splitway {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn status() -> Value {
+    serde_json::from_str(&ok(&["bypass", "status", "--json"])).expect("status json")
+}
+
+fn counter(st: &Value, name: &str) -> u64 {
+    st["counters"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no counter {name} in {st}"))
+}
+
+/// `splitway bypass torture ARGS`, started inside `cgroup`: the shell writes
+/// its own pid into cgroup.procs and then execs, so every socket the
+/// workload creates belongs to the cgroup (and the test runner does not).
+fn torture_in(cgroup: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
+        .arg(cgroup)
+        .arg(BIN)
+        .args(["bypass", "torture"])
+        .args(args);
+    cmd
+}
+
+#[test]
+fn bypass_pairs_byte_exact_and_disables_without_loss() {
+    if unsafe_env_skip() {
+        return;
+    }
+    let Some(cg) = Cgroup::new() else {
+        assert!(
+            std::env::var_os("SPLITWAY_REQUIRE_NETNS").is_none(),
+            "no cgroup v2 mount to create a test cgroup in"
+        );
+        eprintln!("skipped: no writable cgroup v2 mount");
+        return;
+    };
+    let _disable = DisableOnDrop;
+    ok(&["bypass", "disable"]);
+    let cg_path = cg.0.to_str().expect("utf-8 path");
+
+    // Clear errors: a v1/tmpfs directory is refused and names the v2 mount;
+    // enabling without a port list is refused.
+    let out = splitway(&["bypass", "enable", "--cgroup", "/proc", "--any-port"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a cgroup v2 directory"));
+    assert!(
+        !splitway(&["bypass", "enable", "--cgroup", cg_path])
+            .status
+            .success()
+    );
+
+    // Idempotent enable; the policy changes in place.
+    assert!(ok(&["bypass", "enable", "--cgroup", cg_path, "--any-port"]).contains("enabled"));
+    assert!(
+        ok(&["bypass", "enable", "--cgroup", cg_path, "--any-port"]).contains("already enabled")
+    );
+    assert!(
+        ok(&["bypass", "enable", "--cgroup", cg_path, "--ports", "1"]).contains("policy updated")
+    );
+    assert_eq!(status()["policy"]["ports"], serde_json::json!([1]));
+
+    // Port policy: trials on ephemeral ports are all excluded and still exact.
+    let before = status();
+    let out = torture_in(&cg.0, &["--trials", "6", "--seed", "11"])
+        .output()
+        .expect("torture");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = status();
+    assert_eq!(
+        counter(&after, "sockets_paired"),
+        counter(&before, "sockets_paired")
+    );
+    assert!(counter(&after, "excluded_by_policy") >= 12);
+
+    // Randomized trials with every port paired.
+    ok(&["bypass", "enable", "--cgroup", cg_path, "--any-port"]);
+    let trials = std::env::var("SPLITWAY_BYPASS_TRIALS").unwrap_or_else(|_| "60".to_owned());
+    let before = status();
+    let out = torture_in(
+        &cg.0,
+        &["--trials", &trials, "--seed", "1", "--max-bytes", "131072"],
+    )
+    .output()
+    .expect("torture");
+    assert!(
+        out.status.success(),
+        "trials failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value =
+        serde_json::from_slice(out.stdout.split(|&b| b == b'\n').next().unwrap_or(&[]))
+            .expect("summary json");
+    assert_eq!(summary["errors"], 0);
+    let after = status();
+    let n: u64 = trials.parse().expect("trial count");
+    // Both ends of every trial were paired, and data took the redirect path:
+    // the trials above checked it byte for byte.
+    assert!(counter(&after, "sockets_paired") - counter(&before, "sockets_paired") >= 2 * n);
+    assert!(counter(&after, "bytes_redirected") > counter(&before, "bytes_redirected"));
+    assert!(counter(&after, "directions_redirected") > counter(&before, "directions_redirected"));
+    eprintln!(
+        "{summary}; directions redirected {}, on TCP {}",
+        counter(&after, "directions_redirected") - counter(&before, "directions_redirected"),
+        counter(&after, "directions_tcp") - counter(&before, "directions_tcp")
+    );
+
+    // Only one end in the cgroup: an echo server in this (test) process, a
+    // paired client. The client's sends find no peer and stay on TCP.
+    one_end_paired(&cg.0);
+
+    // Two namespaces on one host over veth (routable addresses, IPv4 and
+    // IPv6): the keys carry no netns cookie, so the ends pair.
+    veth_trials(&cg.0);
+
+    // disable with live connections: 8 connections hold unread redirected
+    // data across `disable`, then finish; every byte must arrive.
+    let mut hold = torture_in(
+        &cg.0,
+        &["--mode", "hold", "--trials", "8", "--max-bytes", "65536"],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .spawn()
+    .expect("spawn hold");
+    let mut lines = BufReader::new(hold.stdout.take().expect("stdout")).lines();
+    let ready = lines.next().expect("hold output").expect("read");
+    assert_eq!(ready, "ready");
+    assert_eq!(status()["paired_sockets"], 16);
+    let out = ok(&["bypass", "disable"]);
+    assert!(out.contains("16 paired sockets"), "{out}");
+    let st = status();
+    assert_eq!(st["enabled"], false);
+    assert_eq!(st["draining"][0]["paired_sockets"], 16);
+    // Idempotent while draining.
+    ok(&["bypass", "disable"]);
+    writeln!(hold.stdin.as_mut().expect("stdin"), "go").expect("signal hold");
+    let result = lines.next().expect("hold result").expect("read");
+    let status_code = hold.wait().expect("wait hold");
+    assert!(status_code.success(), "hold failed: {result}");
+    assert!(result.contains("\"errors\":0"), "{result}");
+    // The sockets closed, so the draining sockhash is released.
+    ok(&["bypass", "disable"]);
+    let st = status();
+    assert_eq!(st["draining"], serde_json::json!([]));
+    assert!(!Path::new(splitway_sys::bpf::bypass::PIN_DIR).exists());
+    assert!(ok(&["bypass", "disable"]).contains("not enabled"));
+}
+
+/// Root is needed for BPF; without it the test can only be skipped, unless
+/// the run requires privileged tests.
+fn unsafe_env_skip() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        assert!(
+            std::env::var_os("SPLITWAY_REQUIRE_NETNS").is_none(),
+            "bypass test needs root"
+        );
+        eprintln!("skipped: not root");
+    }
+    !root
+}
+
+fn veth_trials(cgroup: &Path) {
+    use splitway_sys::netns::{Netns, unique_name, veth};
+    let a = Netns::create(&unique_name("swbyp")).expect("netns a");
+    let b = Netns::create(&unique_name("swbyp")).expect("netns b");
+    veth(&a, "byp0", &b, "byp1").expect("veth");
+    a.ip(&["addr", "add", "10.231.0.1/24", "dev", "byp0"])
+        .expect("addr");
+    b.ip(&["addr", "add", "10.231.0.2/24", "dev", "byp1"])
+        .expect("addr");
+    a.ip(&["addr", "add", "fd00:231::1/64", "dev", "byp0", "nodad"])
+        .expect("addr6");
+    b.ip(&["addr", "add", "fd00:231::2/64", "dev", "byp1", "nodad"])
+        .expect("addr6");
+    for (ip, family) in [("10.231.0.1", "v4"), ("fd00:231::1", "v6")] {
+        let before = status();
+        let out = torture_in(
+            cgroup,
+            &[
+                "--trials",
+                "20",
+                "--seed",
+                "3",
+                "--family",
+                family,
+                "--server-netns",
+                a.name(),
+                "--client-netns",
+                b.name(),
+                "--server-ip",
+                ip,
+            ],
+        )
+        .output()
+        .expect("torture");
+        assert!(
+            out.status.success(),
+            "veth {family} trials failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let after = status();
+        assert!(
+            counter(&after, "sockets_paired") - counter(&before, "sockets_paired") >= 40,
+            "veth {family}: not paired: {after}"
+        );
+        assert!(counter(&after, "bytes_redirected") > counter(&before, "bytes_redirected"));
+    }
+}
+
+fn one_end_paired(cgroup: &Path) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind echo");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let echo = std::thread::spawn(move || {
+        for _ in 0..10 {
+            let (s, _) = listener.accept().expect("accept");
+            let mut r = s.try_clone().expect("clone");
+            let mut w = s;
+            // Plain sockets (not paired): std::io::copy until EOF, then FIN.
+            std::io::copy(&mut r, &mut w).expect("echo copy");
+            w.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        }
+    });
+    let before = status();
+    let out = torture_in(
+        cgroup,
+        &[
+            "--mode",
+            "echo-client",
+            "--trials",
+            "10",
+            "--max-bytes",
+            "200000",
+            "--connect",
+            &addr,
+        ],
+    )
+    .output()
+    .expect("echo client");
+    assert!(
+        out.status.success(),
+        "echo client failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    echo.join().expect("echo thread");
+    let after = status();
+    assert_eq!(
+        counter(&after, "sockets_paired") - counter(&before, "sockets_paired"),
+        10,
+        "only the client ends are paired"
+    );
+    assert_eq!(
+        counter(&after, "directions_tcp") - counter(&before, "directions_tcp"),
+        10
+    );
+    assert_eq!(
+        counter(&after, "bytes_redirected"),
+        counter(&before, "bytes_redirected")
+    );
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# bench-bypass: plain loopback vs `splitway bypass`, alternating rounds in one
+# run, with Debian's sockperf (ping-pong 64 B / 1 KB / 16 KB), redis-server +
+# redis-benchmark (1 and 50 clients) and iperf3 (bulk, 1 KB / 16 KB / 128 KB
+# writes). Every server and client runs in a cgroup this script creates; the
+# bypass is enabled (for the benchmark ports only) in "bypass" rounds and
+# disabled in "plain" rounds. Raw output: bench-results/bypass-bench-*.txt.
+#
+# The machine is shared: the run refuses to start at load average >= MAX_LOAD
+# (default 3) unless FORCE=1, and records the load before and after.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-target/release/splitway}
+ROUNDS=${ROUNDS:-3}
+SECS=${SECS:-5}
+MAX_LOAD=${MAX_LOAD:-3}
+load=$(cut -d' ' -f1 /proc/loadavg)
+if [ "${FORCE:-0}" != 1 ] && awk -v l="$load" -v m="$MAX_LOAD" 'BEGIN{exit !(l >= m)}'; then
+  echo "bench-bypass: load average $load >= $MAX_LOAD; not a quiet window (FORCE=1 to run anyway)" >&2
+  exit 2
+fi
+mount=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
+cg="$mount/splitway-bypass-bench-$$"
+mkdir "$cg"
+out="bench-results/bypass-bench-$(date -u +%Y%m%dT%H%M%SZ).txt"
+P_SOCKPERF=23111 P_REDIS=23112 P_IPERF=23113
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  "$BIN" bypass disable >/dev/null 2>&1
+  rmdir "$cg" 2>/dev/null
+}
+trap cleanup EXIT
+incg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
+
+{
+  echo "# bench-bypass $(date -u +%FT%TZ)"
+  echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)"
+  echo "# kernel $(uname -r), $(nproc) cpus, load before $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# rounds $ROUNDS, ${SECS}s per measurement; columns: round mode test value unit"
+} | tee "$out"
+
+"$BIN" bypass disable >/dev/null
+# Servers start once, inside the cgroup; only the connections made while the
+# bypass is enabled are paired (pairing happens at ESTABLISHED).
+incg sockperf sr --tcp -i 127.0.0.1 -p $P_SOCKPERF >/dev/null 2>&1 & pids+=($!)
+incg redis-server --port $P_REDIS --save '' --appendonly no --bind 127.0.0.1 >/dev/null 2>&1 & pids+=($!)
+incg iperf3 -s -p $P_IPERF -B 127.0.0.1 >/dev/null 2>&1 & pids+=($!)
+for _ in $(seq 50); do
+  ss -ltn | grep -q ":$P_IPERF " && ss -ltn | grep -q ":$P_REDIS " && ss -ltn | grep -q ":$P_SOCKPERF " && break
+  sleep 0.1
+done
+
+measure() { # round mode
+  local r=$1 m=$2 v
+  for size in 64 1024 16384; do
+    v=$(incg sockperf pp --tcp -i 127.0.0.1 -p $P_SOCKPERF -m $size -t "$SECS" 2>&1 |
+      awk '/Summary: Latency is/ {print $5}')
+    # sockperf reports latency as half the average round trip (lower is
+    # better); transactions/s of one ping-pong stream = 1e6 / (2 * value).
+    echo "$r $m sockperf_pp_${size}B ${v:-FAIL} usec_half_rtt"
+  done
+  for c in 1 50; do
+    v=$(incg redis-benchmark -p $P_REDIS -c $c -n $((c == 1 ? 20000 : 100000)) -t get -q 2>&1 |
+      tr '\r' '\n' | awk '/GET:/ && /requests per second/ {v=$2} END {print v}')
+    echo "$r $m redis_get_c${c} ${v:-FAIL} req_per_s"
+  done
+  for len in 1K 16K 128K; do
+    v=$(incg iperf3 -c 127.0.0.1 -p $P_IPERF -t "$SECS" -l $len -J 2>&1 |
+      python3 -c 'import json,sys
+try:
+    d=json.load(sys.stdin); print(round(d["end"]["sum_received"]["bits_per_second"]/1e9,3))
+except Exception as e: print("FAIL")')
+    echo "$r $m iperf3_${len} ${v} Gbit_s"
+  done
+}
+
+for r in $(seq "$ROUNDS"); do
+  "$BIN" bypass disable >/dev/null
+  measure "$r" plain | tee -a "$out"
+  "$BIN" bypass enable --cgroup "$cg" --loopback-only --ports $P_SOCKPERF,$P_REDIS,$P_IPERF >/dev/null
+  measure "$r" bypass | tee -a "$out"
+  "$BIN" bypass status --json | tr -d '\n ' | sed 's/^/# status after round: /' | tee -a "$out"
+  echo | tee -a "$out"
+done
+echo "# load after $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out"
+echo "wrote $out" >&2
