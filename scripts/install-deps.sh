@@ -18,17 +18,13 @@ PACKAGES=(
   iputils-ping
   clang            # BPF programs
   llvm
-<<<<<<< HEAD
   libbpf-dev       # BPF headers; libbpf.a loads the struct_ops congestion controls
   libelf-dev       # libbpf.a links libelf and zlib
   zlib1g-dev
-=======
-  libbpf-dev
   sockperf         # bench-bypass: TCP ping-pong
   redis-server     # bench-bypass: request/response server
   redis-tools      # bench-bypass: redis-benchmark
   iperf3           # bench-bypass: bulk
->>>>>>> bypass
 )
 
 missing=()
