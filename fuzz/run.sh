@@ -26,10 +26,10 @@ esac
 shift || true
 cd "$(dirname "$0")"
 export RUSTC_BOOTSTRAP=1
-all=(header socks5 http_connect auth config)
+all=(header socks5 http_connect auth syn_option config)
 targets=("${all[@]}")
 if ((ci)); then
-    targets=(header socks5 http_connect auth)
+    targets=(header socks5 http_connect auth syn_option)
 elif (($#)); then
     targets=("$@")
 fi

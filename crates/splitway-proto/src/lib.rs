@@ -1,5 +1,5 @@
 //! splitway wire protocols, sans-I/O: the relay↔relay header and reply, peer
-//! authentication, SOCKS5 and HTTP CONNECT.
+//! authentication, SOCKS5, HTTP CONNECT and the destination TCP option.
 //!
 //! Nothing here reads a socket, spawns a task or draws random numbers; callers
 //! feed bytes in and pass nonces explicitly, so every state machine is
@@ -19,6 +19,7 @@ pub mod auth;
 pub mod header;
 pub mod http_connect;
 pub mod socks5;
+pub mod syn_option;
 pub mod zero_rtt;
 
 pub use addr::Destination;

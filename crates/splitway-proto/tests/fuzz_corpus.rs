@@ -12,6 +12,8 @@ mod header;
 mod http_connect;
 #[path = "../../../fuzz/checks/socks5.rs"]
 mod socks5;
+#[path = "../../../fuzz/checks/syn_option.rs"]
+mod syn_option;
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -55,4 +57,9 @@ fn http_connect_corpus() {
 #[test]
 fn auth_corpus() {
     replay("auth", auth::check);
+}
+
+#[test]
+fn syn_option_corpus() {
+    replay("syn_option", syn_option::check);
 }
