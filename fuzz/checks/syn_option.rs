@@ -45,7 +45,8 @@ pub fn check(data: &[u8]) {
         }
         _ => {
             // Prefix = the address with its host bits cleared: always inside.
-            let len = rest.first().map_or(64, |b| 32 + b % 97);
+            // /32..=/127: the lengths whose indexed option exists.
+            let len = rest.first().map_or(64, |b| 32 + b % 96);
             let mask = u128::MAX.checked_shl(128 - len as u32).unwrap_or(0);
             let prefix = Ipv6Addr::from(u128::from_be_bytes(octets) & mask);
             let a = SocketAddrV6::new(octets.into(), port, 0, 0);

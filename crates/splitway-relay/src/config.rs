@@ -165,6 +165,9 @@ pub enum ListenMode {
     Socks5,
     HttpConnect,
     Peer,
+    /// The destination rides the client's SYN as a TCP option
+    /// (`splitway agent`; `splitway_proto::syn_option`).
+    SynOption,
 }
 
 impl ListenMode {
@@ -174,8 +177,56 @@ impl ListenMode {
             ListenMode::Socks5 => "socks5",
             ListenMode::HttpConnect => "http-connect",
             ListenMode::Peer => "peer",
+            ListenMode::SynOption => "syn-option",
         }
     }
+}
+
+/// Validates a listener's syn-option keys: the option is unauthenticated,
+/// so `allow_clients` is required; `syn_option_prefixes` are `INDEX=PREFIX`
+/// (IPv6, /32 to /127, index 0..=127, each index once).
+fn syn_option_prefixes(c: &mut Checker, key: &str, raw: &RawListener) -> Vec<(u8, IpNet)> {
+    let mut out: Vec<(u8, IpNet)> = Vec::new();
+    if raw.mode != ListenMode::SynOption {
+        if !raw.syn_option_prefixes.is_empty() {
+            c.err(
+                format!("{key}.syn_option_prefixes"),
+                "only a mode = \"syn-option\" listener reads the SYN's option",
+            );
+        }
+        return out;
+    }
+    if raw.allow_clients.is_empty() {
+        c.err(
+            format!("{key}.allow_clients"),
+            "required for mode = \"syn-option\": the destination option is unauthenticated, so the listener must name its clients",
+        );
+    }
+    for (j, entry) in raw.syn_option_prefixes.iter().enumerate() {
+        let k = format!("{key}.syn_option_prefixes[{j}]");
+        let parsed = entry.split_once('=').and_then(|(i, p)| {
+            Some((
+                i.trim().parse::<u8>().ok()?,
+                p.trim().parse::<IpNet>().ok()?,
+            ))
+        });
+        match parsed {
+            Some((index, IpNet::V6(net)))
+                if index <= 127 && (32..=127).contains(&net.prefix_len()) =>
+            {
+                if out.iter().any(|(i, _)| *i == index) {
+                    c.err(k, format!("index {index} is used twice"));
+                } else {
+                    out.push((index, IpNet::V6(net.trunc())));
+                }
+            }
+            _ => c.err(
+                k,
+                format!("`{entry}`: expected INDEX=IPV6/LEN with INDEX 0..=127 and LEN 32..=127"),
+            ),
+        }
+    }
+    out
 }
 
 /// Upper bound of `[[listen]] accept_sockets`.
@@ -203,6 +254,9 @@ pub struct Listener {
     /// Listening sockets, each with its own accept task; `None`: one per
     /// runtime worker thread (the kernel spreads connections over them).
     pub accept_sockets: Option<usize>,
+    /// `syn-option` listeners: IPv6 prefixes by index, for the compact
+    /// (indexed) destination option.
+    pub syn_option_prefixes: Vec<(u8, IpNet)>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -335,6 +389,8 @@ struct RawListener {
     tls: Option<bool>,
     reuse_port: Option<bool>,
     accept_sockets: Option<usize>,
+    #[serde(default)]
+    syn_option_prefixes: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -915,6 +971,7 @@ impl Config {
                     ),
                 }
             }
+            let syn_option_prefixes = syn_option_prefixes(&mut c, &key, &raw);
             let want_tls = raw.tls == Some(true);
             if want_tls {
                 if raw.mode != ListenMode::Peer {
@@ -952,6 +1009,7 @@ impl Config {
                     tls: tls.as_ref().filter(|_| want_tls).map(|t| t.server.clone()),
                     reuse_port,
                     accept_sockets: raw.accept_sockets,
+                    syn_option_prefixes,
                 });
             }
         }
@@ -1672,6 +1730,56 @@ mod tests {
         assert!(
             !Config::parse_str(MINIMAL).unwrap().accel.strict,
             "off by default"
+        );
+    }
+
+    /// `syn-option`: `allow_clients` is required (the option is
+    /// unauthenticated); `syn_option_prefixes` are validated, each error
+    /// with its key.
+    #[test]
+    fn syn_option_listener_keys_are_validated() {
+        let base = |listen: &str| {
+            format!(
+                "name = \"rc\"\npsk_file = \"psk.key\"\n[[listen]]\n{listen}\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n"
+            )
+        };
+        let keys = |text: &str| -> Vec<String> {
+            with_psk(text)
+                .err()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|i| i.key)
+                .collect()
+        };
+        assert_eq!(
+            keys(&base("mode = \"syn-option\"\naddr = \"0.0.0.0:7200\"")),
+            ["listen[0].allow_clients"]
+        );
+        assert_eq!(
+            keys(&base(
+                "mode = \"syn-option\"\naddr = \"0.0.0.0:7200\"\nallow_clients = [\"10.0.0.0/8\"]\nsyn_option_prefixes = [\"3=2001:db8::/48\", \"3=2001:db9::/48\", \"200=2001:db8::/48\", \"1=2001:db8::/16\", \"2=10.0.0.0/8\"]"
+            )),
+            [
+                "listen[0].syn_option_prefixes[1]",
+                "listen[0].syn_option_prefixes[2]",
+                "listen[0].syn_option_prefixes[3]",
+                "listen[0].syn_option_prefixes[4]",
+            ]
+        );
+        assert_eq!(
+            keys(&base(
+                "mode = \"socks5\"\naddr = \"127.0.0.1:1080\"\nsyn_option_prefixes = [\"3=2001:db8::/48\"]"
+            )),
+            ["listen[0].syn_option_prefixes"]
+        );
+        let cfg = with_psk(&base(
+            "mode = \"syn-option\"\naddr = \"0.0.0.0:7200\"\nallow_clients = [\"10.0.0.0/8\"]\nsyn_option_prefixes = [\"3=2001:db8::1/48\"]",
+        ))
+        .unwrap();
+        assert_eq!(cfg.listeners[0].mode, ListenMode::SynOption);
+        assert_eq!(
+            cfg.listeners[0].syn_option_prefixes,
+            [(3, "2001:db8::/48".parse().unwrap())]
         );
     }
 }

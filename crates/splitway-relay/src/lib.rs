@@ -34,6 +34,7 @@ pub mod reload;
 pub mod route;
 pub mod session;
 pub mod strict;
+pub mod syn_dst;
 pub mod tls;
 pub mod tuning;
 

@@ -1,0 +1,270 @@
+//! Explicit capture with the destination in the SYN (issue #18): `splitway
+//! agent` in the client namespace's cgroup redirects an unchanged
+//! application's connect() to a `mode = "syn-option"` relay listener and
+//! writes the destination into the SYN; the relay reads it from the saved
+//! SYN. A SYN without the option is reset and counted; a destination refused
+//! by `[policy]` is never dialed.
+
+mod support;
+
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+const SYNOPT_PORT: u16 = 7200;
+/// Port the relay's `[policy]` does not allow: a refused destination.
+const DENIED_PORT: u16 = 5002;
+const CHILD_ENV: &str = "SPLITWAY_SYNOPT_CHILD";
+
+/// A cgroup v2 directory of its own, removed on drop (after its processes
+/// have exited: the child is waited for before).
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn create() -> Option<Cgroup> {
+        let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+        let root = mounts
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() > 2 && f[2] == "cgroup2")
+            .map(|f| PathBuf::from(f[1]))?;
+        let dir = root.join(format!("splitway-test-synopt-{}", std::process::id()));
+        std::fs::create_dir(&dir)
+            .unwrap_or_else(|e| panic!("create cgroup {}: {e}", dir.display()));
+        Some(Cgroup(dir))
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The agent's pinned programs, disabled (detached) on drop.
+struct AgentPins(PathBuf);
+
+impl AgentPins {
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        output(
+            Command::new(SPLITWAY)
+                .arg("agent")
+                .arg("--pin-dir")
+                .arg(&self.0)
+                .args(args),
+        )
+    }
+}
+
+impl Drop for AgentPins {
+    fn drop(&mut self) {
+        let _ = self.run(&["disable"]);
+    }
+}
+
+/// Runs this test binary's `child_client` in `ns`, inside `cgroup` (the
+/// shell joins the cgroup, then execs: the test runner itself never does).
+fn spawn_child(
+    cgroup: &Path,
+    ns: &str,
+    dst: SocketAddr,
+    len: u64,
+    seed: u64,
+) -> std::process::Child {
+    let exe = std::env::current_exe().expect("test binary path");
+    Command::new("sh")
+        .args(["-c", "echo $$ > \"$1\" && shift && exec \"$@\"", "sh"])
+        .arg(cgroup.join("cgroup.procs"))
+        .args(["ip", "netns", "exec", ns])
+        .arg(exe)
+        .args([
+            "child_client",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--quiet",
+        ])
+        .env(CHILD_ENV, format!("{dst} {len} {seed}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn child client")
+}
+
+/// The unchanged application: a plain TcpStream to the server's address,
+/// no proxy settings. Sends `len` bytes, half-closes, reads the answer to
+/// EOF, prints both digests.
+#[test]
+#[ignore = "run by the syn-option test inside its cgroup"]
+fn child_client() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut fields = spec.split(' ');
+    let dst: SocketAddr = fields.next().unwrap().parse().unwrap();
+    let len: u64 = fields.next().unwrap().parse().unwrap();
+    let seed: u64 = fields.next().unwrap().parse().unwrap();
+    let mut stream = TcpStream::connect_timeout(&dst, Duration::from_secs(10)).expect("connect");
+    set_timeouts(&stream);
+    let sent = send_pattern(&mut stream, len, seed).expect("send");
+    stream.shutdown(Shutdown::Write).expect("half-close");
+    let got = recv_all(&mut stream).expect("receive");
+    println!("SENT {sent}");
+    println!("GOT {got}");
+}
+
+#[test]
+fn agent_destination_rides_the_syn_through_a_syn_option_listener() {
+    require_netns!();
+    let Some(cgroup) = Cgroup::create() else {
+        eprintln!("skipping: no cgroup2 mount");
+        return;
+    };
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::chain(&["rc"]);
+    let relay_addr = format!("{ENTRY_V4}:{SYNOPT_PORT}");
+    let mut cfg = RelayConfig::new("rc");
+    cfg.listen("syn-option", &relay_addr);
+    cfg.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    cfg.route("0.0.0.0/0", "direct");
+    cfg.extra(&format!("[policy]\nallow_ports = [{SERVER_PORT}]"));
+    lab.start_relays(&[cfg]);
+
+    let server = TestServer::bind(&lab.server, sock(&format!("0.0.0.0:{SERVER_PORT}")));
+    let denied_server = TestServer::bind(&lab.server, sock(&format!("0.0.0.0:{DENIED_PORT}")));
+
+    let pins = AgentPins(PathBuf::from(format!(
+        "/sys/fs/bpf/splitway-test-agent-{}",
+        std::process::id()
+    )));
+    let route = format!("10.0.3.0/24={relay_addr}");
+    let enable = pins.run(&[
+        "enable",
+        "--cgroup",
+        cgroup.0.to_str().unwrap(),
+        "--route",
+        &route,
+    ]);
+    assert!(
+        enable.status.success(),
+        "agent enable: {}",
+        String::from_utf8_lossy(&enable.stderr)
+    );
+    // Idempotent: enabling again replaces the routes, attaches nothing twice.
+    let again = pins.run(&[
+        "enable",
+        "--cgroup",
+        cgroup.0.to_str().unwrap(),
+        "--route",
+        &route,
+    ]);
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stdout).contains("routes replaced"));
+
+    // 1. Through the relay, sha256 both ways.
+    let (up, down) = (3 * MIB + 17, 2 * MIB + 5);
+    let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, up, 0x5A1);
+    let (mut conn, peer) = server.accept(deadline.remaining("server accept"));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let got_up = recv_all(&mut conn).expect("server receive");
+    let sent_down = send_pattern(&mut conn, down, 0x5A2).expect("server send");
+    drop(conn);
+    let out = child.wait_with_output().expect("child client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child client failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("SENT {got_up}")),
+        "client→server bytes differ: server got {got_up}; child: {stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("GOT {sent_down}")),
+        "server→client bytes differ: server sent {sent_down}; child: {stdout}"
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_connections_accepted_total",
+        &[("mode", "syn_option")],
+        1.0,
+        deadline,
+    );
+
+    // 2. Refused by [policy]: reset, and the server never sees a dial.
+    let child = spawn_child(
+        &cgroup.0,
+        lab.client.name(),
+        sock(&format!("{SERVER_V4}:{DENIED_PORT}")),
+        10,
+        1,
+    );
+    let out = child.wait_with_output().expect("child client");
+    assert!(
+        !out.status.success(),
+        "a refused destination must fail the client"
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_denied_total",
+        &[("reason", "port")],
+        1.0,
+        deadline,
+    );
+    denied_server.assert_no_pending_connection();
+
+    // 3. No option (a client outside the agent's cgroup): reset, counted.
+    // The reset may land before connect() even reports success.
+    match connect_in(&lab.client, sock(&relay_addr)) {
+        Ok(mut plain) => {
+            expect_reset(&mut plain, "client without the destination option");
+        }
+        Err(e) => assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "client without the destination option: {e}"
+        ),
+    }
+    lab.wait_counter(
+        "rc",
+        "splitway_denied_total",
+        &[("reason", "syn_option")],
+        1.0,
+        deadline,
+    );
+    server.assert_no_pending_connection();
+
+    // The agent counted what it did.
+    let status = pins.run(&["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "agent status: {text}");
+    assert!(text.contains("redirected_v4 2"), "agent status: {text}");
+    assert!(text.contains("options_written 2"), "agent status: {text}");
+    assert!(text.contains("options_no_space 0"), "agent status: {text}");
+
+    // Disabled: detached (an application connects directly again) and
+    // idempotent.
+    let off = pins.run(&["disable"]);
+    assert!(off.status.success());
+    let off = pins.run(&["disable"]);
+    assert!(String::from_utf8_lossy(&off.stdout).contains("was not enabled"));
+    assert_eq!(pins.run(&["status"]).status.code(), Some(3));
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, 1000, 7);
+    let (mut conn, peer) = server.accept(deadline.remaining("direct accept"));
+    assert_eq!(
+        peer.ip().to_string(),
+        "10.0.1.1",
+        "after disable the client reaches the server directly"
+    );
+    let got = recv_all(&mut conn).expect("server receive");
+    assert_eq!(got.len, 1000);
+    drop(conn);
+    let _ = child.wait_with_output();
+    lab.assert_relays_alive();
+    let _ = &mut lab;
+}
