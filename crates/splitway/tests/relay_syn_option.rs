@@ -24,14 +24,14 @@ const CHILD_ENV: &str = "SPLITWAY_SYNOPT_CHILD";
 struct Cgroup(PathBuf);
 
 impl Cgroup {
-    fn create() -> Option<Cgroup> {
+    fn create(tag: &str) -> Option<Cgroup> {
         let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
         let root = mounts
             .lines()
             .map(|l| l.split_whitespace().collect::<Vec<_>>())
             .find(|f| f.len() > 2 && f[2] == "cgroup2")
             .map(|f| PathBuf::from(f[1]))?;
-        let dir = root.join(format!("splitway-test-synopt-{}", std::process::id()));
+        let dir = root.join(format!("splitway-test-synopt-{tag}-{}", std::process::id()));
         std::fs::create_dir(&dir)
             .unwrap_or_else(|e| panic!("create cgroup {}: {e}", dir.display()));
         Some(Cgroup(dir))
@@ -119,7 +119,7 @@ fn child_client() {
 #[test]
 fn agent_destination_rides_the_syn_through_a_syn_option_listener() {
     require_netns!();
-    let Some(cgroup) = Cgroup::create() else {
+    let Some(cgroup) = Cgroup::create("v4") else {
         eprintln!("skipping: no cgroup2 mount");
         return;
     };
@@ -247,6 +247,25 @@ fn agent_destination_rides_the_syn_through_a_syn_option_listener() {
     assert!(text.contains("options_written 2"), "agent status: {text}");
     assert!(text.contains("options_no_space 0"), "agent status: {text}");
 
+    // Probe: the largest option an IPv4 SYN still had room for.
+    let probe = pins.run(&[
+        "enable",
+        "--probe",
+        "--cgroup",
+        cgroup.0.to_str().unwrap(),
+        "--route",
+        &route,
+    ]);
+    assert!(probe.status.success());
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, 10, 1);
+    let _refused = child.wait_with_output().expect("child client");
+    let free = agent_stat(&pins, "probe_max_option_len");
+    println!("MEASURED ipv4 SYN free option space: {free} bytes (IPv4 form 11)");
+    assert!(
+        (11..=40).contains(&free),
+        "free option space {free}: the IPv4 form must fit"
+    );
+
     // Disabled: detached (an application connects directly again) and
     // idempotent.
     let off = pins.run(&["disable"]);
@@ -267,4 +286,130 @@ fn agent_destination_rides_the_syn_through_a_syn_option_listener() {
     let _ = child.wait_with_output();
     lab.assert_relays_alive();
     let _ = &mut lab;
+}
+
+/// Reads one counter line (`name value`) of `agent status`.
+fn agent_stat(pins: &AgentPins, name: &str) -> u64 {
+    let status = pins.run(&["status"]);
+    let text = String::from_utf8_lossy(&status.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in agent status:\n{text}"))
+}
+
+/// IPv6: the compact indexed option (prefix known to both ends) fits a
+/// Linux SYN and reaches the server; the full 23-byte form does not fit
+/// beside timestamps (counted by the agent) and the relay refuses the
+/// option-less SYN cleanly. Probe mode measures the free option space.
+#[test]
+fn ipv6_indexed_option_fits_and_full_form_is_refused_cleanly() {
+    require_netns!();
+    let Some(cgroup) = Cgroup::create("v6") else {
+        eprintln!("skipping: no cgroup2 mount");
+        return;
+    };
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::chain(&["rc"]);
+    let relay_addr = format!("[fd00:1::2]:{SYNOPT_PORT}");
+    let mut cfg = RelayConfig::new("rc");
+    cfg.listen("syn-option", &relay_addr);
+    cfg.listeners[0].allow_clients = vec!["fd00:1::/64".into()];
+    cfg.route("::/0", "direct");
+    cfg.extra("[[listen]]\nmode = \"syn-option\"\naddr = \"[fd00:1::2]:7201\"\nallow_clients = [\"fd00:1::/64\"]\nsyn_option_prefixes = [\"5=fd00:3::/64\"]");
+    lab.start_relays(&[cfg]);
+    let server = TestServer::bind(&lab.server, sock(&format!("[::]:{SERVER_PORT}")));
+    let pins = AgentPins(PathBuf::from(format!(
+        "/sys/fs/bpf/splitway-test-agent6-{}",
+        std::process::id()
+    )));
+    let cg = cgroup.0.to_str().unwrap();
+    let dst = sock(&format!("[{SERVER_V6}]:{SERVER_PORT}"));
+
+    // Indexed form (15 bytes: index 5, 8-byte suffix, port) to port 7201.
+    let enable = pins.run(&[
+        "enable",
+        "--cgroup",
+        cg,
+        "--route",
+        "fd00:3::/64=[fd00:1::2]:7201#5",
+    ]);
+    assert!(
+        enable.status.success(),
+        "{}",
+        String::from_utf8_lossy(&enable.stderr)
+    );
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, MIB + 3, 0x6A1);
+    let (mut conn, peer) = server.accept(deadline.remaining("server accept"));
+    assert_eq!(
+        peer.ip().to_string(),
+        LAST_RELAY_V6,
+        "the relay dialed the server"
+    );
+    let got_up = recv_all(&mut conn).expect("server receive");
+    let sent_down = send_pattern(&mut conn, MIB + 9, 0x6A2).expect("server send");
+    drop(conn);
+    let out = child.wait_with_output().expect("child client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("SENT {got_up}")),
+        "server got {got_up}; child: {stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("GOT {sent_down}")),
+        "server sent {sent_down}; child: {stdout}"
+    );
+    assert_eq!(agent_stat(&pins, "redirected_v6"), 1);
+    assert_eq!(agent_stat(&pins, "options_written"), 1);
+
+    // Full form (23 bytes) to port 7200: no room beside Linux's options.
+    let replace = pins.run(&[
+        "enable",
+        "--cgroup",
+        cg,
+        "--route",
+        &format!("fd00:3::/64={relay_addr}"),
+    ]);
+    assert!(replace.status.success());
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, 10, 1);
+    let out = child.wait_with_output().expect("child client");
+    assert!(
+        !out.status.success(),
+        "a SYN without room for the option must be refused"
+    );
+    assert_eq!(agent_stat(&pins, "options_no_space"), 1);
+    lab.wait_counter(
+        "rc",
+        "splitway_denied_total",
+        &[("reason", "syn_option")],
+        1.0,
+        deadline,
+    );
+    server.assert_no_pending_connection();
+
+    // Probe: the largest option the SYN still had room for.
+    let probe = pins.run(&[
+        "enable",
+        "--probe",
+        "--cgroup",
+        cg,
+        "--route",
+        &format!("fd00:3::/64={relay_addr}"),
+    ]);
+    assert!(probe.status.success());
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, 10, 1);
+    let _refused = child.wait_with_output().expect("child client");
+    let free = agent_stat(&pins, "probe_max_option_len");
+    println!(
+        "MEASURED ipv6 SYN free option space: {free} bytes (full form 23, indexed /64 form 15, IPv4 form 11)"
+    );
+    assert!(
+        (15..23).contains(&free),
+        "free option space {free}: the indexed form must fit and the full form must not"
+    );
+    lab.assert_relays_alive();
 }
