@@ -14,5 +14,5 @@ out="lab-results/syn-option-space-$(date -u +%Y%m%d).txt"
     echo "sysctl: tcp_timestamps=$(sysctl -n net.ipv4.tcp_timestamps) tcp_sack=$(sysctl -n net.ipv4.tcp_sack) tcp_window_scaling=$(sysctl -n net.ipv4.tcp_window_scaling)"
     echo "command: cargo test -p splitway --test relay_syn_option -- --nocapture --test-threads=1"
     SPLITWAY_REQUIRE_NETNS=1 cargo test -q -p splitway --test relay_syn_option -- --nocapture --test-threads=1 2>&1 |
-        grep -E '^MEASURED|^test result'
+        grep -oE 'MEASURED.*|test result.*'
 } | tee "$out"
