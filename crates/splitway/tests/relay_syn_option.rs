@@ -413,3 +413,65 @@ fn ipv6_indexed_option_fits_and_full_form_is_refused_cleanly() {
     );
     lab.assert_relays_alive();
 }
+
+/// Under SYN cookies the kernel keeps no SYN for the accepted socket, so the
+/// option is lost: the relay refuses (reset, counted), it never guesses.
+#[test]
+fn syn_cookies_lose_the_option_and_the_relay_refuses_cleanly() {
+    require_netns!();
+    let Some(cgroup) = Cgroup::create("cookies") else {
+        eprintln!("skipping: no cgroup2 mount");
+        return;
+    };
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::chain(&["rc"]);
+    // 2: every SYN is answered with a cookie, as under a flood.
+    lab.rc()
+        .sysctl("net.ipv4.tcp_syncookies", "2")
+        .expect("sysctl tcp_syncookies");
+    let relay_addr = format!("{ENTRY_V4}:{SYNOPT_PORT}");
+    let mut cfg = RelayConfig::new("rc");
+    cfg.listen("syn-option", &relay_addr);
+    cfg.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    cfg.route("0.0.0.0/0", "direct");
+    lab.start_relays(&[cfg]);
+    let server = TestServer::bind(&lab.server, sock(&format!("0.0.0.0:{SERVER_PORT}")));
+    let pins = AgentPins(PathBuf::from(format!(
+        "/sys/fs/bpf/splitway-test-agentc-{}",
+        std::process::id()
+    )));
+    let route = format!("10.0.3.0/24={relay_addr}");
+    let enable = pins.run(&[
+        "enable",
+        "--cgroup",
+        cgroup.0.to_str().unwrap(),
+        "--route",
+        &route,
+    ]);
+    assert!(
+        enable.status.success(),
+        "{}",
+        String::from_utf8_lossy(&enable.stderr)
+    );
+    let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, 10, 1);
+    let out = child.wait_with_output().expect("child client");
+    assert!(
+        !out.status.success(),
+        "a connection whose option was lost must be refused"
+    );
+    assert_eq!(
+        agent_stat(&pins, "options_written"),
+        1,
+        "the agent did write the option"
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_denied_total",
+        &[("reason", "syn_option")],
+        1.0,
+        deadline,
+    );
+    server.assert_no_pending_connection();
+    lab.assert_relays_alive();
+}
