@@ -475,3 +475,45 @@ fn syn_cookies_lose_the_option_and_the_relay_refuses_cleanly() {
     server.assert_no_pending_connection();
     lab.assert_relays_alive();
 }
+
+/// The agent's commands say what is wrong, and touch nothing when refused.
+#[test]
+fn agent_commands_refuse_bad_input_clearly() {
+    require_netns!();
+    let pins = AgentPins(PathBuf::from(format!(
+        "/sys/fs/bpf/splitway-test-agente-{}",
+        std::process::id()
+    )));
+    let not_cgroup = std::env::temp_dir();
+    let out = pins.run(&[
+        "enable",
+        "--cgroup",
+        not_cgroup.to_str().unwrap(),
+        "--route",
+        "10.0.0.0/8=192.0.2.1:7200",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("not a cgroup v2 directory"), "{err}");
+    for (route, why) in [
+        ("10.0.0.0/33=192.0.2.1:7200", "prefix length is 0..=32"),
+        ("10.0.0.0/8=[2001:db8::1]:7200", "address family differs"),
+        (
+            "10.0.0.0/8=192.0.2.1:7200#3",
+            "only IPv6 routes take a prefix index",
+        ),
+        (
+            "2001:db8::/48=[2001:db8::1]:7200#200",
+            "prefix index is 0..=127",
+        ),
+        ("10.0.0.0/8", "expected PREFIX=RELAY"),
+    ] {
+        let out = pins.run(&["enable", "--cgroup", "/", "--route", route]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{route} accepted");
+        assert!(err.contains(why), "{route}: {err}");
+    }
+    assert!(!pins.0.exists(), "a refused enable pinned something");
+    let status = pins.run(&["status"]);
+    assert_eq!(status.status.code(), Some(3), "status of a disabled agent");
+}
