@@ -292,4 +292,4 @@ int agent_sockops(struct bpf_sock_ops *skops)
 	return 1;
 }
 
-char _license[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -116,6 +116,9 @@ pub fn enable(
         write_probe(pin_dir, probe)?;
         return Ok(EnableOutcome::RoutesReplaced);
     }
+    // Maps left pinned without links (an enable that was killed midway)
+    // would make pinning fail: clear them first.
+    disable(pin_dir)?;
     let cgroup_dir = std::fs::File::open(cgroup)
         .map_err(|e| SysError::io(format!("open cgroup {}", cgroup.display()), e))?;
     std::fs::create_dir_all(pin_dir)
@@ -200,7 +203,13 @@ pub fn disable(pin_dir: &Path) -> Result<bool, SysError> {
     }
     match std::fs::remove_dir(pin_dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        // Not ours to remove when it holds anything else (e.g. --pin-dir
+        // /sys/fs/bpf itself).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::DirectoryNotEmpty
+            ) => {}
         Err(e) => return Err(SysError::io(format!("remove {}", pin_dir.display()), e)),
     }
     Ok(removed)
