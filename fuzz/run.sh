@@ -26,10 +26,10 @@ esac
 shift || true
 cd "$(dirname "$0")"
 export RUSTC_BOOTSTRAP=1
-all=(header socks5 http_connect auth proxy_protocol config)
+all=(header socks5 http_connect auth proxy_protocol syn_option config)
 targets=("${all[@]}")
 if ((ci)); then
-    targets=(header socks5 http_connect auth proxy_protocol)
+    targets=(header socks5 http_connect auth proxy_protocol syn_option)
 elif (($#)); then
     targets=("$@")
 fi

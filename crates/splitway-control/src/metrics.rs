@@ -94,6 +94,8 @@ label_enum! {
         HttpConnect => "http_connect",
         /// From an upstream splitway peer relay.
         Peer => "peer",
+        /// The destination rode the client's SYN as a TCP option.
+        SynOption => "syn_option",
     }
 }
 
@@ -187,6 +189,10 @@ label_enum! {
         /// The open-file limit is near: new connections are shed so those
         /// already open keep their descriptors.
         Descriptors => "descriptors",
+        /// A `syn-option` listener's client SYN carried no usable
+        /// destination option (stripped by a middlebox, lost to a SYN
+        /// cookie, malformed, or an unknown IPv6 prefix index).
+        SynOption => "syn_option",
     }
 }
 

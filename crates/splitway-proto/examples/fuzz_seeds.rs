@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use splitway_proto::Destination;
 use splitway_proto::auth::{Acceptor, Dialer, NONCE_LEN, Psk, RejectReason};
 use splitway_proto::header::{Extension, Header, Reply, ReplyStatus};
+use splitway_proto::syn_option::SynOption;
 
 fn write(dir: &Path, target: &str, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let target_dir = dir.join(target);
@@ -113,5 +114,50 @@ fn main() -> std::io::Result<()> {
     material.extend_from_slice(&nonce_c);
     material.extend_from_slice(&[7, 0x80]);
     write(&dir, "auth", "handshake-material", &material)?;
+
+    // The destination option: alone, inside a real-layout IPv4 SYN, and the
+    // 19-byte field block the check builds options from (v4, v6, indexed).
+    let options = [
+        (
+            "v4",
+            SynOption::V4("192.0.2.1:443".parse().expect("literal")),
+        ),
+        (
+            "v6",
+            SynOption::V6("[2001:db8::1]:80".parse().expect("literal")),
+        ),
+        (
+            "v6-indexed",
+            SynOption::v6_indexed(
+                5,
+                "2001:db8::".parse().expect("literal"),
+                48,
+                "[2001:db8:0:7::abcd]:8443".parse().expect("literal"),
+            )
+            .expect("index below 128")
+            .expect("inside the prefix"),
+        ),
+    ];
+    for (name, option) in options {
+        let mut wire = Vec::new();
+        option.encode(&mut wire);
+        write(&dir, "syn_option", &format!("option-{name}"), &wire)?;
+    }
+    let mut syn = vec![
+        0x45, 0, 0, 60, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ];
+    syn.extend_from_slice(&[0xa0, 0x00, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0xb0, 0x02]);
+    syn.extend_from_slice(&[0xfa, 0xf0, 0, 0, 0, 0]);
+    syn.extend_from_slice(&[
+        2, 4, 5, 180, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
+    ]);
+    options[0].1.encode(&mut syn);
+    syn.push(1);
+    write(&dir, "syn_option", "syn-v4", &syn)?;
+    for form in 0u8..3 {
+        let mut fields: Vec<u8> = (1..=16).collect();
+        fields.extend_from_slice(&[0x1f, 0x90, form, 48]);
+        write(&dir, "syn_option", &format!("fields-{form}"), &fields)?;
+    }
     Ok(())
 }

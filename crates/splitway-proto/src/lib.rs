@@ -1,5 +1,6 @@
 //! splitway wire protocols, sans-I/O: the relay↔relay header and reply, peer
-//! authentication, SOCKS5, HTTP CONNECT and the PROXY protocol.
+//! authentication, SOCKS5, HTTP CONNECT, the PROXY protocol and the
+//! destination TCP option.
 //!
 //! Nothing here reads a socket, spawns a task or draws random numbers; callers
 //! feed bytes in and pass nonces explicitly, so every state machine is
@@ -20,6 +21,7 @@ pub mod header;
 pub mod http_connect;
 pub mod proxy_protocol;
 pub mod socks5;
+pub mod syn_option;
 pub mod zero_rtt;
 
 pub use addr::Destination;

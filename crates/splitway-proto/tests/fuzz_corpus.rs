@@ -14,6 +14,8 @@ mod http_connect;
 mod proxy_protocol;
 #[path = "../../../fuzz/checks/socks5.rs"]
 mod socks5;
+#[path = "../../../fuzz/checks/syn_option.rs"]
+mod syn_option;
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -62,4 +64,9 @@ fn auth_corpus() {
 #[test]
 fn proxy_protocol_corpus() {
     replay("proxy_protocol", proxy_protocol::check);
+}
+
+#[test]
+fn syn_option_corpus() {
+    replay("syn_option", syn_option::check);
 }

@@ -104,7 +104,15 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
             off_reason(
                 r.early_syn,
                 "early_syn",
-                "no tproxy listener with `intercept` (nowhere to watch SYNs)",
+                if cfg
+                    .listeners
+                    .iter()
+                    .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some())
+                {
+                    "a tproxy listener takes PROXY headers (the client is known only after accept)"
+                } else {
+                    "no tproxy listener with `intercept` (nowhere to watch SYNs)"
+                },
             ),
         )
     } else {

@@ -217,6 +217,9 @@ pub enum ListenMode {
     Socks5,
     HttpConnect,
     Peer,
+    /// The destination rides the client's SYN as a TCP option
+    /// (`splitway agent`; `splitway_proto::syn_option`).
+    SynOption,
 }
 
 impl ListenMode {
@@ -226,8 +229,56 @@ impl ListenMode {
             ListenMode::Socks5 => "socks5",
             ListenMode::HttpConnect => "http-connect",
             ListenMode::Peer => "peer",
+            ListenMode::SynOption => "syn-option",
         }
     }
+}
+
+/// Validates a listener's syn-option keys: the option is unauthenticated,
+/// so `allow_clients` is required; `syn_option_prefixes` are `INDEX=PREFIX`
+/// (IPv6, /32 to /127, index 0..=127, each index once).
+fn syn_option_prefixes(c: &mut Checker, key: &str, raw: &RawListener) -> Vec<(u8, IpNet)> {
+    let mut out: Vec<(u8, IpNet)> = Vec::new();
+    if raw.mode != ListenMode::SynOption {
+        if !raw.syn_option_prefixes.is_empty() {
+            c.err(
+                format!("{key}.syn_option_prefixes"),
+                "only a mode = \"syn-option\" listener reads the SYN's option",
+            );
+        }
+        return out;
+    }
+    if raw.allow_clients.is_empty() {
+        c.err(
+            format!("{key}.allow_clients"),
+            "required for mode = \"syn-option\": the destination option is unauthenticated, so the listener must name its clients",
+        );
+    }
+    for (j, entry) in raw.syn_option_prefixes.iter().enumerate() {
+        let k = format!("{key}.syn_option_prefixes[{j}]");
+        let parsed = entry.split_once('=').and_then(|(i, p)| {
+            Some((
+                i.trim().parse::<u8>().ok()?,
+                p.trim().parse::<IpNet>().ok()?,
+            ))
+        });
+        match parsed {
+            Some((index, IpNet::V6(net)))
+                if index <= 127 && (32..=127).contains(&net.prefix_len()) =>
+            {
+                if out.iter().any(|(i, _)| *i == index) {
+                    c.err(k, format!("index {index} is used twice"));
+                } else {
+                    out.push((index, IpNet::V6(net.trunc())));
+                }
+            }
+            _ => c.err(
+                k,
+                format!("`{entry}`: expected INDEX=IPV6/LEN with INDEX 0..=127 and LEN 32..=127"),
+            ),
+        }
+    }
+    out
 }
 
 /// Upper bound of `[[listen]] accept_sockets`.
@@ -259,6 +310,9 @@ pub struct Listener {
     /// start with a PROXY protocol v1/v2 header naming the real client.
     /// Only they may send one, and they must.
     pub accept_proxy_protocol: Vec<IpNet>,
+    /// `syn-option` listeners: IPv6 prefixes by index, for the compact
+    /// (indexed) destination option.
+    pub syn_option_prefixes: Vec<(u8, IpNet)>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -405,6 +459,8 @@ struct RawListener {
     accept_sockets: Option<usize>,
     #[serde(default)]
     accept_proxy_protocol: Vec<String>,
+    #[serde(default)]
+    syn_option_prefixes: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1040,6 +1096,7 @@ impl Config {
                     ),
                 }
             }
+            let syn_option_prefixes = syn_option_prefixes(&mut c, &key, &raw);
             let want_tls = raw.tls == Some(true);
             if want_tls {
                 if raw.mode != ListenMode::Peer {
@@ -1082,6 +1139,7 @@ impl Config {
                     reuse_port,
                     accept_sockets: raw.accept_sockets,
                     accept_proxy_protocol,
+                    syn_option_prefixes,
                 });
             }
         }
@@ -1329,8 +1387,13 @@ impl Config {
                 zero_rtt: Switch::from_raw(raw.zero_rtt),
             };
             accel.strict = raw.strict.unwrap_or(false);
+            // A tproxy listener that takes PROXY headers learns the client
+            // only after accept: dialing at the SYN would be too early.
+            let proxied_tproxy = listeners
+                .iter()
+                .any(|l| l.mode == ListenMode::Tproxy && !l.accept_proxy_protocol.is_empty());
             accel.early_syn = match accel.requested.early_syn {
-                Switch::Auto => intercepting && !accel.strict,
+                Switch::Auto => intercepting && !accel.strict && !proxied_tproxy,
                 s => s == Switch::On,
             };
             accel.pool = match accel.requested.pool {
@@ -2020,6 +2083,18 @@ mod tests {
     }
 
     #[test]
+    fn accept_proxy_protocol_turns_auto_early_syn_off() {
+        let cfg = Config::parse_str(
+            "name = \"r\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
+             intercept = { interfaces = [\"eth0\"], ports = [80] }\n\
+             accept_proxy_protocol = [\"10.0.0.0/8\"]\n\
+             [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n",
+        )
+        .unwrap();
+        assert!(!cfg.accel.early_syn);
+    }
+
+    #[test]
     fn accept_proxy_protocol_refused_with_syn_time_dials() {
         let issues = Config::parse_str(
             "name = \"r\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
@@ -2033,6 +2108,56 @@ mod tests {
                 .iter()
                 .any(|i| i.key == "listen[0].accept_proxy_protocol" && i.message.contains("SYN")),
             "{issues:?}"
+        );
+    }
+
+    /// `syn-option`: `allow_clients` is required (the option is
+    /// unauthenticated); `syn_option_prefixes` are validated, each error
+    /// with its key.
+    #[test]
+    fn syn_option_listener_keys_are_validated() {
+        let base = |listen: &str| {
+            format!(
+                "name = \"rc\"\npsk_file = \"psk.key\"\n[[listen]]\n{listen}\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n"
+            )
+        };
+        let keys = |text: &str| -> Vec<String> {
+            with_psk(text)
+                .err()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|i| i.key)
+                .collect()
+        };
+        assert_eq!(
+            keys(&base("mode = \"syn-option\"\naddr = \"0.0.0.0:7200\"")),
+            ["listen[0].allow_clients"]
+        );
+        assert_eq!(
+            keys(&base(
+                "mode = \"syn-option\"\naddr = \"0.0.0.0:7200\"\nallow_clients = [\"10.0.0.0/8\"]\nsyn_option_prefixes = [\"3=2001:db8::/48\", \"3=2001:db9::/48\", \"200=2001:db8::/48\", \"1=2001:db8::/16\", \"2=10.0.0.0/8\"]"
+            )),
+            [
+                "listen[0].syn_option_prefixes[1]",
+                "listen[0].syn_option_prefixes[2]",
+                "listen[0].syn_option_prefixes[3]",
+                "listen[0].syn_option_prefixes[4]",
+            ]
+        );
+        assert_eq!(
+            keys(&base(
+                "mode = \"socks5\"\naddr = \"127.0.0.1:1080\"\nsyn_option_prefixes = [\"3=2001:db8::/48\"]"
+            )),
+            ["listen[0].syn_option_prefixes"]
+        );
+        let cfg = with_psk(&base(
+            "mode = \"syn-option\"\naddr = \"0.0.0.0:7200\"\nallow_clients = [\"10.0.0.0/8\"]\nsyn_option_prefixes = [\"3=2001:db8::1/48\"]",
+        ))
+        .unwrap();
+        assert_eq!(cfg.listeners[0].mode, ListenMode::SynOption);
+        assert_eq!(
+            cfg.listeners[0].syn_option_prefixes,
+            [(3, "2001:db8::/48".parse().unwrap())]
         );
     }
 }

@@ -132,8 +132,9 @@ fn set_accept_options(
         sock.set_recv_buffer_size(n)?;
         sock.set_send_buffer_size(n)?;
     }
-    if l.mode == ListenMode::Tproxy {
-        // The client SYN's TTL is the loop guard's hop count (`loops`).
+    if matches!(l.mode, ListenMode::Tproxy | ListenMode::SynOption) {
+        // The client SYN's TTL is the loop guard's hop count (`loops`);
+        // a syn-option client's SYN also carries the destination.
         splitway_sys::hops::set_save_syn(sock).map_err(|e| std::io::Error::other(e.to_string()))?;
     }
     let fast_open = match l.mode {
@@ -310,7 +311,10 @@ async fn admit(
     // Behind a trusted load balancer the PROXY header names the client.
     let client = crate::proxy_header::admit(&shared, spec, &stream, client).await?;
 
-    let explicit = matches!(spec.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
+    let explicit = matches!(
+        spec.mode,
+        ListenMode::Socks5 | ListenMode::HttpConnect | ListenMode::SynOption
+    );
     let per_client = (spec.mode != ListenMode::Peer).then_some(client.ip());
     let permit = if !allowed(&spec.allow_clients, client.ip(), explicit) {
         Err(DenyReason::Client)
@@ -364,6 +368,22 @@ async fn admit(
                 Err(e) => Err(ConnError::Internal(format!("getsockname: {e}"))),
             }
         }
+        ListenMode::SynOption => match crate::syn_dst::learn(&stream, &spec.syn_option_prefixes) {
+            Ok((dst, arrived_hops)) => Ok(Learned {
+                dst: Destination::Ip(dst),
+                early_data: Vec::new(),
+                conn_id: conn_id(),
+                next_ttl: DEFAULT_TTL,
+                arrived_hops,
+                origin: client,
+                optimistic: true,
+            }),
+            Err(e) => {
+                debug!(%client, listener = %spec.addr, error = %e, "no usable destination option");
+                deny(&shared, spec, &stream, client, DenyReason::SynOption).await;
+                return None;
+            }
+        },
         ListenMode::Socks5 => socks5_handshake(&stream, client, handshake)
             .await
             .map(|(dst, early_data)| Learned::explicit(dst, early_data, client)),
@@ -490,7 +510,7 @@ async fn deny(
                 let _ = write_all(stream, &http_connect::response(403)).await;
             }
         }
-        ListenMode::Tproxy | ListenMode::Peer => {
+        ListenMode::Tproxy | ListenMode::Peer | ListenMode::SynOption => {
             let _ = splitway_sys::sock::set_linger_zero(stream);
         }
     }

@@ -43,6 +43,7 @@ pub mod resolve;
 pub mod route;
 pub mod session;
 pub mod strict;
+pub mod syn_dst;
 pub mod tls;
 pub mod transparent;
 pub mod tuning;

@@ -208,7 +208,7 @@ async fn untrusted(
     let mut first = [0u8; V2_SIGNATURE.len()];
     let n = match mode {
         // WouldBlock (nothing yet) or an error the session will meet.
-        ListenMode::Tproxy | ListenMode::Peer => {
+        ListenMode::Tproxy | ListenMode::Peer | ListenMode::SynOption => {
             splitway_sys::sock::peek_now(stream, &mut first).unwrap_or(0)
         }
         ListenMode::Socks5 | ListenMode::HttpConnect => {

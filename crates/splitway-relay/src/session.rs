@@ -63,6 +63,7 @@ pub fn metric_mode(mode: ListenMode) -> Mode {
         ListenMode::Socks5 => Mode::Socks5,
         ListenMode::HttpConnect => Mode::HttpConnect,
         ListenMode::Peer => Mode::Peer,
+        ListenMode::SynOption => Mode::SynOption,
     }
 }
 
@@ -252,7 +253,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
 async fn refuse(inbound: &Inbound, status: ReplyStatus) {
     let s = &inbound.stream;
     let reply = match inbound.mode {
-        ListenMode::Tproxy => None,
+        ListenMode::Tproxy | ListenMode::SynOption => None,
         ListenMode::Socks5 => Some(socks5::encode_reply(
             socks5::ReplyCode::from(status),
             unspecified(inbound.client),
@@ -303,7 +304,7 @@ pub(crate) fn unspecified(like: SocketAddr) -> SocketAddr {
 /// and share their segment instead of taking a slot of the initial window.
 async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
     let (bytes, more) = match inbound.mode {
-        ListenMode::Tproxy => return Ok(()),
+        ListenMode::Tproxy | ListenMode::SynOption => return Ok(()),
         ListenMode::Socks5 => (
             socks5::encode_reply(socks5::ReplyCode::Succeeded, bound),
             false,
@@ -367,7 +368,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         shared.clone(),
     );
     let metrics = shared.metrics.clone();
-    if matches!(inbound.mode, ListenMode::Tproxy) {
+    if matches!(inbound.mode, ListenMode::Tproxy | ListenMode::SynOption) {
         // Whatever the client already sent (a TFO client's request rode its
         // SYN) goes out with the next leg's first segment.
         if let Err(source) = take_ready_bytes(&inbound.stream, &mut inbound.early_data) {
@@ -512,7 +513,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
                 // Transparent clients and upstream relays get their data
                 // forwarded at once (optimistically); the chain's Reply is
                 // read concurrently and only a failure interrupts.
-                ListenMode::Tproxy | ListenMode::Peer => {
+                ListenMode::Tproxy | ListenMode::Peer | ListenMode::SynOption => {
                     metrics.observe_setup(mode, inbound.accepted_at.elapsed());
                     let preamble = Box::pin(async {
                         let (status, leftover) =

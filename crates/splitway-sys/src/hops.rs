@@ -23,6 +23,34 @@ pub fn ip_hop_limit(packet: &[u8]) -> Option<u8> {
     }
 }
 
+/// The saved SYN (IP and TCP headers with options) of an accepted
+/// connection whose listener has `TCP_SAVE_SYN`. `None`: nothing saved (a
+/// SYN cookie, or read before). Reading frees the kernel's copy.
+pub fn saved_syn(sock: &impl AsRawFd) -> Result<Option<Vec<u8>>, SysError> {
+    // The longest IPv4 header (60) + the longest TCP header (60); IPv6: 100.
+    let mut buf = [0u8; 120];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: buf/len describe a valid writable buffer; the kernel writes at
+    // most `len` bytes and stores the length written in `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_SAVED_SYN,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            _ => Err(SysError::io("getsockopt(TCP_SAVED_SYN)", e)),
+        };
+    }
+    Ok(Some(buf[..(len as usize).min(buf.len())].to_vec()))
+}
+
 /// `TCP_SAVE_SYN` on a listener: the kernel keeps each accepted
 /// connection's SYN headers until [`saved_syn_hop_limit`] reads them.
 pub fn set_save_syn(sock: &impl AsRawFd) -> Result<(), SysError> {

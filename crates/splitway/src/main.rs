@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod agent;
 mod bypass;
 mod ctl;
 mod relay_cmd;
@@ -65,6 +66,7 @@ used for the [[listen]] entries with their addresses. Log verbosity follows RUST
     /// Emulated WAN in network namespaces: every configuration measured against the model.
     Lab(Box<splitway_lab::cli::LabArgs>),
     Ctl(ctl::CtlArgs),
+    Agent(agent::AgentArgs),
     Bypass(bypass::BypassArgs),
 }
 
@@ -160,6 +162,7 @@ fn main() -> ExitCode {
         } => relay_cmd::run(&config, check, drain_timeout, log),
         Command::Keygen => keygen(),
         Command::Ctl(args) => ctl::run(args),
+        Command::Agent(args) => agent::run(args),
         Command::Bypass(args) => bypass::run(args),
         Command::Lab(args) => splitway_lab::cli::run(*args)
             .map(|()| ExitCode::SUCCESS)

@@ -47,6 +47,7 @@
 //! a crashed run is replaced). Both work on L3-only devices
 //! (TUN): the program reads headers relative to the network header.
 
+pub mod agent;
 pub mod bypass;
 mod event;
 
