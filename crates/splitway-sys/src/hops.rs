@@ -25,10 +25,13 @@ pub fn ip_hop_limit(packet: &[u8]) -> Option<u8> {
 
 /// The saved SYN (IP and TCP headers with options) of an accepted
 /// connection whose listener has `TCP_SAVE_SYN`. `None`: nothing saved (a
-/// SYN cookie, or read before). Reading frees the kernel's copy.
+/// SYN cookie, a listener without `TCP_SAVE_SYN`, or read before), or more
+/// saved than the buffer holds (long IPv6 extension headers: the kernel
+/// then copies nothing). Reading frees the kernel's copy.
 pub fn saved_syn(sock: &impl AsRawFd) -> Result<Option<Vec<u8>>, SysError> {
-    // The longest IPv4 header (60) + the longest TCP header (60); IPv6: 100.
-    let mut buf = [0u8; 120];
+    // The longest IPv4 (60) or a plain IPv6 header (40) + the longest TCP
+    // header (60), with room for IPv6 extension headers.
+    let mut buf = [0u8; 256];
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: buf/len describe a valid writable buffer; the kernel writes at
     // most `len` bytes and stores the length written in `len`.
@@ -43,8 +46,9 @@ pub fn saved_syn(sock: &impl AsRawFd) -> Result<Option<Vec<u8>>, SysError> {
     };
     if rc != 0 {
         let e = io::Error::last_os_error();
+        // ENOENT: no saved SYN. EINVAL: larger than the buffer.
         return match e.raw_os_error() {
-            Some(libc::ENOENT) => Ok(None),
+            Some(libc::ENOENT) | Some(libc::EINVAL) => Ok(None),
             _ => Err(SysError::io("getsockopt(TCP_SAVED_SYN)", e)),
         };
     }
@@ -77,35 +81,10 @@ pub fn set_save_syn(sock: &impl AsRawFd) -> Result<(), SysError> {
 }
 
 /// The hop limit of the SYN that opened this accepted connection, when its
-/// listener saved SYNs. `None`: nothing saved (a SYN cookie, a listener
-/// without `TCP_SAVE_SYN`, or read before). Reading frees the copy.
+/// listener saved SYNs (see [`saved_syn`] for `None`). Reading frees the
+/// copy.
 pub fn saved_syn_hop_limit(sock: &impl AsRawFd) -> Result<Option<u8>, SysError> {
-    // IPv6 header (40) + the longest TCP header (60).
-    let mut buf = [0u8; 100];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: buf/len describe a valid writable buffer; the kernel writes at
-    // most `len` bytes and stores the length written in `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_SAVED_SYN,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        // ENOENT: no saved SYN. EINVAL: the buffer is smaller than what is
-        // saved (IP options): the hop limit is in the first bytes anyway,
-        // but the kernel copies nothing then, so it is unknown.
-        return match e.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::EINVAL) => Ok(None),
-            _ => Err(SysError::io("getsockopt(TCP_SAVED_SYN)", e)),
-        };
-    }
-    let n = (len as usize).min(buf.len());
-    Ok(ip_hop_limit(&buf[..n]))
+    Ok(saved_syn(sock)?.and_then(|syn| ip_hop_limit(&syn)))
 }
 
 /// Sets the TTL (IPv4) or unicast hop limit (IPv6) of an outgoing socket.

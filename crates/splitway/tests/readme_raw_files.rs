@@ -45,6 +45,10 @@ fn glob_match(pattern: &str, name: &str) -> bool {
 /// name) names at least one existing file.
 fn exists(path: &str) -> bool {
     let full = repo().join(path);
+    if path.ends_with('/') {
+        // A directory of raw files: it must hold at least one.
+        return std::fs::read_dir(&full).is_ok_and(|mut d| d.next().is_some());
+    }
     if !path.contains('*') {
         return full.is_file();
     }

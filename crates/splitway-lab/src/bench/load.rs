@@ -305,16 +305,22 @@ pub fn connection_rate(access: Access, threads: usize, duration: Duration) -> (f
             })
         })
         .collect();
+    let (all, failures) = join_workers(handles);
+    let rate = all.len() as f64 / start.elapsed().as_secs_f64();
+    (rate, all, failures)
+}
+
+/// Each worker's latencies and failures, together. A worker that panicked
+/// is a bug in the generator, not a failed connection: it is not hidden.
+fn join_workers(handles: Vec<thread::JoinHandle<(Vec<f64>, u64)>>) -> (Vec<f64>, u64) {
     let mut all = Vec::new();
     let mut failures = 0;
     for h in handles {
-        if let Ok((l, f)) = h.join() {
-            all.extend(l);
-            failures += f;
-        }
+        let (l, f) = h.join().expect("a load worker panicked");
+        all.extend(l);
+        failures += f;
     }
-    let rate = all.len() as f64 / start.elapsed().as_secs_f64();
-    (rate, all, failures)
+    (all, failures)
 }
 
 /// Open-loop new connections at `rate` per second for `duration`, spread
@@ -346,14 +352,7 @@ pub fn fixed_rate(access: Access, rate: f64, duration: Duration) -> (f64, Vec<f6
             })
         })
         .collect();
-    let mut all = Vec::new();
-    let mut failures = 0;
-    for h in handles {
-        if let Ok((l, f)) = h.join() {
-            all.extend(l);
-            failures += f;
-        }
-    }
+    let (all, failures) = join_workers(handles);
     let achieved = all.len() as f64 / start.elapsed().as_secs_f64();
     (achieved, all, failures)
 }
