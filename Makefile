@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long soak churn bypass-long bypass-probes bench-bypass
+.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long soak churn bypass-long bypass-probes bench-bypass bench-tproxy
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -46,9 +46,17 @@ lab-full: deps release
 fidelity: deps release
 	./target/release/splitway lab fidelity
 
-## bench: splitway vs direct TCP, HAProxy (splice) and socat on loopback; results in bench-results/.
+## bench: splitway vs direct TCP, HAProxy (splice) and socat on loopback (splitway via HTTP
+## CONNECT), then bench-tproxy; results in bench-results/.
 bench: deps release
 	./target/release/splitway lab bench --json bench-results/latest.json
+	./scripts/bench-tproxy.sh
+
+## bench-tproxy: the same work as the peers: one relay host, TPROXY in, direct out; splitway vs
+## HAProxy (transparent, splice-auto) vs kernel forwarding, with sockperf, ab + nginx, iperf3 and
+## redis-benchmark, methods alternating per round; bench-results/tproxy-bench-*.txt.
+bench-tproxy: deps release
+	./scripts/bench-tproxy.sh
 
 ## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
 faults-long: deps
