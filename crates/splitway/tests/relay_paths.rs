@@ -1,0 +1,217 @@
+//! Path choice among a route's candidates (`via = ["rs1", "rs2"]`), with
+//! real relays in namespaces:
+//!
+//! ```text
+//! client — rc — rs1 — rs2 — server
+//! ```
+//!
+//! rc lists both rs1 and rs2 for the server's subnet; it reaches rs2
+//! through rs1's namespace as a plain router, so killing the rs1 process
+//! leaves the rs2 path intact. rs1 and rs2 both go direct, so the server
+//! sees which path a connection took: rs1's address on the rs1—rs2 link,
+//! or rs2's on the server link.
+
+mod support;
+
+use std::net::{Shutdown, SocketAddr};
+use std::time::{Duration, Instant};
+
+use support::proxy_clients::{Target, socks5};
+use support::*;
+
+/// The server sees this source for the rs1 path (rs1 dials direct, routed
+/// through rs2's namespace).
+fn via_rs1() -> SocketAddr {
+    sock(&format!("{}:0", link_v4(2, 3, 1)))
+}
+
+fn lab() -> Lab {
+    let mut lab = Lab::chain(&["rc", "rs1", "rs2"]);
+    let ip = |ns: &splitway_sys::netns::Netns, args: &[&str]| {
+        ns.ip(args)
+            .unwrap_or_else(|e| panic!("ip {args:?} in {}: {e}", ns.name()))
+    };
+    // rc reaches rs2's peer listener through rs1's namespace, and rs2
+    // answers it the same way.
+    ip(
+        &lab.relays[0],
+        &["route", "add", "10.0.23.0/24", "via", &link_v4(1, 3, 2)],
+    );
+    ip(
+        &lab.relays[2],
+        &["route", "add", "10.0.12.0/24", "via", &link_v4(2, 3, 1)],
+    );
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    // rc: a SOCKS5 entry; both relays are candidates for the server's subnet.
+    let mut rc = RelayConfig::new("rc");
+    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    rc.peer("rs1", &lab.peer_addr(1));
+    rc.peer("rs2", &lab.peer_addr(2));
+    rc.extra("[[route]]\ndst = \"10.0.3.0/24\"\nvia = [\"rs1\", \"rs2\"]\n");
+    configs[0] = rc;
+    // rs1 dials the server itself (its kernel routes through rs2).
+    let rs1 = &mut configs[1];
+    rs1.routes.clear();
+    rs1.peers.clear();
+    rs1.route("0.0.0.0/0", "direct");
+    lab.start_relays(&configs);
+    lab
+}
+
+/// One SOCKS5 connection to the server through rc carrying `len` bytes
+/// each way, sha256-checked at both ends. `None` when rc refused it (the
+/// path failed during setup); otherwise the address the server saw.
+fn transfer(lab: &Lab, server: &TestServer, len: u64, seed: u64) -> Option<SocketAddr> {
+    let (code, mut stream) = socks5(&lab.client, Target::Ip(server.addr));
+    if code != 0 {
+        return None;
+    }
+    let client = std::thread::spawn(move || {
+        let sent = send_pattern(&mut stream, len, seed).expect("client send");
+        stream.shutdown(Shutdown::Write).expect("client shutdown");
+        let got = recv_all(&mut stream).expect("client receive");
+        (sent, got)
+    });
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    let at_server = recv_all(&mut conn).expect("server receive");
+    let from_server = send_pattern(&mut conn, len, seed + 1).expect("server send");
+    conn.shutdown(Shutdown::Write).expect("server shutdown");
+    let (sent, got) = client.join().expect("client thread");
+    assert_eq!(at_server, sent, "client→server through {peer}");
+    assert_eq!(got, from_server, "server→client through {peer}");
+    Some(peer)
+}
+
+fn path_of(peer: SocketAddr) -> &'static str {
+    if peer.ip() == via_rs1().ip() {
+        "rs1"
+    } else if peer.ip().to_string() == LAST_RELAY_V4 {
+        "rs2"
+    } else {
+        panic!("the server saw {peer}, neither relay's address")
+    }
+}
+
+const LEN: u64 = 256 * 1024 + 17;
+
+#[test]
+fn killing_the_chosen_peer_moves_new_connections_within_3s() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = lab();
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+
+    // Equal legs: the first candidate is kept.
+    for seed in 0..3 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
+        assert_eq!(path_of(peer), "rs1", "connection {seed}");
+    }
+    lab.kill_relay("rs1");
+    let killed = Instant::now();
+    // New connections keep coming; the first to get through must have
+    // taken rs2, within 3 s of the kill.
+    let mut refused = 0;
+    let moved = loop {
+        deadline.remaining("waiting for a connection through rs2");
+        if let Some(peer) = transfer(&lab, &server, LEN, 100 + refused) {
+            break (peer, killed.elapsed());
+        }
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "[relay_paths] first connection through {} {:?} after the kill, {refused} refused before",
+        moved.0, moved.1
+    );
+    assert_eq!(path_of(moved.0), "rs2");
+    assert!(
+        moved.1 <= Duration::from_secs(3),
+        "moved after {:?}",
+        moved.1
+    );
+    // And it stays there, every byte intact.
+    for seed in 200..203 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with rs2 up");
+        assert_eq!(path_of(peer), "rs2", "connection {seed}");
+    }
+    let m = lab.metrics("rc");
+    assert_eq!(
+        m.counter("splitway_path_flips_total", &[("cause", "failure")]),
+        1.0
+    );
+    assert_eq!(
+        m.counter("splitway_path_flips_total", &[("cause", "better")]),
+        0.0
+    );
+    assert_eq!(
+        m.counter("splitway_path_choices_total", &[("candidate", "rs2")]),
+        4.0
+    );
+}
+
+#[test]
+fn stable_paths_do_not_flip_and_probes_stay_under_one_per_second() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let started = Instant::now();
+    let mut lab = lab();
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let answered = |lab: &Lab, relay: &str| {
+        lab.metrics(relay)
+            .counter("splitway_path_probes_answered_total", &[])
+    };
+    // Both peers are being probed (an answer reached rc from each).
+    for peer in ["rs1", "rs2"] {
+        lab.wait_counter(
+            "rc",
+            "splitway_path_probes_sent_total",
+            &[("peer", peer), ("outcome", "ok")],
+            1.0,
+            Deadline::after(Duration::from_secs(10)),
+        );
+    }
+    let before = [answered(&lab, "rs1"), answered(&lab, "rs2")];
+    let window_start = Instant::now();
+    let mut seed = 0;
+    while window_start.elapsed() < Duration::from_secs(8) {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
+        assert_eq!(path_of(peer), "rs1", "connection {seed}");
+        seed += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let after = [answered(&lab, "rs1"), answered(&lab, "rs2")];
+    let window = window_start.elapsed().as_secs_f64();
+    let since_start = started.elapsed().as_secs_f64();
+    for (k, relay) in ["rs1", "rs2"].iter().enumerate() {
+        let in_window = after[k] - before[k];
+        eprintln!(
+            "[relay_paths] {relay} answered {in_window} probes in {window:.1} s, {} in {since_start:.1} s since rc started",
+            after[k]
+        );
+        // At most one per second (plus the one in flight at each edge),
+        // and probing did go on.
+        assert!(
+            in_window <= window.floor() + 1.0,
+            "{relay}: {in_window} probes in {window:.1} s"
+        );
+        assert!(
+            after[k] <= since_start.floor() + 1.0,
+            "{relay}: {} probes in {since_start:.1} s",
+            after[k]
+        );
+        assert!(
+            in_window >= (window / 2.0).floor(),
+            "{relay}: only {in_window} probes in {window:.1} s"
+        );
+    }
+    let m = lab.metrics("rc");
+    assert_eq!(m.counter("splitway_path_flips_total", &[]), 0.0);
+    assert_eq!(
+        m.counter("splitway_path_choices_total", &[("candidate", "rs1")]),
+        seed as f64
+    );
+    eprintln!("[relay_paths] {seed} connections, no flip");
+    lab.assert_relays_alive();
+}
