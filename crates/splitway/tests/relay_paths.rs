@@ -16,7 +16,6 @@ mod support;
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
 
-use support::proxy_clients::{Target, socks5};
 use support::*;
 
 /// The server sees this source for the rs1 path (rs1 dials direct, routed
