@@ -24,6 +24,7 @@ use splitway_proto::Destination;
 use splitway_proto::header::{FLAG_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use splitway_control::AdminError;
 use tracing::{debug, info};
 
 use crate::config::{Config, Route, Via};
@@ -152,12 +153,13 @@ impl Paths {
         let mut targets = vec![Vec::new(); cfg.peers.len()];
         let mut routes = HashMap::new();
         for (index, r) in cfg.routes.iter().enumerate() {
-            if r.candidates.len() < 2 {
-                continue;
-            }
-            for c in &r.candidates {
-                if let Via::Peer(i) = c {
-                    targets[*i].push(r.dst);
+            // Only a choice needs probes; every route keeps its direct RTT
+            // (its probe answers report it).
+            if r.candidates.len() > 1 {
+                for c in &r.candidates {
+                    if let Via::Peer(i) = c {
+                        targets[*i].push(r.dst);
+                    }
                 }
             }
             routes.insert(
@@ -255,7 +257,7 @@ impl Paths {
 
     /// The hop a new connection on `route` takes (and counts it).
     pub fn choose(&self, shared: &Shared, route: &Route) -> Via {
-        let Some(r) = self.routes.get(&route.dst) else {
+        let Some(r) = self.routes.get(&route.dst).filter(|r| r.candidates.len() > 1) else {
             return route.via.clone();
         };
         let mut s = r.state.lock().expect("paths lock");
@@ -301,70 +303,60 @@ impl Paths {
             status: ReplyStatus::Ok,
             onward_us,
         };
-        match self.routes.get(&route.dst) {
-            Some(r) => {
-                let s = r.state.lock().expect("paths lock");
-                match self.estimate(shared, r, &r.candidates[s.current], &s) {
-                    Estimate::Us(v) => ok(Some(v)),
-                    Estimate::Unknown => ok(None),
-                    Estimate::Down => {
-                        // Down now, but choose() moves on for the next
-                        // connection if any other candidate is up.
-                        let any_up = r
-                            .candidates
-                            .iter()
-                            .any(|c| self.estimate(shared, r, c, &s) != Estimate::Down);
-                        if any_up {
-                            ok(None)
-                        } else {
-                            ProbeAnswer {
-                                status: ReplyStatus::Unreachable,
-                                onward_us: None,
-                            }
-                        }
+        let Some(r) = self.routes.get(&route.dst) else {
+            return ok(None);
+        };
+        let s = r.state.lock().expect("paths lock");
+        match self.estimate(shared, r, &r.candidates[s.current], &s) {
+            Estimate::Us(v) => ok(Some(v)),
+            Estimate::Unknown => ok(None),
+            Estimate::Down => {
+                // Down now, but choose() moves on for the next connection
+                // if any other candidate is up.
+                let any_up = r
+                    .candidates
+                    .iter()
+                    .any(|c| self.estimate(shared, r, c, &s) != Estimate::Down);
+                if any_up {
+                    ok(None)
+                } else {
+                    ProbeAnswer {
+                        status: ReplyStatus::Unreachable,
+                        onward_us: None,
                     }
                 }
             }
-            None => match &route.via {
-                Via::Direct => ok(None),
-                Via::Peer(i) => {
-                    let p = self.peer(*i);
-                    if p.down.is_some() {
-                        ProbeAnswer {
-                            status: ReplyStatus::Unreachable,
-                            onward_us: None,
-                        }
-                    } else {
-                        ok(p.rtt_us)
-                    }
-                }
-            },
         }
     }
 
-    /// Every route with candidates, for `GET /routes` and `ctl routes`.
+    /// Every route in config order with its candidates, for `GET /routes`
+    /// and `ctl routes`. Single-candidate routes are shown with what
+    /// their legs measured; they are not probed and never change.
     pub fn snapshot(&self, shared: &Shared) -> RoutesView {
+        let view = |r: &RoutePath, probed: bool| {
+            let s = r.state.lock().expect("paths lock");
+            RouteView {
+                index: r.index,
+                dst: r.dst.to_string(),
+                chosen: self.name_of(&r.candidates[s.current]),
+                probed,
+                flips: s.flips,
+                changed_s_ago: s.changed_at.map(|t| t.elapsed().as_secs_f64()),
+                candidates: r
+                    .candidates
+                    .iter()
+                    .map(|c| self.candidate_view(shared, r, c, &s))
+                    .collect(),
+            }
+        };
         let mut routes: Vec<&RoutePath> = self.routes.values().collect();
         routes.sort_by_key(|r| r.index);
         RoutesView {
+            hold_s: HOLD.as_secs(),
+            probe_every_s: PROBE_EVERY.as_secs_f64(),
             routes: routes
                 .into_iter()
-                .map(|r| {
-                    let s = r.state.lock().expect("paths lock");
-                    let since = s.changed_at.map(|t| t.elapsed().as_secs_f64());
-                    RouteView {
-                        index: r.index,
-                        dst: r.dst.to_string(),
-                        chosen: self.name_of(&r.candidates[s.current]),
-                        flips: s.flips,
-                        changed_s_ago: since,
-                        candidates: r
-                            .candidates
-                            .iter()
-                            .map(|c| self.candidate_view(shared, r, c, &s))
-                            .collect(),
-                    }
-                })
+                .map(|r| view(r, r.candidates.len() > 1))
                 .collect(),
         }
     }
@@ -431,6 +423,9 @@ impl Paths {
 /// `GET /routes`: every multi-candidate route.
 #[derive(Debug, Serialize)]
 pub struct RoutesView {
+    /// See [`HOLD`] and [`PROBE_EVERY`].
+    pub hold_s: u64,
+    pub probe_every_s: f64,
     pub routes: Vec<RouteView>,
 }
 
@@ -439,6 +434,8 @@ pub struct RouteView {
     pub index: usize,
     pub dst: String,
     pub chosen: String,
+    /// More than one candidate: measured, probed and chosen among.
+    pub probed: bool,
     pub flips: u64,
     pub changed_s_ago: Option<f64>,
     pub candidates: Vec<CandidateView>,
@@ -454,6 +451,12 @@ pub struct CandidateView {
     pub retrans_per_leg: Option<f64>,
     pub probes: u64,
     pub down_reason: Option<String>,
+}
+
+/// The `GET /routes` document of `shared`.
+pub fn routes_document(shared: &Shared) -> Result<serde_json::Value, AdminError> {
+    serde_json::to_value(shared.paths.snapshot(shared))
+        .map_err(|e| AdminError::Refused(format!("internal: routes not serializable: {e}")))
 }
 
 /// Probes every peer that is a candidate of some route, once per

@@ -135,6 +135,30 @@ fn killing_the_chosen_peer_moves_new_connections_within_3s() {
         let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with rs2 up");
         assert_eq!(path_of(peer), "rs2", "connection {seed}");
     }
+    // What the operator sees: rs1 down, rs2 chosen and measured.
+    let shown = lab.ctl("rc", &["routes"]);
+    let table = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "ctl routes: {shown:?}");
+    let row = |name: &str| {
+        table
+            .lines()
+            .skip_while(|l| !l.starts_with("DESTINATION  CANDIDATE"))
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
+            .to_owned()
+    };
+    assert_eq!(row("rs1").split_whitespace().nth(2), Some("down"), "{table}");
+    assert_eq!(row("*rs2").split_whitespace().nth(2), Some("up"), "{table}");
+    let json = lab.ctl("rc", &["routes", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("ctl routes --json");
+    let route = &doc["paths"]["routes"][0];
+    assert_eq!(route["chosen"], "rs2", "{doc}");
+    assert_eq!(route["flips"], 1, "{doc}");
+    assert_eq!(route["candidates"][0]["state"], "down", "{doc}");
+    let rtt = route["candidates"][1]["leg_rtt_ms"].as_f64().expect("rs2 leg measured");
+    assert!(rtt > 0.0 && rtt < 100.0, "rs2 leg rtt {rtt} ms on a veth");
+    eprintln!("[relay_paths] ctl routes after the failover:\n{table}");
+
     let m = lab.metrics("rc");
     assert_eq!(
         m.counter("splitway_path_flips_total", &[("cause", "failure")]),
