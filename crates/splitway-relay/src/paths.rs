@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use serde::Serialize;
+use splitway_control::AdminError;
 use splitway_proto::Destination;
 use splitway_proto::header::{FLAG_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use splitway_control::AdminError;
 use tracing::{debug, info};
 
 use crate::config::{Config, Route, Via};
@@ -257,7 +257,11 @@ impl Paths {
 
     /// The hop a new connection on `route` takes (and counts it).
     pub fn choose(&self, shared: &Shared, route: &Route) -> Via {
-        let Some(r) = self.routes.get(&route.dst).filter(|r| r.candidates.len() > 1) else {
+        let Some(r) = self
+            .routes
+            .get(&route.dst)
+            .filter(|r| r.candidates.len() > 1)
+        else {
             return route.via.clone();
         };
         let mut s = r.state.lock().expect("paths lock");

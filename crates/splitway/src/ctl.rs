@@ -84,7 +84,8 @@ Then every route's candidates (`via = [\"rs1\", \"rs2\", \"direct\"]`): state (u
 unknown), the measured RTT of our leg to it, what that relay reported for its own onward \
 legs, their sum (the estimate new connections are placed by), retransmits per sampled leg, \
 probes sent and why a candidate is down; `*` marks the current choice.\n\n\
-Source: GET /status (routes, peers) and GET /routes.")]
+Source: GET /status (routes, peers) and GET /routes."
+    )]
     Routes,
     /// Connection counts by state and mode, and a sample of connections.
     #[command(

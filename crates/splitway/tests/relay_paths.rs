@@ -147,7 +147,11 @@ fn killing_the_chosen_peer_moves_new_connections_within_3s() {
             .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
             .to_owned()
     };
-    assert_eq!(row("rs1").split_whitespace().nth(2), Some("down"), "{table}");
+    assert_eq!(
+        row("rs1").split_whitespace().nth(2),
+        Some("down"),
+        "{table}"
+    );
     assert_eq!(row("*rs2").split_whitespace().nth(2), Some("up"), "{table}");
     let json = lab.ctl("rc", &["routes", "--json"]);
     let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("ctl routes --json");
@@ -155,7 +159,9 @@ fn killing_the_chosen_peer_moves_new_connections_within_3s() {
     assert_eq!(route["chosen"], "rs2", "{doc}");
     assert_eq!(route["flips"], 1, "{doc}");
     assert_eq!(route["candidates"][0]["state"], "down", "{doc}");
-    let rtt = route["candidates"][1]["leg_rtt_ms"].as_f64().expect("rs2 leg measured");
+    let rtt = route["candidates"][1]["leg_rtt_ms"]
+        .as_f64()
+        .expect("rs2 leg measured");
     assert!(rtt > 0.0 && rtt < 100.0, "rs2 leg rtt {rtt} ms on a veth");
     eprintln!("[relay_paths] ctl routes after the failover:\n{table}");
 
@@ -237,4 +243,54 @@ fn stable_paths_do_not_flip_and_probes_stay_under_one_per_second() {
     );
     eprintln!("[relay_paths] {seed} connections, no flip");
     lab.assert_relays_alive();
+}
+
+/// A peer that goes silent (its packets dropped: no reset, no FIN, pooled
+/// legs look alive) is found out by its probes going unanswered.
+#[test]
+fn a_silent_peer_is_marked_down_by_its_probes_within_3s() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let lab = lab();
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let peer = transfer(&lab, &server, LEN, 1).expect("rc refused with every peer up");
+    assert_eq!(path_of(peer), "rs1");
+
+    let port = PEER_PORT.to_string();
+    let dropped = output(
+        lab.relays[1]
+            .command("iptables")
+            .args(["-A", "INPUT", "-p", "tcp", "--dport", &port, "-j", "DROP"]),
+    );
+    assert!(dropped.status.success(), "iptables: {dropped:?}");
+    let silenced = Instant::now();
+    let rs1_state = || {
+        let doc: serde_json::Value =
+            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
+                .expect("/routes is JSON");
+        doc["routes"][0]["candidates"][0]["state"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let down_after = wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "rs1 marked down",
+        || (rs1_state().as_deref() == Some("down")).then(|| silenced.elapsed()),
+    );
+    eprintln!("[relay_paths] silent rs1 marked down {down_after:?} after its packets were dropped");
+    assert!(down_after <= Duration::from_secs(3), "{down_after:?}");
+    // The next connection goes the other way, every byte intact.
+    let peer = transfer(&lab, &server, LEN, 2).expect("rc refused with rs2 up");
+    assert_eq!(path_of(peer), "rs2");
+    let m = lab.metrics("rc");
+    assert!(
+        m.counter(
+            "splitway_path_probes_sent_total",
+            &[("peer", "rs1"), ("outcome", "failed")]
+        ) >= 1.0
+    );
+    assert_eq!(
+        m.counter("splitway_path_flips_total", &[("cause", "failure")]),
+        1.0
+    );
 }

@@ -101,15 +101,21 @@ mod tests {
                  "onward_ms": 1.0, "retrans_per_leg": 0.25, "probes": 8, "down_reason": null}]}]});
         let out = render_candidates(&doc);
         let lines: Vec<&str> = out.lines().collect();
-        assert!(lines[0].starts_with("DESTINATION  CANDIDATE  STATE"), "{out}");
-        assert!(lines[1].contains(" rs1") && lines[1].contains("down"), "{out}");
+        assert!(
+            lines[0].starts_with("DESTINATION  CANDIDATE  STATE"),
+            "{out}"
+        );
+        assert!(
+            lines[1].contains(" rs1") && lines[1].contains("down"),
+            "{out}"
+        );
         assert!(lines[1].ends_with("connection refused"), "{out}");
-        assert!(lines[2].contains("*rs2") && lines[2].contains("1.50"), "{out}");
+        assert!(
+            lines[2].contains("*rs2") && lines[2].contains("1.50"),
+            "{out}"
+        );
         assert!(lines[2].contains("0.25"), "{out}");
         assert!(lines[3].contains("60 s"), "{out}");
-        assert_eq!(
-            render_candidates(&json!({"routes": []})),
-            "no routes\n"
-        );
+        assert_eq!(render_candidates(&json!({"routes": []})), "no routes\n");
     }
 }
