@@ -195,18 +195,38 @@ impl Paths {
         self.peers[i].state.lock().expect("paths lock")
     }
 
-    /// A leg to peer `i` is up: its TCP_INFO is a sample, and the peer is up.
-    pub fn leg_up(&self, i: usize, stream: &TcpStream) {
-        let info = splitway_sys::sock::tcp_info(stream).ok();
-        let mut p = self.peer(i);
-        if let Some(info) = info.filter(|t| t.rtt_us > 0) {
-            p.rtt_us = Some(smooth(p.rtt_us, info.rtt_us));
-            p.samples += 1;
-            p.retrans += u64::from(info.total_retrans);
+    /// A leg to peer `i` is up, so is the peer. `fresh`: the leg was just
+    /// dialed and its TCP_INFO is a sample; a pooled leg's RTT dates from
+    /// its handshake, possibly long ago, and would pull the figure back to
+    /// the past.
+    pub fn leg_up(&self, i: usize, stream: &TcpStream, fresh: bool) {
+        if fresh {
+            self.sample(i, stream);
         }
+        let mut p = self.peer(i);
         if p.down.take().is_some() {
             info!(peer = %self.peers[i].name, "peer up again");
         }
+    }
+
+    /// TCP_INFO of a leg to peer `i` that carried traffic (a finished
+    /// connection, a fresh leg) as an RTT and retransmit sample.
+    pub fn sample(&self, i: usize, stream: &TcpStream) {
+        let Ok(info) = splitway_sys::sock::tcp_info(stream) else {
+            return;
+        };
+        if info.rtt_us == 0 {
+            return;
+        }
+        let mut p = self.peer(i);
+        p.rtt_us = Some(smooth(p.rtt_us, info.rtt_us));
+        p.samples += 1;
+        p.retrans += u64::from(info.total_retrans);
+    }
+
+    /// The peer index a leg to `addr` goes to, for [`Self::sample`].
+    pub fn peer_at(cfg: &Config, addr: SocketAddr) -> Option<usize> {
+        cfg.peers.iter().position(|p| p.addr == addr)
     }
 
     /// Dialing peer `i` (or probing it) failed: it is down from now on,
@@ -506,7 +526,7 @@ async fn probe_one(shared: Arc<Shared>, i: usize, target: IpNet) {
     shared.metrics.paths().probe_sent(name, r.is_ok());
     match r {
         Ok((stream, answer)) => {
-            paths.leg_up(i, &stream);
+            paths.leg_up(i, &stream, true);
             let mut p = paths.peer(i);
             let onward = match answer.status {
                 ReplyStatus::Ok => Ok(answer.onward_us),

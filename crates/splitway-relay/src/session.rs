@@ -205,6 +205,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 }
             });
             let early = std::mem::take(&mut inbound.early_data);
+            let was_pooled = pooled.is_some();
             let leg = match pooled {
                 Some(c) => {
                     shared
@@ -229,7 +230,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 }
             };
             match &leg {
-                Ok(l) => shared.paths.leg_up(*i, &l.stream),
+                Ok(l) => shared.paths.leg_up(*i, &l.stream, !was_pooled),
                 Err(e) => shared.paths.leg_failed(*i, e),
             }
             match &leg {
@@ -549,6 +550,11 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         }
     };
 
+    // The leg's RTT now includes what its data saw (pooled legs' handshake
+    // RTT may be old): a passive sample for path choice.
+    if let Some(i) = next_addr.and_then(|a| crate::paths::Paths::peer_at(&shared.cfg, a)) {
+        shared.paths.sample(i, &outbound);
+    }
     let (reason, err) = match outcome.end {
         End::Completed => (CloseReason::Completed, None),
         End::IdleTimeout => (CloseReason::IdleTimeout, None),

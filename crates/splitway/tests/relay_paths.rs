@@ -93,6 +93,9 @@ fn path_of(peer: SocketAddr) -> &'static str {
 }
 
 const LEN: u64 = 256 * 1024 + 17;
+/// Short transfers while timing a switch: each connection is a new chance
+/// to move.
+const SMALL: u64 = 4 * 1024 + 3;
 
 #[test]
 fn killing_the_chosen_peer_moves_new_connections_within_3s() {
@@ -293,4 +296,155 @@ fn a_silent_peer_is_marked_down_by_its_probes_within_3s() {
         m.counter("splitway_path_flips_total", &[("cause", "failure")]),
         1.0
     );
+}
+
+/// An emulated link (the lab's TUN emulator) between two relays'
+/// namespaces on subnet `10.0.<net>.0/24`: `.1` in `west`, `.2` in `east`.
+fn emulated_link(
+    west: &splitway_sys::netns::Netns,
+    east: &splitway_sys::netns::Netns,
+    net: u8,
+    rtt: Duration,
+) -> splitway_lab::emu::LinkHandle {
+    use splitway_lab::emu::{DirectionParams, LinkConfig, LinkHandle};
+    let dev = format!("emu{net}");
+    let mut tuns = Vec::new();
+    for (ns, host) in [(west, 1), (east, 2)] {
+        let name = dev.clone();
+        let tun = ns
+            .run_in(move || splitway_sys::tun::Tun::create(&name))
+            .expect("enter namespace")
+            .expect("create TUN");
+        ns.ip(&["link", "set", "dev", &dev, "up"]).expect("TUN up");
+        ns.ip(&["addr", "add", &format!("10.0.{net}.{host}/24"), "dev", &dev])
+            .expect("TUN address");
+        tuns.push(tun);
+    }
+    let one_way = DirectionParams::delay_only(rtt.as_nanos() as u64 / 2);
+    let east_tun = tuns.pop().expect("two TUNs");
+    let west_tun = tuns.pop().expect("two TUNs");
+    LinkHandle::spawn(
+        LinkConfig {
+            name: dev,
+            forward: one_way.clone(),
+            reverse: one_way,
+            seeds: (1, 2),
+            initial_buffers: 1024,
+            max_buffers: 4096,
+            // The machine is shared: no SCHED_FIFO thread spinning on it.
+            realtime: false,
+        },
+        west_tun,
+        east_tun,
+    )
+    .expect("start emulated link")
+}
+
+fn set_rtt(link: &splitway_lab::emu::LinkHandle, rtt: Duration) {
+    let one_way = splitway_lab::emu::DirectionParams::delay_only(rtt.as_nanos() as u64 / 2);
+    link.set_params(one_way.clone(), one_way, 4096);
+}
+
+/// The chosen path degrades by +100 ms (emulated RTT 10 → 110 ms, the
+/// other candidate at 30 ms): new connections move within 3 s. Going back
+/// to 10 ms right after does not move them back: the choice is held.
+#[test]
+fn a_100ms_degradation_moves_new_connections_and_the_choice_is_held() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let mut lab = Lab::chain(&["rc", "rs1", "rs2"]);
+    // rc reaches each relay over its own emulated link; rs1 still reaches
+    // the server through rs2's namespace over the veths.
+    let to_rs1 = emulated_link(
+        &lab.relays[0],
+        &lab.relays[1],
+        98,
+        Duration::from_millis(10),
+    );
+    let to_rs2 = emulated_link(
+        &lab.relays[0],
+        &lab.relays[2],
+        99,
+        Duration::from_millis(30),
+    );
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    let mut rc = RelayConfig::new("rc");
+    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    rc.peer("rs1", &format!("10.0.98.2:{PEER_PORT}"));
+    rc.peer("rs2", &format!("10.0.99.2:{PEER_PORT}"));
+    rc.extra("[[route]]\ndst = \"10.0.3.0/24\"\nvia = [\"rs1\", \"rs2\"]\n");
+    configs[0] = rc;
+    configs[1].routes.clear();
+    configs[1].peers.clear();
+    configs[1].route("0.0.0.0/0", "direct");
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let leg_ms = |lab: &Lab, k: usize| {
+        let doc: serde_json::Value =
+            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
+                .expect("/routes is JSON");
+        doc["routes"][0]["candidates"][k]["leg_rtt_ms"].as_f64()
+    };
+    // Both legs measured by probes before we start.
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "both legs measured",
+        || (leg_ms(&lab, 0).is_some() && leg_ms(&lab, 1).is_some()).then_some(()),
+    );
+    for seed in 0..3 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
+        assert_eq!(path_of(peer), "rs1", "connection {seed}");
+    }
+    eprintln!(
+        "[relay_paths] legs before: rs1 {:?} ms, rs2 {:?} ms",
+        leg_ms(&lab, 0),
+        leg_ms(&lab, 1)
+    );
+
+    set_rtt(&to_rs1, Duration::from_millis(110));
+    let degraded = Instant::now();
+    let mut seed = 10;
+    let switch = loop {
+        let started = degraded.elapsed();
+        let peer = transfer(&lab, &server, SMALL, seed).expect("rc refused while degraded");
+        seed += 1;
+        if path_of(peer) == "rs2" {
+            break started;
+        }
+        assert!(
+            started < Duration::from_secs(10),
+            "still on rs1 {started:?} after the degradation"
+        );
+    };
+    eprintln!(
+        "[relay_paths] +100 ms on rs1: first connection through rs2 started {switch:?} after; legs rs1 {:?} ms, rs2 {:?} ms",
+        leg_ms(&lab, 0),
+        leg_ms(&lab, 1)
+    );
+    assert!(
+        switch <= Duration::from_secs(3),
+        "switched after {switch:?}"
+    );
+
+    // rs1 recovers and is now better again, but the last change is recent.
+    set_rtt(&to_rs1, Duration::from_millis(10));
+    let recovered = Instant::now();
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "rs1's recovery measured",
+        || leg_ms(&lab, 0).is_some_and(|ms| ms < 25.0).then_some(()),
+    );
+    while recovered.elapsed() < Duration::from_secs(5) {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused after recovery");
+        seed += 1;
+        assert_eq!(path_of(peer), "rs2", "moved back within the hold");
+    }
+    let m = lab.metrics("rc");
+    assert_eq!(
+        m.counter("splitway_path_flips_total", &[("cause", "better")]),
+        1.0
+    );
+    assert_eq!(m.counter("splitway_path_flips_total", &[]), 1.0);
+    drop((to_rs1, to_rs2));
 }
