@@ -326,7 +326,7 @@ fn emulated_link(
     LinkHandle::spawn(
         LinkConfig {
             name: dev,
-            forward: one_way.clone(),
+            forward: one_way,
             reverse: one_way,
             seeds: (1, 2),
             initial_buffers: 1024,
@@ -342,7 +342,7 @@ fn emulated_link(
 
 fn set_rtt(link: &splitway_lab::emu::LinkHandle, rtt: Duration) {
     let one_way = splitway_lab::emu::DirectionParams::delay_only(rtt.as_nanos() as u64 / 2);
-    link.set_params(one_way.clone(), one_way, 4096);
+    link.set_params(one_way, one_way, 4096);
 }
 
 /// The chosen path degrades by +100 ms (emulated RTT 10 → 110 ms, the
