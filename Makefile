@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long soak churn bypass-long bypass-probes bench-bypass
+.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bench-bypass
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -51,6 +51,11 @@ bench: deps release
 	./target/release/splitway lab bench --json bench-results/latest.json
 
 ## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
+## lab-paths: the path-choice measurement (issue #20, about 2.5 min): a detour, +100 ms, a dead relay; JSON per phase to PATHS_JSON.
+PATHS_JSON ?= lab-results/path-choice.json
+lab-paths: deps
+	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_PATHS_JSON=$(abspath $(PATHS_JSON)) $(CARGO) test -p splitway --test relay_paths_lab -- --ignored --nocapture
+
 faults-long: deps
 	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_FAULTS_LONG=1 $(CARGO) test -p splitway --test relay_faults -- --test-threads=2 --nocapture
 
