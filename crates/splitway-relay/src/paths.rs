@@ -232,6 +232,11 @@ impl Paths {
     /// Dialing peer `i` (or probing it) failed: it is down from now on,
     /// until a leg or probe succeeds.
     pub fn leg_failed(&self, i: usize, why: &ConnError) {
+        // Our own trouble (no descriptor, a config mistake) says nothing
+        // about the peer.
+        if why.culprit() != crate::error::Culprit::PeerRelay {
+            return;
+        }
         let mut p = self.peer(i);
         if p.down.is_none() {
             info!(peer = %self.peers[i].name, error = %why, "peer down");

@@ -150,6 +150,12 @@ fn killing_the_chosen_peer_moves_new_connections_within_3s() {
             .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
             .to_owned()
     };
+    // The routing table shows where new connections go now.
+    let via = table
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(1));
+    assert_eq!(via, Some("rs2"), "{table}");
     assert_eq!(
         row("rs1").split_whitespace().nth(2),
         Some("down"),

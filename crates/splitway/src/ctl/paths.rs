@@ -23,7 +23,18 @@ pub(super) fn routes(client: &AdminClient, status: &Value, json_out: bool) -> Ou
             serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string())
         ));
     }
-    let mut out = render_routes(status);
+    // A route with candidates goes where its current choice is.
+    let mut status = status.clone();
+    if let (Some(paths), Some(routes)) = (&paths, status["routes"].as_array_mut()) {
+        for route in routes {
+            if let Some(p) =
+                array(&paths["routes"]).find(|p| p["dst"] == route["dst"] && p["probed"] == true)
+            {
+                route["via"] = p["chosen"].clone();
+            }
+        }
+    }
+    let mut out = render_routes(&status);
     if let Some(paths) = paths {
         out.push('\n');
         out.push_str(&render_candidates(&paths));
