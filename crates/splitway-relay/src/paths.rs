@@ -212,8 +212,13 @@ impl Paths {
     /// TCP_INFO of a leg to peer `i` that carried traffic (a finished
     /// connection, a fresh leg) as an RTT and retransmit sample.
     pub fn sample(&self, i: usize, stream: &TcpStream) {
-        let Ok(info) = splitway_sys::sock::tcp_info(stream) else {
-            return;
+        let info = match splitway_sys::sock::tcp_info(stream) {
+            Ok(info) => info,
+            // A leg already torn down has nothing to tell: no sample.
+            Err(e) => {
+                debug!(peer = %self.peers[i].name, error = %e, "no TCP_INFO sample");
+                return;
+            }
         };
         if info.rtt_us == 0 {
             return;
