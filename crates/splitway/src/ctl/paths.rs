@@ -11,11 +11,33 @@ use super::{Outcome, array, render_routes, table, text};
 
 /// The output of `ctl routes` given the `/status` document already fetched.
 pub(super) fn routes(client: &AdminClient, status: &Value, json_out: bool) -> Outcome {
-    let paths = client
-        .request("GET", "/routes", None)
-        .ok()
-        .filter(|a| a.is_success())
-        .and_then(|a| a.json().ok());
+    // A relay without path choice answers 501: the table alone. Anything
+    // else that goes wrong is said on stderr, the table still printed.
+    let mut warning = String::new();
+    let paths = match client.request("GET", "/routes", None) {
+        Ok(a) if a.is_success() => match a.json() {
+            Ok(doc) => Some(doc),
+            Err(e) => {
+                warning = format!("splitway ctl: GET /routes: body is not JSON: {e}\n");
+                None
+            }
+        },
+        Ok(a) if a.status == 501 => None,
+        Ok(a) => {
+            warning = format!("splitway ctl: GET /routes answered {}\n", a.status);
+            None
+        }
+        Err(e) => {
+            warning = format!("splitway ctl: GET /routes: {e}\n");
+            None
+        }
+    };
+    let mut outcome = routes_output(status, paths, json_out);
+    outcome.stderr = warning;
+    outcome
+}
+
+fn routes_output(status: &Value, paths: Option<Value>, json_out: bool) -> Outcome {
     if json_out {
         let doc = json!({"routes": status["routes"], "peers": status["peers"], "paths": paths});
         return Outcome::ok(format!(
