@@ -41,14 +41,8 @@ fn lab() -> Lab {
         &["route", "add", "10.0.12.0/24", "via", &link_v4(2, 3, 1)],
     );
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    // rc: a SOCKS5 entry; both relays are candidates for the server's subnet.
-    let mut rc = RelayConfig::new("rc");
-    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
-    rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
-    rc.peer("rs1", &lab.peer_addr(1));
-    rc.peer("rs2", &lab.peer_addr(2));
-    rc.extra("[[route]]\ndst = \"10.0.3.0/24\"\nvia = [\"rs1\", \"rs2\"]\n");
-    configs[0] = rc;
+    // rc: both relays are candidates for the server's subnet.
+    configs[0] = rc_config(&lab, "[\"rs1\", \"rs2\"]");
     // rs1 dials the server itself (its kernel routes through rs2).
     let rs1 = &mut configs[1];
     rs1.routes.clear();
@@ -56,6 +50,18 @@ fn lab() -> Lab {
     rs1.route("0.0.0.0/0", "direct");
     lab.start_relays(&configs);
     lab
+}
+
+/// rc: a SOCKS5 entry, both relays as peers, the server's subnet routed
+/// `via` (TOML: a string or a list).
+fn rc_config(lab: &Lab, via: &str) -> RelayConfig {
+    let mut rc = RelayConfig::new("rc");
+    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    rc.peer("rs1", &lab.peer_addr(1));
+    rc.peer("rs2", &lab.peer_addr(2));
+    rc.extra(&format!("[[route]]\ndst = \"10.0.3.0/24\"\nvia = {via}\n"));
+    rc
 }
 
 /// One SOCKS5 connection to the server through rc carrying `len` bytes
@@ -454,3 +460,67 @@ fn a_100ms_degradation_moves_new_connections_and_the_choice_is_held() {
     assert_eq!(m.counter("splitway_path_flips_total", &[]), 1.0);
     drop((to_rs1, to_rs2));
 }
+
+/// A reload applies new candidates to new connections, and probing
+/// follows the running config: it stops when no route has a choice left.
+#[test]
+fn a_reload_changes_candidates_and_probing_follows() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let mut lab = lab();
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let peer = transfer(&lab, &server, LEN, 1).expect("rc refused with every peer up");
+    assert_eq!(path_of(peer), "rs1");
+    let route = |lab: &Lab| {
+        let doc: serde_json::Value =
+            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
+                .expect("/routes is JSON");
+        doc["routes"][0].clone()
+    };
+    let reload = |lab: &mut Lab, via: &str| {
+        let cfg = rc_config(lab, via);
+        std::fs::write(lab.config_path("rc"), cfg.render(&lab.psk_path)).expect("write config");
+        lab.signal_relay("rc", "HUP");
+    };
+
+    // New order: rs2 first, so new connections start there.
+    reload(&mut lab, "[\"rs2\", \"rs1\"]");
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "the reloaded candidates",
+        || (route(&lab)["candidates"][0]["name"] == "rs2").then_some(()),
+    );
+    let peer = transfer(&lab, &server, LEN, 2).expect("rc refused after the reload");
+    assert_eq!(path_of(peer), "rs2");
+    assert_eq!(route(&lab)["chosen"], "rs2");
+
+    // One candidate: nothing to choose, nothing probed.
+    reload(&mut lab, "\"rs1\"");
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "the single-candidate route",
+        || (route(&lab)["probed"] == false).then_some(()),
+    );
+    // A probe started just before the reload may still be answered.
+    std::thread::sleep(PROBE_SETTLE);
+    let answered = |lab: &Lab| {
+        lab.metrics("rs1")
+            .counter("splitway_path_probes_answered_total", &[])
+            + lab
+                .metrics("rs2")
+                .counter("splitway_path_probes_answered_total", &[])
+    };
+    let before = answered(&lab);
+    assert!(before > 0.0, "probes were answered before the reload");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        answered(&lab),
+        before,
+        "probes after the last choice went away"
+    );
+    let peer = transfer(&lab, &server, LEN, 3).expect("rc refused on a plain route");
+    assert_eq!(path_of(peer), "rs1");
+}
+
+/// Longer than a probe's timeout: any probe in flight has ended.
+const PROBE_SETTLE: Duration = Duration::from_millis(2000);
