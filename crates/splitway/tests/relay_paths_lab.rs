@@ -11,25 +11,27 @@
 //!            └──── emulated 200 ms ────────────────────── server (direct)
 //! ```
 //!
-//! Runs about 2.5 minutes (a degradation is only acted on once the last
+//! The link RTTs, the candidates and the phases with their timed events
+//! come from `lab/paths/path-choice.toml` (or `SPLITWAY_PATHS_SCENARIO`).
+//! Runs about 1.5 minutes (a degradation is only acted on once the last
 //! change is 60 s old), so it is `#[ignore]`d: `make lab-paths` runs it and
 //! writes the JSON to `SPLITWAY_PATHS_JSON`.
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
 use splitway_lab::emu::{DirectionParams, LinkConfig, LinkHandle};
 use splitway_sys::netns::Netns;
 use support::*;
 
 const REQUEST: usize = 64;
 const RESPONSE: u64 = 1024;
-/// TTFB samples per path and phase.
-const SAMPLES: usize = 9;
 
 fn emulated_link(west: &Netns, east: &Netns, net: u8, rtt: Duration) -> LinkHandle {
     let dev = format!("emu{net}");
@@ -162,68 +164,6 @@ fn start_oracle(lab: &mut Lab, via: &str, port: u16, admin: u16) {
     );
 }
 
-struct Phase {
-    name: &'static str,
-    chosen: String,
-    ttfb_ms: f64,
-    oracle_ttfb_ms: f64,
-    oracle_path: String,
-    per_path_ms: Vec<(String, Option<f64>)>,
-    switch_s: Option<f64>,
-}
-
-/// Medians of the adaptive relay and of each oracle (a dead path: None).
-fn measure(lab: &Lab, server: SocketAddr, seed: &mut u64, name: &'static str) -> Phase {
-    let mut per_path = Vec::new();
-    for (path, port) in ORACLES {
-        let mut v = Vec::new();
-        for _ in 0..SAMPLES {
-            *seed += 1;
-            match ttfb(&lab.client, port, server, *seed) {
-                Some(t) => v.push(t),
-                None => break,
-            }
-        }
-        per_path.push((path.to_owned(), (v.len() == SAMPLES).then(|| median(v))));
-    }
-    let mut v = Vec::new();
-    for _ in 0..SAMPLES {
-        *seed += 1;
-        v.push(ttfb(&lab.client, SOCKS_PORT, server, *seed).expect("rc refused in a steady phase"));
-    }
-    let (oracle_path, oracle) = per_path
-        .iter()
-        .filter_map(|(p, m)| m.map(|m| (p.clone(), m)))
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .expect("some path works");
-    Phase {
-        name,
-        chosen: chosen(lab),
-        ttfb_ms: median(v),
-        oracle_ttfb_ms: oracle,
-        oracle_path,
-        per_path_ms: per_path,
-        switch_s: None,
-    }
-}
-
-/// Connections back to back from `since` until one (started at `t`)
-/// took a candidate other than `from`; returns `t`.
-fn time_switch(lab: &Lab, server: SocketAddr, seed: &mut u64, from: &str, since: Instant) -> f64 {
-    loop {
-        let started = since.elapsed();
-        assert!(
-            started < Duration::from_secs(20),
-            "no switch after {started:?}"
-        );
-        *seed += 1;
-        let ok = ttfb(&lab.client, SOCKS_PORT, server, *seed).is_some();
-        if ok && chosen(lab) != from {
-            return started.as_secs_f64();
-        }
-    }
-}
-
 fn loadavg() -> Option<String> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
@@ -242,29 +182,169 @@ fn command_text(program: &str, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-const ORACLES: [(&str, u16); 3] = [("direct", 1081), ("rs1", 1082), ("rs2", 1083)];
+/// `lab/paths/*.toml`: see `path-choice.toml` for the fields.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Scenario {
+    name: String,
+    candidates: Vec<String>,
+    samples: usize,
+    /// RTT in ms of rc's link to each candidate.
+    links: BTreeMap<String, f64>,
+    phase: Vec<PhaseSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PhaseSpec {
+    name: String,
+    #[serde(default)]
+    after_hold: bool,
+    event: Option<Event>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Event {
+    link: Option<String>,
+    rtt_ms: Option<f64>,
+    rtt_add_ms: Option<f64>,
+    kill: Option<String>,
+}
+
+/// The hosts are fixed: these are the candidates a scenario may name.
+const KNOWN: [&str; 3] = ["direct", "rs1", "rs2"];
+
+fn load_scenario() -> Scenario {
+    let path = std::env::var("SPLITWAY_PATHS_SCENARIO").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../lab/paths/path-choice.toml"
+        )
+        .to_owned()
+    });
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let sc: Scenario = toml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    for c in sc.candidates.iter().chain(sc.links.keys()) {
+        assert!(
+            KNOWN.contains(&c.as_str()),
+            "{path}: unknown candidate or link `{c}`"
+        );
+    }
+    for c in &sc.candidates {
+        assert!(sc.links.contains_key(c), "{path}: links.{c} missing");
+    }
+    for p in &sc.phase {
+        if let Some(e) = &p.event {
+            let link_change = e.link.is_some() && (e.rtt_ms.is_some() != e.rtt_add_ms.is_some());
+            let kill = e.kill.as_deref().is_some_and(|k| k.starts_with("rs"));
+            assert!(
+                link_change != kill && (e.kill.is_none() || e.link.is_none()),
+                "{path}: phase `{}`: an event is `{{ link, rtt_ms | rtt_add_ms }}` or `{{ kill = \"rsN\" }}`",
+                p.name
+            );
+        }
+    }
+    assert!(sc.samples >= 3, "{path}: samples >= 3");
+    sc
+}
+
+struct Phase {
+    name: String,
+    chosen: String,
+    ttfb_ms: f64,
+    oracle_ttfb_ms: f64,
+    oracle_path: String,
+    per_path_ms: Vec<(String, Option<f64>)>,
+    switch_s: Option<f64>,
+}
+
+/// Medians of the adaptive relay and of each oracle (a dead path: None).
+fn measure(lab: &Lab, server: SocketAddr, seed: &mut u64, sc: &Scenario, name: &str) -> Phase {
+    let mut per_path = Vec::new();
+    for (k, path) in sc.candidates.iter().enumerate() {
+        let mut v = Vec::new();
+        for _ in 0..sc.samples {
+            *seed += 1;
+            match ttfb(&lab.client, oracle_port(k), server, *seed) {
+                Some(t) => v.push(t),
+                None => break,
+            }
+        }
+        per_path.push((path.clone(), (v.len() == sc.samples).then(|| median(v))));
+    }
+    let mut v = Vec::new();
+    for _ in 0..sc.samples {
+        *seed += 1;
+        v.push(ttfb(&lab.client, SOCKS_PORT, server, *seed).expect("rc refused in a steady phase"));
+    }
+    let (oracle_path, oracle) = per_path
+        .iter()
+        .filter_map(|(p, m)| m.map(|m| (p.clone(), m)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("some path works");
+    Phase {
+        name: name.to_owned(),
+        chosen: chosen(lab),
+        ttfb_ms: median(v),
+        oracle_ttfb_ms: oracle,
+        oracle_path,
+        per_path_ms: per_path,
+        switch_s: None,
+    }
+}
+
+/// Connections back to back from `since` until one (started at `t`) took
+/// a candidate other than `from`: `Some(t)`; `None` if none did for 5 s.
+fn time_switch(
+    lab: &Lab,
+    server: SocketAddr,
+    seed: &mut u64,
+    from: &str,
+    since: Instant,
+) -> Option<f64> {
+    loop {
+        let started = since.elapsed();
+        if started > Duration::from_secs(5) {
+            return None;
+        }
+        *seed += 1;
+        let ok = ttfb(&lab.client, SOCKS_PORT, server, *seed).is_some();
+        if ok && chosen(lab) != from {
+            return Some(started.as_secs_f64());
+        }
+    }
+}
+
+fn oracle_port(k: usize) -> u16 {
+    1081 + k as u16
+}
+
+/// A choice is held this long after a change (`paths::HOLD`), plus margin.
+const HOLD: Duration = Duration::from_secs(61);
 
 #[test]
-#[ignore = "about 2.5 minutes: make lab-paths"]
-fn path_choice_detour_degradation_and_failure() {
+#[ignore = "about 1.5 minutes: make lab-paths"]
+fn path_choice_scenario() {
     require_netns!();
     let _heavy = heavy_lock();
+    let sc = load_scenario();
     let load_before = loadavg();
     let mut lab = Lab::chain(&["rc", "rs1", "rs2"]);
-    let to_rs1 = emulated_link(
-        &lab.relays[0],
-        &lab.relays[1],
-        98,
-        Duration::from_millis(40),
-    );
-    let to_rs2 = emulated_link(
-        &lab.relays[0],
-        &lab.relays[2],
-        99,
-        Duration::from_millis(60),
-    );
-    let direct = emulated_link(&lab.relays[0], &lab.server, 97, Duration::from_millis(200));
-    // rc's own packets to the server take the slow direct link; the relays
+    let rtt = |name: &str| Duration::from_secs_f64(sc.links[name] / 1000.0);
+    let mut links: BTreeMap<String, (LinkHandle, f64)> = BTreeMap::new();
+    for (name, &ms) in &sc.links {
+        let (east, net) = match name.as_str() {
+            "direct" => (&lab.server, 97),
+            "rs1" => (&lab.relays[1], 98),
+            _ => (&lab.relays[2], 99),
+        };
+        links.insert(
+            name.clone(),
+            (emulated_link(&lab.relays[0], east, net, rtt(name)), ms),
+        );
+    }
+    // rc's own packets to the server take the direct link; the relays
     // keep reaching it over the veths.
     lab.relays[0]
         .ip(&[
@@ -281,14 +361,17 @@ fn path_choice_detour_degradation_and_failure() {
     rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
     rc.peer("rs1", &format!("10.0.98.2:{PEER_PORT}"));
     rc.peer("rs2", &format!("10.0.99.2:{PEER_PORT}"));
-    rc.extra("[[route]]\ndst = \"10.0.3.0/24\"\nvia = [\"direct\", \"rs1\", \"rs2\"]\n");
+    rc.extra(&format!(
+        "[[route]]\ndst = \"10.0.3.0/24\"\nvia = {:?}\n",
+        sc.candidates
+    ));
     configs[0] = rc;
     configs[1].routes.clear();
     configs[1].peers.clear();
     configs[1].route("0.0.0.0/0", "direct");
     lab.start_relays(&configs);
-    for (via, port) in ORACLES {
-        start_oracle(&mut lab, via, port, port + 8000);
+    for (k, via) in sc.candidates.iter().enumerate() {
+        start_oracle(&mut lab, via, oracle_port(k), oracle_port(k) + 8000);
     }
     let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
     let _serving = server.serve_forever(|mut conn| {
@@ -301,62 +384,65 @@ fn path_choice_detour_degradation_and_failure() {
         }
     });
     let addr = server.addr;
-    let mut seed = 0u64;
-    let mut phases = Vec::new();
-
-    // Phase 1: the first connection goes direct (first in config order,
-    // nothing measured); from then on the detour through rs1 is known
-    // better.
+    // Every relay candidate probed before the first phase.
     wait_until(
         Deadline::after(Duration::from_secs(10)),
-        "both relays probed",
+        "every relay candidate probed",
         || {
             let r = routes(&lab);
             let c = &r["routes"][0]["candidates"];
-            (c[1]["leg_rtt_ms"].is_number() && c[2]["leg_rtt_ms"].is_number()).then_some(())
+            (0..sc.candidates.len())
+                .all(|k| c[k]["name"] == "direct" || c[k]["leg_rtt_ms"].is_number())
+                .then_some(())
         },
     );
-    let t = Instant::now();
-    let switch = time_switch(&lab, addr, &mut seed, "direct", t);
-    let moved_at = Instant::now();
-    let mut detour = measure(&lab, addr, &mut seed, "detour");
-    detour.switch_s = Some(switch);
-    phases.push(detour);
-
-    // Phase 2: +100 ms on rs1's leg, once the last change is 60 s old.
-    let hold = Duration::from_secs(61);
-    std::thread::sleep(hold.saturating_sub(moved_at.elapsed()));
-    set_rtt(&to_rs1, Duration::from_millis(140));
-    let t = Instant::now();
-    let switch = time_switch(&lab, addr, &mut seed, "rs1", t);
-    let mut degraded = measure(&lab, addr, &mut seed, "rs1 +100 ms");
-    degraded.switch_s = Some(switch);
-    phases.push(degraded);
-
-    // Phase 3: rs2 (now chosen) dies: moving away ignores the hold.
-    lab.kill_relay("rs2");
-    let t = Instant::now();
-    let switch = time_switch(&lab, addr, &mut seed, "rs2", t);
-    let mut failed = measure(&lab, addr, &mut seed, "rs2 dead");
-    failed.switch_s = Some(switch);
-    phases.push(failed);
+    let mut seed = 0u64;
+    let mut phases = Vec::new();
+    let mut last_change: Option<Instant> = None;
+    for spec in &sc.phase {
+        if spec.after_hold
+            && let Some(t) = last_change
+        {
+            std::thread::sleep(HOLD.saturating_sub(t.elapsed()));
+        }
+        let before = chosen(&lab);
+        if let Some(e) = &spec.event {
+            if let Some(relay) = &e.kill {
+                lab.kill_relay(relay);
+            } else if let Some(name) = &e.link {
+                let (link, ms) = links.get_mut(name).expect("link named in the scenario");
+                *ms = e.rtt_ms.unwrap_or(*ms + e.rtt_add_ms.unwrap_or(0.0));
+                set_rtt(link, Duration::from_secs_f64(*ms / 1000.0));
+            }
+        }
+        let t = Instant::now();
+        let switch = time_switch(&lab, addr, &mut seed, &before, t);
+        if switch.is_some() {
+            last_change = Some(Instant::now());
+        }
+        let mut phase = measure(&lab, addr, &mut seed, &sc, &spec.name);
+        phase.switch_s = switch;
+        phases.push((before, phase));
+    }
 
     let flips = lab.metrics("rc").counter("splitway_path_flips_total", &[]);
     let json = serde_json::json!({
-        "scenario": "path-choice",
+        "scenario": sc.name,
         "date": command_text("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
         "commit": command_text("git", &["rev-parse", "HEAD"]),
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|k| k.trim().to_owned()).ok(),
         "cpus": std::thread::available_parallelism().map(|n| n.get()).ok(),
         "load_before": load_before,
         "load_after": loadavg(),
-        "topology": "rc -> rs1 (40 ms) | rs2 (60 ms) | direct (200 ms) -> server; rs1, rs2 -> server over veths",
-        "samples_per_median": SAMPLES,
+        "links_ms": sc.links,
+        "candidates": sc.candidates,
+        "samples_per_median": sc.samples,
         "request_bytes": REQUEST,
         "response_bytes": RESPONSE,
         "flips": flips,
-        "phases": phases.iter().map(|p| serde_json::json!({
+        "phases": phases.iter().map(|(before, p)| serde_json::json!({
             "phase": p.name,
+            "chosen_before": before,
             "chosen": p.chosen,
             "ttfb_ms": p.ttfb_ms,
             "oracle_ttfb_ms": p.oracle_ttfb_ms,
@@ -371,7 +457,7 @@ fn path_choice_detour_degradation_and_failure() {
         std::fs::write(&path, &text).unwrap_or_else(|e| panic!("write {path}: {e}"));
     }
     // The issue's targets.
-    for p in &phases {
+    for (before, p) in &phases {
         assert_eq!(p.chosen, p.oracle_path, "{}: chose {}", p.name, p.chosen);
         assert!(
             p.ttfb_ms <= p.oracle_ttfb_ms * 1.05,
@@ -380,9 +466,15 @@ fn path_choice_detour_degradation_and_failure() {
             p.ttfb_ms,
             p.oracle_ttfb_ms
         );
-        let s = p.switch_s.expect("timed");
-        assert!(s <= 3.0, "{}: switched after {s:.2} s", p.name);
+        if *before != p.oracle_path {
+            let s = p.switch_s.expect("a switch was needed");
+            assert!(s <= 3.0, "{}: switched after {s:.2} s", p.name);
+        }
     }
-    assert_eq!(flips, 3.0, "one flip per phase");
-    drop((to_rs1, to_rs2, direct));
+    let switches = phases.iter().filter(|(_, p)| p.switch_s.is_some()).count();
+    assert_eq!(
+        flips, switches as f64,
+        "one flip per switch, none in steady state"
+    );
+    drop(links);
 }
