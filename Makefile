@@ -51,7 +51,7 @@ bench: deps release
 	./target/release/splitway lab bench --json bench-results/latest.json
 
 ## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
-## lab-paths: the path-choice measurement (issue #20, about 2.5 min): a detour, +100 ms, a dead relay; JSON per phase to PATHS_JSON.
+## lab-paths: the path-choice measurement (issue #20, about 1.5 min): lab/paths/path-choice.toml (a detour, +100 ms, a dead relay); JSON per phase to PATHS_JSON.
 PATHS_JSON ?= lab-results/path-choice.json
 lab-paths: deps
 	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_PATHS_JSON=$(abspath $(PATHS_JSON)) $(CARGO) test -p splitway --test relay_paths_lab -- --ignored --nocapture
