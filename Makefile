@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long soak churn bypass-long bypass-probes bench-bypass bench-tproxy
+.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bench-bypass bench-tproxy
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -57,6 +57,11 @@ bench: deps release
 ## redis-benchmark, methods alternating per round; bench-results/tproxy-bench-*.txt.
 bench-tproxy: deps release
 	./scripts/bench-tproxy.sh
+
+## lab-paths: the path-choice measurement (issue #20, about 1.5 min): lab/paths/path-choice.toml (a detour, +100 ms, a dead relay); JSON per phase to PATHS_JSON.
+PATHS_JSON ?= lab-results/path-choice.json
+lab-paths: deps
+	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_PATHS_JSON=$(abspath $(PATHS_JSON)) $(CARGO) test -p splitway --test relay_paths_lab -- --ignored --nocapture
 
 ## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
 faults-long: deps

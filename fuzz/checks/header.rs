@@ -7,7 +7,7 @@
 
 use splitway_proto::Destination;
 use splitway_proto::addr::is_valid_domain;
-use splitway_proto::header::{Header, Reply};
+use splitway_proto::header::{Header, ProbeAnswer, Reply};
 
 /// A header whose fields come from the input: conn_id, ttl, port, then the name.
 fn header_from(data: &[u8]) -> Option<Header> {
@@ -43,6 +43,15 @@ pub fn check(data: &[u8]) {
         let mut encoded = Vec::new();
         reply.encode(&mut encoded);
         assert_eq!(encoded, &data[..used]);
+    }
+    if let Ok(Some((answer, used))) = ProbeAnswer::decode(data) {
+        assert!(used <= data.len());
+        let mut encoded = Vec::new();
+        answer.encode(&mut encoded);
+        assert_eq!(encoded, &data[..used]);
+    }
+    if let Ok(Some((_, used))) = ProbeAnswer::decode_either(data) {
+        assert!(used <= data.len());
     }
     if let Some(header) = header_from(data) {
         let mut encoded = Vec::new();

@@ -62,6 +62,12 @@ pub trait AdminHandler: Send + Sync + 'static {
         Err(AdminError::Unsupported)
     }
 
+    /// `GET /routes`: each route's candidate next hops as measured (state,
+    /// RTT, loss) and the current choice (`splitway ctl routes`).
+    fn routes(&self) -> Result<Value, AdminError> {
+        Err(AdminError::Unsupported)
+    }
+
     /// The live-tunable parameters and their current values (`GET /params`).
     /// The server validates `PUT /params` against these before calling
     /// [`AdminHandler::set_params`].
@@ -444,7 +450,7 @@ impl Api {
         let method = request.method.as_str();
         let is_get = matches!(method, "GET" | "HEAD");
         let allow = match request.path.as_str() {
-            "/metrics" | "/status" | "/connections" => ALLOW_GET,
+            "/metrics" | "/status" | "/connections" | "/routes" => ALLOW_GET,
             "/params" => ALLOW_PARAMS,
             "/drain" | "/reload" => ALLOW_POST,
             _ => return Response::error(Status::NotFound, "no such endpoint"),
@@ -474,6 +480,7 @@ impl Api {
                 Ok(sample) => outcome(self.handler.connections(sample)),
                 Err(message) => Response::error(Status::BadRequest, &message),
             },
+            ("/routes", _) => outcome(self.handler.routes()),
             ("/params", true) => Response::json(Status::Ok, &json!(self.handler.params())),
             ("/params", false) => self.set_params(request),
             ("/drain", _) => {

@@ -20,6 +20,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+pub use crate::path_metrics::PathMetrics;
+
 /// Prefix of every metric name this crate exports.
 pub const METRIC_PREFIX: &str = "splitway";
 
@@ -526,8 +528,10 @@ impl PoolMetrics {
 /// | `pool_events_total` | counter | `peer`, `event` |
 /// | `pool_level` | gauge | `peer` |
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` |
+/// | `path_*` | see [`PathMetrics`] | `route`, `candidate`, `peer` |
 pub struct Metrics {
     registry: Registry,
+    paths: PathMetrics,
     accepted: [CounterU64; Mode::COUNT],
     active: [Gauge; Mode::COUNT],
     closed: [[CounterU64; CloseReason::COUNT]; Mode::COUNT],
@@ -774,8 +778,14 @@ impl Metrics {
             setup_seconds: Mode::ALL
                 .map(|mode| setup_family.get_or_create(&ModeLabels { mode }).clone()),
             peer_connect_failures,
+            paths: PathMetrics::register(&mut registry),
             registry,
         }
+    }
+
+    /// The path-choice series.
+    pub fn paths(&self) -> &PathMetrics {
+        &self.paths
     }
 
     /// Counts a connection accepted in `mode`.

@@ -19,9 +19,15 @@ pub const DEFAULT_TTL: u8 = 16;
 /// its Reply back to share a segment with the server's first bytes.
 pub const FLAG_OPTIMISTIC: u16 = 0x0001;
 
+/// A path probe: the downstream relay dials nothing and answers with one
+/// [`ProbeAnswer`] (its own estimate for `dst`), then closes. A relay that
+/// does not know the flag refuses the header (`BadHeader`), so an old peer
+/// is never made to dial the probe's destination.
+pub const FLAG_PROBE: u16 = 0x0002;
+
 /// Flag bits this version understands. Any other bit comes from a newer
 /// peer and is refused rather than half-understood.
-pub const KNOWN_FLAGS: u16 = FLAG_OPTIMISTIC;
+pub const KNOWN_FLAGS: u16 = FLAG_OPTIMISTIC | FLAG_PROBE;
 
 /// Extension kinds with this bit set must be understood by the receiver.
 pub const EXTENSION_CRITICAL: u16 = 0x8000;
@@ -45,6 +51,10 @@ const EXTENSION_PREFIX_LEN: usize = 4;
 pub const REPLY_FRAME_TYPE: u8 = 0x10;
 /// Encoded length of a [`Reply`].
 pub const REPLY_LEN: usize = 2;
+/// Type byte of the probe answer frame.
+pub const PROBE_ANSWER_FRAME_TYPE: u8 = 0x11;
+/// Encoded length of a [`ProbeAnswer`].
+pub const PROBE_ANSWER_LEN: usize = 6;
 
 /// What the upstream relay asks the downstream relay to do with this connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -398,9 +408,152 @@ impl Reply {
     }
 }
 
+/// Downstream → upstream, the whole answer to a [`FLAG_PROBE`] header: how
+/// the downstream relay would reach the probe's destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeAnswer {
+    /// `Ok`: it has a usable next hop; otherwise why not (`NoRoute`,
+    /// `Unreachable` when every candidate is down).
+    pub status: ReplyStatus,
+    /// Its estimated time from itself to the destination in microseconds
+    /// (its chosen next leg plus what that hop reported); `None` when it has
+    /// not measured it (encoded `0xffff_ffff`).
+    pub onward_us: Option<u32>,
+}
+
+impl ProbeAnswer {
+    const UNKNOWN: u32 = u32::MAX;
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(PROBE_ANSWER_FRAME_TYPE);
+        out.push(self.status.code());
+        // MAX is the "unknown" marker: a real figure is clamped below it.
+        let us = self
+            .onward_us
+            .map_or(Self::UNKNOWN, |v| v.min(Self::UNKNOWN - 1));
+        out.extend_from_slice(&us.to_be_bytes());
+    }
+
+    /// Decodes the answer from the start of `buf`; `Ok(None)`: need more
+    /// bytes. A version-1 peer that refused the probe sends a [`Reply`]
+    /// instead: that is `BadReplyType(0x10)` here (see [`Self::decode_either`]).
+    pub fn decode(buf: &[u8]) -> Result<Option<(ProbeAnswer, usize)>, HeaderError> {
+        let Some(&frame_type) = buf.first() else {
+            return Ok(None);
+        };
+        if frame_type != PROBE_ANSWER_FRAME_TYPE {
+            return Err(HeaderError::BadReplyType(frame_type));
+        }
+        let Some(&code) = buf.get(1) else {
+            return Ok(None);
+        };
+        let status = ReplyStatus::try_from(code)?;
+        let Some(us) = buf.get(2..PROBE_ANSWER_LEN) else {
+            return Ok(None);
+        };
+        let us = u32::from_be_bytes(us.try_into().expect("4 bytes"));
+        let onward_us = (us != Self::UNKNOWN).then_some(us);
+        Ok(Some((ProbeAnswer { status, onward_us }, PROBE_ANSWER_LEN)))
+    }
+
+    /// A probe answer, or the plain [`Reply`] of a peer that does not answer
+    /// probes (taken as that status with no estimate).
+    pub fn decode_either(buf: &[u8]) -> Result<Option<(ProbeAnswer, usize)>, HeaderError> {
+        match buf.first() {
+            Some(&REPLY_FRAME_TYPE) => Ok(Reply::decode(buf)?.map(|(r, n)| {
+                (
+                    ProbeAnswer {
+                        status: r.status,
+                        onward_us: None,
+                    },
+                    n,
+                )
+            })),
+            _ => Self::decode(buf),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probe_answer_round_trips_and_waits_for_all_bytes() {
+        for answer in [
+            ProbeAnswer {
+                status: ReplyStatus::Ok,
+                onward_us: Some(12_345),
+            },
+            ProbeAnswer {
+                status: ReplyStatus::Unreachable,
+                onward_us: None,
+            },
+            ProbeAnswer {
+                status: ReplyStatus::Ok,
+                onward_us: Some(0),
+            },
+        ] {
+            let mut out = Vec::new();
+            answer.encode(&mut out);
+            assert_eq!(out.len(), PROBE_ANSWER_LEN);
+            assert_eq!(out[0], PROBE_ANSWER_FRAME_TYPE);
+            for cut in 0..out.len() {
+                assert_eq!(ProbeAnswer::decode(&out[..cut]), Ok(None), "cut {cut}");
+            }
+            out.push(0xaa);
+            assert_eq!(
+                ProbeAnswer::decode(&out),
+                Ok(Some((answer, PROBE_ANSWER_LEN)))
+            );
+        }
+        // The marker value is never produced by a real figure.
+        let mut out = Vec::new();
+        ProbeAnswer {
+            status: ReplyStatus::Ok,
+            onward_us: Some(u32::MAX),
+        }
+        .encode(&mut out);
+        assert_eq!(
+            ProbeAnswer::decode(&out).unwrap().unwrap().0.onward_us,
+            Some(u32::MAX - 1)
+        );
+    }
+
+    #[test]
+    fn probe_answer_refuses_bad_type_and_status_and_takes_a_plain_reply() {
+        assert_eq!(
+            ProbeAnswer::decode(&[0x10, 0]),
+            Err(HeaderError::BadReplyType(0x10))
+        );
+        assert_eq!(
+            ProbeAnswer::decode(&[0x11, 9, 0, 0, 0, 0]),
+            Err(HeaderError::BadStatus(9))
+        );
+        assert_eq!(
+            ProbeAnswer::decode_either(&[0x10, 7]),
+            Ok(Some((
+                ProbeAnswer {
+                    status: ReplyStatus::BadHeader,
+                    onward_us: None
+                },
+                REPLY_LEN
+            )))
+        );
+    }
+
+    #[test]
+    fn probe_flag_is_known_and_round_trips() {
+        let mut h = Header::new(
+            1,
+            Destination::Ip("192.0.2.0:0".parse().unwrap()),
+            "198.51.100.2:1".parse().unwrap(),
+        );
+        h.flags = FLAG_PROBE;
+        let mut out = Vec::new();
+        h.encode(&mut out);
+        assert_eq!(Header::decode(&out), Ok(Some((h, out.len()))));
+    }
 
     fn sample() -> Header {
         Header {

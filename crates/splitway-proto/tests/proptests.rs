@@ -9,7 +9,8 @@ use proptest::prelude::*;
 use splitway_proto::addr::Destination;
 use splitway_proto::auth::{Acceptor, Dialer, NONCE_LEN, Psk};
 use splitway_proto::header::{
-    EXTENSION_CRITICAL, Extension, Header, MAX_HEADER_LEN, Reply, ReplyStatus,
+    EXTENSION_CRITICAL, Extension, Header, MAX_HEADER_LEN, PROBE_ANSWER_LEN, ProbeAnswer, Reply,
+    ReplyStatus,
 };
 use splitway_proto::proxy_protocol::{self, Addresses, ProxyError, Version};
 use splitway_proto::{http_connect, socks5};
@@ -217,6 +218,17 @@ proptest! {
         let mut wire = Vec::new();
         Reply { status }.encode(&mut wire);
         prop_assert_eq!(Reply::decode(&wire), Ok(Some((Reply { status }, 2))));
+    }
+
+    #[test]
+    fn probe_answer_round_trip(code in 0u8..9, us in proptest::option::of(0u32..u32::MAX), tail in proptest::collection::vec(any::<u8>(), 0..8)) {
+        let answer = ProbeAnswer { status: ReplyStatus::from_code(code).unwrap(), onward_us: us };
+        let mut wire = Vec::new();
+        answer.encode(&mut wire);
+        prop_assert_eq!(wire.len(), PROBE_ANSWER_LEN);
+        wire.extend_from_slice(&tail);
+        prop_assert_eq!(ProbeAnswer::decode(&wire), Ok(Some((answer, PROBE_ANSWER_LEN))));
+        prop_assert_eq!(ProbeAnswer::decode_either(&wire), Ok(Some((answer, PROBE_ANSWER_LEN))));
     }
 
     #[test]

@@ -343,7 +343,11 @@ pub enum Via {
 #[derive(Debug, Clone)]
 pub struct Route {
     pub dst: IpNet,
+    /// The first candidate: the hop used until measurements say otherwise.
     pub via: Via,
+    /// Every candidate in config order (`via = ["rs1", "direct"]`), `via`
+    /// first; one entry for a plain `via = "rs1"`. See `paths`.
+    pub candidates: Vec<Via>,
     /// What a `direct` route does for the server to learn the client.
     pub reveal: Reveal,
 }
@@ -530,10 +534,30 @@ struct RawTurbo {
 #[serde(deny_unknown_fields)]
 struct RawRoute {
     dst: String,
-    via: String,
+    via: RawVia,
     proxy_protocol: Option<String>,
     source: Option<String>,
 }
+
+/// `via = "rs1"` or `via = ["rs1", "rs2", "direct"]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawVia {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl RawVia {
+    fn names(&self) -> Vec<&str> {
+        match self {
+            RawVia::One(s) => vec![s.as_str()],
+            RawVia::Many(v) => v.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// Candidates per route: each one is probed once a second at most.
+pub const MAX_CANDIDATES: usize = 8;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -784,15 +808,17 @@ impl Checker<'_> {
 
     /// A route's `proxy_protocol` and `source`: only a direct route talks
     /// to the server; a peer route's last relay decides for itself.
-    fn reveal(&mut self, key: &str, raw: &RawRoute, via: Option<&Via>) -> Reveal {
+    /// `peers_only`: the route has no `direct` candidate (an unresolved one
+    /// does not count, it has its own error).
+    fn reveal(&mut self, key: &str, raw: &RawRoute, peers_only: bool) -> Reveal {
         use splitway_proto::proxy_protocol::Version;
         let direct_only = |c: &mut Checker, name: &str| {
-            if matches!(via, Some(Via::Peer(_))) {
+            if peers_only {
                 c.err(
                     format!("{key}.{name}"),
                     format!(
-                        "only on a via = \"direct\" route (set it on the last relay's route; `{}` is a peer)",
-                        raw.via
+                        "only on a route with a \"direct\" candidate (set it on the last relay's route; `{}` lists peers only)",
+                        raw.via.names().join(", ")
                     ),
                 );
             }
@@ -1271,22 +1297,44 @@ impl Config {
                     None
                 }
             };
-            let via = if raw.via == "direct" {
-                Some(Via::Direct)
-            } else if let Some(i) = peers.iter().position(|p| p.name == raw.via) {
-                Some(Via::Peer(i))
-            } else if peer_names.contains(&raw.via) {
-                None // the peer exists but had its own error
-            } else {
+            let names = raw.via.names();
+            if names.is_empty() {
+                c.err(format!("{key}.via"), "lists no candidate");
+            } else if names.len() > MAX_CANDIDATES {
                 c.err(
                     format!("{key}.via"),
-                    format!("`{}` is neither \"direct\" nor a [[peer]] name", raw.via),
+                    format!("at most {MAX_CANDIDATES} candidates"),
                 );
-                None
-            };
-            let reveal = c.reveal(&key, &raw, via.as_ref());
-            if let (Some(dst), Some(via)) = (dst, via) {
-                routes.push(Route { dst, via, reveal });
+            }
+            let mut candidates = Vec::new();
+            let mut resolved_all = true;
+            for (j, name) in names.iter().enumerate() {
+                if names[..j].contains(name) {
+                    c.err(format!("{key}.via"), format!("`{name}` is listed twice"));
+                    resolved_all = false;
+                } else if *name == "direct" {
+                    candidates.push(Via::Direct);
+                } else if let Some(i) = peers.iter().position(|p| p.name == *name) {
+                    candidates.push(Via::Peer(i));
+                } else if peer_names.contains(*name) {
+                    resolved_all = false; // the peer exists but had its own error
+                } else {
+                    c.err(
+                        format!("{key}.via"),
+                        format!("`{name}` is neither \"direct\" nor a [[peer]] name"),
+                    );
+                    resolved_all = false;
+                }
+            }
+            let peers_only = !names.contains(&"direct");
+            let reveal = c.reveal(&key, &raw, peers_only);
+            if let (Some(dst), true, Some(via)) = (dst, resolved_all, candidates.first().cloned()) {
+                routes.push(Route {
+                    dst,
+                    via,
+                    candidates,
+                    reveal,
+                });
             }
         }
 
@@ -1695,6 +1743,46 @@ mod tests {
                 "upstream.congestion"
             ]
         );
+    }
+
+    #[test]
+    fn via_takes_a_list_of_candidates_and_checks_each() {
+        let head = "name = \"rc\"\npsk_file = \"psk.key\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n[[peer]]\nname = \"rs1\"\naddr = \"10.0.12.2:7100\"\n[[peer]]\nname = \"rs2\"\naddr = \"10.0.13.2:7100\"\n";
+        let cfg = with_psk(&format!(
+            "{head}[[route]]\ndst = \"10.0.3.0/24\"\nvia = [\"rs2\", \"rs1\", \"direct\"]\nproxy_protocol = \"v2\"\n[[route]]\ndst = \"10.0.4.0/24\"\nvia = \"rs1\"\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.routes[0].via, Via::Peer(1));
+        assert_eq!(
+            cfg.routes[0].candidates,
+            [Via::Peer(1), Via::Peer(0), Via::Direct]
+        );
+        assert_eq!(cfg.routes[1].candidates, [Via::Peer(0)]);
+
+        let issues = with_psk(&format!(
+            "{head}[[route]]\ndst = \"10.0.3.0/24\"\nvia = []\n\
+             [[route]]\ndst = \"10.0.4.0/24\"\nvia = [\"rs1\", \"rs1\"]\n\
+             [[route]]\ndst = \"10.0.5.0/24\"\nvia = [\"rs1\", \"rs9\"]\n\
+             [[route]]\ndst = \"10.0.6.0/24\"\nvia = [\"rs1\", \"rs2\"]\nproxy_protocol = \"v2\"\n\
+             [[route]]\ndst = \"10.0.7.0/24\"\nvia = [\"direct\", \"rs1\", \"rs2\", \"a\", \"b\", \"c\", \"d\", \"e\", \"f\"]\n"
+        ))
+        .unwrap_err();
+        let found: Vec<(&str, &str)> = issues
+            .iter()
+            .map(|i| (i.key.as_str(), i.message.as_str()))
+            .collect();
+        for (key, needle) in [
+            ("route[0].via", "lists no candidate"),
+            ("route[1].via", "`rs1` is listed twice"),
+            ("route[2].via", "`rs9` is neither"),
+            ("route[3].proxy_protocol", "lists peers only"),
+            ("route[4].via", "at most 8 candidates"),
+        ] {
+            assert!(
+                found.iter().any(|(k, m)| *k == key && m.contains(needle)),
+                "{key}: {needle} not in {found:?}"
+            );
+        }
     }
 
     #[test]

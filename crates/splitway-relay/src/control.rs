@@ -289,6 +289,10 @@ impl AdminHandler for RelayAdmin {
         Ok(self.current.load().conns.snapshot(sample))
     }
 
+    fn routes(&self) -> Result<Value, AdminError> {
+        crate::paths::routes_document(&self.current.load())
+    }
+
     fn params(&self) -> Vec<ParamInfo> {
         let shared = self.current.load();
         self.params_of(&shared).1.infos()

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rand::RngCore;
 use socket2::{Domain, Protocol, Socket, Type};
 use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason};
-use splitway_proto::header::{DEFAULT_TTL, FLAG_OPTIMISTIC};
+use splitway_proto::header::{DEFAULT_TTL, FLAG_OPTIMISTIC, FLAG_PROBE};
 use splitway_proto::{Destination, http_connect, socks5};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -409,6 +409,11 @@ async fn admit(
             )
             .await
             {
+                Ok(a) if a.header.flags & FLAG_PROBE != 0 => {
+                    crate::paths::answer(&shared, &stream, a.tls.as_ref(), &a.header).await;
+                    shared.metrics.closed(mode, CloseReason::Completed);
+                    return None;
+                }
                 Ok(a) => {
                     shared.learn_upstream(client.ip());
                     inbound_tls = a.tls;

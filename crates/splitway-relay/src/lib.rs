@@ -3,6 +3,7 @@
 //! - `config`: the TOML file, validated as a whole
 //! - `accel`: what each acceleration does on this host, and why
 //! - `route`: destination prefix → next relay or direct
+//! - `paths`: choice among a route's candidate hops from measured legs, probes
 //! - `ingress`: listeners (TPROXY, SOCKS5, HTTP CONNECT, peer) and their handshakes
 //! - `limits`: global and per-client connection caps
 //! - `policy`: which destinations and ports the relay dials for its clients
@@ -33,6 +34,7 @@ pub mod forward_tls;
 pub mod ingress;
 pub mod limits;
 pub mod loops;
+pub mod paths;
 pub mod peer;
 pub mod policy;
 pub mod pool;

@@ -65,6 +65,8 @@ pub struct Shared {
     pub own: Arc<OwnListeners>,
     /// Each acceleration's effective state (`/status`, `/metrics`).
     pub accel: Arc<AccelStatus>,
+    /// Measured candidates and each route's choice (`GET /routes`).
+    pub paths: Arc<crate::paths::Paths>,
 }
 
 /// The snapshot new connections start on, swapped by a reload.
@@ -158,6 +160,8 @@ impl Shared {
     pub(crate) fn successor(&self, cfg: Config, pools: Vec<Option<Arc<PeerPool>>>) -> Shared {
         Shared {
             routes: RouteTable::new(&cfg.routes),
+            // Measurements start afresh: peer indices may have changed.
+            paths: Arc::new(crate::paths::Paths::new(&cfg)),
             cfg,
             pools,
             metrics: self.metrics.clone(),
@@ -561,6 +565,7 @@ impl Relay {
             conns: Arc::new(ConnRegistry::default()),
             generation: 0,
             routes: RouteTable::new(&cfg.routes),
+            paths: Arc::new(crate::paths::Paths::new(&cfg)),
             cfg,
             metrics,
             started: Instant::now(),
@@ -689,6 +694,10 @@ impl Relay {
             ));
         }
         self.reloader.start_pools(&self.shared.pools);
+        tasks.push(tokio::spawn(crate::paths::probe_loop(
+            self.current.clone(),
+            stop_rx.clone(),
+        )));
         tasks.push(tokio::spawn(release_heap_when_idle(
             self.shared.limiter.clone(),
             stop_rx.clone(),

@@ -61,6 +61,7 @@ mod tests {
     fn route(dst: &str, via: Via) -> Route {
         Route {
             dst: dst.parse().unwrap(),
+            candidates: vec![via.clone()],
             via,
             reveal: Default::default(),
         }
@@ -101,6 +102,7 @@ mod tests {
             let routes: Vec<Route> = prefixes.iter().enumerate().map(|(i, (a, l))| Route {
                 dst: IpNet::new(IpAddr::V4((*a).into()), *l).unwrap().trunc(),
                 via: Via::Peer(i),
+                candidates: vec![Via::Peer(i)],
                 reveal: Default::default(),
             }).collect();
             // Duplicated prefixes are refused by config validation; keep the first.

@@ -158,7 +158,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
         .routes
         .lookup_route(dst.ip())
         .ok_or(ConnError::NoRoute(dst))?;
-    match &route.via {
+    match &shared.paths.choose(shared, route) {
         Via::Direct => {
             // Only a destination this relay dials can be itself: behind a
             // peer route it is the next relay's to judge (its loopback).
@@ -169,6 +169,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 || (route.reveal.proxy_protocol.is_some() && !inbound.speculative);
             let from_client = route.reveal.client_source.then_some(inbound.origin);
             let stream = connect_direct(shared, dst, first_write, hop_limit, from_client).await?;
+            shared.paths.direct_up(route, &stream);
             Ok(Next::Direct(DirectLeg {
                 stream,
                 server: dst,
@@ -204,6 +205,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 }
             });
             let early = std::mem::take(&mut inbound.early_data);
+            let was_pooled = pooled.is_some();
             let leg = match pooled {
                 Some(c) => {
                     shared
@@ -227,6 +229,10 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                     .await
                 }
             };
+            match &leg {
+                Ok(l) => shared.paths.leg_up(*i, &l.stream, !was_pooled),
+                Err(e) => shared.paths.leg_failed(*i, e),
+            }
             match &leg {
                 // The client's first bytes left with the header.
                 Ok(_) if !early.is_empty() => {
@@ -544,6 +550,11 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         }
     };
 
+    // The leg's RTT now includes what its data saw (pooled legs' handshake
+    // RTT may be old): a passive sample for path choice.
+    if let Some(i) = next_addr.and_then(|a| crate::paths::Paths::peer_at(&shared.cfg, a)) {
+        shared.paths.sample(i, &outbound);
+    }
     let (reason, err) = match outcome.end {
         End::Completed => (CloseReason::Completed, None),
         End::IdleTimeout => (CloseReason::IdleTimeout, None),

@@ -14,6 +14,8 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value};
 use splitway_control::client::{AdminClient, Answer, ClientError, DEFAULT_ADMIN_ADDR};
 
+mod paths;
+
 /// Exit code when the relay is not reachable.
 const EXIT_UNREACHABLE: u8 = 2;
 /// Exit code when the relay answered with an error.
@@ -72,13 +74,17 @@ Tune watermarks live with `splitway ctl set pool.PEER.low N pool.PEER.high M`.\n
 Source: GET /status (peers[].pool)."
     )]
     Pools,
-    /// The routing table: destination prefix → next hop.
+    /// The routing table: destination prefix → next hop, and each candidate as measured.
     #[command(
         long_about = "Show the routing table in the relay's order: each destination \
 prefix and where matching connections go next, `direct` (to the server itself) or a peer \
 relay's name and address. The longest matching prefix wins; a destination no prefix \
 matches is refused.\n\n\
-Source: GET /status (routes, peers)."
+Then every route's candidates (`via = [\"rs1\", \"rs2\", \"direct\"]`): state (up, down, \
+unknown), the measured RTT of our leg to it, what that relay reported for its own onward \
+legs, their sum (the estimate new connections are placed by), retransmits per sampled leg, \
+probes sent and why a candidate is down; `*` marks the current choice.\n\n\
+Source: GET /status (routes, peers) and GET /routes."
     )]
     Routes,
     /// Connection counts by state and mode, and a sample of connections.
@@ -241,6 +247,9 @@ fn execute(args: &CtlArgs) -> anyhow::Result<Outcome> {
             answer.status
         )
     })?;
+    if matches!(args.command, CtlCommand::Routes) && answer.is_success() {
+        return Ok(paths::routes(&client, &document, args.json));
+    }
     let raw = if args.json {
         format!("{}\n", pretty(&document))
     } else {

@@ -1,0 +1,679 @@
+//! Path choice among a route's candidate next hops (`via = ["rs1", "rs2",
+//! "direct"]`), from measured legs; `docs/paths.md` has the design.
+//!
+//! Per peer: the smoothed RTT of our legs to it (TCP_INFO of every leg
+//! dialed or taken from the pool, and of one active probe a second at
+//! most), the retransmits seen on those legs, and whether it is down (a
+//! failed dial, probe or pool refill marks it down at once; a success
+//! brings it back). Per (peer, route): what the peer reported, in its probe
+//! answer, for its own way to the route's destination.
+//!
+//! A candidate's estimate is our leg RTT plus that report. New connections
+//! take the route's current choice; the choice moves to the lowest estimate
+//! at most once per [`HOLD`], and at once when the current one is down.
+//! Open connections never move.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use serde::Serialize;
+use splitway_control::AdminError;
+use splitway_proto::Destination;
+use splitway_proto::header::{FLAG_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tracing::{debug, info};
+
+use crate::config::{Config, Route, Via};
+use crate::error::ConnError;
+use crate::peer::{self, FrameError, read_frame};
+use crate::relay::{Current, Shared, stopped};
+use crate::tls::{LegIo, TlsLeg};
+
+/// At most one change of a route's choice per this long, unless the
+/// current candidate is down.
+pub const HOLD: Duration = Duration::from_secs(60);
+/// One probe per peer per this long at most (a probe still in flight
+/// skips the next round).
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// A probe not answered within this long marks the peer down: with
+/// [`PROBE_EVERY`], a silent peer is left within 2.5 s.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
+/// A better candidate must beat the current one by this fraction and
+/// [`MIN_GAIN_US`], so that jitter between equal paths causes no flips.
+const MIN_GAIN_FRACTION: f64 = 0.10;
+const MIN_GAIN_US: u32 = 1_000;
+
+/// One candidate's health, as the admin API and `ctl routes` show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Up,
+    Down,
+    /// Not measured yet (no leg, no probe answer).
+    Unknown,
+}
+
+#[derive(Debug, Default)]
+struct PeerState {
+    /// Smoothed RTT of our legs to the peer, microseconds.
+    rtt_us: Option<u32>,
+    samples: u64,
+    /// Retransmits seen on sampled legs (TCP_INFO `total_retrans`).
+    retrans: u64,
+    /// Down since, and why.
+    down: Option<(Instant, String)>,
+    /// Per route prefix: the peer's own estimate from its last answer;
+    /// `Err` when it said it cannot reach the destination.
+    onward: HashMap<IpNet, Result<Option<u32>, ReplyStatus>>,
+    probes: u64,
+    probing: bool,
+    /// Route prefixes whose destination the next probe asks about, in turn.
+    next_target: usize,
+}
+
+struct PeerPath {
+    name: String,
+    state: Mutex<PeerState>,
+}
+
+#[derive(Debug)]
+struct ChoiceState {
+    /// Index into the route's candidates.
+    current: usize,
+    changed_at: Option<Instant>,
+    flips: u64,
+    /// Smoothed RTT of direct legs on this route (handshake RTT).
+    direct_rtt_us: Option<u32>,
+}
+
+struct RoutePath {
+    /// Index in config order: the metric label.
+    index: usize,
+    dst: IpNet,
+    candidates: Vec<Via>,
+    state: Mutex<ChoiceState>,
+}
+
+/// Path state of one config generation (a reload starts afresh).
+pub struct Paths {
+    peers: Vec<PeerPath>,
+    /// Route prefixes each peer is a candidate of (probe destinations).
+    targets: Vec<Vec<IpNet>>,
+    routes: HashMap<IpNet, RoutePath>,
+}
+
+/// A candidate's estimate to the destination.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Estimate {
+    Down,
+    Unknown,
+    Us(u32),
+}
+
+/// The candidate to move to, if any: away from a down one at once (to the
+/// lowest known estimate, else the first not down in config order); to a
+/// clearly better one only when not `held` by a recent change.
+fn decide(est: &[Estimate], cur: usize, held: bool) -> Option<usize> {
+    let best_known = (0..est.len())
+        .filter_map(|j| match est[j] {
+            Estimate::Us(v) => Some((v, j)),
+            _ => None,
+        })
+        .min();
+    let next = match est[cur] {
+        Estimate::Down => best_known
+            .map(|(_, j)| j)
+            .or_else(|| (0..est.len()).find(|&j| est[j] != Estimate::Down)),
+        Estimate::Us(v) if !held => best_known.and_then(|(b, j)| {
+            let gain = v.saturating_sub(b);
+            (gain >= MIN_GAIN_US && f64::from(gain) >= f64::from(v) * MIN_GAIN_FRACTION)
+                .then_some(j)
+        }),
+        // Unknown current (not measured yet) or held: stay.
+        _ => None,
+    };
+    next.filter(|&j| j != cur)
+}
+
+fn smooth(old: Option<u32>, sample: u32) -> u32 {
+    // Half weight on the new sample: a +100 ms change shows within two
+    // probes, a single outlier moves the figure by half.
+    match old {
+        Some(o) => ((u64::from(o) + u64::from(sample)) / 2) as u32,
+        None => sample,
+    }
+}
+
+impl Paths {
+    pub fn new(cfg: &Config) -> Paths {
+        let mut targets = vec![Vec::new(); cfg.peers.len()];
+        let mut routes = HashMap::new();
+        for (index, r) in cfg.routes.iter().enumerate() {
+            // Only a choice needs probes; every route keeps its direct RTT
+            // (its probe answers report it).
+            if r.candidates.len() > 1 {
+                for c in &r.candidates {
+                    if let Via::Peer(i) = c {
+                        targets[*i].push(r.dst);
+                    }
+                }
+            }
+            routes.insert(
+                r.dst,
+                RoutePath {
+                    index,
+                    dst: r.dst,
+                    candidates: r.candidates.clone(),
+                    state: Mutex::new(ChoiceState {
+                        current: 0,
+                        changed_at: None,
+                        flips: 0,
+                        direct_rtt_us: None,
+                    }),
+                },
+            );
+        }
+        Paths {
+            peers: cfg
+                .peers
+                .iter()
+                .map(|p| PeerPath {
+                    name: p.name.clone(),
+                    state: Mutex::new(PeerState::default()),
+                })
+                .collect(),
+            targets,
+            routes,
+        }
+    }
+
+    fn peer(&self, i: usize) -> std::sync::MutexGuard<'_, PeerState> {
+        self.peers[i].state.lock().expect("paths lock")
+    }
+
+    /// A leg to peer `i` is up, so is the peer. `fresh`: the leg was just
+    /// dialed and its TCP_INFO is a sample; a pooled leg's RTT dates from
+    /// its handshake, possibly long ago, and would pull the figure back to
+    /// the past.
+    pub fn leg_up(&self, i: usize, stream: &TcpStream, fresh: bool) {
+        if fresh {
+            self.sample(i, stream);
+        }
+        let mut p = self.peer(i);
+        if p.down.take().is_some() {
+            info!(peer = %self.peers[i].name, "peer up again");
+        }
+    }
+
+    /// TCP_INFO of a leg to peer `i` that carried traffic (a finished
+    /// connection, a fresh leg) as an RTT and retransmit sample.
+    pub fn sample(&self, i: usize, stream: &TcpStream) {
+        let info = match splitway_sys::sock::tcp_info(stream) {
+            Ok(info) => info,
+            // A leg already torn down has nothing to tell: no sample.
+            Err(e) => {
+                debug!(peer = %self.peers[i].name, error = %e, "no TCP_INFO sample");
+                return;
+            }
+        };
+        if info.rtt_us == 0 {
+            return;
+        }
+        let mut p = self.peer(i);
+        p.rtt_us = Some(smooth(p.rtt_us, info.rtt_us));
+        p.samples += 1;
+        p.retrans += u64::from(info.total_retrans);
+    }
+
+    /// The peer index a leg to `addr` goes to, for [`Self::sample`].
+    pub fn peer_at(cfg: &Config, addr: SocketAddr) -> Option<usize> {
+        cfg.peers.iter().position(|p| p.addr == addr)
+    }
+
+    /// Dialing peer `i` (or probing it) failed: it is down from now on,
+    /// until a leg or probe succeeds.
+    pub fn leg_failed(&self, i: usize, why: &ConnError) {
+        // Our own trouble (no descriptor, a config mistake) says nothing
+        // about the peer.
+        if why.culprit() != crate::error::Culprit::PeerRelay {
+            return;
+        }
+        let mut p = self.peer(i);
+        if p.down.is_none() {
+            info!(peer = %self.peers[i].name, error = %why, "peer down");
+        }
+        p.down = Some((Instant::now(), why.to_string()));
+    }
+
+    /// A direct leg on `route` connected: its handshake RTT is a sample.
+    pub fn direct_up(&self, route: &Route, stream: &TcpStream) {
+        let Some(r) = self.routes.get(&route.dst) else {
+            return;
+        };
+        if let Ok(info) = splitway_sys::sock::tcp_info(stream)
+            && info.rtt_us > 0
+        {
+            let mut s = r.state.lock().expect("paths lock");
+            s.direct_rtt_us = Some(smooth(s.direct_rtt_us, info.rtt_us));
+        }
+    }
+
+    fn estimate(&self, shared: &Shared, r: &RoutePath, c: &Via, s: &ChoiceState) -> Estimate {
+        match c {
+            Via::Direct => s.direct_rtt_us.map_or(Estimate::Unknown, Estimate::Us),
+            Via::Peer(i) => {
+                let pool_down = shared.pools[*i]
+                    .as_ref()
+                    .is_some_and(|p| p.last_error().is_some());
+                let p = self.peer(*i);
+                if p.down.is_some() || pool_down {
+                    return Estimate::Down;
+                }
+                let onward = match p.onward.get(&r.dst) {
+                    Some(Err(_)) => return Estimate::Down,
+                    Some(Ok(o)) => o.unwrap_or(0),
+                    None => 0,
+                };
+                p.rtt_us.map_or(Estimate::Unknown, |rtt| {
+                    Estimate::Us(rtt.saturating_add(onward))
+                })
+            }
+        }
+    }
+
+    /// The hop a new connection on `route` takes (and counts it).
+    pub fn choose(&self, shared: &Shared, route: &Route) -> Via {
+        let Some(r) = self
+            .routes
+            .get(&route.dst)
+            .filter(|r| r.candidates.len() > 1)
+        else {
+            return route.via.clone();
+        };
+        let mut s = r.state.lock().expect("paths lock");
+        let est: Vec<Estimate> = r
+            .candidates
+            .iter()
+            .map(|c| self.estimate(shared, r, c, &s))
+            .collect();
+        let now = Instant::now();
+        let cur = s.current;
+        let held = s.changed_at.is_some_and(|t| now - t < HOLD);
+        let next = decide(&est, cur, held);
+        if let Some(j) = next.filter(|&j| j != cur) {
+            let failure = est[cur] == Estimate::Down;
+            s.current = j;
+            s.changed_at = Some(now);
+            s.flips += 1;
+            shared.metrics.paths().flip(r.index, failure);
+            info!(route = %r.dst, from = %self.name_of(&r.candidates[cur]), to = %self.name_of(&r.candidates[j]), cause = if failure { "failure" } else { "better" }, "path changed");
+        }
+        let via = r.candidates[s.current].clone();
+        shared.metrics.paths().choice(r.index, &self.name_of(&via));
+        via
+    }
+
+    fn name_of(&self, via: &Via) -> String {
+        match via {
+            Via::Direct => "direct".into(),
+            Via::Peer(i) => self.peers[*i].name.clone(),
+        }
+    }
+
+    /// This relay's own estimate to `dst`, for a probe answer: its route's
+    /// current candidate (not moved by asking).
+    pub fn onward(&self, shared: &Shared, dst: IpAddr) -> ProbeAnswer {
+        let Some(route) = shared.routes.lookup_route(dst) else {
+            return ProbeAnswer {
+                status: ReplyStatus::NoRoute,
+                onward_us: None,
+            };
+        };
+        let ok = |onward_us| ProbeAnswer {
+            status: ReplyStatus::Ok,
+            onward_us,
+        };
+        let Some(r) = self.routes.get(&route.dst) else {
+            return ok(None);
+        };
+        let s = r.state.lock().expect("paths lock");
+        match self.estimate(shared, r, &r.candidates[s.current], &s) {
+            Estimate::Us(v) => ok(Some(v)),
+            Estimate::Unknown => ok(None),
+            Estimate::Down => {
+                // Down now, but choose() moves on for the next connection
+                // if any other candidate is up.
+                let any_up = r
+                    .candidates
+                    .iter()
+                    .any(|c| self.estimate(shared, r, c, &s) != Estimate::Down);
+                if any_up {
+                    ok(None)
+                } else {
+                    ProbeAnswer {
+                        status: ReplyStatus::Unreachable,
+                        onward_us: None,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every route in config order with its candidates, for `GET /routes`
+    /// and `ctl routes`. Single-candidate routes are shown with what
+    /// their legs measured; they are not probed and never change.
+    pub fn snapshot(&self, shared: &Shared) -> RoutesView {
+        let view = |r: &RoutePath, probed: bool| {
+            let s = r.state.lock().expect("paths lock");
+            RouteView {
+                index: r.index,
+                dst: r.dst.to_string(),
+                chosen: self.name_of(&r.candidates[s.current]),
+                probed,
+                flips: s.flips,
+                changed_s_ago: s.changed_at.map(|t| t.elapsed().as_secs_f64()),
+                candidates: r
+                    .candidates
+                    .iter()
+                    .map(|c| self.candidate_view(shared, r, c, &s))
+                    .collect(),
+            }
+        };
+        let mut routes: Vec<&RoutePath> = self.routes.values().collect();
+        routes.sort_by_key(|r| r.index);
+        RoutesView {
+            hold_s: HOLD.as_secs(),
+            probe_every_s: PROBE_EVERY.as_secs_f64(),
+            routes: routes
+                .into_iter()
+                .map(|r| view(r, r.candidates.len() > 1))
+                .collect(),
+        }
+    }
+
+    fn candidate_view(
+        &self,
+        shared: &Shared,
+        r: &RoutePath,
+        c: &Via,
+        s: &ChoiceState,
+    ) -> CandidateView {
+        let est = self.estimate(shared, r, c, s);
+        let state = match est {
+            Estimate::Down => State::Down,
+            Estimate::Unknown => State::Unknown,
+            Estimate::Us(_) => State::Up,
+        };
+        let estimate_ms = match est {
+            Estimate::Us(v) => Some(f64::from(v) / 1000.0),
+            _ => None,
+        };
+        match c {
+            Via::Direct => CandidateView {
+                name: "direct".into(),
+                state,
+                estimate_ms,
+                leg_rtt_ms: s.direct_rtt_us.map(|v| f64::from(v) / 1000.0),
+                onward_ms: None,
+                retrans_per_leg: None,
+                probes: 0,
+                down_reason: None,
+            },
+            Via::Peer(i) => {
+                let p = self.peer(*i);
+                let pool_error = shared.pools[*i].as_ref().and_then(|p| p.last_error());
+                CandidateView {
+                    name: self.peers[*i].name.clone(),
+                    state,
+                    estimate_ms,
+                    leg_rtt_ms: p.rtt_us.map(|v| f64::from(v) / 1000.0),
+                    onward_ms: match p.onward.get(&r.dst) {
+                        Some(Ok(Some(v))) => Some(f64::from(*v) / 1000.0),
+                        _ => None,
+                    },
+                    retrans_per_leg: (p.samples > 0).then(|| p.retrans as f64 / p.samples as f64),
+                    probes: p.probes,
+                    down_reason: p
+                        .down
+                        .as_ref()
+                        .map(|(_, why)| why.clone())
+                        .or(pool_error.map(|e| format!("pool refill: {e}")))
+                        .or_else(|| match p.onward.get(&r.dst) {
+                            Some(Err(status)) => {
+                                Some(format!("reports {} for this route", status.label()))
+                            }
+                            _ => None,
+                        }),
+                }
+            }
+        }
+    }
+}
+
+/// `GET /routes`: every multi-candidate route.
+#[derive(Debug, Serialize)]
+pub struct RoutesView {
+    /// See [`HOLD`] and [`PROBE_EVERY`].
+    pub hold_s: u64,
+    pub probe_every_s: f64,
+    pub routes: Vec<RouteView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RouteView {
+    pub index: usize,
+    pub dst: String,
+    pub chosen: String,
+    /// More than one candidate: measured, probed and chosen among.
+    pub probed: bool,
+    pub flips: u64,
+    pub changed_s_ago: Option<f64>,
+    pub candidates: Vec<CandidateView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CandidateView {
+    pub name: String,
+    pub state: State,
+    pub estimate_ms: Option<f64>,
+    pub leg_rtt_ms: Option<f64>,
+    pub onward_ms: Option<f64>,
+    pub retrans_per_leg: Option<f64>,
+    pub probes: u64,
+    pub down_reason: Option<String>,
+}
+
+/// The `GET /routes` document of `shared`.
+pub fn routes_document(shared: &Shared) -> Result<serde_json::Value, AdminError> {
+    serde_json::to_value(shared.paths.snapshot(shared))
+        .map_err(|e| AdminError::Refused(format!("internal: routes not serializable: {e}")))
+}
+
+/// Probes every peer that is a candidate of some route, once per
+/// [`PROBE_EVERY`] at most, until `stop`.
+pub async fn probe_loop(current: Arc<Current>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stopped(&mut stop) => break,
+        }
+        let shared = current.load();
+        for i in 0..shared.paths.peers.len() {
+            let targets = &shared.paths.targets[i];
+            if targets.is_empty() {
+                continue;
+            }
+            let target = {
+                let mut p = shared.paths.peer(i);
+                if p.probing {
+                    continue;
+                }
+                p.probing = true;
+                p.next_target = (p.next_target + 1) % targets.len();
+                targets[p.next_target]
+            };
+            tokio::spawn(probe_one(shared.clone(), i, target));
+        }
+    }
+}
+
+async fn probe_one(shared: Arc<Shared>, i: usize, target: IpNet) {
+    let r = tokio::time::timeout(PROBE_TIMEOUT, probe(&shared, i, target.network())).await;
+    let paths = &shared.paths;
+    let name = &paths.peers[i].name;
+    let r = r.unwrap_or_else(|_| {
+        Err(ConnError::PeerTimeout {
+            peer: name.clone(),
+            during: "answering a path probe",
+        })
+    });
+    shared.metrics.paths().probe_sent(name, r.is_ok());
+    match r {
+        Ok((stream, answer)) => {
+            paths.leg_up(i, &stream, true);
+            let mut p = paths.peer(i);
+            let onward = match answer.status {
+                ReplyStatus::Ok => Ok(answer.onward_us),
+                // A peer that does not know probes: reachable, nothing reported.
+                ReplyStatus::BadHeader => Ok(None),
+                other => Err(other),
+            };
+            debug!(peer = %name, route = %target, ?onward, rtt_us = ?p.rtt_us, "probe answered");
+            p.onward.insert(target, onward);
+            p.probes += 1;
+            p.probing = false;
+        }
+        Err(e) => {
+            paths.leg_failed(i, &e);
+            let mut p = paths.peer(i);
+            p.probes += 1;
+            p.probing = false;
+        }
+    }
+}
+
+/// One probe: a fresh authenticated leg carrying a [`FLAG_PROBE`] header
+/// for `dst`; returns the leg (for its TCP_INFO) and the answer.
+async fn probe(
+    shared: &Shared,
+    i: usize,
+    dst: IpAddr,
+) -> Result<(TcpStream, ProbeAnswer), ConnError> {
+    let peer = &shared.cfg.peers[i];
+    let psk = shared
+        .cfg
+        .psk
+        .as_ref()
+        .ok_or_else(|| ConnError::Internal("peer candidate without a PSK".into()))?;
+    let own = SocketAddr::new(dst, 0);
+    let mut header = Header::new(rand::random(), Destination::Ip(own), own);
+    header.flags |= FLAG_PROBE;
+    let leg = peer::dial(
+        peer,
+        psk,
+        &header,
+        &[],
+        &shared.cfg.timeouts,
+        shared.cfg.accel.turbo.map(|t| t.buffer),
+        shared.cfg.accel.zero_rtt,
+        shared.accel.peer_fast_open,
+        &shared.metrics,
+    )
+    .await?;
+    let (stream, name, mut dialer, mut buf, tls) = leg.into_parts();
+    let io = LegIo::new(&stream, tls.as_ref());
+    let bad = |detail: String| ConnError::PeerProtocol {
+        peer: name.clone(),
+        detail,
+    };
+    let frame_err = |what: &str, e: FrameError<String>| match e {
+        FrameError::Closed => bad(format!("closed before its {what}")),
+        FrameError::Io(source) => ConnError::PeerIo {
+            peer: name.clone(),
+            op: "read probe answer",
+            source,
+        },
+        FrameError::Bad(d) => bad(format!("bad {what}: {d}")),
+    };
+    if !dialer.is_authenticated() {
+        read_frame(io, &mut buf, |b| {
+            dialer
+                .on_server_proof(b)
+                .map(|o| o.map(|n| ((), n)))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| frame_err("proof", e))?;
+    }
+    let answer = read_frame(io, &mut buf, |b| {
+        ProbeAnswer::decode_either(b).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| frame_err("probe answer", e))?;
+    Ok((stream, answer))
+}
+
+/// Answers a [`FLAG_PROBE`] header on an accepted peer leg: our estimate
+/// for its destination, then close. Nothing is dialed.
+pub async fn answer(shared: &Shared, stream: &TcpStream, tls: Option<&TlsLeg>, header: &Header) {
+    let answer = match header.dst {
+        Destination::Ip(a) => shared.paths.onward(shared, a.ip().to_canonical()),
+        Destination::Domain { .. } => ProbeAnswer {
+            status: ReplyStatus::BadHeader,
+            onward_us: None,
+        },
+    };
+    shared.metrics.paths().probe_answered();
+    let mut out = Vec::with_capacity(PROBE_ANSWER_LEN);
+    answer.encode(&mut out);
+    let io = LegIo::new(stream, tls);
+    // The prober learns a failure from the missing answer: nothing else to do.
+    if let Err(e) = io.write_all(&out).await {
+        debug!(error = %e, "probe answer not sent");
+    }
+    if let Err(e) = io.shutdown_write().await {
+        debug!(error = %e, "probe leg not closed cleanly");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Estimate::{Down, Unknown, Us};
+    use super::*;
+
+    #[test]
+    fn a_down_candidate_is_left_at_once_even_when_held() {
+        assert_eq!(decide(&[Down, Us(5_000), Us(3_000)], 0, true), Some(2));
+        // Nothing measured elsewhere: the next one up in config order.
+        assert_eq!(decide(&[Down, Down, Unknown], 0, true), Some(2));
+        // Everything down: stay (the connection fails, counted).
+        assert_eq!(decide(&[Down, Down], 0, false), None);
+    }
+
+    #[test]
+    fn a_better_candidate_needs_a_clear_gain_and_no_recent_change() {
+        // 100 ms better: move, unless held.
+        assert_eq!(decide(&[Us(150_000), Us(50_000)], 0, false), Some(1));
+        assert_eq!(decide(&[Us(150_000), Us(50_000)], 0, true), None);
+        // Jitter between equal paths: under 10 % or under 1 ms, stay.
+        assert_eq!(decide(&[Us(50_000), Us(46_000)], 0, false), None);
+        assert_eq!(decide(&[Us(900), Us(100)], 0, false), None);
+        // The current one unmeasured: stay where config order put us.
+        assert_eq!(decide(&[Unknown, Us(100)], 0, false), None);
+        // Already on the best.
+        assert_eq!(decide(&[Us(10_000), Us(50_000)], 0, false), None);
+    }
+
+    #[test]
+    fn smoothing_halves_towards_each_sample() {
+        assert_eq!(smooth(None, 1000), 1000);
+        assert_eq!(smooth(Some(1000), 101_000), 51_000);
+        assert_eq!(smooth(Some(u32::MAX), u32::MAX), u32::MAX);
+    }
+}

@@ -1,0 +1,154 @@
+//! `ctl routes`: the routing table from `GET /status`, then each route's
+//! candidates as measured, from `GET /routes` (relays without it: the
+//! table alone).
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+use splitway_control::client::AdminClient;
+
+use super::{Outcome, array, render_routes, table, text};
+
+/// The output of `ctl routes` given the `/status` document already fetched.
+pub(super) fn routes(client: &AdminClient, status: &Value, json_out: bool) -> Outcome {
+    // A relay without path choice answers 501: the table alone. Anything
+    // else that goes wrong is said on stderr, the table still printed.
+    let mut warning = String::new();
+    let paths = match client.request("GET", "/routes", None) {
+        Ok(a) if a.is_success() => match a.json() {
+            Ok(doc) => Some(doc),
+            Err(e) => {
+                warning = format!("splitway ctl: GET /routes: body is not JSON: {e}\n");
+                None
+            }
+        },
+        Ok(a) if a.status == 501 => None,
+        Ok(a) => {
+            warning = format!("splitway ctl: GET /routes answered {}\n", a.status);
+            None
+        }
+        Err(e) => {
+            warning = format!("splitway ctl: GET /routes: {e}\n");
+            None
+        }
+    };
+    let mut outcome = routes_output(status, paths, json_out);
+    outcome.stderr = warning;
+    outcome
+}
+
+fn routes_output(status: &Value, paths: Option<Value>, json_out: bool) -> Outcome {
+    if json_out {
+        let doc = json!({"routes": status["routes"], "peers": status["peers"], "paths": paths});
+        return Outcome::ok(format!(
+            "{}\n",
+            serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string())
+        ));
+    }
+    // A route with candidates goes where its current choice is.
+    let mut status = status.clone();
+    if let (Some(paths), Some(routes)) = (&paths, status["routes"].as_array_mut()) {
+        for route in routes {
+            if let Some(p) =
+                array(&paths["routes"]).find(|p| p["dst"] == route["dst"] && p["probed"] == true)
+            {
+                route["via"] = p["chosen"].clone();
+            }
+        }
+    }
+    let mut out = render_routes(&status);
+    if let Some(paths) = paths {
+        out.push('\n');
+        out.push_str(&render_candidates(&paths));
+    }
+    Outcome::ok(out)
+}
+
+fn ms(v: &Value) -> String {
+    v.as_f64().map_or("-".into(), |ms| format!("{ms:.2}"))
+}
+
+/// One row per candidate: state, own leg RTT, what the next relay reported
+/// for its onward legs, the sum, retransmits per sampled leg, and a `*`
+/// on the current choice.
+pub(super) fn render_candidates(doc: &Value) -> String {
+    let mut rows = Vec::new();
+    for route in array(&doc["routes"]) {
+        let chosen = text(&route["chosen"]);
+        for c in array(&route["candidates"]) {
+            let name = text(&c["name"]);
+            rows.push(vec![
+                text(&route["dst"]),
+                format!("{}{}", if name == chosen { "*" } else { " " }, name),
+                text(&c["state"]),
+                ms(&c["leg_rtt_ms"]),
+                ms(&c["onward_ms"]),
+                ms(&c["estimate_ms"]),
+                c["retrans_per_leg"]
+                    .as_f64()
+                    .map_or("-".into(), |r| format!("{r:.2}")),
+                text(&c["probes"]),
+                c["down_reason"].as_str().unwrap_or("").to_owned(),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return "no routes\n".into();
+    }
+    let mut out = table(
+        &[
+            "DESTINATION",
+            "CANDIDATE",
+            "STATE",
+            "LEG_MS",
+            "ONWARD_MS",
+            "EST_MS",
+            "RETRANS",
+            "PROBES",
+            "WHY DOWN",
+        ],
+        &rows,
+    );
+    let _ = writeln!(
+        out,
+        "* = current choice; changes at most once per {} s unless it goes down; probes every {} s",
+        text(&doc["hold_s"]),
+        text(&doc["probe_every_s"])
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_render_with_the_choice_marked() {
+        let doc = json!({"hold_s": 60, "probe_every_s": 1.0, "routes": [
+            {"index": 0, "dst": "10.0.3.0/24", "chosen": "rs2", "probed": true, "flips": 1,
+             "changed_s_ago": 3.5, "candidates": [
+                {"name": "rs1", "state": "down", "estimate_ms": null, "leg_rtt_ms": 0.41,
+                 "onward_ms": null, "retrans_per_leg": 0.0, "probes": 7,
+                 "down_reason": "connection refused"},
+                {"name": "rs2", "state": "up", "estimate_ms": 1.5, "leg_rtt_ms": 0.5,
+                 "onward_ms": 1.0, "retrans_per_leg": 0.25, "probes": 8, "down_reason": null}]}]});
+        let out = render_candidates(&doc);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("DESTINATION  CANDIDATE  STATE"),
+            "{out}"
+        );
+        assert!(
+            lines[1].contains(" rs1") && lines[1].contains("down"),
+            "{out}"
+        );
+        assert!(lines[1].ends_with("connection refused"), "{out}");
+        assert!(
+            lines[2].contains("*rs2") && lines[2].contains("1.50"),
+            "{out}"
+        );
+        assert!(lines[2].contains("0.25"), "{out}");
+        assert!(lines[3].contains("60 s"), "{out}");
+        assert_eq!(render_candidates(&json!({"routes": []})), "no routes\n");
+    }
+}

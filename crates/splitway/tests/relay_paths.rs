@@ -1,0 +1,526 @@
+//! Path choice among a route's candidates (`via = ["rs1", "rs2"]`), with
+//! real relays in namespaces:
+//!
+//! ```text
+//! client — rc — rs1 — rs2 — server
+//! ```
+//!
+//! rc lists both rs1 and rs2 for the server's subnet; it reaches rs2
+//! through rs1's namespace as a plain router, so killing the rs1 process
+//! leaves the rs2 path intact. rs1 and rs2 both go direct, so the server
+//! sees which path a connection took: rs1's address on the rs1—rs2 link,
+//! or rs2's on the server link.
+
+mod support;
+
+use std::net::{Shutdown, SocketAddr};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// The server sees this source for the rs1 path (rs1 dials direct, routed
+/// through rs2's namespace).
+fn via_rs1() -> SocketAddr {
+    sock(&format!("{}:0", link_v4(2, 3, 1)))
+}
+
+fn lab() -> Lab {
+    let mut lab = Lab::chain(&["rc", "rs1", "rs2"]);
+    let ip = |ns: &splitway_sys::netns::Netns, args: &[&str]| {
+        ns.ip(args)
+            .unwrap_or_else(|e| panic!("ip {args:?} in {}: {e}", ns.name()))
+    };
+    // rc reaches rs2's peer listener through rs1's namespace, and rs2
+    // answers it the same way.
+    ip(
+        &lab.relays[0],
+        &["route", "add", "10.0.23.0/24", "via", &link_v4(1, 3, 2)],
+    );
+    ip(
+        &lab.relays[2],
+        &["route", "add", "10.0.12.0/24", "via", &link_v4(2, 3, 1)],
+    );
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    // rc: both relays are candidates for the server's subnet.
+    configs[0] = rc_config(&lab, "[\"rs1\", \"rs2\"]");
+    // rs1 dials the server itself (its kernel routes through rs2).
+    let rs1 = &mut configs[1];
+    rs1.routes.clear();
+    rs1.peers.clear();
+    rs1.route("0.0.0.0/0", "direct");
+    lab.start_relays(&configs);
+    lab
+}
+
+/// rc: a SOCKS5 entry, both relays as peers, the server's subnet routed
+/// `via` (TOML: a string or a list).
+fn rc_config(lab: &Lab, via: &str) -> RelayConfig {
+    let mut rc = RelayConfig::new("rc");
+    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    rc.peer("rs1", &lab.peer_addr(1));
+    rc.peer("rs2", &lab.peer_addr(2));
+    rc.extra(&format!("[[route]]\ndst = \"10.0.3.0/24\"\nvia = {via}\n"));
+    rc
+}
+
+/// One SOCKS5 connection to the server through rc carrying `len` bytes
+/// each way, sha256-checked at both ends. `None` when rc refused it (the
+/// path failed during setup); otherwise the address the server saw.
+fn transfer(lab: &Lab, server: &TestServer, len: u64, seed: u64) -> Option<SocketAddr> {
+    let (code, mut stream) = socks5(&lab.client, Target::Ip(server.addr));
+    if code != 0 {
+        return None;
+    }
+    let client = std::thread::spawn(move || {
+        let sent = send_pattern(&mut stream, len, seed).expect("client send");
+        stream.shutdown(Shutdown::Write).expect("client shutdown");
+        let got = recv_all(&mut stream).expect("client receive");
+        (sent, got)
+    });
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    let at_server = recv_all(&mut conn).expect("server receive");
+    let from_server = send_pattern(&mut conn, len, seed + 1).expect("server send");
+    conn.shutdown(Shutdown::Write).expect("server shutdown");
+    let (sent, got) = client.join().expect("client thread");
+    assert_eq!(at_server, sent, "client→server through {peer}");
+    assert_eq!(got, from_server, "server→client through {peer}");
+    Some(peer)
+}
+
+fn path_of(peer: SocketAddr) -> &'static str {
+    if peer.ip() == via_rs1().ip() {
+        "rs1"
+    } else if peer.ip().to_string() == LAST_RELAY_V4 {
+        "rs2"
+    } else {
+        panic!("the server saw {peer}, neither relay's address")
+    }
+}
+
+const LEN: u64 = 256 * 1024 + 17;
+/// Short transfers while timing a switch: each connection is a new chance
+/// to move.
+const SMALL: u64 = 4 * 1024 + 3;
+
+#[test]
+fn killing_the_chosen_peer_moves_new_connections_within_3s() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = lab();
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+
+    // Equal legs: the first candidate is kept.
+    for seed in 0..3 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
+        assert_eq!(path_of(peer), "rs1", "connection {seed}");
+    }
+    lab.kill_relay("rs1");
+    let killed = Instant::now();
+    // New connections keep coming; the first to get through must have
+    // taken rs2, within 3 s of the kill.
+    let mut refused = 0;
+    let moved = loop {
+        deadline.remaining("waiting for a connection through rs2");
+        if let Some(peer) = transfer(&lab, &server, LEN, 100 + refused) {
+            break (peer, killed.elapsed());
+        }
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "[relay_paths] first connection through {} {:?} after the kill, {refused} refused before",
+        moved.0, moved.1
+    );
+    assert_eq!(path_of(moved.0), "rs2");
+    assert!(
+        moved.1 <= Duration::from_secs(3),
+        "moved after {:?}",
+        moved.1
+    );
+    // And it stays there, every byte intact.
+    for seed in 200..203 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with rs2 up");
+        assert_eq!(path_of(peer), "rs2", "connection {seed}");
+    }
+    // What the operator sees: rs1 down, rs2 chosen and measured.
+    let shown = lab.ctl("rc", &["routes"]);
+    let table = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "ctl routes: {shown:?}");
+    let row = |name: &str| {
+        table
+            .lines()
+            .skip_while(|l| !l.starts_with("DESTINATION  CANDIDATE"))
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
+            .to_owned()
+    };
+    // The routing table shows where new connections go now.
+    let via = table
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(1));
+    assert_eq!(via, Some("rs2"), "{table}");
+    assert_eq!(
+        row("rs1").split_whitespace().nth(2),
+        Some("down"),
+        "{table}"
+    );
+    assert_eq!(row("*rs2").split_whitespace().nth(2), Some("up"), "{table}");
+    let json = lab.ctl("rc", &["routes", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("ctl routes --json");
+    let route = &doc["paths"]["routes"][0];
+    assert_eq!(route["chosen"], "rs2", "{doc}");
+    assert_eq!(route["flips"], 1, "{doc}");
+    assert_eq!(route["candidates"][0]["state"], "down", "{doc}");
+    let rtt = route["candidates"][1]["leg_rtt_ms"]
+        .as_f64()
+        .expect("rs2 leg measured");
+    assert!(rtt > 0.0 && rtt < 100.0, "rs2 leg rtt {rtt} ms on a veth");
+    eprintln!("[relay_paths] ctl routes after the failover:\n{table}");
+
+    let m = lab.metrics("rc");
+    assert_eq!(
+        m.counter("splitway_path_flips_total", &[("cause", "failure")]),
+        1.0
+    );
+    assert_eq!(
+        m.counter("splitway_path_flips_total", &[("cause", "better")]),
+        0.0
+    );
+    assert_eq!(
+        m.counter("splitway_path_choices_total", &[("candidate", "rs2")]),
+        4.0
+    );
+}
+
+#[test]
+fn stable_paths_do_not_flip_and_probes_stay_under_one_per_second() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let started = Instant::now();
+    let mut lab = lab();
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let answered = |lab: &Lab, relay: &str| {
+        lab.metrics(relay)
+            .counter("splitway_path_probes_answered_total", &[])
+    };
+    // Both peers are being probed (an answer reached rc from each).
+    for peer in ["rs1", "rs2"] {
+        lab.wait_counter(
+            "rc",
+            "splitway_path_probes_sent_total",
+            &[("peer", peer), ("outcome", "ok")],
+            1.0,
+            Deadline::after(Duration::from_secs(10)),
+        );
+    }
+    let before = [answered(&lab, "rs1"), answered(&lab, "rs2")];
+    let window_start = Instant::now();
+    let mut seed = 0;
+    while window_start.elapsed() < Duration::from_secs(8) {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
+        assert_eq!(path_of(peer), "rs1", "connection {seed}");
+        seed += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let after = [answered(&lab, "rs1"), answered(&lab, "rs2")];
+    let window = window_start.elapsed().as_secs_f64();
+    let since_start = started.elapsed().as_secs_f64();
+    for (k, relay) in ["rs1", "rs2"].iter().enumerate() {
+        let in_window = after[k] - before[k];
+        eprintln!(
+            "[relay_paths] {relay} answered {in_window} probes in {window:.1} s, {} in {since_start:.1} s since rc started",
+            after[k]
+        );
+        // At most one per second (plus the one in flight at each edge),
+        // and probing did go on.
+        assert!(
+            in_window <= window.floor() + 1.0,
+            "{relay}: {in_window} probes in {window:.1} s"
+        );
+        assert!(
+            after[k] <= since_start.floor() + 1.0,
+            "{relay}: {} probes in {since_start:.1} s",
+            after[k]
+        );
+        assert!(
+            in_window >= (window / 2.0).floor(),
+            "{relay}: only {in_window} probes in {window:.1} s"
+        );
+    }
+    let m = lab.metrics("rc");
+    assert_eq!(m.counter("splitway_path_flips_total", &[]), 0.0);
+    assert_eq!(
+        m.counter("splitway_path_choices_total", &[("candidate", "rs1")]),
+        seed as f64
+    );
+    eprintln!("[relay_paths] {seed} connections, no flip");
+    lab.assert_relays_alive();
+}
+
+/// A peer that goes silent (its packets dropped: no reset, no FIN, pooled
+/// legs look alive) is found out by its probes going unanswered.
+#[test]
+fn a_silent_peer_is_marked_down_by_its_probes_within_3s() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let lab = lab();
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let peer = transfer(&lab, &server, LEN, 1).expect("rc refused with every peer up");
+    assert_eq!(path_of(peer), "rs1");
+
+    let port = PEER_PORT.to_string();
+    let dropped = output(
+        lab.relays[1]
+            .command("iptables")
+            .args(["-A", "INPUT", "-p", "tcp", "--dport", &port, "-j", "DROP"]),
+    );
+    assert!(dropped.status.success(), "iptables: {dropped:?}");
+    let silenced = Instant::now();
+    let rs1_state = || {
+        let doc: serde_json::Value =
+            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
+                .expect("/routes is JSON");
+        doc["routes"][0]["candidates"][0]["state"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let down_after = wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "rs1 marked down",
+        || (rs1_state().as_deref() == Some("down")).then(|| silenced.elapsed()),
+    );
+    eprintln!("[relay_paths] silent rs1 marked down {down_after:?} after its packets were dropped");
+    assert!(down_after <= Duration::from_secs(3), "{down_after:?}");
+    // The next connection goes the other way, every byte intact.
+    let peer = transfer(&lab, &server, LEN, 2).expect("rc refused with rs2 up");
+    assert_eq!(path_of(peer), "rs2");
+    let m = lab.metrics("rc");
+    assert!(
+        m.counter(
+            "splitway_path_probes_sent_total",
+            &[("peer", "rs1"), ("outcome", "failed")]
+        ) >= 1.0
+    );
+    assert_eq!(
+        m.counter("splitway_path_flips_total", &[("cause", "failure")]),
+        1.0
+    );
+}
+
+/// An emulated link (the lab's TUN emulator) between two relays'
+/// namespaces on subnet `10.0.<net>.0/24`: `.1` in `west`, `.2` in `east`.
+fn emulated_link(
+    west: &splitway_sys::netns::Netns,
+    east: &splitway_sys::netns::Netns,
+    net: u8,
+    rtt: Duration,
+) -> splitway_lab::emu::LinkHandle {
+    use splitway_lab::emu::{DirectionParams, LinkConfig, LinkHandle};
+    let dev = format!("emu{net}");
+    let mut tuns = Vec::new();
+    for (ns, host) in [(west, 1), (east, 2)] {
+        let name = dev.clone();
+        let tun = ns
+            .run_in(move || splitway_sys::tun::Tun::create(&name))
+            .expect("enter namespace")
+            .expect("create TUN");
+        ns.ip(&["link", "set", "dev", &dev, "up"]).expect("TUN up");
+        ns.ip(&["addr", "add", &format!("10.0.{net}.{host}/24"), "dev", &dev])
+            .expect("TUN address");
+        tuns.push(tun);
+    }
+    let one_way = DirectionParams::delay_only(rtt.as_nanos() as u64 / 2);
+    let east_tun = tuns.pop().expect("two TUNs");
+    let west_tun = tuns.pop().expect("two TUNs");
+    LinkHandle::spawn(
+        LinkConfig {
+            name: dev,
+            forward: one_way,
+            reverse: one_way,
+            seeds: (1, 2),
+            initial_buffers: 1024,
+            max_buffers: 4096,
+            // The machine is shared: no SCHED_FIFO thread spinning on it.
+            realtime: false,
+        },
+        west_tun,
+        east_tun,
+    )
+    .expect("start emulated link")
+}
+
+fn set_rtt(link: &splitway_lab::emu::LinkHandle, rtt: Duration) {
+    let one_way = splitway_lab::emu::DirectionParams::delay_only(rtt.as_nanos() as u64 / 2);
+    link.set_params(one_way, one_way, 4096);
+}
+
+/// The chosen path degrades by +100 ms (emulated RTT 10 → 110 ms, the
+/// other candidate at 30 ms): new connections move within 3 s. Going back
+/// to 10 ms right after does not move them back: the choice is held.
+#[test]
+fn a_100ms_degradation_moves_new_connections_and_the_choice_is_held() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let mut lab = Lab::chain(&["rc", "rs1", "rs2"]);
+    // rc reaches each relay over its own emulated link; rs1 still reaches
+    // the server through rs2's namespace over the veths.
+    let to_rs1 = emulated_link(
+        &lab.relays[0],
+        &lab.relays[1],
+        98,
+        Duration::from_millis(10),
+    );
+    let to_rs2 = emulated_link(
+        &lab.relays[0],
+        &lab.relays[2],
+        99,
+        Duration::from_millis(30),
+    );
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    let mut rc = RelayConfig::new("rc");
+    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    rc.peer("rs1", &format!("10.0.98.2:{PEER_PORT}"));
+    rc.peer("rs2", &format!("10.0.99.2:{PEER_PORT}"));
+    rc.extra("[[route]]\ndst = \"10.0.3.0/24\"\nvia = [\"rs1\", \"rs2\"]\n");
+    configs[0] = rc;
+    configs[1].routes.clear();
+    configs[1].peers.clear();
+    configs[1].route("0.0.0.0/0", "direct");
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let leg_ms = |lab: &Lab, k: usize| {
+        let doc: serde_json::Value =
+            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
+                .expect("/routes is JSON");
+        doc["routes"][0]["candidates"][k]["leg_rtt_ms"].as_f64()
+    };
+    // Both legs measured by probes before we start.
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "both legs measured",
+        || (leg_ms(&lab, 0).is_some() && leg_ms(&lab, 1).is_some()).then_some(()),
+    );
+    for seed in 0..3 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
+        assert_eq!(path_of(peer), "rs1", "connection {seed}");
+    }
+    eprintln!(
+        "[relay_paths] legs before: rs1 {:?} ms, rs2 {:?} ms",
+        leg_ms(&lab, 0),
+        leg_ms(&lab, 1)
+    );
+
+    set_rtt(&to_rs1, Duration::from_millis(110));
+    let degraded = Instant::now();
+    let mut seed = 10;
+    let switch = loop {
+        let started = degraded.elapsed();
+        let peer = transfer(&lab, &server, SMALL, seed).expect("rc refused while degraded");
+        seed += 1;
+        if path_of(peer) == "rs2" {
+            break started;
+        }
+        assert!(
+            started < Duration::from_secs(10),
+            "still on rs1 {started:?} after the degradation"
+        );
+    };
+    eprintln!(
+        "[relay_paths] +100 ms on rs1: first connection through rs2 started {switch:?} after; legs rs1 {:?} ms, rs2 {:?} ms",
+        leg_ms(&lab, 0),
+        leg_ms(&lab, 1)
+    );
+    assert!(
+        switch <= Duration::from_secs(3),
+        "switched after {switch:?}"
+    );
+
+    // rs1 recovers and is now better again, but the last change is recent.
+    set_rtt(&to_rs1, Duration::from_millis(10));
+    let recovered = Instant::now();
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "rs1's recovery measured",
+        || leg_ms(&lab, 0).is_some_and(|ms| ms < 25.0).then_some(()),
+    );
+    while recovered.elapsed() < Duration::from_secs(5) {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused after recovery");
+        seed += 1;
+        assert_eq!(path_of(peer), "rs2", "moved back within the hold");
+    }
+    let m = lab.metrics("rc");
+    assert_eq!(
+        m.counter("splitway_path_flips_total", &[("cause", "better")]),
+        1.0
+    );
+    assert_eq!(m.counter("splitway_path_flips_total", &[]), 1.0);
+    drop((to_rs1, to_rs2));
+}
+
+/// A reload applies new candidates to new connections, and probing
+/// follows the running config: it stops when no route has a choice left.
+#[test]
+fn a_reload_changes_candidates_and_probing_follows() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let mut lab = lab();
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let peer = transfer(&lab, &server, LEN, 1).expect("rc refused with every peer up");
+    assert_eq!(path_of(peer), "rs1");
+    let route = |lab: &Lab| {
+        let doc: serde_json::Value =
+            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
+                .expect("/routes is JSON");
+        doc["routes"][0].clone()
+    };
+    let reload = |lab: &mut Lab, via: &str| {
+        let cfg = rc_config(lab, via);
+        std::fs::write(lab.config_path("rc"), cfg.render(&lab.psk_path)).expect("write config");
+        lab.signal_relay("rc", "HUP");
+    };
+
+    // New order: rs2 first, so new connections start there.
+    reload(&mut lab, "[\"rs2\", \"rs1\"]");
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "the reloaded candidates",
+        || (route(&lab)["candidates"][0]["name"] == "rs2").then_some(()),
+    );
+    let peer = transfer(&lab, &server, LEN, 2).expect("rc refused after the reload");
+    assert_eq!(path_of(peer), "rs2");
+    assert_eq!(route(&lab)["chosen"], "rs2");
+
+    // One candidate: nothing to choose, nothing probed.
+    reload(&mut lab, "\"rs1\"");
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "the single-candidate route",
+        || (route(&lab)["probed"] == false).then_some(()),
+    );
+    // A probe started just before the reload may still be answered.
+    std::thread::sleep(PROBE_SETTLE);
+    let answered = |lab: &Lab| {
+        lab.metrics("rs1")
+            .counter("splitway_path_probes_answered_total", &[])
+            + lab
+                .metrics("rs2")
+                .counter("splitway_path_probes_answered_total", &[])
+    };
+    let before = answered(&lab);
+    assert!(before > 0.0, "probes were answered before the reload");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        answered(&lab),
+        before,
+        "probes after the last choice went away"
+    );
+    let peer = transfer(&lab, &server, LEN, 3).expect("rc refused on a plain route");
+    assert_eq!(path_of(peer), "rs1");
+}
+
+/// Longer than a probe's timeout: any probe in flight has ended.
+const PROBE_SETTLE: Duration = Duration::from_millis(2000);
