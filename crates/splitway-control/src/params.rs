@@ -144,6 +144,16 @@ pub enum ParamValue {
 }
 
 impl ParamValue {
+    /// As the admin API sends it: durations as text (`"30s"`).
+    pub fn api(&self) -> splitway_api::ParamValue {
+        match self {
+            ParamValue::Bool(b) => splitway_api::ParamValue::Bool(*b),
+            ParamValue::Int(n) => splitway_api::ParamValue::Int(*n),
+            ParamValue::Duration(d) => splitway_api::ParamValue::Text(format_duration(*d)),
+            ParamValue::Text(s) => splitway_api::ParamValue::Text(s.clone()),
+        }
+    }
+
     /// The JSON form: booleans and integers as such, durations as `"30s"`.
     pub fn to_json(&self) -> Value {
         match self {
@@ -359,6 +369,17 @@ pub struct ParamChange {
     pub new: ParamValue,
 }
 
+impl ParamChange {
+    /// As `PUT /params` answers it.
+    pub fn api(&self) -> splitway_api::ParamChanged {
+        splitway_api::ParamChanged {
+            name: self.name.clone(),
+            old: self.old.api(),
+            new: self.new.api(),
+        }
+    }
+}
+
 impl fmt::Display for ParamChange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {} -> {}", self.name, self.old, self.new)
@@ -376,6 +397,14 @@ pub struct ParamError {
 }
 
 impl ParamError {
+    /// As the admin API lists it.
+    pub fn api(&self) -> splitway_api::ParamError {
+        splitway_api::ParamError {
+            param: self.param.clone(),
+            message: self.message.clone(),
+        }
+    }
+
     /// An error about `param`.
     pub fn new(param: impl Into<String>, message: impl Into<String>) -> Self {
         Self {

@@ -515,7 +515,7 @@ impl Rig {
         self.relay(relay).child.id()
     }
 
-    fn status(&self, relay: &str) -> Option<serde_json::Value> {
+    fn status(&self, relay: &str) -> Option<splitway_api::Status> {
         let relay = self.relay(relay);
         let ns = if relay.host == "rc" {
             &self.rc
@@ -537,7 +537,7 @@ impl Rig {
     }
 
     fn connections_open(&self, relay: &str) -> Option<u64> {
-        self.status(relay)?["connections_open"].as_u64()
+        Some(self.status(relay)?.connections_open)
     }
 
     fn wait_ready(&mut self, relay: &str) -> Result<(), LabError> {
