@@ -8,7 +8,7 @@
 //! nothing; entries whose handshake never completes expire and close what
 //! they opened. Early starts have a budget: beyond it (a SYN flood), legs
 //! start at accept as without early SYN, so a flood can neither open
-//! unbounded upstream connections nor drain the pool.
+//! unbounded next legs nor drain the pool.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};

@@ -16,8 +16,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::accel::{self, AccelStatus, HostFacts};
+use crate::admin::{ConnRegistry, Live, LogControl, RelayAdmin};
 use crate::config::{Config, ListenMode, Peer, Turbo, Via};
-use crate::control::{ConnRegistry, Live, LogControl, RelayAdmin};
 use crate::early_syn::EarlyStarts;
 use crate::error::RelayError;
 use crate::ingress::{self, AcceptCount};

@@ -83,7 +83,7 @@ struct LogFilter {
     current: std::sync::Mutex<String>,
 }
 
-impl splitway_relay::control::LogControl for LogFilter {
+impl splitway_relay::admin::LogControl for LogFilter {
     fn current(&self) -> String {
         self.current
             .lock()

@@ -1,5 +1,6 @@
-//! The relay's side of the admin API: live-tunable parameters, drain, and
-//! the registry of open connections.
+//! The relay's admin handler (served by splitway-control): status,
+//! live-tunable parameters, drain, reload, and the registry of open
+//! connections.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
