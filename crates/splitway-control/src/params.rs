@@ -601,8 +601,10 @@ impl ParamRegistry {
     }
 }
 
-/// Parses `"500ms"`, `"30s"`, `"5m"`, `"1h"` or a bare number of seconds
-/// (the relay config's duration syntax).
+/// Parses `"500ms"`, `"30s"`, `"5m"`, `"1h"` or a bare number of seconds:
+/// the one duration syntax of config files, `PUT /params` and command-line
+/// flags. Not humantime: it needs a unit (config files take bare seconds)
+/// and reads `M` as months next to `m` for minutes (docs/internals.md).
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
@@ -618,6 +620,13 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         _ => return None,
     };
     seconds(n * factor)
+}
+
+/// [`parse_duration`] for a command-line flag (clap's `value_parser`).
+pub fn duration_arg(text: &str) -> Result<Duration, String> {
+    parse_duration(text).ok_or_else(|| {
+        format!("`{text}` is not a duration like 500ms, 30s, 5m, 1h or a number of seconds")
+    })
 }
 
 fn seconds(secs: f64) -> Option<Duration> {
@@ -641,6 +650,18 @@ fn serialize_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok,
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// What humantime would read differently: bare seconds, and `M`.
+    #[test]
+    fn one_duration_syntax_for_files_params_and_flags() {
+        assert_eq!(duration_arg("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(duration_arg("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(duration_arg("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration_arg("250ms"), Ok(Duration::from_millis(250)));
+        let months = duration_arg("5M").unwrap_err();
+        assert!(months.contains("`5M` is not a duration"), "{months}");
+        assert!(duration_arg("-1s").is_err());
+    }
 
     fn registry() -> ParamRegistry {
         let registry = ParamRegistry::new();

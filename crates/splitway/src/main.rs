@@ -58,7 +58,7 @@ used for the [[listen]] entries with their addresses. Log verbosity follows RUST
         #[arg(long)]
         check: bool,
         /// How long open connections may finish after a shutdown signal.
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        #[arg(long, default_value = "30s", value_parser = splitway_control::params::duration_arg)]
         drain_timeout: Duration,
     },
     /// Print a new random pre-shared key (hex) for relay-to-relay authentication.
@@ -68,10 +68,6 @@ used for the [[listen]] entries with their addresses. Log verbosity follows RUST
     Ctl(ctl::CtlArgs),
     Agent(agent::AgentArgs),
     Bypass(bypass::BypassArgs),
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    splitway_relay::config::parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration"))
 }
 
 /// The log filter, changeable while the relay runs (`log.level`).
