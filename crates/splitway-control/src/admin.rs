@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
@@ -481,7 +481,7 @@ impl Api {
                 Err(message) => Response::error(Status::BadRequest, &message),
             },
             ("/routes", _) => outcome(self.handler.routes()),
-            ("/params", true) => Response::json(Status::Ok, &json!(self.handler.params())),
+            ("/params", true) => Response::json(Status::Ok, &self.handler.params()),
             ("/params", false) => self.set_params(request),
             ("/drain", _) => {
                 let result = self.handler.drain();
@@ -536,17 +536,19 @@ impl Api {
                         "admin API: parameter changed"
                     );
                 }
-                Response::json(Status::Ok, &json!({ "changed": changes }))
+                let changed = changes.iter().map(ParamChange::api).collect();
+                Response::json(Status::Ok, &splitway_api::ParamsChanged { changed })
             }
             Err(errors) => {
                 warn!(errors = ?errors, "admin API: parameter change refused");
-                Response::json(
+                let errors = errors
+                    .iter()
+                    .map(|e| splitway_api::ErrorDetail::Param(e.api()))
+                    .collect();
+                Response::errors(
                     Status::BadRequest,
-                    &json!({
-                        "error": "invalid parameters, nothing changed",
-                        "status": Status::BadRequest.code(),
-                        "errors": errors,
-                    }),
+                    "invalid parameters, nothing changed".to_owned(),
+                    Some(errors),
                 )
             }
         }
@@ -582,13 +584,15 @@ fn outcome(result: Result<Value, AdminError>) -> Response {
             "this relay does not support the operation",
         ),
         Err(AdminError::Refused(message)) => Response::error(Status::Conflict, &message),
-        Err(AdminError::Invalid(errors)) => Response::json(
+        Err(AdminError::Invalid(errors)) => Response::errors(
             Status::UnprocessableContent,
-            &json!({
-                "error": format!("{} error(s), nothing changed", errors.len()),
-                "status": Status::UnprocessableContent.code(),
-                "errors": errors,
-            }),
+            format!("{} error(s), nothing changed", errors.len()),
+            Some(
+                errors
+                    .into_iter()
+                    .map(splitway_api::ErrorDetail::Text)
+                    .collect(),
+            ),
         ),
     }
 }

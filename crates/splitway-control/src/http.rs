@@ -82,6 +82,7 @@ pub(crate) enum Status {
     ContentTooLarge,
     UnprocessableContent,
     HeaderFieldsTooLarge,
+    InternalServerError,
     NotImplemented,
 }
 
@@ -98,6 +99,7 @@ impl Status {
             Status::UnprocessableContent => 422,
             Status::ContentTooLarge => 413,
             Status::HeaderFieldsTooLarge => 431,
+            Status::InternalServerError => 500,
             Status::NotImplemented => 501,
         }
     }
@@ -114,6 +116,7 @@ impl Status {
             Status::UnprocessableContent => "Unprocessable Content",
             Status::ContentTooLarge => "Content Too Large",
             Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
+            Status::InternalServerError => "Internal Server Error",
             Status::NotImplemented => "Not Implemented",
         }
     }
@@ -140,17 +143,39 @@ impl Response {
         }
     }
 
-    pub(crate) fn json(status: Status, value: &serde_json::Value) -> Self {
-        let mut body = value.to_string().into_bytes();
-        body.push(b'\n');
-        Self::new(status, JSON_CONTENT_TYPE, body)
+    pub(crate) fn json(status: Status, value: &impl serde::Serialize) -> Self {
+        match serde_json::to_vec(value) {
+            Ok(mut body) => {
+                body.push(b'\n');
+                Self::new(status, JSON_CONTENT_TYPE, body)
+            }
+            // Only a map with non-string keys fails: a bug in the answer's type.
+            Err(error) => {
+                tracing::error!(%error, "admin API: answer does not serialise to JSON");
+                let body = format!("answer does not serialise to JSON: {error}\n");
+                Self::new(Status::InternalServerError, "text/plain", body.into_bytes())
+            }
+        }
     }
 
     /// `{"error": message, "status": code}`.
     pub(crate) fn error(status: Status, message: &str) -> Self {
+        Self::errors(status, message.to_owned(), None)
+    }
+
+    /// An error answer, with one entry per problem when there are several.
+    pub(crate) fn errors(
+        status: Status,
+        error: String,
+        errors: Option<Vec<splitway_api::ErrorDetail>>,
+    ) -> Self {
         Self::json(
             status,
-            &serde_json::json!({ "error": message, "status": status.code() }),
+            &splitway_api::ErrorBody {
+                error,
+                status: status.code(),
+                errors,
+            },
         )
     }
 

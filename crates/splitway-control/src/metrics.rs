@@ -106,10 +106,13 @@ label_enum! {
     pub enum CloseReason {
         /// Both directions finished normally.
         Completed => "completed",
-        /// The client reset the connection.
+        /// The client (on a peer listener: the upstream relay) reset the
+        /// connection.
         ClientReset => "client_reset",
-        /// The server or next relay reset the connection.
-        UpstreamReset => "upstream_reset",
+        /// The next leg (the server, or the next relay downstream) reset the
+        /// connection. The label keeps its first name, `upstream_reset`, so
+        /// dashboards and alerts keep working (docs/deployment.md).
+        NextLegReset => "upstream_reset",
         /// The next leg's connect was refused.
         ConnectRefused => "connect_refused",
         /// The next leg's destination was unreachable.

@@ -144,6 +144,16 @@ pub enum ParamValue {
 }
 
 impl ParamValue {
+    /// As the admin API sends it: durations as text (`"30s"`).
+    pub fn api(&self) -> splitway_api::ParamValue {
+        match self {
+            ParamValue::Bool(b) => splitway_api::ParamValue::Bool(*b),
+            ParamValue::Int(n) => splitway_api::ParamValue::Int(*n),
+            ParamValue::Duration(d) => splitway_api::ParamValue::Text(format_duration(*d)),
+            ParamValue::Text(s) => splitway_api::ParamValue::Text(s.clone()),
+        }
+    }
+
     /// The JSON form: booleans and integers as such, durations as `"30s"`.
     pub fn to_json(&self) -> Value {
         match self {
@@ -359,6 +369,17 @@ pub struct ParamChange {
     pub new: ParamValue,
 }
 
+impl ParamChange {
+    /// As `PUT /params` answers it.
+    pub fn api(&self) -> splitway_api::ParamChanged {
+        splitway_api::ParamChanged {
+            name: self.name.clone(),
+            old: self.old.api(),
+            new: self.new.api(),
+        }
+    }
+}
+
 impl fmt::Display for ParamChange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {} -> {}", self.name, self.old, self.new)
@@ -376,6 +397,14 @@ pub struct ParamError {
 }
 
 impl ParamError {
+    /// As the admin API lists it.
+    pub fn api(&self) -> splitway_api::ParamError {
+        splitway_api::ParamError {
+            param: self.param.clone(),
+            message: self.message.clone(),
+        }
+    }
+
     /// An error about `param`.
     pub fn new(param: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
@@ -572,8 +601,10 @@ impl ParamRegistry {
     }
 }
 
-/// Parses `"500ms"`, `"30s"`, `"5m"`, `"1h"` or a bare number of seconds
-/// (the relay config's duration syntax).
+/// Parses `"500ms"`, `"30s"`, `"5m"`, `"1h"` or a bare number of seconds:
+/// the one duration syntax of config files, `PUT /params` and command-line
+/// flags. Not humantime: it needs a unit (config files take bare seconds)
+/// and reads `M` as months next to `m` for minutes (docs/internals.md).
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
@@ -589,6 +620,13 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         _ => return None,
     };
     seconds(n * factor)
+}
+
+/// [`parse_duration`] for a command-line flag (clap's `value_parser`).
+pub fn duration_arg(text: &str) -> Result<Duration, String> {
+    parse_duration(text).ok_or_else(|| {
+        format!("`{text}` is not a duration like 500ms, 30s, 5m, 1h or a number of seconds")
+    })
 }
 
 fn seconds(secs: f64) -> Option<Duration> {
@@ -612,6 +650,18 @@ fn serialize_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok,
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// What humantime would read differently: bare seconds, and `M`.
+    #[test]
+    fn one_duration_syntax_for_files_params_and_flags() {
+        assert_eq!(duration_arg("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(duration_arg("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(duration_arg("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration_arg("250ms"), Ok(Duration::from_millis(250)));
+        let months = duration_arg("5M").unwrap_err();
+        assert!(months.contains("`5M` is not a duration"), "{months}");
+        assert!(duration_arg("-1s").is_err());
+    }
 
     fn registry() -> ParamRegistry {
         let registry = ParamRegistry::new();

@@ -942,7 +942,7 @@ fn setup_ssh(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, Lab
 }
 
 /// The relay's `GET /status` document, fetched inside its namespace.
-fn relay_status(relay: &Host) -> Result<serde_json::Value, LabError> {
+fn relay_status(relay: &Host) -> Result<splitway_api::Status, LabError> {
     let url = format!("http://127.0.0.1:{ADMIN_PORT}/status");
     let out = relay
         .netns()
@@ -952,7 +952,7 @@ fn relay_status(relay: &Host) -> Result<serde_json::Value, LabError> {
         LabError::peer(
             "splitway relay admin",
             relay.name(),
-            format!("/status is not JSON: {e}"),
+            format!("/status is not a relay status: {e}"),
         )
     })
 }
@@ -1185,10 +1185,10 @@ fn setup_splitway(
             // (the intercepting relay) and the pool (every relay with a
             // next relay) are what `default` is modelled with.
             let state = |a: &str| {
-                status["accel"][a]["state"]
-                    .as_str()
-                    .unwrap_or("?")
-                    .to_owned()
+                status
+                    .accel
+                    .get(a)
+                    .map_or_else(|| "?".to_owned(), |s| s.state.clone())
             };
             let active: Vec<&str> = ["early_syn", "pool", "zero_rtt", "tfo_peer", "tfo_client"]
                 .into_iter()
@@ -1203,20 +1203,23 @@ fn setup_splitway(
             }
             continue;
         }
-        if accel.early_syn && i == 0 && status["early_syn"].is_null() {
+        if accel.early_syn && i == 0 && status.early_syn.is_none() {
             missing.push(format!(
                 "early SYN on {} ({})",
                 relay.name(),
                 proc.log_line("early SYN")
             ));
         }
-        if accel.pool && i + 1 < relays.len() && status["peers"][0]["pool"].is_null() {
+        if accel.pool
+            && i + 1 < relays.len()
+            && status.peers.first().is_none_or(|p| p.pool.is_none())
+        {
             missing.push(format!("the connection pool on {}", relay.name()));
         }
-        if accel.turbo && relays.len() > 1 && status["features"]["turbo_start"].is_null() {
+        if accel.turbo && relays.len() > 1 && status.features.turbo_start.is_none() {
             missing.push(format!("Turbo-Start on {}", relay.name()));
         }
-        if accel.tfo && status["features"]["tfo"] != serde_json::Value::Bool(true) {
+        if accel.tfo && !status.features.tfo {
             missing.push(format!("TFO on {}", relay.name()));
         }
     }

@@ -3,9 +3,10 @@
 //! relay runs (updated when something fails at run time, such as the
 //! early-SYN detector).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Value, json};
+use splitway_api as api;
 use splitway_control::metrics::{AccelName, AccelState, Metrics};
 
 use crate::config::{Config, ListenMode, Switch};
@@ -372,18 +373,21 @@ impl AccelStatus {
     }
 
     /// `{"early_syn": {"requested": "auto", "state": "active", "reason": …}, …}`
-    pub fn json(&self) -> Value {
+    pub fn api(&self) -> BTreeMap<String, api::Accel> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let map = entries
+        entries
             .iter()
             .map(|e| {
                 (
                     e.name.as_str().to_owned(),
-                    json!({"requested": e.requested, "state": e.state.as_str(), "reason": e.reason}),
+                    api::Accel {
+                        requested: e.requested.to_owned(),
+                        state: e.state.as_str().to_owned(),
+                        reason: e.reason.clone(),
+                    },
                 )
             })
-            .collect::<serde_json::Map<_, _>>();
-        Value::Object(map)
+            .collect()
     }
 }
 

@@ -920,23 +920,9 @@ impl Checker<'_> {
     }
 }
 
-/// Parses "250ms", "10s", "5m", "1h" (a bare number is seconds).
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let t = text.trim();
-    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => (&t[..i], &t[i..]),
-        None => (t, "s"),
-    };
-    let n: f64 = num.parse().ok()?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return None,
-    };
-    (secs.is_finite() && (0.0..1e9).contains(&secs)).then(|| Duration::from_secs_f64(secs))
-}
+/// The one duration syntax of config files, `PUT /params` and the command
+/// line: "250ms", "10s", "5m", "1h" (a bare number is seconds).
+pub use splitway_control::params::parse_duration;
 
 fn valid_name(name: &str) -> bool {
     !name.is_empty()

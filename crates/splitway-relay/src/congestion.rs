@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use serde_json::{Value, json};
+use splitway_api as api;
 use splitway_sys::cc::{self, CcError, CcRegistered, Registration};
 use thiserror::Error;
 use tracing::{info, warn};
@@ -118,22 +118,19 @@ pub fn ensure(name: &str) -> Result<(), CcError> {
 
 /// What `ctl status` shows: each shipped algorithm this process uses and
 /// who holds its registration.
-pub fn status() -> Value {
+pub fn status() -> Vec<api::CongestionControl> {
     let reg = REGISTRY.lock().expect("congestion registry lock");
-    Value::Array(
-        reg.iter()
-            .map(|(name, held)| {
-                json!({
-                    "name": name,
-                    "held_by": match held {
-                        Held::Owned { .. } => "this process",
-                        Held::Shared => "another process",
-                    },
-                    "available": cc::is_available(name),
-                })
-            })
-            .collect(),
-    )
+    reg.iter()
+        .map(|(name, held)| api::CongestionControl {
+            name: (*name).to_owned(),
+            held_by: match held {
+                Held::Owned { .. } => "this process",
+                Held::Shared => "another process",
+            }
+            .to_owned(),
+            available: cc::is_available(name),
+        })
+        .collect()
 }
 
 /// For `relay --check`: whether each shipped algorithm `cfg` names can be

@@ -8,7 +8,7 @@
 //! nothing; entries whose handshake never completes expire and close what
 //! they opened. Early starts have a budget: beyond it (a SYN flood), legs
 //! start at accept as without early SYN, so a flood can neither open
-//! unbounded upstream connections nor drain the pool.
+//! unbounded next legs nor drain the pool.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
+use splitway_api as api;
 use splitway_control::metrics::{DenyReason, EarlySynOutcome, Metrics};
 use splitway_proto::Destination;
 use splitway_proto::header::DEFAULT_TTL;
@@ -274,21 +275,23 @@ impl EarlyStarts {
         self.dead.store(true, Relaxed);
     }
 
-    pub fn status(&self) -> serde_json::Value {
+    pub fn status(&self) -> api::EarlySyn {
         if self.dead.load(Relaxed) {
-            return serde_json::json!({"detector": "dead"});
+            return api::EarlySyn::Dead(api::EarlySynDead {
+                detector: "dead".to_owned(),
+            });
         }
-        serde_json::json!({
-            "pending": self.pending(),
-            "budget": self.budget,
-            "markers": self.markers.load(Relaxed),
-            "started": self.stats.started.load(Relaxed),
-            "hits": self.stats.hits.load(Relaxed),
-            "misses": self.stats.misses.load(Relaxed),
-            "duplicates": self.stats.duplicates.load(Relaxed),
-            "over_budget": self.stats.over_budget.load(Relaxed),
-            "denied": self.stats.denied.load(Relaxed),
-            "expired": self.stats.expired.load(Relaxed),
+        api::EarlySyn::Running(api::EarlySynStats {
+            pending: self.pending() as u64,
+            budget: self.budget as u64,
+            markers: self.markers.load(Relaxed) as u64,
+            started: self.stats.started.load(Relaxed),
+            hits: self.stats.hits.load(Relaxed),
+            misses: self.stats.misses.load(Relaxed),
+            duplicates: self.stats.duplicates.load(Relaxed),
+            over_budget: self.stats.over_budget.load(Relaxed),
+            denied: self.stats.denied.load(Relaxed),
+            expired: self.stats.expired.load(Relaxed),
         })
     }
 }
@@ -343,6 +346,6 @@ mod tests {
         early.detector_died();
         assert!(early.take(addr(1), dst).is_none());
         assert_eq!(early.stats.misses.load(Relaxed), 100);
-        assert_eq!(early.status()["detector"], "dead");
+        assert!(matches!(early.status(), api::EarlySyn::Dead(d) if d.detector == "dead"));
     }
 }

@@ -10,7 +10,7 @@
 //! - `peer`: the authenticated relay↔relay leg, both ends
 //! - `pool`: pre-established, authenticated connections to each peer
 //! - `proxy_header`: PROXY protocol headers read from load balancers, written to servers
-//! - `control`: the admin API's view of the relay: live parameters, drain, open connections
+//! - `admin`: the relay's admin handler: status, live parameters, drain, reload, open connections
 //! - `early_syn`: legs started at the client's SYN, paired with accepts
 //! - `strict`: SYNs held (NFQUEUE) until the server accepted (strict mode)
 //! - `session`: one split connection from accept to close
@@ -24,9 +24,9 @@
 //! - `reload`: re-reading the config file while running (SIGHUP, `POST /reload`)
 
 pub mod accel;
+pub mod admin;
 pub mod config;
 pub mod congestion;
-pub mod control;
 pub mod early_syn;
 pub mod error;
 pub mod forward;

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use serde::Serialize;
+use splitway_api::{CandidateView, RouteView, RoutesView};
 use splitway_control::AdminError;
 use splitway_proto::Destination;
 use splitway_proto::header::{FLAG_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus};
@@ -46,16 +46,6 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
 /// [`MIN_GAIN_US`], so that jitter between equal paths causes no flips.
 const MIN_GAIN_FRACTION: f64 = 0.10;
 const MIN_GAIN_US: u32 = 1_000;
-
-/// One candidate's health, as the admin API and `ctl routes` show it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum State {
-    Up,
-    Down,
-    /// Not measured yet (no leg, no probe answer).
-    Unknown,
-}
 
 #[derive(Debug, Default)]
 struct PeerState {
@@ -404,10 +394,11 @@ impl Paths {
     ) -> CandidateView {
         let est = self.estimate(shared, r, c, s);
         let state = match est {
-            Estimate::Down => State::Down,
-            Estimate::Unknown => State::Unknown,
-            Estimate::Us(_) => State::Up,
-        };
+            Estimate::Down => "down",
+            Estimate::Unknown => "unknown",
+            Estimate::Us(_) => "up",
+        }
+        .to_owned();
         let estimate_ms = match est {
             Estimate::Us(v) => Some(f64::from(v) / 1000.0),
             _ => None,
@@ -415,7 +406,7 @@ impl Paths {
         match c {
             Via::Direct => CandidateView {
                 name: "direct".into(),
-                state,
+                state: state.clone(),
                 estimate_ms,
                 leg_rtt_ms: s.direct_rtt_us.map(|v| f64::from(v) / 1000.0),
                 onward_ms: None,
@@ -452,39 +443,6 @@ impl Paths {
             }
         }
     }
-}
-
-/// `GET /routes`: every multi-candidate route.
-#[derive(Debug, Serialize)]
-pub struct RoutesView {
-    /// See [`HOLD`] and [`PROBE_EVERY`].
-    pub hold_s: u64,
-    pub probe_every_s: f64,
-    pub routes: Vec<RouteView>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct RouteView {
-    pub index: usize,
-    pub dst: String,
-    pub chosen: String,
-    /// More than one candidate: measured, probed and chosen among.
-    pub probed: bool,
-    pub flips: u64,
-    pub changed_s_ago: Option<f64>,
-    pub candidates: Vec<CandidateView>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct CandidateView {
-    pub name: String,
-    pub state: State,
-    pub estimate_ms: Option<f64>,
-    pub leg_rtt_ms: Option<f64>,
-    pub onward_ms: Option<f64>,
-    pub retrans_per_leg: Option<f64>,
-    pub probes: u64,
-    pub down_reason: Option<String>,
 }
 
 /// The `GET /routes` document of `shared`.

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use splitway_api as api;
 use splitway_control::metrics::{Metrics, PoolEvent, PoolMetrics};
 use splitway_proto::auth::Psk;
 use tokio::sync::{Notify, watch};
@@ -263,20 +264,20 @@ impl PeerPool {
     }
 
     /// A snapshot for the admin API.
-    pub fn status(&self) -> serde_json::Value {
-        serde_json::json!({
-            "level": self.level(),
-            "in_flight": self.in_flight.load(Ordering::Relaxed),
-            "low": self.low(),
-            "high": self.high(),
-            "idle_seconds": self.peer.pool.idle.as_secs_f64(),
-            "taken": self.stats.taken.load(Ordering::Relaxed),
-            "refilled": self.stats.refilled.load(Ordering::Relaxed),
-            "dead": self.stats.dead.load(Ordering::Relaxed),
-            "expired": self.stats.expired.load(Ordering::Relaxed),
-            "misses": self.stats.misses.load(Ordering::Relaxed),
-            "dial_failures": self.stats.dial_failures.load(Ordering::Relaxed),
-            "last_error": self.last_error(),
-        })
+    pub fn status(&self) -> api::Pool {
+        api::Pool {
+            level: self.level() as u64,
+            in_flight: self.in_flight.load(Ordering::Relaxed) as u64,
+            low: self.low() as u64,
+            high: self.high() as u64,
+            idle_seconds: self.peer.pool.idle.as_secs_f64(),
+            taken: self.stats.taken.load(Ordering::Relaxed) as u64,
+            refilled: self.stats.refilled.load(Ordering::Relaxed) as u64,
+            dead: self.stats.dead.load(Ordering::Relaxed) as u64,
+            expired: self.stats.expired.load(Ordering::Relaxed) as u64,
+            misses: self.stats.misses.load(Ordering::Relaxed) as u64,
+            dial_failures: self.stats.dial_failures.load(Ordering::Relaxed) as u64,
+            last_error: self.last_error(),
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use splitway_api as api;
 use splitway_control::metrics::{AccelName, AccelState, Metrics, Mode};
 use splitway_sys::tproxy::{InterceptSpec, Interception};
 use tokio::net::TcpListener;
@@ -16,8 +16,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::accel::{self, AccelStatus, HostFacts};
+use crate::admin::{ConnRegistry, Live, LogControl, RelayAdmin};
 use crate::config::{Config, ListenMode, Peer, Turbo, Via};
-use crate::control::{ConnRegistry, Live, LogControl, RelayAdmin};
 use crate::early_syn::EarlyStarts;
 use crate::error::RelayError;
 use crate::ingress::{self, AcceptCount};
@@ -264,68 +264,110 @@ impl Shared {
         self.cfg.timeouts.connect * 2 + self.cfg.timeouts.handshake
     }
 
-    pub fn status(&self) -> serde_json::Value {
+    /// `GET /status` (the admin handler adds the log level).
+    pub fn status(&self) -> api::Status {
         let via = |v: &Via| match v {
             Via::Direct => "direct".to_owned(),
             Via::Peer(i) => self.cfg.peers[*i].name.clone(),
         };
-        json!({
-            "name": self.cfg.name,
-            "version": env!("CARGO_PKG_VERSION"),
-            "uptime_seconds": self.started.elapsed().as_secs_f64(),
-            "config_generation": self.generation,
-            "listeners": self.cfg.listeners.iter().enumerate().map(|(i, l)| json!({
-                "mode": l.mode.as_str(),
-                "addr": l.addr.to_string(),
-                "intercept": l.intercept.as_ref().map(|i| json!({"interfaces": i.interfaces, "ports": i.ports})),
-                "accept_proxy_protocol": l.accept_proxy_protocol.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
-                // One entry per accept socket: connections it accepted.
-                "accept_paths": self.accept_paths.get(i).map(|paths| paths.iter().map(|p| json!({"accepted": p.get()})).collect::<Vec<_>>()),
-            })).collect::<Vec<_>>(),
-            "peers": self.cfg.peers.iter().enumerate().map(|(i, p)| json!({
-                "name": p.name,
-                "addr": p.addr.to_string(),
-                "congestion": p.tuning.congestion,
-                "pool": self.pools[i].as_ref().map(|pool| pool.status()),
-            })).collect::<Vec<_>>(),
-            "routes": self.routes.routes().iter().map(|r| json!({
-                "dst": r.dst.to_string(),
-                "via": via(&r.via),
-                "proxy_protocol": r.reveal.proxy_protocol.map(|v| v.label()),
-                "source": if r.reveal.client_source { "client" } else { "relay" },
-            })).collect::<Vec<_>>(),
-            "early_syn": self.early.as_ref().map(|e| e.status()),
+        api::Status {
+            name: self.cfg.name.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            config_generation: self.generation,
+            listeners: self
+                .cfg
+                .listeners
+                .iter()
+                .enumerate()
+                .map(|(i, l)| api::Listener {
+                    mode: l.mode.as_str().to_owned(),
+                    addr: l.addr.to_string(),
+                    intercept: l.intercept.as_ref().map(|i| api::Intercept {
+                        interfaces: i.interfaces.clone(),
+                        ports: i.ports.clone(),
+                    }),
+                    accept_proxy_protocol: l
+                        .accept_proxy_protocol
+                        .iter()
+                        .map(|n| n.to_string())
+                        .collect(),
+                    // One entry per accept socket: connections it accepted.
+                    accept_paths: self.accept_paths.get(i).map(|paths| {
+                        paths
+                            .iter()
+                            .map(|p| api::AcceptPath { accepted: p.get() })
+                            .collect()
+                    }),
+                })
+                .collect(),
+            peers: self
+                .cfg
+                .peers
+                .iter()
+                .enumerate()
+                .map(|(i, p)| api::Peer {
+                    name: p.name.clone(),
+                    addr: p.addr.to_string(),
+                    congestion: p.tuning.congestion.clone(),
+                    pool: self.pools[i].as_ref().map(|pool| pool.status()),
+                })
+                .collect(),
+            routes: self
+                .routes
+                .routes()
+                .iter()
+                .map(|r| api::Route {
+                    dst: r.dst.to_string(),
+                    via: via(&r.via),
+                    proxy_protocol: r.reveal.proxy_protocol.map(|v| v.label().to_owned()),
+                    source: if r.reveal.client_source {
+                        "client"
+                    } else {
+                        "relay"
+                    }
+                    .to_owned(),
+                })
+                .collect(),
+            early_syn: self.early.as_ref().map(|e| e.status()),
             // Effective states: what runs, not what the file asked for.
-            "accel": self.accel.json(),
-            "congestion_controls": crate::congestion::status(),
-            "features": {
-                "data_path": format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
-                "early_syn": self.accel.state(AccelName::EarlySyn) == AccelState::Active,
-                "strict": self.cfg.accel.strict,
-                "pool": self.accel.state(AccelName::Pool) == AccelState::Active,
-                "tfo": self.accel.state(AccelName::TfoClient) == AccelState::Active,
-                "zero_rtt": self.cfg.accel.zero_rtt.then(|| json!({
-                    "window_ms": self.cfg.accel.zero_rtt_window.as_millis() as u64,
-                })),
-                "turbo_start": self.cfg.accel.turbo.map(|t| json!({
-                    "initcwnd": t.initcwnd,
-                    "initrwnd": t.initrwnd,
-                    "buffer": t.buffer,
-                    "routes": self.turbo_routes.lock().expect("turbo lock").values().map(|r| r.destination().to_owned()).collect::<Vec<_>>(),
-                })),
+            accel: self.accel.api(),
+            congestion_controls: crate::congestion::status(),
+            features: api::Features {
+                data_path: format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
+                early_syn: self.accel.state(AccelName::EarlySyn) == AccelState::Active,
+                strict: self.cfg.accel.strict,
+                pool: self.accel.state(AccelName::Pool) == AccelState::Active,
+                tfo: self.accel.state(AccelName::TfoClient) == AccelState::Active,
+                zero_rtt: self.cfg.accel.zero_rtt.then_some(api::ZeroRtt {
+                    window_ms: self.cfg.accel.zero_rtt_window.as_millis() as u64,
+                }),
+                turbo_start: self.cfg.accel.turbo.map(|t| api::TurboStart {
+                    initcwnd: t.initcwnd,
+                    initrwnd: t.initrwnd,
+                    buffer: t.buffer as u64,
+                    routes: self
+                        .turbo_routes
+                        .lock()
+                        .expect("turbo lock")
+                        .values()
+                        .map(|r| r.destination().to_owned())
+                        .collect(),
+                }),
             },
-            "connections_open": self.limiter.open(),
-            "limits": {
-                "max_connections": self.cfg.limits.max_connections,
-                "per_client": self.cfg.limits.per_client,
+            connections_open: self.limiter.open() as u64,
+            limits: api::Limits {
+                max_connections: self.cfg.limits.max_connections as u64,
+                per_client: self.cfg.limits.per_client as u64,
             },
-            "connections_active": {
-                "tproxy": self.metrics.active_count(Mode::Tproxy),
-                "socks5": self.metrics.active_count(Mode::Socks5),
-                "http_connect": self.metrics.active_count(Mode::HttpConnect),
-                "peer": self.metrics.active_count(Mode::Peer),
+            connections_active: api::ConnectionsActive {
+                tproxy: self.metrics.active_count(Mode::Tproxy),
+                socks5: self.metrics.active_count(Mode::Socks5),
+                http_connect: self.metrics.active_count(Mode::HttpConnect),
+                peer: self.metrics.active_count(Mode::Peer),
             },
-        })
+            log_level: None,
+        }
     }
 }
 

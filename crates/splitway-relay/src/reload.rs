@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Value, json};
+use splitway_api as api;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -59,13 +59,21 @@ pub struct ReloadReport {
 }
 
 impl ReloadReport {
-    pub fn to_json(&self) -> Value {
-        json!({
-            "reloaded": true,
-            "generation": self.generation,
-            "changed": self.changed.iter().map(|c| json!({"key": c.key, "old": c.old, "new": c.new})).collect::<Vec<_>>(),
-            "needs_restart": self.needs_restart,
-        })
+    pub fn api(&self) -> api::Reload {
+        api::Reload {
+            reloaded: true,
+            generation: self.generation,
+            changed: self
+                .changed
+                .iter()
+                .map(|c| api::ReloadChange {
+                    key: c.key.clone(),
+                    old: c.old.clone(),
+                    new: c.new.clone(),
+                })
+                .collect(),
+            needs_restart: self.needs_restart.clone(),
+        }
     }
 }
 

@@ -561,7 +561,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         End::Failed { side, source } => {
             let reason = match side {
                 Side::Inbound => CloseReason::ClientReset,
-                Side::Outbound => CloseReason::UpstreamReset,
+                Side::Outbound => CloseReason::NextLegReset,
             };
             let e = match side {
                 Side::Inbound => ConnError::ClientIo {

@@ -92,12 +92,13 @@ fn run(
 }
 
 /// Connections each accept path of listener 0 took, from `/status`.
-fn accepted_per_path(status: &serde_json::Value) -> Vec<u64> {
-    status["listeners"][0]["accept_paths"]
-        .as_array()
+fn accepted_per_path(status: &splitway_api::Status) -> Vec<u64> {
+    status.listeners[0]
+        .accept_paths
+        .as_ref()
         .expect("accept_paths in /status")
         .iter()
-        .map(|p| p["accepted"].as_u64().expect("accepted count"))
+        .map(|p| p.accepted)
         .collect()
 }
 

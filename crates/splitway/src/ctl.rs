@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use serde::Deserialize;
 use serde_json::{Map, Value};
+use splitway_api as api;
 use splitway_control::client::{AdminClient, Answer, ClientError, DEFAULT_ADMIN_ADDR};
 
 mod paths;
@@ -248,7 +250,13 @@ fn execute(args: &CtlArgs) -> anyhow::Result<Outcome> {
         )
     })?;
     if matches!(args.command, CtlCommand::Routes) && answer.is_success() {
-        return Ok(paths::routes(&client, &document, args.json));
+        let status = read(&document).with_context(|| {
+            format!(
+                "the admin API at {} answered {path} with a document that is not a status",
+                client.addr()
+            )
+        })?;
+        return Ok(paths::routes(&client, &status, args.json));
     }
     let raw = if args.json {
         format!("{}\n", pretty(&document))
@@ -265,16 +273,39 @@ fn execute(args: &CtlArgs) -> anyhow::Result<Outcome> {
     if args.json {
         return Ok(Outcome::ok(raw));
     }
+    let typed = |what: &str| {
+        format!(
+            "the admin API at {} answered {path} with a document that is not {what}",
+            client.addr()
+        )
+    };
     Ok(Outcome::ok(match &args.command {
-        CtlCommand::Status => render_status(&document),
-        CtlCommand::Pools => render_pools(&document),
-        CtlCommand::Routes => render_routes(&document),
-        CtlCommand::Connections { .. } => render_connections(&document),
-        CtlCommand::Params => render_params(&document),
-        CtlCommand::Set { .. } => render_changes(&document),
-        CtlCommand::Reload => render_reload(&document),
-        CtlCommand::Drain | CtlCommand::Metrics => render_object(&document),
+        CtlCommand::Status => render_status(&read(&document).with_context(|| typed("a status"))?),
+        CtlCommand::Pools => render_pools(&read(&document).with_context(|| typed("a status"))?),
+        CtlCommand::Routes => render_routes(&read(&document).with_context(|| typed("a status"))?),
+        CtlCommand::Connections { .. } => {
+            render_connections(&read(&document).with_context(|| typed("a connection list"))?)
+        }
+        CtlCommand::Params => {
+            render_params(&read::<Vec<_>>(&document).with_context(|| typed("a parameter list"))?)
+        }
+        CtlCommand::Set { .. } => {
+            render_changes(&read(&document).with_context(|| typed("a list of changes"))?)
+        }
+        CtlCommand::Reload => {
+            render_reload(&read(&document).with_context(|| typed("a reload report"))?)
+        }
+        CtlCommand::Drain => {
+            render_drain(&read(&document).with_context(|| typed("a drain report"))?)
+        }
+        // Text, answered above; here only if a relay sent it as JSON.
+        CtlCommand::Metrics => String::from_utf8_lossy(&answer.body).into_owned(),
     }))
+}
+
+/// The typed form of an answer (`--json` prints the document as it came).
+fn read<T: serde::de::DeserializeOwned>(document: &Value) -> Result<T, serde_json::Error> {
+    T::deserialize(document)
 }
 
 fn pretty(value: &Value) -> String {
@@ -307,37 +338,39 @@ fn set_body(pairs: &[String]) -> Result<Value, String> {
 }
 
 /// What to print on stderr for an error answer: the message, then each
-/// listed error on its own line.
+/// listed error on its own line. An answer in no known shape still gets
+/// the status line.
 fn render_failure(answer: &Answer, document: &Value) -> String {
+    let body = api::ErrorBody::deserialize(document).ok();
     let mut out = String::new();
-    let message = document["error"].as_str().unwrap_or("request failed");
+    let message = body
+        .as_ref()
+        .map(|b| b.error.as_str())
+        .filter(|m| !m.is_empty())
+        .unwrap_or("request failed");
     let _ = writeln!(
         out,
         "splitway ctl: relay answered {}: {message}",
         answer.status
     );
-    for error in document["errors"].as_array().into_iter().flatten() {
-        match (error["param"].as_str(), error["message"].as_str()) {
-            (Some(param), Some(message)) => {
-                let _ = writeln!(out, "  {param}: {message}");
-            }
-            _ => {
-                let _ = writeln!(out, "  {}", text(error));
-            }
-        }
+    for error in body.iter().flat_map(|b| b.errors.iter().flatten()) {
+        let _ = writeln!(out, "  {error}");
     }
     out
 }
 
-/// A cell: strings bare, null as `-`, everything else as compact JSON.
-fn text(value: &Value) -> String {
-    match value {
-        Value::Null => "-".to_owned(),
-        Value::String(s) => s.clone(),
-        Value::Bool(true) => "on".to_owned(),
-        Value::Bool(false) => "off".to_owned(),
-        other => other.to_string(),
-    }
+/// A cell for an optional value: `-` when absent.
+fn cell(value: Option<impl std::fmt::Display>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
+}
+
+/// A fractional number as JSON writes it (`30.0`), as ctl always showed it.
+fn number(value: f64) -> String {
+    serde_json::to_string(&value).unwrap_or_else(|_| value.to_string())
 }
 
 /// Left-aligned columns separated by two spaces; numbers right-aligned.
@@ -401,57 +434,50 @@ fn uptime(seconds: f64) -> String {
     }
 }
 
-fn render_status(status: &Value) -> String {
+fn render_status(status: &api::Status) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "relay {}  (splitway {})  up {}",
-        text(&status["name"]),
-        text(&status["version"]),
-        status["uptime_seconds"]
-            .as_f64()
-            .map(uptime)
-            .unwrap_or_else(|| "-".to_owned()),
+        status.name,
+        status.version,
+        uptime(status.uptime_seconds),
     );
 
-    let features = &status["features"];
-    let turbo = match &features["turbo_start"] {
-        Value::Null => "off".to_owned(),
-        turbo => format!(
-            "initcwnd {} initrwnd {}",
-            text(&turbo["initcwnd"]),
-            text(&turbo["initrwnd"])
-        ),
+    let features = &status.features;
+    let turbo = match &features.turbo_start {
+        None => "off".to_owned(),
+        Some(turbo) => format!("initcwnd {} initrwnd {}", turbo.initcwnd, turbo.initrwnd),
     };
     let _ = writeln!(
         out,
         "features: data path {}, early SYN {}, pool {}, TFO {}, turbo-start {}",
-        text(&features["data_path"]),
-        text(&features["early_syn"]),
-        text(&features["pool"]),
-        text(&features["tfo"]),
+        features.data_path,
+        on_off(features.early_syn),
+        on_off(features.pool),
+        on_off(features.tfo),
         turbo,
     );
 
     // Effective states (older relays send none).
-    if let Value::Object(accel) = &status["accel"] {
+    if !status.accel.is_empty() {
         let _ = writeln!(out, "accelerations (state, as requested: why):");
-        let width = accel.keys().map(String::len).max().unwrap_or(0);
-        for (name, a) in accel {
+        let width = status.accel.keys().map(String::len).max().unwrap_or(0);
+        for (name, a) in &status.accel {
             let _ = writeln!(
                 out,
                 "  {name:<width$}  {:<11}  {:<4}  {}",
-                text(&a["state"]),
-                text(&a["requested"]),
-                text(&a["reason"]),
+                a.state, a.requested, a.reason,
             );
         }
     }
     // BPF congestion controls this relay process registered (or shares).
-    let ccs: Vec<String> = array(&status["congestion_controls"])
+    let ccs: Vec<String> = status
+        .congestion_controls
+        .iter()
         .map(|c| {
-            let mut s = format!("{} (held by {}", text(&c["name"]), text(&c["held_by"]));
-            if c["available"] == Value::Bool(false) {
+            let mut s = format!("{} (held by {}", c.name, c.held_by);
+            if !c.available {
                 s.push_str(", NOT registered now");
             }
             s.push(')');
@@ -468,84 +494,95 @@ fn render_status(status: &Value) -> String {
         }
     );
 
-    let active = &status["connections_active"];
-    let modes = ["tproxy", "socks5", "http_connect", "peer"];
-    let total: i64 = modes.iter().filter_map(|m| active[*m].as_i64()).sum();
-    let by_mode: Vec<String> = modes
-        .iter()
-        .map(|m| format!("{m} {}", text(&active[*m])))
-        .collect();
+    let active = &status.connections_active;
+    let modes = [
+        ("tproxy", active.tproxy),
+        ("socks5", active.socks5),
+        ("http_connect", active.http_connect),
+        ("peer", active.peer),
+    ];
+    let total: i64 = modes.iter().map(|(_, n)| n).sum();
+    let by_mode: Vec<String> = modes.iter().map(|(m, n)| format!("{m} {n}")).collect();
     let _ = writeln!(out, "active connections: {total} ({})", by_mode.join(", "));
 
-    if let Value::Object(early) = &status["early_syn"]
-        && early.get("detector").and_then(Value::as_str) == Some("dead")
-    {
-        let _ = writeln!(out, "early SYN: detector dead, legs start at accept");
-    } else if let Value::Object(early) = &status["early_syn"] {
-        let _ = writeln!(
-            out,
-            "early SYN: {} pending of {} budget; started {}, hits {}, misses {}, duplicates {}, over budget {}, expired {}",
-            text(&early["pending"]),
-            text(&early["budget"]),
-            text(&early["started"]),
-            text(&early["hits"]),
-            text(&early["misses"]),
-            text(&early["duplicates"]),
-            text(&early["over_budget"]),
-            text(&early["expired"]),
-        );
+    match &status.early_syn {
+        Some(api::EarlySyn::Dead(_)) => {
+            let _ = writeln!(out, "early SYN: detector dead, legs start at accept");
+        }
+        Some(api::EarlySyn::Running(early)) => {
+            let _ = writeln!(
+                out,
+                "early SYN: {} pending of {} budget; started {}, hits {}, misses {}, duplicates {}, over budget {}, expired {}",
+                early.pending,
+                early.budget,
+                early.started,
+                early.hits,
+                early.misses,
+                early.duplicates,
+                early.over_budget,
+                early.expired,
+            );
+        }
+        None => {}
     }
 
     out.push_str("\nlisteners:\n");
-    let listeners: Vec<Vec<String>> = array(&status["listeners"])
+    let listeners: Vec<Vec<String>> = status
+        .listeners
+        .iter()
         .map(|l| {
-            let intercept = match &l["intercept"] {
-                Value::Null => "-".to_owned(),
-                i => format!("{} ports {}", list(&i["interfaces"]), list(&i["ports"])),
+            let intercept = match &l.intercept {
+                None => "-".to_owned(),
+                Some(i) => format!("{} ports {}", list(&i.interfaces), list(&i.ports)),
             };
-            vec![text(&l["mode"]), text(&l["addr"]), intercept]
+            vec![l.mode.clone(), l.addr.clone(), intercept]
         })
         .collect();
     out.push_str(&indent(&table(&["MODE", "ADDR", "INTERCEPT"], &listeners)));
 
-    let peers = array(&status["peers"]).count();
-    let routes = array(&status["routes"]).count();
     let _ = writeln!(
         out,
-        "\n{peers} peer(s), {routes} route(s): `splitway ctl pools`, `splitway ctl routes`"
+        "\n{} peer(s), {} route(s): `splitway ctl pools`, `splitway ctl routes`",
+        status.peers.len(),
+        status.routes.len()
     );
     out
 }
 
-fn render_pools(status: &Value) -> String {
-    let rows: Vec<Vec<String>> = array(&status["peers"])
+fn render_pools(status: &api::Status) -> String {
+    let rows: Vec<Vec<String>> = status
+        .peers
+        .iter()
         .map(|peer| {
-            let pool = &peer["pool"];
             let mut row = vec![
-                text(&peer["name"]),
-                text(&peer["addr"]),
-                text(&peer["congestion"]),
+                peer.name.clone(),
+                peer.addr.clone(),
+                cell(peer.congestion.as_ref()),
             ];
-            if pool.is_null() {
-                row.extend(std::iter::repeat_n("-".to_owned(), 11));
-                row.push("pooling off".to_owned());
-            } else {
-                for key in [
-                    "level",
-                    "in_flight",
-                    "low",
-                    "high",
-                    "taken",
-                    "refilled",
-                    "misses",
-                    "dead",
-                    "expired",
-                    "dial_failures",
-                    "idle_seconds",
-                ] {
-                    row.push(text(&pool[key]));
+            match &peer.pool {
+                None => {
+                    row.extend(std::iter::repeat_n("-".to_owned(), 11));
+                    row.push("pooling off".to_owned());
                 }
-                row.push(text(&pool["last_error"]));
+                Some(pool) => {
+                    row.extend(
+                        [
+                            pool.level,
+                            pool.in_flight,
+                            pool.low,
+                            pool.high,
+                            pool.taken,
+                            pool.refilled,
+                            pool.misses,
+                            pool.dead,
+                            pool.expired,
+                            pool.dial_failures,
+                        ]
+                        .map(|n| n.to_string()),
+                    );
+                    row.push(number(pool.idle_seconds));
+                    row.push(cell(pool.last_error.as_ref()));
+                }
             }
             row
         })
@@ -575,21 +612,24 @@ fn render_pools(status: &Value) -> String {
     )
 }
 
-fn render_routes(status: &Value) -> String {
+fn render_routes(status: &api::Status) -> String {
     let peer_addr = |name: &str| {
-        array(&status["peers"])
-            .find(|peer| peer["name"] == name)
-            .map(|peer| text(&peer["addr"]))
+        status
+            .peers
+            .iter()
+            .find(|peer| peer.name == name)
+            .map(|peer| peer.addr.clone())
     };
-    let rows: Vec<Vec<String>> = array(&status["routes"])
+    let rows: Vec<Vec<String>> = status
+        .routes
+        .iter()
         .map(|route| {
-            let via = text(&route["via"]);
-            let next_hop = if via == "direct" {
+            let next_hop = if route.via == "direct" {
                 "the destination itself".to_owned()
             } else {
-                peer_addr(&via).unwrap_or_else(|| "-".to_owned())
+                peer_addr(&route.via).unwrap_or_else(|| "-".to_owned())
             };
-            vec![text(&route["dst"]), via, next_hop]
+            vec![route.dst.clone(), route.via.clone(), next_hop]
         })
         .collect();
     if rows.is_empty() {
@@ -598,33 +638,36 @@ fn render_routes(status: &Value) -> String {
     table(&["DESTINATION", "VIA", "NEXT HOP"], &rows)
 }
 
-fn render_connections(document: &Value) -> String {
+fn render_connections(document: &api::Connections) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "total: {}", text(&document["total"]));
-    for (title, key) in [("by state", "by_state"), ("by mode", "by_mode")] {
-        if let Value::Object(counts) = &document[key] {
+    let _ = writeln!(out, "total: {}", document.total);
+    for (title, counts) in [
+        ("by state", &document.by_state),
+        ("by mode", &document.by_mode),
+    ] {
+        // Older relays send no `by_mode`.
+        if !counts.is_empty() {
             let parts: Vec<String> = counts
                 .iter()
-                .map(|(name, count)| format!("{name} {}", text(count)))
+                .map(|(name, count)| format!("{name} {count}"))
                 .collect();
             let _ = writeln!(out, "{title}: {}", parts.join(", "));
         }
     }
-    let rows: Vec<Vec<String>> = array(&document["sample"])
+    let rows: Vec<Vec<String>> = document
+        .sample
+        .iter()
         .map(|c| {
             vec![
-                text(&c["id"]),
-                text(&c["mode"]),
-                text(&c["state"]),
-                text(&c["client"]),
-                text(&c["dst"]),
-                text(&c["via"]),
-                c["age_seconds"]
-                    .as_f64()
-                    .map(uptime)
-                    .unwrap_or_else(|| "-".to_owned()),
-                text(&c["bytes_to_server"]),
-                text(&c["bytes_to_client"]),
+                c.id.clone(),
+                c.mode.clone(),
+                c.state.clone(),
+                c.client.clone(),
+                c.dst.clone(),
+                cell(c.via.as_ref()),
+                uptime(c.age_seconds),
+                cell(c.bytes_to_server),
+                cell(c.bytes_to_client),
             ]
         })
         .collect();
@@ -648,25 +691,23 @@ fn render_connections(document: &Value) -> String {
     out
 }
 
-fn render_params(params: &Value) -> String {
-    let rows: Vec<Vec<String>> = array(params)
+fn render_params(params: &[api::Param]) -> String {
+    let rows: Vec<Vec<String>> = params
+        .iter()
         .map(|p| {
-            let kind = &p["kind"];
-            let range = match kind["type"].as_str() {
-                Some("int" | "duration") => format!(
-                    "{} {}..={}",
-                    text(&kind["type"]),
-                    text(&kind["min"]),
-                    text(&kind["max"])
-                ),
-                Some("choice") => list(&kind["choices"]),
-                _ => text(&kind["type"]),
+            let range = match &p.kind {
+                api::ParamKind::Int { min, max } => format!("int {min}..={max}"),
+                api::ParamKind::Duration { min, max } => format!("duration {min}..={max}"),
+                api::ParamKind::Choice { choices } => list(choices),
+                api::ParamKind::Bool => "bool".to_owned(),
+                api::ParamKind::Text { .. } => "text".to_owned(),
+                api::ParamKind::Unknown => "-".to_owned(),
             };
             vec![
-                text(&p["name"]),
-                text(&p["value"]),
+                p.name.clone(),
+                p.value.to_string(),
                 range,
-                text(&p["description"]),
+                p.description.clone(),
             ]
         })
         .collect();
@@ -676,75 +717,56 @@ fn render_params(params: &Value) -> String {
     table(&["NAME", "VALUE", "TYPE", "DESCRIPTION"], &rows)
 }
 
-fn render_changes(document: &Value) -> String {
-    let changes: Vec<&Value> = array(&document["changed"]).collect();
-    if changes.is_empty() {
+fn render_changes(document: &api::ParamsChanged) -> String {
+    if document.changed.is_empty() {
         return "nothing changed: every parameter already had its value\n".to_owned();
     }
-    changes
+    document
+        .changed
         .iter()
-        .map(|c| {
-            format!(
-                "{}: {} -> {}\n",
-                text(&c["name"]),
-                text(&c["old"]),
-                text(&c["new"])
-            )
-        })
+        .map(|c| format!("{}: {} -> {}\n", c.name, c.old, c.new))
         .collect()
 }
 
 /// What a reload changed, one `KEY: OLD -> NEW` line each, then what only a
 /// restart applies.
-fn render_reload(document: &Value) -> String {
+fn render_reload(document: &api::Reload) -> String {
     let mut out = String::new();
-    let changes: Vec<&Value> = array(&document["changed"]).collect();
-    if changes.is_empty() {
+    if document.changed.is_empty() {
         out.push_str("reloaded: nothing changed\n");
     } else {
-        let _ = writeln!(out, "reloaded: {} change(s)", changes.len());
-        for c in changes {
-            let _ = writeln!(
-                out,
-                "  {}: {} -> {}",
-                text(&c["key"]),
-                text(&c["old"]),
-                text(&c["new"])
-            );
+        let _ = writeln!(out, "reloaded: {} change(s)", document.changed.len());
+        for c in &document.changed {
+            let _ = writeln!(out, "  {}: {} -> {}", c.key, c.old, c.new);
         }
     }
-    let restart: Vec<String> = array(&document["needs_restart"]).map(text).collect();
-    if !restart.is_empty() {
+    if !document.needs_restart.is_empty() {
         let _ = writeln!(
             out,
             "not applied, need a restart: {} (the old values stay in effect)",
-            restart.join(", ")
+            document.needs_restart.join(", ")
         );
     }
     out
 }
 
-/// `key: value` lines for a flat answer (drain).
-fn render_object(document: &Value) -> String {
-    match document {
-        Value::Object(fields) => fields
-            .iter()
-            .map(|(key, value)| format!("{key}: {}\n", text(value)))
-            .collect(),
-        other => format!("{}\n", text(other)),
-    }
+fn render_drain(document: &api::Drain) -> String {
+    format!(
+        "draining: {}\nopen_connections: {}\n",
+        on_off(document.draining),
+        document.open_connections
+    )
 }
 
-fn array(value: &Value) -> impl Iterator<Item = &Value> {
-    value.as_array().into_iter().flatten()
-}
-
-fn list(value: &Value) -> String {
-    let items: Vec<String> = array(value).map(text).collect();
+fn list(items: &[impl std::fmt::Display]) -> String {
     if items.is_empty() {
         "-".to_owned()
     } else {
-        items.join(",")
+        items
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -766,6 +788,10 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         ctl: CtlArgs,
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(document: Value) -> T {
+        serde_json::from_value(document).expect("fixture in the API's shape")
     }
 
     /// The shape `GET /status` has today (relay.rs).
@@ -804,7 +830,7 @@ mod tests {
 
     #[test]
     fn pools_table_has_one_aligned_row_per_peer() {
-        let rendered = render_pools(&sample_status());
+        let rendered = render_pools(&parse(sample_status()));
         let lines: Vec<&str> = rendered.lines().collect();
         assert_eq!(lines.len(), 3, "{rendered}");
         assert!(lines[0].starts_with("PEER  ADDR            CC   LEVEL  IN-FLIGHT  LOW  HIGH"));
@@ -826,20 +852,20 @@ mod tests {
     #[test]
     fn routes_table_names_the_next_hop() {
         assert_eq!(
-            render_routes(&sample_status()),
+            render_routes(&parse(sample_status())),
             "DESTINATION  VIA     NEXT HOP\n\
              10.0.3.0/24  rs      10.0.12.2:7100\n\
              0.0.0.0/0    direct  the destination itself\n"
         );
         assert_eq!(
-            render_routes(&json!({"routes": []})),
+            render_routes(&parse(json!({"routes": []}))),
             "no routes: every connection is refused\n"
         );
     }
 
     #[test]
     fn status_summarises_features_connections_and_listeners() {
-        let rendered = render_status(&sample_status());
+        let rendered = render_status(&parse(sample_status()));
         for expected in [
             "relay rc  (splitway 0.1.0)  up 2h 03m 10s",
             "features: data path auto, early SYN on, pool on, TFO off, turbo-start initcwnd 64 initrwnd 64",
@@ -860,24 +886,24 @@ mod tests {
 
     #[test]
     fn connections_params_and_changes_render() {
-        let connections = render_connections(&json!({
+        let connections = render_connections(&parse(json!({
             "total": 2,
             "by_state": {"connecting": 1, "forwarding": 1},
-            "sample": [{"id": 7, "mode": "tproxy", "state": "forwarding", "client": "10.0.1.1:5000",
+            "sample": [{"id": "7", "mode": "tproxy", "state": "forwarding", "client": "10.0.1.1:5000",
                         "dst": "10.0.3.2:80", "via": "rs", "age_seconds": 65.0,
                         "bytes_to_server": 120, "bytes_to_client": 1048576}],
-        }));
+        })));
         assert!(connections.contains("by state: connecting 1, forwarding 1"));
         assert!(
             connections.contains("7  tproxy  forwarding  10.0.1.1:5000  10.0.3.2:80  rs   1m 05s")
         );
 
-        let params = render_params(&json!([
+        let params = render_params(&parse::<Vec<_>>(json!([
             {"name": "pool.rs.low", "value": 4, "kind": {"type": "int", "min": 0, "max": 4096},
              "description": "refill below this"},
             {"name": "log.level", "value": "info",
              "kind": {"type": "choice", "choices": ["error", "info"]}, "description": "verbosity"},
-        ]));
+        ])));
         assert!(
             params.contains("pool.rs.low  4      int 0..=4096  refill below this"),
             "{params}"
@@ -888,14 +914,16 @@ mod tests {
         );
 
         assert_eq!(
-            render_changes(&json!({"changed": [{"name": "early_syn", "old": false, "new": true}]})),
+            render_changes(&parse(
+                json!({"changed": [{"name": "early_syn", "old": false, "new": true}]})
+            )),
             "early_syn: off -> on\n"
         );
     }
 
     #[test]
     fn reload_lists_changes_and_what_needs_a_restart() {
-        let rendered = render_reload(&json!({
+        let rendered = render_reload(&parse(json!({
             "reloaded": true,
             "generation": 3,
             "changed": [
@@ -903,7 +931,7 @@ mod tests {
                 {"key": "limits.per_client", "old": "0", "new": "8"},
             ],
             "needs_restart": ["listen.0.0.0.0:7000", "name"],
-        }));
+        })));
         assert_eq!(
             rendered,
             "reloaded: 2 change(s)\n\
@@ -912,7 +940,7 @@ mod tests {
              not applied, need a restart: listen.0.0.0.0:7000, name (the old values stay in effect)\n"
         );
         assert_eq!(
-            render_reload(&json!({"changed": [], "needs_restart": []})),
+            render_reload(&parse(json!({"changed": [], "needs_restart": []}))),
             "reloaded: nothing changed\n"
         );
     }

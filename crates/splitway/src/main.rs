@@ -58,7 +58,7 @@ used for the [[listen]] entries with their addresses. Log verbosity follows RUST
         #[arg(long)]
         check: bool,
         /// How long open connections may finish after a shutdown signal.
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        #[arg(long, default_value = "30s", value_parser = splitway_control::params::duration_arg)]
         drain_timeout: Duration,
     },
     /// Print a new random pre-shared key (hex) for relay-to-relay authentication.
@@ -70,10 +70,6 @@ used for the [[listen]] entries with their addresses. Log verbosity follows RUST
     Bypass(bypass::BypassArgs),
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    splitway_relay::config::parse_duration(s).ok_or_else(|| format!("`{s}` is not a duration"))
-}
-
 /// The log filter, changeable while the relay runs (`log.level`).
 struct LogFilter {
     handle: tracing_subscriber::reload::Handle<
@@ -83,7 +79,7 @@ struct LogFilter {
     current: std::sync::Mutex<String>,
 }
 
-impl splitway_relay::control::LogControl for LogFilter {
+impl splitway_relay::admin::LogControl for LogFilter {
     fn current(&self) -> String {
         self.current
             .lock()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use splitway_relay::control::LogControl;
+use splitway_relay::admin::LogControl;
 use splitway_relay::relay::RelayOptions;
 use splitway_relay::{Config, Relay};
 use tokio::signal::unix::{SignalKind, signal};

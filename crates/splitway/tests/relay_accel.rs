@@ -17,10 +17,8 @@ fn server_v4() -> SocketAddr {
     sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
 }
 
-fn status(lab: &Lab, relay: &str) -> serde_json::Value {
-    let text = curl_admin(lab.relay_ns(relay), "/status")
-        .unwrap_or_else(|e| panic!("GET /status from {relay}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{relay} /status: {e}: {text}"))
+fn status(lab: &Lab, relay: &str) -> splitway_api::Status {
+    admin_status(lab.relay_ns(relay)).unwrap_or_else(|e| panic!("GET /status from {relay}: {e}"))
 }
 
 fn nft(ns: &Netns, script: &str) {
@@ -94,8 +92,8 @@ fn lab_with(extra_rc: &str, extra_rs: &str) -> Lab {
 fn assert_early_syn_up(lab: &Lab) {
     let st = status(lab, "rc");
     assert!(
-        st["early_syn"].is_object(),
-        "early SYN did not come up (BPF SYN detector failed to attach): {st}"
+        st.early_syn.is_some(),
+        "early SYN did not come up (BPF SYN detector failed to attach): {st:?}"
     );
 }
 
@@ -187,8 +185,8 @@ fn syn_flood_is_bounded_by_the_budget() {
     assert_early_syn_up(&lab);
     let pool_full = || {
         let st = status(&lab, "rc");
-        let pool = &st["peers"][0]["pool"];
-        (pool["level"].as_u64()? >= pool["high"].as_u64()?).then_some(())
+        let pool = st.peers[0].pool.as_ref()?;
+        (pool.level >= pool.high).then_some(())
     };
     wait_until(deadline, "pool filled before the flood", pool_full);
 
@@ -216,9 +214,10 @@ fn syn_flood_is_bounded_by_the_budget() {
     );
     let mut max_pending = 0;
     for _ in 0..20 {
-        let p = status(&lab, "rc")["early_syn"]["pending"]
-            .as_u64()
-            .expect("pending");
+        let p = match status(&lab, "rc").early_syn {
+            Some(splitway_api::EarlySyn::Running(early)) => early.pending,
+            other => panic!("no early-SYN counters: {other:?}"),
+        };
         max_pending = max_pending.max(p);
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -268,7 +267,7 @@ fn pool_skips_dead_connections_and_refills_after_peer_restart() {
     let pool_at = |level: u64| {
         move |lab: &Lab| {
             let st = status(lab, "rc");
-            (st["peers"][0]["pool"]["level"].as_u64()? >= level).then_some(())
+            (st.peers[0].pool.as_ref()?.level >= level).then_some(())
         }
     };
     wait_until(deadline, "pool filled", || pool_at(4)(&lab));
@@ -313,7 +312,7 @@ fn turbo_start_on_relay_legs_only() {
     lab.start_relays(&configs);
     wait_until(deadline, "pool filled", || {
         let st = status(&lab, "rc");
-        (st["peers"][0]["pool"]["level"].as_u64()? >= 4).then_some(())
+        (st.peers[0].pool.as_ref()?.level >= 4).then_some(())
     });
     // Established relay legs (no data yet) show their initial cwnd.
     let ss = |ns: &Netns, filter: &str| -> String {
@@ -413,10 +412,10 @@ fn tfo_carries_the_request_in_the_syn_on_client_and_server_legs() {
     configs[1].extra("[accel]\ntfo = true");
     lab.start_relays(&configs);
     let st = status(&lab, "rc");
-    assert_eq!(st["accel"]["tfo_client"]["state"], "active", "{st}");
-    assert_eq!(st["accel"]["tfo_server"]["state"], "off", "{st}");
+    assert_eq!(st.accel["tfo_client"].state, "active", "{st:?}");
+    assert_eq!(st.accel["tfo_server"].state, "off", "{st:?}");
     let st = status(&lab, "rs");
-    assert_eq!(st["accel"]["tfo_server"]["state"], "active", "{st}");
+    assert_eq!(st.accel["tfo_server"].state, "active", "{st:?}");
 
     let listener = tfo_reverse_server(&lab.server, server_v4());
     const REQUESTS: u64 = 4;
@@ -512,7 +511,7 @@ fn early_syn_that_cannot_attach_is_reported_unavailable_with_the_reason() {
     let mut lab = Lab::two_relays();
     let configs = lab.default_configs(&[SERVER_PORT], false);
     lab.start_relays(&configs);
-    assert_eq!(status(&lab, "rc")["accel"]["early_syn"]["state"], "active");
+    assert_eq!(status(&lab, "rc").accel["early_syn"].state, "active");
     // rc again, same config, without the capabilities BPF needs.
     lab.stop_relay("rc");
     let log = std::fs::File::create(lab.dir.join("rc-without-cap-bpf.log")).expect("log file");
@@ -534,20 +533,17 @@ fn early_syn_that_cannot_attach_is_reported_unavailable_with_the_reason() {
         .expect("spawn rc without CAP_BPF");
     lab.adopt(child);
     let st = wait_until(deadline, "rc without CAP_BPF answering", || {
-        let text = curl_admin(lab.rc(), "/status").ok()?;
-        serde_json::from_str::<serde_json::Value>(&text).ok()
+        admin_status(lab.rc()).ok()
     });
-    let state = &st["accel"]["early_syn"];
-    assert_eq!(state["state"], "unavailable", "{st}");
-    assert_eq!(state["requested"], "auto", "{st}");
+    let state = &st.accel["early_syn"];
+    assert_eq!(state.state, "unavailable", "{st:?}");
+    assert_eq!(state.requested, "auto", "{st:?}");
     assert!(
-        state["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("CAP_BPF")),
-        "the reason names the capability: {st}"
+        state.reason.contains("CAP_BPF"),
+        "the reason names the capability: {st:?}"
     );
-    assert_eq!(st["features"]["early_syn"], false, "{st}");
-    assert!(st["early_syn"].is_null(), "no early-SYN statistics: {st}");
+    assert!(!st.features.early_syn, "{st:?}");
+    assert!(st.early_syn.is_none(), "no early-SYN statistics: {st:?}");
     let out = lab.ctl("rc", &["status"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

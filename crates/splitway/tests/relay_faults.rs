@@ -251,15 +251,15 @@ fn next_relay_killed_mid_upload() {
 // (b) a peer unreachable, then back
 // ---------------------------------------------------------------------------
 
-fn status(lab: &Lab, relay: &str) -> serde_json::Value {
-    let text = curl_admin(lab.relay_ns(relay), "/status").expect("GET /status");
-    serde_json::from_str(&text).expect("/status is JSON")
+fn status(lab: &Lab, relay: &str) -> splitway_api::Status {
+    admin_status(lab.relay_ns(relay)).expect("GET /status")
 }
 
-fn pool_field(lab: &Lab, field: &str) -> u64 {
-    status(lab, "rc")["peers"][0]["pool"][field]
-        .as_u64()
-        .unwrap_or_else(|| panic!("rc /status has no pool {field}"))
+fn rc_pool(lab: &Lab) -> splitway_api::Pool {
+    status(lab, "rc").peers[0]
+        .pool
+        .clone()
+        .expect("rc /status has a pool")
 }
 
 /// rs crashes: every new connection fails in its own protocol (SOCKS5 host
@@ -276,7 +276,7 @@ fn peer_unreachable_then_back() {
     configs[0].peers[0].2 = "pool = { low = 2, high = 4 }".into();
     lab.start_relays(&configs);
     wait_until(deadline, "pool filled", || {
-        (pool_field(&lab, "level") >= 4).then_some(())
+        (rc_pool(&lab).level >= 4).then_some(())
     });
     let server = TestServer::bind(&lab.server, server_v4());
     let mut checked = transfers_both_ways(&lab, &server, size(MIB, 512 * MIB));
@@ -308,15 +308,15 @@ fn peer_unreachable_then_back() {
         deadline,
     );
     wait_until(deadline, "rc's pool noticing rs is gone", || {
-        (pool_field(&lab, "dial_failures") >= 1).then_some(())
+        (rc_pool(&lab).dial_failures >= 1).then_some(())
     });
     server.assert_no_pending_connection();
 
     lab.restart_relay("rs", &configs[1]);
     wait_until(deadline, "pool refilled after rs came back", || {
         let st = status(&lab, "rc");
-        let pool = &st["peers"][0]["pool"];
-        (pool["level"].as_u64()? >= pool["high"].as_u64()?).then_some(())
+        let pool = st.peers[0].pool.as_ref()?;
+        (pool.level >= pool.high).then_some(())
     });
     checked += transfers_both_ways(&lab, &server, size(MIB, 512 * MIB));
     // And through SOCKS5.
@@ -357,8 +357,8 @@ fn refusals_through_three_relays_and_pooled_legs() {
     }
     lab.start_relays(&configs);
     wait_until(deadline, "pools filled", || {
-        let rc = status(&lab, "rc")["peers"][0]["pool"]["level"].as_u64()?;
-        let rm = status(&lab, "rm")["peers"][0]["pool"]["level"].as_u64()?;
+        let rc = status(&lab, "rc").peers[0].pool.as_ref()?.level;
+        let rm = status(&lab, "rm").peers[0].pool.as_ref()?.level;
         (rc >= 4 && rm >= 4).then_some(())
     });
     let refused = sock(&format!("{SERVER_V4}:{REFUSED_PORT}"));

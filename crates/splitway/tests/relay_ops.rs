@@ -29,10 +29,8 @@ fn socks_addr() -> SocketAddr {
     sock(&format!("{ENTRY_V4}:{SOCKS_PORT}"))
 }
 
-fn status(lab: &Lab, relay: &str) -> serde_json::Value {
-    let text = curl_admin(lab.relay_ns(relay), "/status")
-        .unwrap_or_else(|e| panic!("GET /status from {relay}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{relay} /status: {e}: {text}"))
+fn status(lab: &Lab, relay: &str) -> splitway_api::Status {
+    admin_status(lab.relay_ns(relay)).unwrap_or_else(|e| panic!("GET /status from {relay}: {e}"))
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -63,7 +61,7 @@ fn wait_generation(lab: &Lab, relay: &str, generation: u64, deadline: Deadline) 
     wait_until(
         deadline,
         &format!("waiting for {relay} to run config generation {generation}"),
-        || (status(lab, relay)["config_generation"].as_u64() == Some(generation)).then_some(()),
+        || (status(lab, relay).config_generation == generation).then_some(()),
     );
 }
 
@@ -209,13 +207,11 @@ fn pool_watermarks_follow_ctl_set_while_a_transfer_runs() {
     lab.start_relays(&configs);
     let level = |lab: &Lab| -> (u64, u64, u64) {
         let st = status(lab, "rc");
-        let pool = &st["peers"][0]["pool"];
-        let get = |k: &str| {
-            pool[k]
-                .as_u64()
-                .unwrap_or_else(|| panic!("pool.{k} in {st}"))
-        };
-        (get("level"), get("low"), get("high"))
+        let pool = st.peers[0]
+            .pool
+            .as_ref()
+            .unwrap_or_else(|| panic!("no pool in {st:?}"));
+        (pool.level, pool.low, pool.high)
     };
     wait_until(deadline, "waiting for rc's pool to fill to 2", || {
         (level(&lab) == (2, 2, 2)).then_some(())
@@ -332,7 +328,7 @@ fn reload_applies_routes_to_new_connections_and_refuses_a_bad_file() {
         stderr.contains("max_conections"),
         "the unknown key is named:\n{stderr}"
     );
-    assert_eq!(status(&lab, "rc")["config_generation"], 2);
+    assert_eq!(status(&lab, "rc").config_generation, 2);
     transfer_client_to_server(&lab.client, &server4, server_v4(), MIB, LAST_RELAY_V4);
 
     old.finish("connection opened before the reloads");
@@ -371,7 +367,7 @@ fn psk_rotation_by_reload_keeps_connections_working() {
     wait_generation(&lab, "rc", 1, deadline);
     // Its pool was replaced: wait for connections authenticated anew.
     wait_until(deadline, "waiting for rc's new pool", || {
-        (status(&lab, "rc")["peers"][0]["pool"]["level"].as_u64() == Some(2)).then_some(())
+        (status(&lab, "rc").peers[0].pool.as_ref()?.level == 2).then_some(())
     });
 
     // rs drops the old key: only the new one works from now on.
@@ -420,6 +416,65 @@ fn drain_finishes_an_inflight_transfer_refuses_new_ones_and_exits_0() {
     let sent = transfer.finish("transfer in flight during the drain");
     assert_eq!(sent, 100 * MIB);
     transparent.finish("transparent connection in flight during the drain");
+    let exit = lab.wait_relay_exit("rc", deadline);
+    assert!(exit.success(), "rc exited with {exit} after the drain");
+}
+
+/// Every admin answer of a real relay reads into splitway-api's types,
+/// which refuse unknown fields in tests, and gives back the same JSON: a
+/// field added to the relay without the types fails here.
+#[test]
+fn admin_answers_round_trip_through_the_api_types() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let deadline = Deadline::after(Duration::from_secs(120));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].2 = "pool = { low = 2, high = 2 }".into();
+    configs[0].extra("[accel]\npool = true");
+    lab.start_relays(&configs);
+    let status = wait_until(deadline, "waiting for rc's pool to fill", || {
+        let st = admin_status(lab.rc()).expect("typed /status");
+        (st.peers[0].pool.as_ref()?.level == 2).then_some(st)
+    });
+    assert_eq!(status.name, "rc");
+    assert!(!status.routes.is_empty() && !status.listeners.is_empty());
+    assert!(status.accel.contains_key("pool"), "{status:?}");
+
+    let server = TestServer::bind(&lab.server, server_v4());
+    let transfer = paused_tproxy(&lab, &server, 4 * MIB);
+    let connections: splitway_api::Connections =
+        typed_answer(&curl_admin(lab.rc(), "/connections?sample=5").expect("GET /connections"))
+            .expect("typed /connections");
+    assert_eq!(connections.total, 1, "{connections:?}");
+    assert_eq!(connections.sample[0].dst, server_v4().to_string());
+
+    let params: Vec<splitway_api::Param> =
+        typed_answer(&curl_admin(lab.rc(), "/params").expect("GET /params"))
+            .expect("typed /params");
+    let low = params
+        .iter()
+        .find(|p| p.name == "pool.rs.low")
+        .expect("pool.rs.low listed");
+    assert_eq!(low.value, splitway_api::ParamValue::Int(2));
+
+    let changed: splitway_api::ParamsChanged =
+        typed_answer(&ctl_ok(&lab, "rc", &["--json", "set", "pool.rs.high", "3"]))
+            .expect("typed PUT /params");
+    assert_eq!(changed.changed[0].name, "pool.rs.high", "{changed:?}");
+    let reload: splitway_api::Reload =
+        typed_answer(&ctl_ok(&lab, "rc", &["--json", "reload"])).expect("typed /reload");
+    assert!(reload.reloaded && reload.generation == 1, "{reload:?}");
+    let refused = lab.ctl("rc", &["--json", "set", "pool.rs.high", "5000"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let error: splitway_api::ErrorBody =
+        typed_answer(&text(&refused.stdout)).expect("typed error answer");
+    assert_eq!(error.status, 400, "{error:?}");
+
+    transfer.finish("transfer during the admin requests");
+    let drain: splitway_api::Drain =
+        typed_answer(&ctl_ok(&lab, "rc", &["--json", "drain"])).expect("typed /drain");
+    assert!(drain.draining, "{drain:?}");
     let exit = lab.wait_relay_exit("rc", deadline);
     assert!(exit.success(), "rc exited with {exit} after the drain");
 }

@@ -191,15 +191,13 @@ fn nginx_through_chain(rc_accel: &str, rs_accel: &str, ipv6: bool) {
         configs[0].extra(&format!("[accel]\n{rc_accel}"));
     }
     lab.start_relays(&configs);
-    let status: serde_json::Value =
-        serde_json::from_str(&curl_admin(lab.rs(), "/status").expect("rs /status")).expect("JSON");
-    let versions: Vec<_> = status["routes"]
-        .as_array()
-        .expect("routes")
+    let status = admin_status(lab.rs()).expect("rs /status");
+    let versions: Vec<_> = status
+        .routes
         .iter()
-        .map(|r| r["proxy_protocol"].as_str().unwrap_or("none"))
+        .map(|r| r.proxy_protocol.as_deref().unwrap_or("none"))
         .collect();
-    assert_eq!(versions, ["v1", "v2", "v2"], "rs /status: {status}");
+    assert_eq!(versions, ["v1", "v2", "v2"], "rs /status: {status:?}");
     let server_v6 = format!("[{SERVER_V6}]");
     let mut listen = vec![SERVER_V4, SERVER2_V4];
     if ipv6 {

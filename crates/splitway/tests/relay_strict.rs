@@ -399,8 +399,8 @@ fn measure_ttfb(topo: &splitway_lab::topology::Topology, links: &str, modes: &[M
                     )
                 });
                 if name.contains("early_syn") && i == 0 {
-                    let v: serde_json::Value = serde_json::from_str(&status).expect("json");
-                    if v["early_syn"].is_null() {
+                    let v = typed_status(&status).expect("typed /status");
+                    if v.early_syn.is_none() {
                         eprintln!("note: early SYN did not attach in this run");
                     }
                 }

@@ -92,7 +92,7 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 10_000)]
     pub connections: usize,
     /// How long the connections keep exchanging data (e.g. 120s, 10m).
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = splitway_control::params::duration_arg)]
     pub duration: Duration,
     /// Rounds: each opens every connection, exchanges for duration/rounds,
     /// closes them all; relay memory after each round shows a leak (growth)
@@ -122,22 +122,6 @@ pub struct SoakArgs {
     /// in its own process so that each side has its own descriptor limit).
     #[arg(long, hide = true)]
     pub serve: bool,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{text:?}: expected a number with s, m or h"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (s, m, h)")),
-    };
-    Ok(Duration::from_secs(secs))
 }
 
 /// Descriptors and memory of one relay at one moment.

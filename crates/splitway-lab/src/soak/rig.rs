@@ -248,7 +248,7 @@ impl Rig {
         self.relay(relay).child.id()
     }
 
-    pub(super) fn status(&self, relay: &str) -> Option<serde_json::Value> {
+    pub(super) fn status(&self, relay: &str) -> Option<splitway_api::Status> {
         let relay = self.relay(relay);
         let ns = if relay.host == "rc" {
             &self.rc
@@ -270,7 +270,7 @@ impl Rig {
     }
 
     pub(super) fn connections_open(&self, relay: &str) -> Option<u64> {
-        self.status(relay)?["connections_open"].as_u64()
+        Some(self.status(relay)?.connections_open)
     }
 
     pub(super) fn wait_ready(&mut self, relay: &str) -> Result<(), LabError> {

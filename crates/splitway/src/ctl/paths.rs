@@ -4,21 +4,24 @@
 
 use std::fmt::Write as _;
 
-use serde_json::{Value, json};
+use serde_json::json;
+use splitway_api as api;
 use splitway_control::client::AdminClient;
 
-use super::{Outcome, array, render_routes, table, text};
+use super::{Outcome, render_routes, table};
 
 /// The output of `ctl routes` given the `/status` document already fetched.
-pub(super) fn routes(client: &AdminClient, status: &Value, json_out: bool) -> Outcome {
+pub(super) fn routes(client: &AdminClient, status: &api::Status, json_out: bool) -> Outcome {
     // A relay without path choice answers 501: the table alone. Anything
     // else that goes wrong is said on stderr, the table still printed.
     let mut warning = String::new();
     let paths = match client.request("GET", "/routes", None) {
-        Ok(a) if a.is_success() => match a.json() {
+        Ok(a) if a.is_success() => match a.json().map_err(|e| e.to_string()).and_then(|doc| {
+            serde_json::from_value::<api::RoutesView>(doc).map_err(|e| e.to_string())
+        }) {
             Ok(doc) => Some(doc),
             Err(e) => {
-                warning = format!("splitway ctl: GET /routes: body is not JSON: {e}\n");
+                warning = format!("splitway ctl: GET /routes: not a routes document: {e}\n");
                 None
             }
         },
@@ -37,9 +40,9 @@ pub(super) fn routes(client: &AdminClient, status: &Value, json_out: bool) -> Ou
     outcome
 }
 
-fn routes_output(status: &Value, paths: Option<Value>, json_out: bool) -> Outcome {
+fn routes_output(status: &api::Status, paths: Option<api::RoutesView>, json_out: bool) -> Outcome {
     if json_out {
-        let doc = json!({"routes": status["routes"], "peers": status["peers"], "paths": paths});
+        let doc = json!({"routes": status.routes, "peers": status.peers, "paths": paths});
         return Outcome::ok(format!(
             "{}\n",
             serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string())
@@ -47,12 +50,10 @@ fn routes_output(status: &Value, paths: Option<Value>, json_out: bool) -> Outcom
     }
     // A route with candidates goes where its current choice is.
     let mut status = status.clone();
-    if let (Some(paths), Some(routes)) = (&paths, status["routes"].as_array_mut()) {
-        for route in routes {
-            if let Some(p) =
-                array(&paths["routes"]).find(|p| p["dst"] == route["dst"] && p["probed"] == true)
-            {
-                route["via"] = p["chosen"].clone();
+    if let Some(paths) = &paths {
+        for route in &mut status.routes {
+            if let Some(p) = paths.routes.iter().find(|p| p.dst == route.dst && p.probed) {
+                route.via = p.chosen.clone();
             }
         }
     }
@@ -64,31 +65,31 @@ fn routes_output(status: &Value, paths: Option<Value>, json_out: bool) -> Outcom
     Outcome::ok(out)
 }
 
-fn ms(v: &Value) -> String {
-    v.as_f64().map_or("-".into(), |ms| format!("{ms:.2}"))
+fn ms(v: Option<f64>) -> String {
+    v.map_or("-".into(), |ms| format!("{ms:.2}"))
 }
 
 /// One row per candidate: state, own leg RTT, what the next relay reported
 /// for its onward legs, the sum, retransmits per sampled leg, and a `*`
 /// on the current choice.
-pub(super) fn render_candidates(doc: &Value) -> String {
+pub(super) fn render_candidates(doc: &api::RoutesView) -> String {
     let mut rows = Vec::new();
-    for route in array(&doc["routes"]) {
-        let chosen = text(&route["chosen"]);
-        for c in array(&route["candidates"]) {
-            let name = text(&c["name"]);
+    for route in &doc.routes {
+        for c in &route.candidates {
             rows.push(vec![
-                text(&route["dst"]),
-                format!("{}{}", if name == chosen { "*" } else { " " }, name),
-                text(&c["state"]),
-                ms(&c["leg_rtt_ms"]),
-                ms(&c["onward_ms"]),
-                ms(&c["estimate_ms"]),
-                c["retrans_per_leg"]
-                    .as_f64()
-                    .map_or("-".into(), |r| format!("{r:.2}")),
-                text(&c["probes"]),
-                c["down_reason"].as_str().unwrap_or("").to_owned(),
+                route.dst.clone(),
+                format!(
+                    "{}{}",
+                    if c.name == route.chosen { "*" } else { " " },
+                    c.name
+                ),
+                c.state.clone(),
+                ms(c.leg_rtt_ms),
+                ms(c.onward_ms),
+                ms(c.estimate_ms),
+                c.retrans_per_leg.map_or("-".into(), |r| format!("{r:.2}")),
+                c.probes.to_string(),
+                c.down_reason.clone().unwrap_or_default(),
             ]);
         }
     }
@@ -112,8 +113,7 @@ pub(super) fn render_candidates(doc: &Value) -> String {
     let _ = writeln!(
         out,
         "* = current choice; changes at most once per {} s unless it goes down; probes every {} s",
-        text(&doc["hold_s"]),
-        text(&doc["probe_every_s"])
+        doc.hold_s, doc.probe_every_s
     );
     out
 }
@@ -132,6 +132,7 @@ mod tests {
                  "down_reason": "connection refused"},
                 {"name": "rs2", "state": "up", "estimate_ms": 1.5, "leg_rtt_ms": 0.5,
                  "onward_ms": 1.0, "retrans_per_leg": 0.25, "probes": 8, "down_reason": null}]}]});
+        let doc: api::RoutesView = serde_json::from_value(doc).expect("a routes document");
         let out = render_candidates(&doc);
         let lines: Vec<&str> = out.lines().collect();
         assert!(
@@ -149,6 +150,9 @@ mod tests {
         );
         assert!(lines[2].contains("0.25"), "{out}");
         assert!(lines[3].contains("60 s"), "{out}");
-        assert_eq!(render_candidates(&json!({"routes": []})), "no routes\n");
+        assert_eq!(
+            render_candidates(&api::RoutesView::default()),
+            "no routes\n"
+        );
     }
 }

@@ -702,13 +702,9 @@ impl Lab {
                 listening_ports(ns).is_superset_of(&ports).then_some(status)
             },
         );
-        let status: serde_json::Value = serde_json::from_str(&status)
-            .unwrap_or_else(|e| panic!("relay {name}: /status is not JSON ({e}): {status}"));
-        assert_eq!(
-            status["name"].as_str(),
-            Some(name.as_str()),
-            "/status of relay {name}: {status}"
-        );
+        let status = typed_status(&status)
+            .unwrap_or_else(|e| panic!("relay {name}: /status: {e}: {status}"));
+        assert_eq!(status.name, name, "/status of relay {name}: {status:?}");
     }
 
     /// Gives every relay namespace an `/etc/hosts` with `entries` (`ip
@@ -963,6 +959,38 @@ pub fn curl_admin(ns: &Netns, path: &str) -> Result<String, String> {
         ));
     }
     String::from_utf8(out.stdout).map_err(|e| format!("non-UTF-8 body: {e}"))
+}
+
+/// `GET /status` inside a namespace, typed. See [`typed_status`].
+pub fn admin_status(ns: &Netns) -> Result<splitway_api::Status, String> {
+    typed_status(&curl_admin(ns, "/status")?)
+}
+
+/// A `/status` document as [`splitway_api::Status`], checked both ways:
+/// the types refuse unknown fields (strict in tests) and must give back the
+/// same JSON, so a field the relay adds, drops or retypes without the API
+/// crate fails every test that starts a relay.
+pub fn typed_status(text: &str) -> Result<splitway_api::Status, String> {
+    typed_answer(text)
+}
+
+/// Deserialises an admin answer into its type and checks that serialising
+/// it again gives the same JSON.
+pub fn typed_answer<T: serde::Serialize + serde::de::DeserializeOwned>(
+    text: &str,
+) -> Result<T, String> {
+    let raw: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON ({e})"))?;
+    let typed: T = serde_json::from_value(raw.clone())
+        .map_err(|e| format!("not in the shape of {} ({e})", std::any::type_name::<T>()))?;
+    let back = serde_json::to_value(&typed).map_err(|e| format!("does not serialise ({e})"))?;
+    if back != raw {
+        return Err(format!(
+            "{} does not give back the same JSON: {back}",
+            std::any::type_name::<T>()
+        ));
+    }
+    Ok(typed)
 }
 
 /// TCP ports in LISTEN state inside a namespace.

@@ -1,13 +1,16 @@
-//! The relay's side of the admin API: live-tunable parameters, drain, and
-//! the registry of open connections.
+//! The relay's admin handler (served by splitway-control): status,
+//! live-tunable parameters, drain, reload, and the registry of open
+//! connections.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use splitway_api as api;
 use splitway_control::params::ParamValues;
 use splitway_control::{
     AdminError, AdminHandler, ParamChange, ParamError, ParamInfo, ParamRegistry, ParamSpec,
@@ -128,33 +131,39 @@ impl ConnRegistry {
     }
 
     /// Counts by mode and up to `sample` connections, oldest first.
-    pub fn snapshot(&self, sample: usize) -> Value {
-        let mut by_mode: HashMap<&str, u64> = HashMap::new();
+    pub fn snapshot(&self, sample: usize) -> api::Connections {
+        let mut by_mode: BTreeMap<String, u64> = BTreeMap::new();
         let mut all = Vec::new();
         for shard in &self.shards {
             for (id, c) in shard.lock().expect("registry lock").iter() {
-                *by_mode.entry(c.mode.as_str()).or_default() += 1;
+                *by_mode.entry(c.mode.as_str().to_owned()).or_default() += 1;
                 all.push((c.started_ms, *id, c.mode, c.client, c.dst.to_string()));
             }
         }
         let total = all.len();
         all.sort_by_key(|c| c.0);
         let now_ms = self.epoch.elapsed().as_secs_f64() * 1e3;
-        let sample: Vec<Value> = all
+        let sample = all
             .into_iter()
             .take(sample)
-            .map(|(started_ms, id, mode, client, dst)| {
-                json!({
-                    "id": format!("{id:016x}"),
-                    "mode": mode.as_str(),
-                    "state": "open",
-                    "client": client.to_string(),
-                    "dst": dst,
-                    "age_seconds": (now_ms - started_ms as f64).max(0.0) / 1e3,
-                })
+            .map(|(started_ms, id, mode, client, dst)| api::Connection {
+                id: format!("{id:016x}"),
+                mode: mode.as_str().to_owned(),
+                state: "open".to_owned(),
+                client: client.to_string(),
+                dst,
+                age_seconds: (now_ms - started_ms as f64).max(0.0) / 1e3,
+                via: None,
+                bytes_to_server: None,
+                bytes_to_client: None,
             })
             .collect();
-        json!({"total": total, "by_state": {"open": total}, "by_mode": by_mode, "sample": sample})
+        api::Connections {
+            total: total as u64,
+            by_state: BTreeMap::from([("open".to_owned(), total as u64)]),
+            by_mode,
+            sample,
+        }
     }
 }
 
@@ -279,14 +288,12 @@ fn cross_check(shared: &Shared, log: Option<&dyn LogControl>, v: &ParamValues) -
 impl AdminHandler for RelayAdmin {
     fn status(&self) -> Value {
         let mut status = self.current.load().status();
-        if let Some(log) = &self.log {
-            status["log_level"] = json!(log.current());
-        }
-        status
+        status.log_level = self.log.as_ref().map(|log| log.current());
+        document(&status)
     }
 
     fn connections(&self, sample: usize) -> Result<Value, AdminError> {
-        Ok(self.current.load().conns.snapshot(sample))
+        Ok(document(&self.current.load().conns.snapshot(sample)))
     }
 
     fn routes(&self) -> Result<Value, AdminError> {
@@ -340,21 +347,27 @@ impl AdminHandler for RelayAdmin {
 
     fn drain(&self) -> Result<Value, AdminError> {
         let _ = self.drain.send(true);
-        Ok(json!({
-            "draining": true,
-            "open_connections": self.current.load().limiter.open(),
+        Ok(document(&api::Drain {
+            draining: true,
+            open_connections: self.current.load().limiter.open() as u64,
         }))
     }
 
     fn reload(&self) -> Result<Value, AdminError> {
         match self.reloader.reload() {
-            Ok(report) => Ok(report.to_json()),
+            Ok(report) => Ok(document(&report.api())),
             Err(ReloadError::Invalid(errors)) => Err(AdminError::Invalid(
                 errors.issues.iter().map(|i| i.to_string()).collect(),
             )),
             Err(e) => Err(AdminError::Refused(e.to_string())),
         }
     }
+}
+
+/// The admin server takes any JSON; the API types always convert (their
+/// maps have string keys), so a failure here is a bug in splitway-api.
+fn document(answer: &impl Serialize) -> Value {
+    serde_json::to_value(answer).expect("admin API types serialise to JSON")
 }
 
 #[cfg(test)]
@@ -383,12 +396,12 @@ mod tests {
             },
         );
         let snap = registry.snapshot(10);
-        assert_eq!(snap["total"], 1);
-        assert_eq!(snap["by_mode"]["socks5"], 1);
-        let entry = &snap["sample"][0];
-        assert_eq!(entry["mode"], "socks5");
-        assert_eq!(entry["client"], "192.0.2.1:4000");
-        assert_eq!(entry["dst"], "198.51.100.2:443");
-        assert!(entry["age_seconds"].as_f64().unwrap() >= 0.0);
+        assert_eq!(snap.total, 1);
+        assert_eq!(snap.by_mode["socks5"], 1);
+        let entry = &snap.sample[0];
+        assert_eq!(entry.mode, "socks5");
+        assert_eq!(entry.client, "192.0.2.1:4000");
+        assert_eq!(entry.dst, "198.51.100.2:443");
+        assert!(entry.age_seconds >= 0.0);
     }
 }

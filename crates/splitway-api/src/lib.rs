@@ -1,0 +1,458 @@
+//! The admin API's answers as types: the relay serialises them, `splitway
+//! ctl` and the tests deserialise them.
+//!
+//! The JSON is the wire format documented in `docs/deployment.md`; the
+//! types reproduce it field for field (names, nesting, `null`s), so a
+//! client older than these types reads the same documents.
+//!
+//! Reading is lenient about *missing* fields (every struct defaults them:
+//! an older relay sends fewer) and, with the `strict` feature (on in tests),
+//! strict about *unknown* ones: a field the relay adds without adding it
+//! here fails the round-trip tests instead of being silently dropped.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Declares API structs: serde derives, defaults for missing fields and,
+/// under `strict`, no unknown fields.
+macro_rules! api {
+    ($($item:item)*) => {$(
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(default)]
+        #[cfg_attr(any(test, feature = "strict"), serde(deny_unknown_fields))]
+        $item
+    )*};
+}
+
+api! {
+    /// `GET /status`.
+    pub struct Status {
+        /// The relay's `name`.
+        pub name: String,
+        pub version: String,
+        pub uptime_seconds: f64,
+        /// Bumped by every applied reload.
+        pub config_generation: u64,
+        pub listeners: Vec<Listener>,
+        pub peers: Vec<Peer>,
+        pub routes: Vec<Route>,
+        /// Early-SYN counters; `null` when the SYN detector is not running.
+        pub early_syn: Option<EarlySyn>,
+        /// Effective state of each acceleration, by name (`early_syn`,
+        /// `tfo_client`, ...): what runs, not what the file asked for.
+        pub accel: BTreeMap<String, Accel>,
+        /// BPF congestion controls this process registered or shares.
+        pub congestion_controls: Vec<CongestionControl>,
+        pub features: Features,
+        pub connections_open: u64,
+        pub limits: Limits,
+        pub connections_active: ConnectionsActive,
+        /// The log filter, present when the binary lets the admin API change it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub log_level: Option<String>,
+    }
+
+    /// One `[[listen]]` entry.
+    pub struct Listener {
+        /// `tproxy`, `socks5`, `http_connect`, `peer`, ...
+        pub mode: String,
+        pub addr: String,
+        /// TPROXY interception; `null` without.
+        pub intercept: Option<Intercept>,
+        /// PROXY protocol versions accepted from clients (`v1`, `v2`).
+        pub accept_proxy_protocol: Vec<String>,
+        /// One entry per accept socket; `null` for a listener not bound.
+        pub accept_paths: Option<Vec<AcceptPath>>,
+    }
+
+    pub struct Intercept {
+        pub interfaces: Vec<String>,
+        pub ports: Vec<u16>,
+    }
+
+    pub struct AcceptPath {
+        /// Connections this accept socket accepted.
+        pub accepted: u64,
+    }
+
+    /// One `[[peer]]`.
+    pub struct Peer {
+        pub name: String,
+        pub addr: String,
+        /// Congestion control on legs to this peer; `null` for the default.
+        pub congestion: Option<String>,
+        /// `null` when pooling to this peer is off.
+        pub pool: Option<Pool>,
+    }
+
+    /// A pool of pre-opened relay legs to one peer.
+    pub struct Pool {
+        /// Idle connections ready to take.
+        pub level: u64,
+        /// Refill dials under way.
+        pub in_flight: u64,
+        pub low: u64,
+        pub high: u64,
+        pub idle_seconds: f64,
+        pub taken: u64,
+        pub refilled: u64,
+        pub dead: u64,
+        pub expired: u64,
+        pub misses: u64,
+        pub dial_failures: u64,
+        pub last_error: Option<String>,
+    }
+
+    /// One `[[route]]`, in the relay's order.
+    pub struct Route {
+        pub dst: String,
+        /// `direct` or a peer's name.
+        pub via: String,
+        /// PROXY protocol version sent to the server; `null` for none.
+        pub proxy_protocol: Option<String>,
+        /// Source address of the server leg: `client` or `relay`.
+        pub source: String,
+    }
+
+    /// Counters of the running SYN detector.
+    pub struct EarlySynStats {
+        pub pending: u64,
+        pub budget: u64,
+        pub markers: u64,
+        pub started: u64,
+        pub hits: u64,
+        pub misses: u64,
+        pub duplicates: u64,
+        pub over_budget: u64,
+        pub denied: u64,
+        pub expired: u64,
+    }
+
+    /// `{"detector": "dead"}`: the SYN detector stopped for good.
+    pub struct EarlySynDead {
+        pub detector: String,
+    }
+
+    pub struct Accel {
+        /// `auto`, `on` or `off`.
+        pub requested: String,
+        /// `active`, `unavailable`, `off`, ...
+        pub state: String,
+        pub reason: String,
+    }
+
+    pub struct CongestionControl {
+        pub name: String,
+        /// `this process` or `another process`.
+        pub held_by: String,
+        /// Whether the kernel lists it now.
+        pub available: bool,
+    }
+
+    /// The older summary of `accel`, kept for existing readers.
+    pub struct Features {
+        pub data_path: String,
+        pub early_syn: bool,
+        pub strict: bool,
+        pub pool: bool,
+        pub tfo: bool,
+        /// `null` when 0-RTT is off.
+        pub zero_rtt: Option<ZeroRtt>,
+        /// `null` when turbo-start is off.
+        pub turbo_start: Option<TurboStart>,
+    }
+
+    pub struct ZeroRtt {
+        pub window_ms: u64,
+    }
+
+    pub struct TurboStart {
+        pub initcwnd: u32,
+        pub initrwnd: u32,
+        pub buffer: u64,
+        /// Destinations whose routes carry the larger windows.
+        pub routes: Vec<String>,
+    }
+
+    pub struct Limits {
+        /// 0: no limit.
+        pub max_connections: u64,
+        /// 0: no limit.
+        pub per_client: u64,
+    }
+
+    /// Active connections by the mode of the listener that accepted them.
+    pub struct ConnectionsActive {
+        pub tproxy: i64,
+        pub socks5: i64,
+        pub http_connect: i64,
+        pub peer: i64,
+    }
+
+    /// `GET /connections?sample=N`.
+    pub struct Connections {
+        pub total: u64,
+        pub by_state: BTreeMap<String, u64>,
+        pub by_mode: BTreeMap<String, u64>,
+        /// At most N connections, oldest first.
+        pub sample: Vec<Connection>,
+    }
+
+    pub struct Connection {
+        /// Hexadecimal, 16 digits.
+        pub id: String,
+        pub mode: String,
+        pub state: String,
+        pub client: String,
+        pub dst: String,
+        pub age_seconds: f64,
+        /// Next hop; the relay does not send it yet.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub via: Option<String>,
+        /// Not sent by the relay yet (counting per connection costs).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub bytes_to_server: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub bytes_to_client: Option<u64>,
+    }
+
+    /// One entry of `GET /params`.
+    pub struct Param {
+        /// Dotted name, e.g. `pool.rs.low`.
+        pub name: String,
+        pub kind: ParamKind,
+        pub description: String,
+        pub value: ParamValue,
+    }
+
+    /// `PUT /params` done: the changes that took effect.
+    pub struct ParamsChanged {
+        pub changed: Vec<ParamChanged>,
+    }
+
+    pub struct ParamChanged {
+        pub name: String,
+        pub old: ParamValue,
+        pub new: ParamValue,
+    }
+
+    /// `POST /drain`.
+    pub struct Drain {
+        pub draining: bool,
+        /// Connections still open when the drain started.
+        pub open_connections: u64,
+    }
+
+    /// `POST /reload` done.
+    pub struct Reload {
+        pub reloaded: bool,
+        pub generation: u64,
+        /// Keys whose new value is in effect.
+        pub changed: Vec<ReloadChange>,
+        /// Keys whose new value only a restart applies; their old value stays.
+        pub needs_restart: Vec<String>,
+    }
+
+    pub struct ReloadChange {
+        pub key: String,
+        pub old: String,
+        pub new: String,
+    }
+
+    /// Any error answer (4xx, 5xx).
+    pub struct ErrorBody {
+        pub error: String,
+        /// The HTTP status again.
+        pub status: u16,
+        /// One per problem: `PUT /params` names each parameter, `POST
+        /// /reload` sends the config errors as text. Absent otherwise.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub errors: Option<Vec<ErrorDetail>>,
+    }
+
+    /// A refused parameter of `PUT /params`.
+    pub struct ParamError {
+        pub param: String,
+        pub message: String,
+    }
+}
+
+/// `GET /status`'s `early_syn` when the detector runs or has died.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EarlySyn {
+    /// Tried first: it has a required field, the counters have none.
+    Dead(EarlySynDead),
+    Running(EarlySynStats),
+}
+
+/// A parameter's type and range (`{"type": "int", "min": 0, "max": 4096}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ParamKind {
+    #[default]
+    Bool,
+    Int {
+        min: i64,
+        max: i64,
+    },
+    /// Bounds as written (`"500ms"`, `"1h"`).
+    Duration {
+        min: String,
+        max: String,
+    },
+    Choice {
+        choices: Vec<String>,
+    },
+    Text {
+        max_len: u64,
+    },
+    /// A kind newer than this client.
+    #[serde(other)]
+    Unknown,
+}
+
+/// A parameter's value: durations travel as text (`"30s"`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    Bool(bool),
+    Int(i64),
+    Text(String),
+}
+
+impl Default for ParamValue {
+    fn default() -> Self {
+        ParamValue::Text(String::new())
+    }
+}
+
+impl std::fmt::Display for ParamValue {
+    /// Booleans as `on`/`off`, as `splitway ctl set` takes them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamValue::Bool(true) => f.write_str("on"),
+            ParamValue::Bool(false) => f.write_str("off"),
+            ParamValue::Int(n) => write!(f, "{n}"),
+            ParamValue::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// An entry of [`ErrorBody::errors`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ErrorDetail {
+    Param(ParamError),
+    Text(String),
+}
+
+impl std::fmt::Display for ErrorDetail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ErrorDetail::Param(e) => write!(f, "{}: {}", e.param, e.message),
+            ErrorDetail::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+api! {
+    /// `GET /routes`: every route in config order with its candidates as
+    /// measured (`docs/paths.md`).
+    pub struct RoutesView {
+        /// The least time between two changes of a route's choice, unless
+        /// the chosen candidate goes down.
+        pub hold_s: u64,
+        pub probe_every_s: f64,
+        pub routes: Vec<RouteView>,
+    }
+
+    pub struct RouteView {
+        pub index: usize,
+        pub dst: String,
+        /// The candidate new connections go to.
+        pub chosen: String,
+        /// More than one candidate: measured, probed and chosen among.
+        pub probed: bool,
+        pub flips: u64,
+        pub changed_s_ago: Option<f64>,
+        pub candidates: Vec<CandidateView>,
+    }
+
+    pub struct CandidateView {
+        pub name: String,
+        /// `up`, `down` or `unknown` (not measured yet).
+        pub state: String,
+        pub estimate_ms: Option<f64>,
+        pub leg_rtt_ms: Option<f64>,
+        pub onward_ms: Option<f64>,
+        pub retrans_per_leg: Option<f64>,
+        pub probes: u64,
+        pub down_reason: Option<String>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn round_trip<T: Serialize + for<'de> Deserialize<'de>>(doc: Value) -> T {
+        let typed: T = serde_json::from_value(doc.clone()).expect("deserialises");
+        assert_eq!(serde_json::to_value(&typed).unwrap(), doc, "same JSON back");
+        typed
+    }
+
+    #[test]
+    fn early_syn_dead_and_running_are_told_apart() {
+        let dead: EarlySyn = round_trip(json!({"detector": "dead"}));
+        assert!(matches!(dead, EarlySyn::Dead(_)));
+        let running: EarlySyn = round_trip(json!({
+            "pending": 1, "budget": 1024, "markers": 0, "started": 5, "hits": 4,
+            "misses": 1, "duplicates": 0, "over_budget": 0, "denied": 0, "expired": 0,
+        }));
+        assert!(matches!(running, EarlySyn::Running(s) if s.hits == 4));
+    }
+
+    #[test]
+    fn params_and_errors_keep_their_shapes() {
+        let params: Vec<Param> = round_trip(json!([
+            {"name": "pool.rs.low", "kind": {"type": "int", "min": 0, "max": 4096},
+             "description": "refill below this", "value": 4},
+            {"name": "timeouts.idle", "kind": {"type": "duration", "min": "1s", "max": "1d"},
+             "description": "idle", "value": "5m"},
+            {"name": "early_syn", "kind": {"type": "bool"}, "description": "x", "value": true},
+        ]));
+        assert_eq!(params[0].value, ParamValue::Int(4));
+        assert_eq!(params[2].value.to_string(), "on");
+        let errors: ErrorBody = round_trip(json!({
+            "error": "invalid parameters, nothing changed", "status": 400,
+            "errors": [{"param": "pool.rx.low", "message": "unknown parameter"}, "line 3: bad"],
+        }));
+        let lines: Vec<String> = errors
+            .errors
+            .unwrap()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(lines, ["pool.rx.low: unknown parameter", "line 3: bad"]);
+        let plain: ErrorBody = round_trip(json!({"error": "no such endpoint", "status": 404}));
+        assert!(plain.errors.is_none());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_under_strict() {
+        let err = serde_json::from_value::<Drain>(
+            json!({"draining": true, "open_connections": 1, "new_field": 2}),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("new_field"), "{err}");
+    }
+
+    #[test]
+    fn unknown_param_kinds_still_read() {
+        let kind: ParamKind = serde_json::from_value(json!({"type": "ratio"})).unwrap();
+        assert_eq!(kind, ParamKind::Unknown);
+    }
+}
