@@ -478,12 +478,14 @@ impl CurlSample {
 fn curl(setup: &Setup, client: &Host, size: u64, timeout: Duration) -> Result<CurlSample, String> {
     let url = setup.url(size);
     let mut cmd = match &setup.agent {
-        // The shell joins the agent's cgroup, then becomes curl.
+        // The shell joins the agent's cgroup, then becomes `ip netns exec
+        // … curl`: joined from inside, `ip netns exec`'s fresh /sys would
+        // hide the cgroup file system.
         Some(agent) => {
-            let mut c = client.netns().command("sh");
+            let mut c = Command::new("sh");
             c.args(["-c", "echo $$ > \"$1\" && shift && exec \"$@\"", "sh"])
                 .arg(agent.cgroup.join("cgroup.procs"))
-                .arg("curl");
+                .args(["ip", "netns", "exec", client.netns().name(), "curl"]);
             c
         }
         None => client.netns().command("curl"),
