@@ -418,22 +418,6 @@ fn option_space_for(timestamps: bool, sack: bool, window_scaling: bool) -> u32 {
     40 - 4 - ts_sack - if window_scaling { 4 } else { 0 }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The defaults leave the 20 bytes the probe measured
-    /// (lab-results/syn-option-space-20261124.txt); the IPv4 form (12
-    /// padded) always fits, the full IPv6 form (24) only without timestamps.
-    #[test]
-    fn option_space_follows_the_syn_options_linux_adds() {
-        assert_eq!(option_space_for(true, true, true), 20);
-        assert_eq!(option_space_for(true, false, true), 20);
-        assert_eq!(option_space_for(false, true, true), 28);
-        assert_eq!(option_space_for(false, false, false), 36);
-    }
-}
-
 fn pinned<T>(pin_dir: &Path, pin: &str) -> Result<T, SysError>
 where
     T: TryFrom<Map>,
@@ -451,4 +435,20 @@ fn map_of<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Map, SysError> {
         op: "find map".into(),
         detail: format!("{name} missing from the object"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults leave the 20 bytes the probe measured
+    /// (lab-results/syn-option-space-20261124.txt); the IPv4 form (12
+    /// padded) always fits, the full IPv6 form (24) only without timestamps.
+    #[test]
+    fn option_space_follows_the_syn_options_linux_adds() {
+        assert_eq!(option_space_for(true, true, true), 20);
+        assert_eq!(option_space_for(true, false, true), 20);
+        assert_eq!(option_space_for(false, true, true), 28);
+        assert_eq!(option_space_for(false, false, false), 36);
+    }
 }
