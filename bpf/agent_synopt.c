@@ -35,6 +35,7 @@
 #define ST_OPT_STORE_ERR 4
 #define ST_PROBE_MAX 5
 #define ST_LOST 6
+#define ST_FALLBACK_DIRECT 7
 #define ST_SLOTS 8
 
 struct route4_key {
@@ -99,9 +100,13 @@ struct {
 
 // agent_cfg[0] = 1: probe mode, HDR_OPT_LEN records the largest reservable
 // option length in ST_PROBE_MAX (and writes nothing).
+// agent_cfg[1]: free option bytes in this host's SYNs (0: unknown). A route
+// whose option (padded to 4) would not fit is not redirected: the connect
+// goes direct (ST_FALLBACK_DIRECT) instead of reaching the relay without
+// its destination and being reset.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u32);
 } agent_cfg SEC(".maps");
@@ -121,6 +126,21 @@ static __always_inline void remember(void *ctx, struct conn_val *c, int v6)
 	stat_add(v6 ? ST_REDIRECT6 : ST_REDIRECT4, 1);
 }
 
+// Whether an option of `len` bytes fits the SYN (always in probe mode,
+// which measures the space and writes nothing).
+static __always_inline int option_fits(__u32 len)
+{
+	__u32 slot = 0;
+	__u32 *probe = bpf_map_lookup_elem(&agent_cfg, &slot);
+	if (probe && *probe)
+		return 1;
+	slot = 1;
+	__u32 *space = bpf_map_lookup_elem(&agent_cfg, &slot);
+	if (!space || !*space)
+		return 1;
+	return ((len + 3) & ~3U) <= *space;
+}
+
 SEC("cgroup/connect4")
 int agent_connect4(struct bpf_sock_addr *ctx)
 {
@@ -133,6 +153,10 @@ int agent_connect4(struct bpf_sock_addr *ctx)
 	// The relay itself is never redirected (a route may cover it).
 	if (r->relay[0] == ctx->user_ip4 && r->relay_port == (__u16)ctx->user_port)
 		return 1;
+	if (!option_fits(11)) {
+		stat_add(ST_FALLBACK_DIRECT, 1);
+		return 1;
+	}
 	struct conn_val c = {};
 	c.addr[0] = ctx->user_ip4;
 	c.port = (__u16)ctx->user_port;
@@ -160,6 +184,10 @@ int agent_connect6(struct bpf_sock_addr *ctx)
 	    r->relay[2] == key.addr[2] && r->relay[3] == key.addr[3] &&
 	    r->relay_port == (__u16)ctx->user_port)
 		return 1;
+	if (!option_fits(r->v6_index ? 7 + (__u32)r->suffix_len : 23)) {
+		stat_add(ST_FALLBACK_DIRECT, 1);
+		return 1;
+	}
 	struct conn_val c = {};
 	c.addr[0] = key.addr[0];
 	c.addr[1] = key.addr[1];

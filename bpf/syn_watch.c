@@ -8,7 +8,9 @@
 // syn_watch: a tc ingress (cls_bpf direct-action or TCX) program that reports
 // every TCP SYN (SYN set, ACK clear) to user space through a ring buffer, so
 // the relay can start the next leg before accept() returns (KTCP's
-// "Early SYN").
+// "Early SYN"). For a syn-option listener's port it reports only SYNs that
+// carry splitway's destination option, with their TCP options attached: the
+// destination is in the option, not in the IP header.
 //
 // It never drops, redirects or holds a packet. Every path returns
 // TC_ACT_UNSPEC rather than TC_ACT_OK: both let the packet through, but OK
@@ -50,7 +52,10 @@ struct syn_event {
 	__u32 ifindex;    // device the SYN arrived on
 	__u8 family;      // SW_FAMILY_V4 or SW_FAMILY_V6
 	__u8 ttl;         // IPv4 TTL or IPv6 hop limit: the relay's loop guard
-	__u8 _pad[6];
+	__u8 synopt;      // 1: a SYN to a syn-option port carrying our option
+	__u8 opt_len;     // bytes of `opts` in use (synopt events only)
+	__u8 _pad[4];
+	__u8 opts[40];    // the SYN's TCP options, raw: user space parses them
 };
 
 // Ring buffer of struct syn_event. 256 KiB = 4096 events of 64 bytes
@@ -60,8 +65,11 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } SW_EVENTS SEC(".maps");
 
-// Destination ports to watch (host byte order key; value unused). Consulted
-// only when SW_FILTER_PORTS is set: then an empty map watches nothing.
+// Destination ports to watch (host byte order key). The value's bits:
+// PORT_PLAIN reports every SYN to the port (tproxy interception; consulted
+// only when SW_FILTER_PORTS is set, else every port is plain);
+// PORT_SYNOPT reports SYNs that carry splitway's destination option (a
+// syn-option listener's port), with their options.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -79,6 +87,16 @@ struct {
 
 // Set by the loader before load: 1 = only ports in SW_PORTS, 0 = every port.
 volatile const __u8 SW_FILTER_PORTS = 1;
+
+#define PORT_PLAIN 1
+#define PORT_SYNOPT 2
+
+// RFC 6994 experimental option: kind 253, ExID 0x5357 ("SW"); see
+// crates/splitway-proto/src/syn_option.rs for the body.
+#define OPT_EXP 253
+#define EXID_HI 0x53
+#define EXID_LO 0x57
+#define OPTS_MAX 40
 
 struct ipv4_min {
 	__u8 ver_ihl;
@@ -112,12 +130,43 @@ struct tcp_min {
 	__u8 flags;
 };
 
-static __always_inline int port_watched(__u16 dport_be)
+// PORT_PLAIN / PORT_SYNOPT bits for a destination port.
+static __always_inline __u8 port_watched(__u16 dport_be)
 {
-	if (!SW_FILTER_PORTS)
-		return 1;
 	__u16 key = bpf_ntohs(dport_be);
-	return bpf_map_lookup_elem(&SW_PORTS, &key) != 0;
+	__u8 *v = bpf_map_lookup_elem(&SW_PORTS, &key);
+	__u8 bits = v ? *v : 0;
+	if (!SW_FILTER_PORTS)
+		bits |= PORT_PLAIN;
+	return bits;
+}
+
+// Loads the TCP options (after the 20-byte fixed header) into `buf` and
+// returns their length if they contain our option's first bytes (kind 253,
+// a length of at least 5, ExID 0x5357), else 0. A scan at fixed offsets, not
+// a walk of the option list: the verifier checks it in linear time, whereas
+// the walk's data-dependent steps took it tens of seconds. A match inside
+// another option's data is harmless: the relay parses the copy with the
+// full codec and starts nothing for a SYN without a valid option.
+static __always_inline __u32 load_our_option(struct __sk_buff *skb, __u32 tcp_offset,
+					     const struct tcp_min *tcp, __u8 *buf)
+{
+	__u32 n = (__u32)(tcp->doff_res >> 4) * 4;
+	if (n <= 20)
+		return 0;
+	n -= 20;
+	if (n > OPTS_MAX)
+		return 0;
+	__builtin_memset(buf, 0, 64); // the event copies all OPTS_MAX bytes
+	if (bpf_skb_load_bytes_relative(skb, tcp_offset + 20, buf, n, BPF_HDR_START_NET))
+		return 0;
+#pragma unroll
+	for (int i = 0; i + 3 < OPTS_MAX; i++) {
+		if (buf[i] == OPT_EXP && buf[i + 1] >= 5 && buf[i + 2] == EXID_HI &&
+		    buf[i + 3] == EXID_LO)
+			return n;
+	}
+	return 0;
 }
 
 static __always_inline void count_dropped(void)
@@ -148,6 +197,9 @@ int syn_watch(struct __sk_buff *skb)
 	struct tcp_min tcp;
 	struct syn_event *event;
 	__u32 tcp_offset;
+	__u8 opts[64]; // OPTS_MAX, rounded up so masked indexes stay inside
+	__u32 opt_len = 0;
+	__u8 bits;
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct ipv4_min ip;
@@ -161,7 +213,12 @@ int syn_watch(struct __sk_buff *skb)
 			return TC_ACT_UNSPEC;
 		if (bpf_skb_load_bytes_relative(skb, tcp_offset, &tcp, sizeof(tcp), BPF_HDR_START_NET))
 			return TC_ACT_UNSPEC;
-		if (!is_bare_syn(&tcp) || !port_watched(tcp.dest))
+		if (!is_bare_syn(&tcp))
+			return TC_ACT_UNSPEC;
+		bits = port_watched(tcp.dest);
+		if (bits & PORT_SYNOPT)
+			opt_len = load_our_option(skb, tcp_offset, &tcp, opts);
+		if (!opt_len && !(bits & PORT_PLAIN))
 			return TC_ACT_UNSPEC;
 		if (carries_data((__u32)bpf_ntohs(ip.tot_len) - tcp_offset, &tcp))
 			return TC_ACT_UNSPEC;
@@ -184,7 +241,12 @@ int syn_watch(struct __sk_buff *skb)
 			return TC_ACT_UNSPEC;
 		if (bpf_skb_load_bytes_relative(skb, sizeof(ip6), &tcp, sizeof(tcp), BPF_HDR_START_NET))
 			return TC_ACT_UNSPEC;
-		if (!is_bare_syn(&tcp) || !port_watched(tcp.dest))
+		if (!is_bare_syn(&tcp))
+			return TC_ACT_UNSPEC;
+		bits = port_watched(tcp.dest);
+		if (bits & PORT_SYNOPT)
+			opt_len = load_our_option(skb, sizeof(ip6), &tcp, opts);
+		if (!opt_len && !(bits & PORT_PLAIN))
 			return TC_ACT_UNSPEC;
 		if (carries_data(bpf_ntohs(ip6.payload_len), &tcp))
 			return TC_ACT_UNSPEC;
@@ -202,6 +264,11 @@ int syn_watch(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	}
 
+	if (opt_len) {
+		event->synopt = 1;
+		event->opt_len = opt_len;
+		__builtin_memcpy(event->opts, opts, OPTS_MAX);
+	}
 	event->sport = tcp.source;
 	event->dport = tcp.dest;
 	event->ifindex = skb->ifindex;

@@ -94,8 +94,8 @@ pub struct RunArgs {
     /// Repetitions per configuration and size.
     #[arg(long)]
     pub reps: Option<u32>,
-    /// Configurations to run (e2e, haproxy, ssh, split, split+es,
-    /// split+es+pool, full, full+tfo).
+    /// Configurations to run (e2e, haproxy, ssh, default, split, split+es,
+    /// split+es+pool, full, full+tfo, socks5, agent).
     #[arg(long, value_delimiter = ',')]
     pub configs: Option<Vec<Config>>,
     /// Write the results as JSON.
@@ -159,6 +159,8 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
                     Config::Ssh,
                     Config::Default,
                     Config::Split,
+                    Config::Socks5,
+                    Config::Agent,
                 ]
             });
             let scenario =

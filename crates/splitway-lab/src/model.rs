@@ -235,10 +235,19 @@ pub enum Config {
     Full,
     /// `full` plus TCP Fast Open on the client and the server leg.
     FullTfo,
+    /// The client names the destination to the first relay by SOCKS5
+    /// (`curl --socks5-hostname`); the relays as in `split+es+pool`, except
+    /// early SYN, which an explicit proxy cannot have.
+    Socks5,
+    /// The client host runs `splitway agent`: its connect() goes to the
+    /// first relay's `syn-option` listener with the destination in the SYN,
+    /// so the relay starts the next leg at the SYN as a transparent one
+    /// does; the relays as in `split+es+pool`.
+    Agent,
 }
 
 impl Config {
-    pub const ALL: [Config; 9] = [
+    pub const ALL: [Config; 11] = [
         Config::E2e,
         Config::Haproxy,
         Config::Ssh,
@@ -248,6 +257,8 @@ impl Config {
         Config::SplitEsPool,
         Config::Full,
         Config::FullTfo,
+        Config::Socks5,
+        Config::Agent,
     ];
 
     pub fn name(self) -> &'static str {
@@ -261,6 +272,8 @@ impl Config {
             Config::SplitEsPool => "split+es+pool",
             Config::Full => "full",
             Config::FullTfo => "full+tfo",
+            Config::Socks5 => "socks5",
+            Config::Agent => "agent",
         }
     }
 
@@ -273,6 +286,7 @@ impl Config {
             relay_leg: RelayLeg::Hello,
             server_tfo: false,
             turbo_relay_legs: false,
+            client_socks5: false,
         };
         match self {
             Config::E2e => Mechanics {
@@ -317,6 +331,13 @@ impl Config {
                 server_tfo: true,
                 ..splitway
             },
+            Config::Socks5 => Mechanics {
+                relay_leg: RelayLeg::Pooled,
+                client_socks5: true,
+                ..splitway
+            },
+            // The destination rides the SYN: the transparent pooled model.
+            Config::Agent => Config::SplitEsPool.mechanics(),
         }
     }
 }
@@ -393,6 +414,14 @@ pub struct Mechanics {
     pub relay_leg: RelayLeg,
     pub server_tfo: bool,
     pub turbo_relay_legs: bool,
+    /// The client leg is SOCKS5 (`curl --socks5-hostname`, no
+    /// authentication): after its handshake the client sends the greeting,
+    /// waits for the method, sends CONNECT (the first relay learns the
+    /// destination two client RTTs after the SYN) and sends its request only
+    /// once the relay's reply is back. splitway replies to an explicit
+    /// client when the chain's Reply arrives, that is once the last relay
+    /// has connected to the server.
+    pub client_socks5: bool,
 }
 
 impl Mechanics {
@@ -405,6 +434,7 @@ impl Mechanics {
             relay_leg: RelayLeg::Plain,
             server_tfo: false,
             turbo_relay_legs: false,
+            client_socks5: false,
         }
     }
 
@@ -533,12 +563,16 @@ fn handshake(legs: &[Leg], m: &Mechanics) -> Handshake {
         let inbound_kind = if j == 1 { RelayLeg::Plain } else { m.relay_leg };
         // When relay j knows the destination without early SYN.
         let learned = match inbound_kind {
+            // Greeting, then CONNECT once the method reply is back: the
+            // CONNECT arrives two client RTTs after the SYN did.
+            RelayLeg::Plain if j == 1 && m.client_socks5 => syn_arrival + 2.0 * inbound.rtt(),
             RelayLeg::Plain if j == 1 && m.client_tfo => syn_arrival,
             RelayLeg::Plain | RelayLeg::Hello => syn_arrival + inbound.rtt(),
             RelayLeg::Authenticated => syn_arrival + 2.0 * inbound.rtt(),
             RelayLeg::ZeroRtt | RelayLeg::Pooled | RelayLeg::SshChannel => syn_arrival,
         };
         let early = match m.early_syn {
+            _ if j == 1 && m.client_socks5 => false,
             EarlySyn::None => false,
             EarlySyn::FirstRelay => j == 1,
             EarlySyn::EveryRelay => inbound_kind == RelayLeg::Plain,
@@ -579,6 +613,11 @@ fn handshake(legs: &[Leg], m: &Mechanics) -> Handshake {
     // request), so its `time_connect` is about zero.
     let connect_s = if m.client_tfo { 0.0 } else { ready[0] };
     let mut at = 0.0_f64;
+    if m.client_socks5 && k > 0 {
+        // The SOCKS5 reply leaves the last relay once its server leg is up
+        // and travels back to the client, which only then sends.
+        at = ready[k] + legs[..k].iter().map(|l| l.backward_s).sum::<f64>();
+    }
     for (j, leg) in legs.iter().enumerate() {
         at = at.max(ready[j]) + leg.forward_s;
     }
@@ -794,6 +833,42 @@ mod tests {
         let pooled = predict(&links, Config::SplitEsPool, 10_000, &p).ttfb_ms;
         assert_eq!(default, pooled);
         assert!(default < e2e);
+    }
+
+    /// Issue 18's rows: `agent` is the transparent pooled early-SYN model
+    /// (306.5 ms TTFB for 10 KB on the KTCP path); `socks5` pays its two
+    /// client round trips plus the wait for the chain's reply.
+    #[test]
+    fn agent_is_the_pooled_early_syn_model_and_socks5_pays_its_round_trips() {
+        let links = ktcp_links();
+        let p = ModelParams::default();
+        let ttfb = |c: Config| predict(&links, c, 10_000, &p).ttfb_ms;
+        let agent = ttfb(Config::Agent);
+        assert_eq!(agent, ttfb(Config::SplitEsPool));
+        assert!((agent - 306.5).abs() < 0.1, "agent {agent}");
+        // By hand: CONNECT reaches rc at 0.5c + 2c = 2.5c; the header
+        // reaches rs 107.5 later, rs's server leg is up 26 later, the reply
+        // is back at the client after 107.5 + 16.35; the request then takes
+        // 16.35 + 107.5 + 13 to the server and the first byte 13 + 107.5 +
+        // 16.35 back.
+        let c = 32.7;
+        let by_hand = 2.5 * c + 107.5 + 26.0 + 107.5 + c / 2.0 + (c / 2.0 + 107.5 + 13.0) * 2.0;
+        let socks5 = ttfb(Config::Socks5);
+        assert!(
+            (socks5 - by_hand).abs() < 0.5,
+            "socks5 {socks5} vs {by_hand}"
+        );
+        let connect = predict(&links, Config::Socks5, 10_000, &p).connect_ms;
+        assert!((connect - c).abs() < 0.01, "connect {connect}");
+        // One relay, direct to the server: the reply waits for that connect.
+        let one = [links[0], links[2]];
+        let socks5_one = predict(&one, Config::Socks5, 10_000, &p).ttfb_ms;
+        let by_hand = 2.5 * c + 26.0 + c / 2.0 + (c / 2.0 + 13.0) * 2.0;
+        assert!(
+            (socks5_one - by_hand).abs() < 0.5,
+            "{socks5_one} vs {by_hand}"
+        );
+        assert!(predict(&one, Config::Agent, 10_000, &p).ttfb_ms < socks5_one - 2.0 * c);
     }
 
     #[test]

@@ -16,8 +16,14 @@
 //! - `split`: splitway relays; the first intercepts the client's traffic to
 //!   port 80 with TPROXY and chains over authenticated peer legs to the last
 //!   relay, which connects directly. The client fetches `http://SERVER/…`.
-//! - `split+es`, `split+es+pool`, `full`, `full+tfo`: not implemented by the
-//!   relay yet, reported as `n/a` (never a number).
+//! - `split+es`, `split+es+pool`, `full`, `full+tfo`: `split` with the
+//!   relays' accelerations switched on one by one.
+//! - `socks5`: the first relay listens for SOCKS5 instead of intercepting;
+//!   curl uses it with `--socks5` (relays otherwise as `split+es+pool`).
+//! - `agent`: the client host runs `splitway agent` (cgroup connect
+//!   redirect, destination in the SYN) and curl runs in its cgroup; the
+//!   first relay intercepts nothing and listens with `mode = "syn-option"`,
+//!   its SYNs watched for early SYN (relays otherwise as `split+es+pool`).
 //!
 //! Every download is a fresh curl process, so a fresh TCP connection; its
 //! size is checked. Readiness is waited for by polling the listening sockets
@@ -48,6 +54,8 @@ const HAPROXY_PORT: u16 = 8080;
 const SSH_FORWARD_PORT: u16 = 8022;
 const SSHD_PORT: u16 = 2222;
 const TPROXY_PORT: u16 = 7000;
+const SOCKS_PORT: u16 = 1080;
+const SYNOPT_PORT: u16 = 7200;
 const PEER_PORT: u16 = 7100;
 const ADMIN_PORT: u16 = 9090;
 /// Congestion control of every namespace's sockets (curl, nginx, HAProxy,
@@ -248,7 +256,12 @@ pub fn availability(config: Config) -> Result<(), String> {
                 Err("openssh-server is not installed (no /usr/sbin/sshd)".into())
             }
         }
-        Config::SplitEs | Config::SplitEsPool | Config::Full | Config::FullTfo => Ok(()),
+        Config::SplitEs
+        | Config::SplitEsPool
+        | Config::Full
+        | Config::FullTfo
+        | Config::Socks5
+        | Config::Agent => Ok(()),
     }
 }
 
@@ -464,10 +477,23 @@ impl CurlSample {
 /// connection.
 fn curl(setup: &Setup, client: &Host, size: u64, timeout: Duration) -> Result<CurlSample, String> {
     let url = setup.url(size);
-    let mut cmd = client.netns().command("curl");
+    let mut cmd = match &setup.agent {
+        // The shell joins the agent's cgroup, then becomes `ip netns exec
+        // … curl`: joined from inside, `ip netns exec`'s fresh /sys would
+        // hide the cgroup file system.
+        Some(agent) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", "echo $$ > \"$1\" && shift && exec \"$@\"", "sh"])
+                .arg(agent.cgroup.join("cgroup.procs"))
+                .args(["ip", "netns", "exec", client.netns().name(), "curl"]);
+            c
+        }
+        None => client.netns().command("curl"),
+    };
     if setup.tcp_fastopen {
         cmd.arg("--tcp-fastopen");
     }
+    cmd.args(&setup.curl_args);
     let out = cmd
         .args([
             "-s",
@@ -756,6 +782,10 @@ struct Setup {
     tcp_fastopen: bool,
     /// A feature of the configuration the relay reported unavailable.
     degraded: Option<String>,
+    /// curl's proxy arguments (`socks5`).
+    curl_args: Vec<String>,
+    /// The agent's cgroup curl runs in (`agent`), detached on drop.
+    agent: Option<AgentGuard>,
     _procs: Vec<Proc>,
 }
 
@@ -787,6 +817,8 @@ fn setup_config(
             note: Some("relays only route".into()),
             tcp_fastopen: false,
             degraded: None,
+            curl_args: Vec::new(),
+            agent: None,
             _procs: Vec::new(),
         }),
         Config::Haproxy => setup_haproxy(relays, server_addr, &dir),
@@ -796,7 +828,9 @@ fn setup_config(
         | Config::SplitEs
         | Config::SplitEsPool
         | Config::Full
-        | Config::FullTfo => setup_splitway(config, relays, &direct, &dir, chain),
+        | Config::FullTfo
+        | Config::Socks5
+        | Config::Agent => setup_splitway(config, topo, server_addr, &dir, chain),
     }
 }
 
@@ -841,6 +875,8 @@ fn setup_haproxy(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup,
         )),
         tcp_fastopen: false,
         degraded: None,
+        curl_args: Vec::new(),
+        agent: None,
         _procs: procs,
     })
 }
@@ -937,6 +973,8 @@ fn setup_ssh(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, Lab
         )),
         tcp_fastopen: false,
         degraded: None,
+        curl_args: Vec::new(),
+        agent: None,
         _procs: vec![ssh, sshd],
     })
 }
@@ -1008,6 +1046,18 @@ struct Accel {
     pool: bool,
     tfo: bool,
     turbo: bool,
+    /// How the client reaches the first relay.
+    ingress: Ingress,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ingress {
+    /// TPROXY interception of the client's port 80.
+    Tproxy,
+    /// curl --socks5 to the first relay.
+    Socks5,
+    /// `splitway agent` on the client, a syn-option listener on the relay.
+    Agent,
 }
 
 impl Accel {
@@ -1017,16 +1067,27 @@ impl Accel {
             Config::SplitEsPool => (true, true, false, false),
             Config::Full => (true, true, true, false),
             Config::FullTfo => (true, true, true, true),
+            Config::Agent => (true, true, false, false),
+            // An explicit proxy learns the destination after accept: no
+            // early SYN on the first relay.
+            Config::Socks5 => (false, true, false, false),
             _ => (false, false, false, false),
+        };
+        let ingress = match config {
+            Config::Socks5 => Ingress::Socks5,
+            Config::Agent => Ingress::Agent,
+            _ => Ingress::Tproxy,
         };
         Accel {
             minimal: config == Config::Default,
             early_syn,
             zero_rtt: true,
-            peer_tfo: early_syn,
+            // The Hello in the relay legs' SYN, as in split+es+pool.
+            peer_tfo: early_syn || ingress == Ingress::Socks5,
             pool,
             tfo,
             turbo,
+            ingress,
         }
     }
 }
@@ -1047,6 +1108,7 @@ fn relay_config(
     psk: &Path,
     accel: Accel,
     chain: &Chain,
+    client: Ipv4Addr,
 ) -> Result<String, LabError> {
     let relay = &relays[i];
     let turbo_initcwnd = chain.model.turbo_initcwnd;
@@ -1058,10 +1120,19 @@ fn relay_config(
         psk.display()
     );
     if i == 0 {
-        conf.push_str(&format!(
-            "[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:{TPROXY_PORT}\"\n\
-             intercept = {{ interfaces = [\"{DEV_LEFT}\"], ports = [{HTTP_PORT}] }}\n\n"
-        ));
+        conf.push_str(&match accel.ingress {
+            Ingress::Tproxy => format!(
+                "[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:{TPROXY_PORT}\"\n\
+                 intercept = {{ interfaces = [\"{DEV_LEFT}\"], ports = [{HTTP_PORT}] }}\n\n"
+            ),
+            Ingress::Socks5 => format!(
+                "[[listen]]\nmode = \"socks5\"\naddr = \"0.0.0.0:{SOCKS_PORT}\"\nallow_clients = [\"{client}/32\"]\n\n"
+            ),
+            // `watch`: the detector reads the destination from the SYN.
+            Ingress::Agent => format!(
+                "[[listen]]\nmode = \"syn-option\"\naddr = \"0.0.0.0:{SYNOPT_PORT}\"\nallow_clients = [\"{client}/32\"]\nwatch = [\"{DEV_LEFT}\"]\n\n"
+            ),
+        });
     } else {
         // Only the upstream relay may dial in; naming it also lets turbo
         // install the return route at start, before the first (pooled)
@@ -1129,11 +1200,17 @@ fn relay_config(
 
 fn setup_splitway(
     config: Config,
-    relays: &[Host],
-    direct: &str,
+    topo: &Topology,
+    server_addr: Ipv4Addr,
     dir: &Path,
     chain: &Chain,
 ) -> Result<Setup, LabError> {
+    let relays = topo.relays();
+    let direct = format!("http://{server_addr}:{HTTP_PORT}");
+    let client = topo
+        .client()
+        .right_addr()
+        .ok_or_else(|| LabError::Usage("the client has no link".into()))?;
     let accel = Accel::of(config);
     let turbo_initcwnd = chain.model.turbo_initcwnd;
     let bin = splitway_binary()?;
@@ -1152,7 +1229,7 @@ fn setup_splitway(
             .map_err(|e| LabError::peer("sysctl", relay.name(), e.to_string()))?;
     }
     for (i, relay) in relays.iter().enumerate().rev() {
-        let conf = relay_config(relays, i, &psk, accel, chain)?;
+        let conf = relay_config(relays, i, &psk, accel, chain, client)?;
         let path = dir.join(format!("relay-{}.toml", relay.name()));
         write_file(&path, conf.as_bytes())?;
         let mut cmd = relay.netns().command(&bin.to_string_lossy());
@@ -1168,7 +1245,12 @@ fn setup_splitway(
             cmd,
             dir.join(format!("relay-{}.log", relay.name())),
         )?;
-        let port = if i == 0 { TPROXY_PORT } else { PEER_PORT };
+        let port = match (i, accel.ingress) {
+            (0, Ingress::Tproxy) => TPROXY_PORT,
+            (0, Ingress::Socks5) => SOCKS_PORT,
+            (0, Ingress::Agent) => SYNOPT_PORT,
+            _ => PEER_PORT,
+        };
         // The admin port opens once listeners and interception are set up.
         proc.wait_listening(relay, &[port, ADMIN_PORT])?;
         procs.push(proc);
@@ -1229,11 +1311,43 @@ fn setup_splitway(
             missing.join(", ")
         )
     });
+    let first = left_addr(&relays[0])?;
+    let (how, curl_args, agent) = match accel.ingress {
+        Ingress::Tproxy => (
+            format!(
+                "transparent: {} intercepts the client's port {HTTP_PORT} with TPROXY",
+                relays[0].name()
+            ),
+            Vec::new(),
+            None,
+        ),
+        Ingress::Socks5 => (
+            format!(
+                "explicit: curl --socks5 {first}:{SOCKS_PORT} ({})",
+                relays[0].name()
+            ),
+            vec!["--socks5".to_owned(), format!("{first}:{SOCKS_PORT}")],
+            None,
+        ),
+        Ingress::Agent => (
+            format!(
+                "agent: splitway agent on the client redirects connect() to {server_addr} to \
+                 {first}:{SYNOPT_PORT} ({}, a syn-option listener; no interception), \
+                 the destination in the SYN",
+                relays[0].name()
+            ),
+            Vec::new(),
+            Some(AgentGuard::enable(
+                &bin,
+                dir,
+                &format!("{server_addr}/32={first}:{SYNOPT_PORT}"),
+            )?),
+        ),
+    };
     Ok(Setup {
-        base: direct.to_owned(),
+        base: direct,
         note: Some(format!(
-            "transparent: {} intercepts the client's port {HTTP_PORT} with TPROXY{}",
-            relays[0].name(),
+            "{how}{}",
             if accel.minimal {
                 format!(
                     "; README's minimal config, relays turned on: {}",
@@ -1247,8 +1361,81 @@ fn setup_splitway(
         )),
         tcp_fastopen: accel.tfo,
         degraded,
+        curl_args,
+        agent,
         _procs: procs,
     })
+}
+
+/// `splitway agent` enabled for a cgroup of its own (curl joins it);
+/// disabled and the cgroup removed on drop.
+struct AgentGuard {
+    bin: PathBuf,
+    pin_dir: PathBuf,
+    cgroup: PathBuf,
+}
+
+impl AgentGuard {
+    fn enable(bin: &Path, dir: &Path, route: &str) -> Result<AgentGuard, LabError> {
+        let mounts =
+            fs::read_to_string("/proc/mounts").map_err(|e| LabError::io("read /proc/mounts", e))?;
+        let root = mounts
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() > 2 && f[2] == "cgroup2")
+            .map(|f| PathBuf::from(f[1]))
+            .ok_or_else(|| LabError::NotBuilt("agent: no cgroup v2 mount on this host".into()))?;
+        let id = std::process::id();
+        let cgroup = root.join(format!("splitway-lab-agent-{id}"));
+        fs::create_dir(&cgroup)
+            .map_err(|e| LabError::io(format!("create cgroup {}", cgroup.display()), e))?;
+        // From here the guard removes the cgroup (and the pins) on error.
+        let guard = AgentGuard {
+            bin: bin.to_owned(),
+            pin_dir: PathBuf::from(format!("/sys/fs/bpf/splitway-lab-agent-{id}")),
+            cgroup,
+        };
+        let out = Command::new(&guard.bin)
+            .arg("agent")
+            .arg("--pin-dir")
+            .arg(&guard.pin_dir)
+            .arg("enable")
+            .arg("--cgroup")
+            .arg(&guard.cgroup)
+            .args(["--route", route])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| LabError::io("run splitway agent enable", e))?;
+        let log = dir.join("agent.log");
+        let _ = fs::write(&log, [&out.stdout[..], &out.stderr[..]].concat());
+        if !out.status.success() {
+            return Err(LabError::peer(
+                "splitway agent enable",
+                "client",
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            ));
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for AgentGuard {
+    fn drop(&mut self) {
+        let disabled = Command::new(&self.bin)
+            .arg("agent")
+            .arg("--pin-dir")
+            .arg(&self.pin_dir)
+            .arg("disable")
+            .stdin(Stdio::null())
+            .output();
+        if let Err(e) = disabled {
+            eprintln!("splitway agent disable ({}): {e}", self.pin_dir.display());
+        }
+        // Every curl in it has exited (each was waited for).
+        if let Err(e) = fs::remove_dir(&self.cgroup) {
+            eprintln!("remove cgroup {}: {e}", self.cgroup.display());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1279,7 +1466,8 @@ mod tests {
                 peer_tfo: false,
                 pool: false,
                 tfo: false,
-                turbo: false
+                turbo: false,
+                ingress: Ingress::Tproxy,
             }
         );
         assert!(Accel::of(Config::Default).minimal && !Accel::of(Config::Split).minimal);
@@ -1290,5 +1478,20 @@ mod tests {
         assert!(Accel::of(Config::Full).turbo && !Accel::of(Config::Full).tfo);
         assert!(Accel::of(Config::FullTfo).tfo);
         assert!(availability(Config::E2e).is_ok());
+        // Issue 18: both ride split+es+pool's relays; only the agent's
+        // first relay can start the next leg at the SYN.
+        let (socks5, agent) = (Accel::of(Config::Socks5), Accel::of(Config::Agent));
+        assert_eq!(socks5.ingress, Ingress::Socks5);
+        assert_eq!(agent.ingress, Ingress::Agent);
+        assert!(!socks5.early_syn && agent.early_syn);
+        assert!(socks5.pool && agent.pool && socks5.peer_tfo && agent.peer_tfo);
+        assert!(!socks5.turbo && !agent.turbo && !socks5.tfo && !agent.tfo);
+        assert_eq!(
+            Accel {
+                ingress: Ingress::Tproxy,
+                ..agent
+            },
+            Accel::of(Config::SplitEsPool)
+        );
     }
 }

@@ -84,12 +84,7 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
     let r = a.requested;
     let mut out = Vec::new();
 
-    let intercept: Vec<String> = cfg
-        .listeners
-        .iter()
-        .filter_map(|l| l.intercept.as_ref())
-        .flat_map(|i| i.interfaces.iter().cloned())
-        .collect();
+    let intercept: Vec<String> = crate::early_syn::watched_interfaces(cfg);
     out.push(if a.strict {
         entry(
             AccelName::EarlySyn,
@@ -105,14 +100,13 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
             off_reason(
                 r.early_syn,
                 "early_syn",
-                if cfg
-                    .listeners
-                    .iter()
-                    .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some())
-                {
+                if cfg.listeners.iter().any(|l| {
+                    (l.mode == ListenMode::Tproxy && l.intercept.is_some())
+                        || (l.mode == ListenMode::SynOption && !l.watch.is_empty())
+                }) {
                     "a tproxy listener takes PROXY headers (the client is known only after accept)"
                 } else {
-                    "no tproxy listener with `intercept` (nowhere to watch SYNs)"
+                    "no tproxy listener with `intercept` or syn-option listener with `watch` (nowhere to watch SYNs)"
                 },
             ),
         )

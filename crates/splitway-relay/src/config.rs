@@ -281,6 +281,39 @@ fn syn_option_prefixes(c: &mut Checker, key: &str, raw: &RawListener) -> Vec<(u8
     out
 }
 
+/// Validates `watch`: interface names on a syn-option listener whose SYNs
+/// name their real client (no PROXY header: early SYN dials at the SYN).
+fn syn_option_watch(c: &mut Checker, key: &str, raw: &RawListener) {
+    if raw.watch.is_empty() {
+        return;
+    }
+    if raw.mode != ListenMode::SynOption {
+        c.err(
+            format!("{key}.watch"),
+            "only a mode = \"syn-option\" listener has its SYNs watched (a tproxy listener's are watched on intercept.interfaces)",
+        );
+    }
+    if !raw.accept_proxy_protocol.is_empty() {
+        c.err(
+            format!("{key}.watch"),
+            "cannot be combined with accept_proxy_protocol (early SYN dials at the SYN, before the header names the client)",
+        );
+    }
+    for (j, iface) in raw.watch.iter().enumerate() {
+        if iface.is_empty() || iface.len() > 15 || iface.contains(['"', ' ', '/']) {
+            c.err(
+                format!("{key}.watch[{j}]"),
+                format!("`{iface}` is not an interface name"),
+            );
+        } else if raw.watch[..j].contains(iface) {
+            c.err(
+                format!("{key}.watch[{j}]"),
+                format!("`{iface}` is listed twice"),
+            );
+        }
+    }
+}
+
 /// Upper bound of `[[listen]] accept_sockets`.
 pub const MAX_ACCEPT_SOCKETS: usize = 256;
 
@@ -313,6 +346,9 @@ pub struct Listener {
     /// `syn-option` listeners: IPv6 prefixes by index, for the compact
     /// (indexed) destination option.
     pub syn_option_prefixes: Vec<(u8, IpNet)>,
+    /// `syn-option` listeners: interfaces whose ingress the early-SYN
+    /// detector watches for this listener's option-carrying SYNs.
+    pub watch: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -465,6 +501,8 @@ struct RawListener {
     accept_proxy_protocol: Vec<String>,
     #[serde(default)]
     syn_option_prefixes: Vec<String>,
+    #[serde(default)]
+    watch: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1109,6 +1147,7 @@ impl Config {
                 }
             }
             let syn_option_prefixes = syn_option_prefixes(&mut c, &key, &raw);
+            syn_option_watch(&mut c, &key, &raw);
             let want_tls = raw.tls == Some(true);
             if want_tls {
                 if raw.mode != ListenMode::Peer {
@@ -1152,6 +1191,7 @@ impl Config {
                     accept_sockets: raw.accept_sockets,
                     accept_proxy_protocol,
                     syn_option_prefixes,
+                    watch: raw.watch,
                 });
             }
         }
@@ -1409,6 +1449,11 @@ impl Config {
         let intercepting = listeners
             .iter()
             .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some());
+        // Early SYN also serves syn-option listeners with `watch`.
+        let watching = intercepting
+            || listeners
+                .iter()
+                .any(|l| l.mode == ListenMode::SynOption && !l.watch.is_empty());
         let raw_accel = match table.get("accel") {
             Some(v) => c.section::<RawAccel>("accel", v),
             None => Some(RawAccel::default()),
@@ -1427,7 +1472,7 @@ impl Config {
                 .iter()
                 .any(|l| l.mode == ListenMode::Tproxy && !l.accept_proxy_protocol.is_empty());
             accel.early_syn = match accel.requested.early_syn {
-                Switch::Auto => intercepting && !accel.strict && !proxied_tproxy,
+                Switch::Auto => watching && !accel.strict && !proxied_tproxy,
                 s => s == Switch::On,
             };
             accel.pool = match accel.requested.pool {
@@ -1486,10 +1531,10 @@ impl Config {
             {
                 accel.early_syn_expiry = d;
             }
-            if accel.early_syn && !intercepting {
+            if accel.early_syn && !watching {
                 c.err(
                     "accel.early_syn",
-                    "needs a tproxy listener with `intercept` (its interfaces and ports are where SYNs are watched)",
+                    "needs a tproxy listener with `intercept` or a syn-option listener with `watch` (where SYNs are watched)",
                 );
             }
             if accel.strict && !intercepting {
@@ -2232,6 +2277,62 @@ mod tests {
         assert_eq!(
             cfg.listeners[0].syn_option_prefixes,
             [(3, "2001:db8::/48".parse().unwrap())]
+        );
+        // Early SYN stays off without `watch`: nowhere to see the SYNs.
+        assert!(!cfg.accel.early_syn);
+    }
+
+    /// `watch` on a syn-option listener turns auto early SYN on; it is
+    /// refused elsewhere, with bad names, twice, or beside PROXY headers.
+    #[test]
+    fn syn_option_watch_turns_early_syn_on_and_is_validated() {
+        let base = |listen: &str| {
+            format!(
+                "name = \"rc\"\npsk_file = \"psk.key\"\n[[listen]]\n{listen}\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n"
+            )
+        };
+        let keys = |text: &str| -> Vec<String> {
+            with_psk(text)
+                .err()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|i| i.key)
+                .collect()
+        };
+        let synopt =
+            "mode = \"syn-option\"\naddr = \"0.0.0.0:7200\"\nallow_clients = [\"10.0.0.0/8\"]";
+        let cfg = with_psk(&base(&format!("{synopt}\nwatch = [\"eth0\"]"))).unwrap();
+        assert_eq!(cfg.listeners[0].watch, ["eth0"]);
+        assert!(
+            cfg.accel.early_syn,
+            "auto early SYN with a watched listener"
+        );
+        let off = with_psk(&base(&format!(
+            "{synopt}\nwatch = [\"eth0\"]\n[accel]\nearly_syn = false"
+        )))
+        .unwrap();
+        assert!(!off.accel.early_syn);
+        assert_eq!(
+            keys(&base(&format!(
+                "{synopt}\nwatch = [\"eth0\", \"a b\", \"eth0\", \"\"]"
+            ))),
+            [
+                "listen[0].watch[1]",
+                "listen[0].watch[2]",
+                "listen[0].watch[3]"
+            ]
+        );
+        assert_eq!(
+            keys(&base(
+                "mode = \"socks5\"\naddr = \"127.0.0.1:1080\"\nwatch = [\"eth0\"]"
+            )),
+            ["listen[0].watch"]
+        );
+        assert_eq!(
+            keys(&base(&format!(
+                "{synopt}\nwatch = [\"eth0\"]\naccept_proxy_protocol = [\"10.0.0.1/32\"]"
+            ))),
+            ["listen[0].watch"]
         );
     }
 }

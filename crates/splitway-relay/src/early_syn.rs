@@ -24,7 +24,7 @@ use splitway_proto::Destination;
 use splitway_proto::header::DEFAULT_TTL;
 use tokio::sync::oneshot;
 
-use crate::config::ListenMode;
+use crate::config::{Config, ListenMode, Listener};
 use crate::error::ConnError;
 use crate::limits::Refused;
 use crate::relay::Shared;
@@ -125,6 +125,46 @@ impl EarlyStarts {
             self.count(&self.stats.denied, EarlySynOutcome::Denied, 1);
             return;
         }
+        self.start(shared, client, dst, ttl);
+    }
+
+    /// A SYN to a syn-option listener (`to`) that carries our option
+    /// (`options`: its raw TCP options). The listener's `allow_clients` and
+    /// `[limits]` are checked before anything else, the option is decoded
+    /// exactly as accept will decode the saved SYN, and the leg starts for
+    /// the destination it names; the accepted socket pairs with it by
+    /// (client, destination). A refused client or an unusable option starts
+    /// nothing (`denied`); accept then refuses the connection itself.
+    pub fn on_option_syn(
+        &self,
+        shared: &Arc<Shared>,
+        client: SocketAddr,
+        to: SocketAddr,
+        options: &[u8],
+        ttl: u8,
+    ) {
+        if !shared.live.early_syn_enabled() {
+            return;
+        }
+        let Some(listener) = syn_option_listener(shared, to) else {
+            // Not ours (another listener moved away on reload): nothing.
+            self.count(&self.stats.denied, EarlySynOutcome::Denied, 1);
+            return;
+        };
+        if admissible_at(shared, client, &listener.allow_clients, true).is_err() {
+            self.count(&self.stats.denied, EarlySynOutcome::Denied, 1);
+            return;
+        }
+        match crate::syn_dst::from_options(options, &listener.syn_option_prefixes) {
+            Ok(dst) => self.start(shared, client, dst, ttl),
+            Err(e) => {
+                tracing::debug!(%client, listener = %to, error = %e, "early SYN: no usable destination option");
+                self.count(&self.stats.denied, EarlySynOutcome::Denied, 1);
+            }
+        }
+    }
+
+    fn start(&self, shared: &Arc<Shared>, client: SocketAddr, dst: SocketAddr, ttl: u8) {
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
         if shard.contains_key(&key) {
@@ -159,7 +199,7 @@ impl EarlyStarts {
                 client: key.0.ip(),
                 early_data: Vec::new(),
                 speculative: true,
-                // Early SYN serves transparent clients only.
+                // Early SYN serves transparent and syn-option clients only.
                 optimistic: true,
             };
             let r = connect_next(&shared, &mut req).await;
@@ -315,6 +355,90 @@ pub fn admissible(shared: &Shared, client: SocketAddr) -> Result<(), DenyReason>
         .limiter
         .would_admit(Some(ip))
         .map_err(Refused::reason)
+}
+
+/// [`admissible`] for one listener's `allow_clients` (`explicit`: empty
+/// means loopback only, as at accept).
+fn admissible_at(
+    shared: &Shared,
+    client: SocketAddr,
+    allow_clients: &[ipnet::IpNet],
+    explicit: bool,
+) -> Result<(), DenyReason> {
+    let ip = client.ip().to_canonical();
+    if !allowed(allow_clients, ip, explicit) {
+        return Err(DenyReason::Client);
+    }
+    shared
+        .limiter
+        .would_admit(Some(ip))
+        .map_err(Refused::reason)
+}
+
+/// The syn-option listener a SYN to `to` reaches: same port, and the same
+/// address unless the listener's is unspecified.
+fn syn_option_listener(shared: &Shared, to: SocketAddr) -> Option<&Listener> {
+    let to = canonical(to);
+    shared.cfg.listeners.iter().find(|l| {
+        l.mode == ListenMode::SynOption
+            && l.addr.port() == to.port()
+            && (l.addr.ip().is_unspecified() || l.addr.ip().to_canonical() == to.ip())
+    })
+}
+
+/// Interfaces the SYN detector attaches to: tproxy listeners' `intercept`
+/// interfaces and syn-option listeners' `watch`, each once.
+pub fn watched_interfaces(cfg: &Config) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let names = cfg.listeners.iter().flat_map(|l| {
+        let intercept = l.intercept.iter().flat_map(|i| i.interfaces.iter());
+        let watch = l
+            .watch
+            .iter()
+            .filter(move |_| l.mode == ListenMode::SynOption);
+        intercept.chain(watch)
+    });
+    for name in names {
+        if !out.contains(name) {
+            out.push(name.clone());
+        }
+    }
+    out
+}
+
+/// The detector's ports: every SYN to the intercepted ones, and only SYNs
+/// carrying our option to watched syn-option listeners' ones.
+pub fn watched_ports(cfg: &Config) -> (Vec<u16>, Vec<u16>) {
+    let plain = cfg
+        .listeners
+        .iter()
+        .filter_map(|l| l.intercept.as_ref())
+        .flat_map(|i| i.ports.iter().copied())
+        .collect();
+    let option = cfg
+        .listeners
+        .iter()
+        .filter(|l| l.mode == ListenMode::SynOption && !l.watch.is_empty())
+        .map(|l| l.addr.port())
+        .collect();
+    (plain, option)
+}
+
+/// Whether any syn-option listener has its SYNs watched (else its accepts
+/// have no early legs to look for, and are not misses).
+pub fn watches_syn_option(shared: &Shared) -> bool {
+    shared
+        .cfg
+        .listeners
+        .iter()
+        .any(|l| l.mode == ListenMode::SynOption && !l.watch.is_empty())
+}
+
+/// Whether a plain (option-less) SYN event is for a syn-option listener:
+/// reported only because an intercepted port range covers it; it must
+/// start nothing.
+pub fn is_for_syn_option_listener(shared: &Shared, to: SocketAddr) -> bool {
+    syn_option_listener(shared, to).is_some()
 }
 
 #[cfg(test)]

@@ -496,16 +496,15 @@ impl Relay {
                 None,
             )
         } else if cfg.accel.early_syn {
-            let (interfaces, ports): (Vec<String>, Vec<u16>) = cfg
-                .listeners
-                .iter()
-                .filter_map(|l| l.intercept.as_ref())
-                .fold((Vec::new(), Vec::new()), |(mut i, mut p), x| {
-                    i.extend(x.interfaces.iter().cloned());
-                    p.extend(x.ports.iter().copied());
-                    (i, p)
-                });
-            match SynWatch::attach(&interfaces, &ports) {
+            let interfaces = crate::early_syn::watched_interfaces(&cfg);
+            let (ports, option_ports) = crate::early_syn::watched_ports(&cfg);
+            // Only syn-option listeners watched: no port gets every SYN.
+            match SynWatch::attach_full(
+                &interfaces,
+                splitway_sys::bpf::PlainPorts::Only(&ports),
+                &option_ports,
+                splitway_sys::bpf::TcHook::Auto,
+            ) {
                 Ok(w) => {
                     host.early_syn = Some(Ok(format!(
                         "BPF SYN detector attached on {} ({:?})",
@@ -706,7 +705,14 @@ impl Relay {
                 loop {
                     tokio::select! {
                         ev = watch.next() => match ev {
-                            Ok(ev) => early.on_syn(current.refresh(&mut snapshot), ev.client, ev.original_dst, ev.ttl),
+                            Ok(ev) => {
+                                let shared = current.refresh(&mut snapshot);
+                                match &ev.options {
+                                    Some(o) => early.on_option_syn(shared, ev.client, ev.original_dst, o.as_slice(), ev.ttl),
+                                    None if crate::early_syn::is_for_syn_option_listener(shared, ev.original_dst) => {}
+                                    None => early.on_syn(shared, ev.client, ev.original_dst, ev.ttl),
+                                }
+                            }
                             Err(e) => {
                                 warn!(error = %e, "SYN detector failed; early SYN off from now on");
                                 early.detector_died();

@@ -304,12 +304,14 @@ fn same_dialing(a: &Peer, b: &Peer) -> bool {
 /// (with SO_REUSEPORT or not) and interception (the client ACL can change).
 fn socket_key(l: &Listener) -> String {
     format!(
-        "{} {} {:?} reuse_port={} accept_sockets={:?}",
+        "{} {} {:?} reuse_port={} accept_sockets={:?} watch={:?}",
         l.mode.as_str(),
         l.addr,
         l.intercept.as_ref().map(|i| (&i.interfaces, &i.ports)),
         l.reuse_port,
-        l.accept_sockets
+        l.accept_sockets,
+        // The SYN detector is attached at start, like interception.
+        l.watch
     )
 }
 
@@ -414,6 +416,7 @@ impl Plan {
                     Some(n) => {
                         let mut n = n.clone();
                         n.intercept = l.intercept.clone();
+                        n.watch = l.watch.clone();
                         n.v6_only = l.v6_only;
                         n
                     }

@@ -388,6 +388,13 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         (Some(early), Destination::Ip(dst)) if inbound.mode == ListenMode::Tproxy => {
             early.take(inbound.client, *dst)
         }
+        // Paired by (client, the option's destination), as the SYN was.
+        (Some(early), Destination::Ip(dst))
+            if inbound.mode == ListenMode::SynOption
+                && crate::early_syn::watches_syn_option(&shared) =>
+        {
+            early.take(inbound.client, *dst)
+        }
         _ => None,
     };
     // A transparent connection whose original destination is one of our

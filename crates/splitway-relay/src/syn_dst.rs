@@ -28,6 +28,24 @@ pub fn learn(
 ) -> Result<(SocketAddr, Option<u8>), SynDstError> {
     let syn = splitway_sys::hops::saved_syn(stream)?.ok_or(SynDstError::NotSaved)?;
     let option = syn_option::find_in_syn(&syn)?.ok_or(SynDstError::Missing)?;
+    Ok((
+        resolve(option, prefixes)?,
+        splitway_sys::hops::ip_hop_limit(&syn),
+    ))
+}
+
+/// The destination in a SYN's raw TCP options, as the early-SYN detector
+/// reports them: the same decoding as [`learn`], so the early leg and the
+/// accepted socket agree on where to go.
+pub fn from_options(options: &[u8], prefixes: &[(u8, IpNet)]) -> Result<SocketAddr, SynDstError> {
+    let option = syn_option::find_in_options(options)?.ok_or(SynDstError::Missing)?;
+    resolve(option, prefixes)
+}
+
+fn resolve(
+    option: syn_option::SynOption,
+    prefixes: &[(u8, IpNet)],
+) -> Result<SocketAddr, SynDstError> {
     let table = |index: u8| {
         prefixes
             .iter()
@@ -37,6 +55,44 @@ pub fn learn(
                 (IpAddr::V4(_), _) => None,
             })
     };
-    let dst = option.resolve(&table)?;
-    Ok((dst, splitway_sys::hops::ip_hop_limit(&syn)))
+    Ok(option.resolve(&table)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use splitway_proto::syn_option::SynOption;
+
+    /// The detector's copy of the options decodes to the same destination
+    /// accept reads, IPv4 and the indexed IPv6 form; garbage is refused.
+    #[test]
+    fn options_decode_like_the_saved_syn() {
+        let v4: SocketAddr = "10.0.3.2:8080".parse().unwrap();
+        let mut opts = vec![2, 4, 5, 180, 1, 1];
+        let SocketAddr::V4(a) = v4 else {
+            unreachable!()
+        };
+        SynOption::V4(a).encode(&mut opts);
+        assert_eq!(from_options(&opts, &[]).unwrap(), v4);
+
+        let net: IpNet = "fd00:3::/64".parse().unwrap();
+        let v6: SocketAddr = "[fd00:3::2]:443".parse().unwrap();
+        let (IpAddr::V6(prefix), SocketAddr::V6(a)) = (net.network(), v6) else {
+            unreachable!()
+        };
+        let mut opts = vec![1, 1];
+        SynOption::v6_indexed(5, prefix, 64, a)
+            .unwrap()
+            .unwrap()
+            .encode(&mut opts);
+        assert_eq!(from_options(&opts, &[(5, net)]).unwrap(), v6);
+        assert!(matches!(
+            from_options(&opts, &[(6, net)]),
+            Err(SynDstError::Bad(_))
+        ));
+        assert!(matches!(
+            from_options(&[2, 4, 5, 180], &[]),
+            Err(SynDstError::Missing)
+        ));
+    }
 }

@@ -234,3 +234,48 @@ async fn reload_applies_keeps_replaces_and_refuses() {
     // A drained relay refuses reloads.
     assert!(matches!(reloader.reload(), Err(ReloadError::Draining)));
 }
+
+/// A syn-option listener's `watch` belongs to the SYN detector attached at
+/// start: a reload that changes it reports a restart and keeps the running
+/// value, so pairing never consults interfaces the detector does not watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_keeps_a_syn_option_listeners_watch() {
+    let dir = temp_dir();
+    let path = dir.0.join("relay.toml");
+    let text = |watch: &str| {
+        format!(
+            "name = \"r\"\nadmin = \"off\"\n[[listen]]\nmode = \"syn-option\"\naddr = \"127.0.0.1:0\"\nallow_clients = [\"127.0.0.0/8\"]\nwatch = [\"{watch}\"]\n\
+             [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n[accel]\nearly_syn = false\n"
+        )
+    };
+    write(&path, &text("lo"));
+    let cfg = Config::load(&path).expect("valid config");
+    let relay = Relay::bind_with(
+        cfg,
+        RelayOptions {
+            config_path: Some(path.clone()),
+            ..RelayOptions::default()
+        },
+    )
+    .await
+    .expect("bind");
+    let reloader = relay.reloader();
+    write(&path, &text("eth9"));
+    let report = tokio::task::spawn_blocking({
+        let reloader = reloader.clone();
+        move || reloader.reload()
+    })
+    .await
+    .unwrap()
+    .expect("valid reload");
+    assert!(
+        report
+            .needs_restart
+            .iter()
+            .any(|k| k.starts_with("listen.")),
+        "{:?}",
+        report.needs_restart
+    );
+    assert_eq!(reloader.snapshot().cfg.listeners[0].watch, ["lo"]);
+    drop(relay);
+}

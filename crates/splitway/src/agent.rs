@@ -46,6 +46,13 @@ enum AgentCommand {
         /// (read it with `agent status`).
         #[arg(long)]
         probe: bool,
+        /// Free option bytes in this host's SYNs. A route whose option
+        /// (padded to 4 bytes) does not fit is not redirected: its connects
+        /// go direct and count as fallback_direct. Default: computed from
+        /// net.ipv4.tcp_timestamps, tcp_sack and tcp_window_scaling (20 with
+        /// Linux's defaults); 40 never falls back.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=40))]
+        option_space: Option<u32>,
     },
     /// Routes and counters of the enabled agent (exit 3 when not enabled).
     Status,
@@ -111,6 +118,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
             cgroup,
             routes,
             probe,
+            option_space,
         } => {
             if !cgroup.join("cgroup.procs").exists() {
                 bail!(
@@ -118,7 +126,12 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
                     cgroup.display()
                 );
             }
-            let outcome = agent::enable(pin_dir, &cgroup, &routes, probe)
+            let option_space = match option_space {
+                Some(n) => n,
+                None => agent::syn_option_space()
+                    .context("computing the SYN's free option space (or give --option-space)")?,
+            };
+            let outcome = agent::enable(pin_dir, &cgroup, &routes, probe, option_space)
                 .with_context(|| format!("enabling the agent under {}", pin_dir.display()))?;
             match outcome {
                 EnableOutcome::Attached => println!(
@@ -158,6 +171,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
             println!("options_store_failed {}", s.options_store_failed);
             println!("destinations_lost {}", s.lost);
             println!("probe_max_option_len {}", s.probe_max_len);
+            println!("option_space {}", status.option_space);
+            println!("fallback_direct {}", s.fallback_direct);
             Ok(ExitCode::SUCCESS)
         }
         AgentCommand::Disable => {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use splitway_sys::netns::Netns;
 use support::*;
 
 const SYNOPT_PORT: u16 = 7200;
@@ -302,7 +303,7 @@ fn agent_stat(pins: &AgentPins, name: &str) -> u64 {
 /// beside timestamps (counted by the agent) and the relay refuses the
 /// option-less SYN cleanly. Probe mode measures the free option space.
 #[test]
-fn ipv6_indexed_option_fits_and_full_form_is_refused_cleanly() {
+fn ipv6_indexed_option_fits_and_full_form_goes_direct() {
     require_netns!();
     let Some(cgroup) = Cgroup::create("v6") else {
         eprintln!("skipping: no cgroup2 mount");
@@ -366,15 +367,39 @@ fn ipv6_indexed_option_fits_and_full_form_is_refused_cleanly() {
     assert_eq!(agent_stat(&pins, "redirected_v6"), 1);
     assert_eq!(agent_stat(&pins, "options_written"), 1);
 
-    // Full form (23 bytes) to port 7200: no room beside Linux's options.
-    let replace = pins.run(&[
+    // Full form (23 bytes, 24 padded) to port 7200: no room beside Linux's
+    // options (20 free), so the agent does not redirect: the connect goes
+    // direct and is counted.
+    let full_route = format!("fd00:3::/64={relay_addr}");
+    let replace = pins.run(&["enable", "--cgroup", cg, "--route", &full_route]);
+    assert!(replace.status.success());
+    assert_eq!(agent_stat(&pins, "option_space"), 20);
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, 1000, 3);
+    let (mut conn, peer) = server.accept(deadline.remaining("direct accept"));
+    assert_eq!(
+        peer.ip().to_string(),
+        "fd00:1::1",
+        "without room for the option the client goes direct"
+    );
+    assert_eq!(recv_all(&mut conn).expect("server receive").len, 1000);
+    drop(conn);
+    let out = child.wait_with_output().expect("child client");
+    assert!(out.status.success(), "the direct connection works");
+    assert_eq!(agent_stat(&pins, "fallback_direct"), 1);
+    assert_eq!(agent_stat(&pins, "redirected_v6"), 1, "not redirected");
+
+    // Told there is room (--option-space 40), the agent redirects anyway:
+    // the SYN leaves without the option and the relay refuses it cleanly.
+    let forced = pins.run(&[
         "enable",
         "--cgroup",
         cg,
         "--route",
-        &format!("fd00:3::/64={relay_addr}"),
+        &full_route,
+        "--option-space",
+        "40",
     ]);
-    assert!(replace.status.success());
+    assert!(forced.status.success());
     let child = spawn_child(&cgroup.0, lab.client.name(), dst, 10, 1);
     let out = child.wait_with_output().expect("child client");
     assert!(
@@ -516,4 +541,166 @@ fn agent_commands_refuse_bad_input_clearly() {
     assert!(!pins.0.exists(), "a refused enable pinned something");
     let status = pins.run(&["status"]);
     assert_eq!(status.status.code(), Some(3), "status of a disabled agent");
+}
+
+/// Drops the first SYN-ACK from `port` arriving in `ns`: the client
+/// retransmits its SYN a second later, so the relay surely read the first
+/// SYN's event before the accept (on a veth pair either may come first).
+fn drop_first_syn_ack(ns: &Netns, port: u16) {
+    use std::io::Write as _;
+    let script = format!(
+        "table inet swsynopt {{\n chain input {{\n  type filter hook input priority 0;\n  \
+         tcp sport {port} tcp flags & (syn | ack) == syn | ack numgen inc mod 1000000 == 0 drop\n }}\n}}\n"
+    );
+    let mut child = ns
+        .command("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn nft");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("write nft script");
+    assert!(
+        child.wait().expect("wait nft").success(),
+        "nft failed: {script}"
+    );
+}
+
+/// Early SYN for a syn-option listener with `watch`: the tc detector finds
+/// the agent's option in the client's SYN, so the relay dials the server
+/// before accept, and the accepted socket takes that leg (`hit`). A SYN
+/// without the option and a client outside the listener's `allow_clients`
+/// start nothing: the server sees no dial.
+#[test]
+fn early_syn_dials_at_the_syn_for_a_watched_syn_option_listener() {
+    require_netns!();
+    let Some(cgroup) = Cgroup::create("early") else {
+        eprintln!("skipping: no cgroup2 mount");
+        return;
+    };
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::chain(&["rc"]);
+    let relay_addr = format!("{ENTRY_V4}:{SYNOPT_PORT}");
+    // Port 7201 admits no one the lab has: its SYNs must dial nothing.
+    let closed_addr = format!("{ENTRY_V4}:{}", SYNOPT_PORT + 1);
+    let mut cfg = RelayConfig::new("rc");
+    cfg.route("0.0.0.0/0", "direct");
+    cfg.extra(&format!(
+        "[[listen]]\nmode = \"syn-option\"\naddr = \"{relay_addr}\"\nallow_clients = [\"10.0.1.0/24\"]\nwatch = [\"{WEST_IF}\"]\n\n\
+         [[listen]]\nmode = \"syn-option\"\naddr = \"{closed_addr}\"\nallow_clients = [\"192.0.2.0/24\"]\nwatch = [\"{WEST_IF}\"]\n\n\
+         [accel]\npool = false\n"
+    ));
+    lab.start_relays(&[cfg]);
+    let status = curl_admin(lab.relay_ns("rc"), "/status").expect("relay status");
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    assert_eq!(
+        status["features"]["early_syn"], true,
+        "early SYN must be on by the auto rule: {status}"
+    );
+
+    let server = TestServer::bind(&lab.server, sock(&format!("0.0.0.0:{SERVER_PORT}")));
+    let pins = AgentPins(PathBuf::from(format!(
+        "/sys/fs/bpf/splitway-test-agent-early-{}",
+        std::process::id()
+    )));
+    let enable = |to: &str| {
+        let route = format!("10.0.3.0/24={to}");
+        let out = pins.run(&[
+            "enable",
+            "--cgroup",
+            cgroup.0.to_str().unwrap(),
+            "--route",
+            &route,
+        ]);
+        assert!(
+            out.status.success(),
+            "agent enable: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    enable(&relay_addr);
+    let early = |outcome: &str| {
+        lab.metrics("rc")
+            .counter("splitway_early_syn_total", &[("outcome", outcome)])
+    };
+
+    // 1. Started at the SYN, taken at accept; sha256 both ways. The first
+    // SYN-ACK is lost: the leg is at the server before the handshake ends.
+    drop_first_syn_ack(&lab.client, SYNOPT_PORT);
+    let (up, down) = (MIB + 3, 2 * MIB + 1);
+    let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, up, 0xE51);
+    let (mut conn, peer) = server.accept(deadline.remaining("server accept"));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let got_up = recv_all(&mut conn).expect("server receive");
+    let sent_down = send_pattern(&mut conn, down, 0xE52).expect("server send");
+    drop(conn);
+    let out = child.wait_with_output().expect("child client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child client failed: {stdout}");
+    assert!(
+        stdout.contains(&format!("SENT {got_up}")),
+        "client→server bytes differ: server got {got_up}; child: {stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("GOT {sent_down}")),
+        "server→client bytes differ: server sent {sent_down}; child: {stdout}"
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_early_syn_total",
+        &[("outcome", "hit")],
+        1.0,
+        deadline,
+    );
+    assert_eq!(early("started"), 1.0, "one leg started at the SYN");
+    assert_eq!(early("miss"), 0.0, "the accept found its early leg");
+    assert!(
+        early("duplicate") >= 1.0,
+        "the retransmitted SYN carried the option too"
+    );
+
+    // 2. No option (outside the agent's cgroup): the detector reports
+    // nothing, accept refuses it, nothing is dialed.
+    match connect_in(&lab.client, sock(&relay_addr)) {
+        Ok(mut plain) => {
+            expect_reset(&mut plain, "client without the destination option");
+        }
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    lab.wait_counter(
+        "rc",
+        "splitway_denied_total",
+        &[("reason", "syn_option")],
+        1.0,
+        deadline,
+    );
+
+    // 3. A client the listener does not admit: its SYN carries a valid
+    // option, yet starts nothing; accept refuses it.
+    enable(&closed_addr);
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, 10, 1);
+    let out = child.wait_with_output().expect("child client");
+    assert!(!out.status.success(), "a refused client must fail");
+    lab.wait_counter(
+        "rc",
+        "splitway_early_syn_total",
+        &[("outcome", "denied")],
+        1.0,
+        deadline,
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_denied_total",
+        &[("reason", "client")],
+        1.0,
+        deadline,
+    );
+    assert_eq!(early("started"), 1.0, "refused SYNs start no leg");
+    server.assert_no_pending_connection();
+    lab.assert_relays_alive();
 }

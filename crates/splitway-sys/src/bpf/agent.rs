@@ -62,6 +62,9 @@ pub struct AgentStats {
     pub probe_max_len: u64,
     /// Redirects whose destination could not be remembered (map full).
     pub lost: u64,
+    /// Connects not redirected because their route's option would not fit
+    /// the SYN ([`AgentStatus::option_space`]): they went direct.
+    pub fallback_direct: u64,
 }
 
 /// What `agent status` reports.
@@ -71,6 +74,8 @@ pub struct AgentStatus {
     pub routes: Vec<AgentRoute>,
     pub stats: AgentStats,
     pub probe: bool,
+    /// Free SYN option bytes the agent assumes (0: unknown, never falls back).
+    pub option_space: u32,
 }
 
 /// What `enable` did.
@@ -104,16 +109,19 @@ pub fn is_enabled(pin_dir: &Path) -> bool {
 
 /// Loads, attaches to `cgroup` and pins the agent; when it is already
 /// enabled, replaces its routes only.
+/// `option_space` is the free option bytes in this host's SYNs (see
+/// [`syn_option_space`]); a route whose option does not fit goes direct.
 pub fn enable(
     pin_dir: &Path,
     cgroup: &Path,
     routes: &[AgentRoute],
     probe: bool,
+    option_space: u32,
 ) -> Result<EnableOutcome, SysError> {
     let values = route_values(routes)?;
     if is_enabled(pin_dir) {
         write_routes(pin_dir, &values)?;
-        write_probe(pin_dir, probe)?;
+        write_cfg(pin_dir, probe, option_space)?;
         return Ok(EnableOutcome::RoutesReplaced);
     }
     // Maps left pinned without links (an enable that was killed midway)
@@ -123,7 +131,7 @@ pub fn enable(
         .map_err(|e| SysError::io(format!("open cgroup {}", cgroup.display()), e))?;
     std::fs::create_dir_all(pin_dir)
         .map_err(|e| SysError::io(format!("create {}", pin_dir.display()), e))?;
-    let result = attach_and_pin(pin_dir, &cgroup_dir, &values, probe);
+    let result = attach_and_pin(pin_dir, &cgroup_dir, &values, probe, option_space);
     if result.is_err() {
         // Leave nothing half-enabled; the attach error is the one to report.
         let _cleanup = disable(pin_dir);
@@ -136,6 +144,7 @@ fn attach_and_pin(
     cgroup: &std::fs::File,
     values: &[(IpAddr, u8, RouteVal)],
     probe: bool,
+    option_space: u32,
 ) -> Result<(), SysError> {
     let mut ebpf = EbpfLoader::new()
         .load(AGENT_OBJECT)
@@ -146,7 +155,7 @@ fn attach_and_pin(
             .map_err(|e| bpf_err(format!("pin map {name}"), e))?;
     }
     write_routes(pin_dir, values)?;
-    write_probe(pin_dir, probe)?;
+    write_cfg(pin_dir, probe, option_space)?;
     for (name, pin) in LINKS {
         let program = ebpf.program_mut(name).ok_or_else(|| SysError::Bpf {
             op: "find program".into(),
@@ -251,14 +260,17 @@ pub fn status(pin_dir: &Path) -> Result<Option<AgentStatus>, SysError> {
         options_store_failed: slot(4)?,
         probe_max_len: slot(5)?,
         lost: slot(6)?,
+        fallback_direct: slot(7)?,
     };
     let cfg: Array<MapData, u32> = pinned(pin_dir, "cfg")?;
     let probe = cfg.get(&0, 0).map_err(|e| bpf_err("read cfg", e))? != 0;
+    let option_space = cfg.get(&1, 0).map_err(|e| bpf_err("read cfg", e))?;
     Ok(Some(AgentStatus {
         pin_dir: pin_dir.to_path_buf(),
         routes,
         stats: stats_out,
         probe,
+        option_space,
     }))
 }
 
@@ -367,10 +379,43 @@ fn write_routes(pin_dir: &Path, values: &[(IpAddr, u8, RouteVal)]) -> Result<(),
     Ok(())
 }
 
-fn write_probe(pin_dir: &Path, probe: bool) -> Result<(), SysError> {
+fn write_cfg(pin_dir: &Path, probe: bool, option_space: u32) -> Result<(), SysError> {
     let mut cfg: Array<MapData, u32> = pinned(pin_dir, "cfg")?;
     cfg.set(0, u32::from(probe), 0)
-        .map_err(|e| bpf_err("write cfg", e))
+        .map_err(|e| bpf_err("write cfg", e))?;
+    cfg.set(1, option_space, 0).map_err(|e| {
+        bpf_err(
+            "write cfg (option space; an agent pinned by an older splitway: disable it first)",
+            e,
+        )
+    })
+}
+
+/// Free option bytes in a SYN of the calling thread's network namespace:
+/// 40 less what Linux itself puts there (MSS 4; timestamps, with or
+/// without SACK-permitted, 12; SACK-permitted alone 4; window scale 4).
+/// Matches the 20 bytes `agent enable --probe` measures with the defaults.
+pub fn syn_option_space() -> Result<u32, SysError> {
+    let on = |name: &str| -> Result<bool, SysError> {
+        let path = format!("/proc/sys/net/ipv4/{name}");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| SysError::io(format!("read {path}"), e))?;
+        Ok(text.trim() != "0")
+    };
+    Ok(option_space_for(
+        on("tcp_timestamps")?,
+        on("tcp_sack")?,
+        on("tcp_window_scaling")?,
+    ))
+}
+
+fn option_space_for(timestamps: bool, sack: bool, window_scaling: bool) -> u32 {
+    let ts_sack = match (timestamps, sack) {
+        (true, _) => 12,
+        (false, true) => 4,
+        (false, false) => 0,
+    };
+    40 - 4 - ts_sack - if window_scaling { 4 } else { 0 }
 }
 
 fn pinned<T>(pin_dir: &Path, pin: &str) -> Result<T, SysError>
@@ -390,4 +435,20 @@ fn map_of<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Map, SysError> {
         op: "find map".into(),
         detail: format!("{name} missing from the object"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults leave the 20 bytes the probe measured
+    /// (lab-results/syn-option-space-20261124.txt); the IPv4 form (12
+    /// padded) always fits, the full IPv6 form (24) only without timestamps.
+    #[test]
+    fn option_space_follows_the_syn_options_linux_adds() {
+        assert_eq!(option_space_for(true, true, true), 20);
+        assert_eq!(option_space_for(true, false, true), 20);
+        assert_eq!(option_space_for(false, true, true), 28);
+        assert_eq!(option_space_for(false, false, false), 36);
+    }
 }

@@ -21,6 +21,24 @@ pub struct SynEvent {
     pub at_ns: u64,
     /// The SYN's IPv4 TTL or IPv6 hop limit.
     pub ttl: u8,
+    /// A SYN to a syn-option listener's port that carries splitway's
+    /// destination option: its raw TCP options (the program only found the
+    /// option's kind and ExID; the relay decodes it). `original_dst` is then
+    /// the listener's address, not the destination.
+    pub options: Option<TcpOptions>,
+}
+
+/// A SYN's TCP options as the program copied them (at most 40 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TcpOptions {
+    bytes: [u8; OPTS_MAX],
+    len: u8,
+}
+
+impl TcpOptions {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }
 
 // Offsets of `struct syn_event` in bpf/syn_watch.c.
@@ -31,8 +49,12 @@ const SPORT: usize = 40;
 const DPORT: usize = 42;
 const FAMILY: usize = 48;
 const TTL: usize = 49;
+const SYNOPT: usize = 50;
+const OPT_LEN: usize = 51;
+const OPTS: usize = 56;
+const OPTS_MAX: usize = 40;
 /// `sizeof(struct syn_event)`.
-pub(crate) const RECORD_LEN: usize = 56;
+pub(crate) const RECORD_LEN: usize = 96;
 
 const FAMILY_V4: u8 = 4;
 const FAMILY_V6: u8 = 6;
@@ -85,11 +107,25 @@ impl SynEvent {
                 });
             }
         };
+        let options = match (record[SYNOPT], usize::from(record[OPT_LEN])) {
+            (0, _) => None,
+            (1, len) if len <= OPTS_MAX => Some(TcpOptions {
+                bytes: bytes::<OPTS_MAX>(record, OPTS),
+                len: record[OPT_LEN],
+            }),
+            (flag, len) => {
+                return Err(SysError::Bpf {
+                    op: "decode ring buffer record".into(),
+                    detail: format!("syn-option flag {flag} with {len} option bytes"),
+                });
+            }
+        };
         Ok(SynEvent {
             client,
             original_dst,
             at_ns,
             ttl: record[TTL],
+            options,
         })
     }
 }
@@ -125,6 +161,20 @@ mod tests {
         assert_eq!(ev.original_dst, "10.0.0.2:443".parse().unwrap());
         assert_eq!(ev.at_ns, 1234);
         assert_eq!(ev.ttl, 61);
+        assert_eq!(ev.options, None);
+    }
+
+    #[test]
+    fn decodes_syn_option_record() {
+        let mut r = record(FAMILY_V4, &[10, 0, 0, 1], &[10, 0, 0, 2], 40000, 7200);
+        let opts = [2, 4, 5, 180, 253, 11, 0x53, 0x57, 4, 10, 0, 3, 2, 0, 80, 0];
+        r[SYNOPT] = 1;
+        r[OPT_LEN] = opts.len() as u8;
+        r[OPTS..OPTS + opts.len()].copy_from_slice(&opts);
+        let ev = SynEvent::decode(&r).unwrap();
+        assert_eq!(ev.options.unwrap().as_slice(), &opts);
+        r[OPT_LEN] = 41;
+        assert!(SynEvent::decode(&r).is_err());
     }
 
     #[test]

@@ -66,7 +66,7 @@ use tokio::io::unix::AsyncFd;
 /// CLOCK_MONOTONIC in nanoseconds: the clock of [`SynEvent::at_ns`]
 /// (`bpf_ktime_get_ns`), for measuring an event's age.
 pub use crate::rt::now_ns as monotonic_now_ns;
-pub use event::SynEvent;
+pub use event::{SynEvent, TcpOptions};
 
 use crate::SysError;
 
@@ -79,6 +79,19 @@ const EVENTS_MAP: &str = "SW_EVENTS";
 const PORTS_MAP: &str = "SW_PORTS";
 const DROPPED_MAP: &str = "SW_DROPPED";
 const FILTER_PORTS_GLOBAL: &str = "SW_FILTER_PORTS";
+
+// SW_PORTS value bits, as in bpf/syn_watch.c.
+const PORT_PLAIN: u8 = 1;
+const PORT_SYNOPT: u8 = 2;
+
+/// Which ports get every SYN reported (interception).
+#[derive(Debug, Clone, Copy)]
+pub enum PlainPorts<'a> {
+    /// Every port.
+    All,
+    /// Only these (none: only option-carrying SYNs are reported).
+    Only(&'a [u16]),
+}
 
 /// How the program is hooked into tc ingress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,17 +177,45 @@ impl SynWatch {
         ports: &[u16],
         hook: TcHook,
     ) -> Result<SynWatch, SysError> {
+        let plain = if ports.is_empty() {
+            PlainPorts::All
+        } else {
+            PlainPorts::Only(ports)
+        };
+        SynWatch::attach_full(interfaces, plain, &[], hook)
+    }
+
+    /// Watches plain SYNs to `plain` ports and, on `option_ports`
+    /// (syn-option listeners), only SYNs carrying splitway's destination
+    /// option, reported with their TCP options ([`SynEvent::options`]).
+    pub fn attach_full(
+        interfaces: &[String],
+        plain: PlainPorts<'_>,
+        option_ports: &[u16],
+        hook: TcHook,
+    ) -> Result<SynWatch, SysError> {
         let hook = hook.resolve();
         let netns = File::open("/proc/thread-self/ns/net")
             .map_err(|e| SysError::io("open /proc/thread-self/ns/net", e))?;
-        let mut ebpf = load(!ports.is_empty())?;
+        let plain_ports = match plain {
+            PlainPorts::All => None,
+            PlainPorts::Only(p) => Some(p),
+        };
+        let mut ebpf = load(plain_ports.is_some())?;
 
         let mut port_map: BpfHashMap<MapData, u16, u8> = take_map(&mut ebpf, PORTS_MAP)?
             .try_into()
             .map_err(|e| bpf_err(format!("open map {PORTS_MAP}"), e))?;
-        for &port in ports {
+        let mut bits: std::collections::BTreeMap<u16, u8> = Default::default();
+        for &port in plain_ports.unwrap_or_default() {
+            *bits.entry(port).or_default() |= PORT_PLAIN;
+        }
+        for &port in option_ports {
+            *bits.entry(port).or_default() |= PORT_SYNOPT;
+        }
+        for (port, b) in bits {
             port_map
-                .insert(port, 1, 0)
+                .insert(port, b, 0)
                 .map_err(|e| bpf_err(format!("watch port {port}"), e))?;
         }
         let ring: RingBuf<MapData> = take_map(&mut ebpf, EVENTS_MAP)?
