@@ -51,6 +51,7 @@ struct tcp_sock {
 	__u32 max_packets_out;
 	__u32 lsndtime;
 	__u32 srtt_us;
+	__u32 data_segs_out;
 	__u64 tcp_mstamp;
 	__u8 is_cwnd_limited : 1;
 } __attribute__((preserve_access_index));

@@ -12,19 +12,24 @@
 // - Saved: when a connection ends (release), its cwnd and smoothed RTT, per
 //   peer address, in an LRU hash map that lives as long as the registration
 //   (the relay process). Only windows above RESUME_MIN_CWND are saved.
-// - Resume: at init, if the peer has an entry younger than RESUME_MAX_AGE
-//   and the handshake RTT confirms the path (between half and ten times the
-//   saved RTT, Careful Resume's check), cwnd jumps to half the saved cwnd
-//   and ssthresh is set to the saved cwnd. The jump is paced (the kernel's
-//   internal pacing, SK_PACING_NEEDED) for the unvalidated phase.
+// - Resume: at each send after idle (CA_EVENT_TX_START) while the
+//   connection has sent fewer than RESUME_MIN_CWND data segments, if the
+//   peer has an entry younger than RESUME_MAX_AGE and the RTT confirms the
+//   path (between half and ten times the saved RTT, Careful Resume's check),
+//   cwnd jumps to half the saved cwnd and ssthresh is set to the saved cwnd.
+//   The jump is paced (the kernel's internal pacing, SK_PACING_NEEDED) for
+//   the unvalidated phase. Jumping at the send, not at init, is what makes
+//   it work on pooled legs: they idle between handshake and first use, and
+//   slow start after idle (tcp_cwnd_restart, which runs just before
+//   TX_START) would cut a jump made at init back to the initial window.
 // - Unvalidated phase: two smoothed RTTs after the jump. A loss in it is a
 //   "safe retreat": ssthresh = a quarter of the jump (below what plain CUBIC
 //   would keep), CUBIC's W_max forgotten, and the peer's entry deleted so
 //   the next connection starts normally.
 // - Afterwards it is splitway_cubic (cubic_core.h).
 //
-// Simplifications against the draft: the jump happens at init, using the
-// handshake RTT as the reconnaissance; the saved value is the final cwnd,
+// Simplifications against the draft: the RTT check uses the connection's
+// smoothed RTT so far (on a new leg, the handshake's) as the reconnaissance; the saved value is the final cwnd,
 // not a measured flight size, which is why only half of it is used.
 
 #include "cubic_core.h"
@@ -90,14 +95,26 @@ static __always_inline int peer_key(struct sock *sk, struct resume_key *key)
 SEC("struct_ops/splitway_resume_init")
 void BPF_PROG(splitway_resume_init, struct sock *sk)
 {
-	struct tcp_sock *tp = sw_tcp_sk(sk);
 	struct sw_resume *ca = sw_ca_priv(sk);
+
+	cubic_init(sk);
+	ca->phase = CR_OFF;
+}
+
+/* Called at a send with nothing in flight (CA_EVENT_TX_START), after the
+ * kernel's slow start after idle has run: jumps to the peer's saved window
+ * if this connection is still in its first flights. */
+static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
+{
+	struct tcp_sock *tp = sw_tcp_sk(sk);
 	struct resume_key key;
 	struct resume_val *saved;
 	__u32 srtt, jump;
 
-	cubic_init(sk);
-	ca->phase = CR_OFF;
+	/* Only a connection's first use: later idle periods follow the
+	 * kernel's rules like any CUBIC flow. */
+	if (tp->data_segs_out >= RESUME_MIN_CWND)
+		return;
 	if (!peer_key(sk, &key))
 		return;
 	saved = bpf_map_lookup_elem(&splitway_resume_peers, &key);
@@ -106,7 +123,7 @@ void BPF_PROG(splitway_resume_init, struct sock *sk)
 	if (bpf_ktime_get_ns() - saved->at_ns > RESUME_MAX_AGE_NS)
 		return;
 	srtt = tp->srtt_us >> 3;
-	/* No handshake RTT, or clearly a different path: start normally.
+	/* No RTT sample, or clearly a different path: start normally.
 	 * Careful Resume's bounds (half to ten times the saved RTT), widened
 	 * by 1 ms so that microsecond jitter on short paths does not count. */
 	if (!srtt || srtt + 1000 < saved->srtt_us / 2 ||
@@ -187,6 +204,8 @@ SEC("struct_ops/splitway_resume_cwnd_event")
 void BPF_PROG(splitway_resume_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
 	cubic_cwnd_event(sk, ev);
+	if (ev == CA_EVENT_TX_START)
+		maybe_resume(sk, sw_ca_priv(sk));
 }
 
 SEC("struct_ops/splitway_resume_set_state")

@@ -112,6 +112,11 @@ pub struct RunArgs {
     /// scenario's `relay_congestion` and the lab's default.
     #[arg(long)]
     pub relay_congestion: Option<crate::model::Congestion>,
+    /// Seed of the emulator's loss PRNGs (random if not given): the same
+    /// seed gives two runs the same loss decisions, so they can be compared
+    /// pairwise. Recorded in the JSON as `loss_seed`.
+    #[arg(long)]
+    pub loss_seed: Option<u64>,
 }
 
 impl RunArgs {
@@ -124,6 +129,7 @@ impl RunArgs {
             json: self.json.or_else(|| outer.json.clone()),
             model_only: self.model_only || outer.model_only,
             relay_congestion: self.relay_congestion.or(outer.relay_congestion),
+            loss_seed: self.loss_seed.or(outer.loss_seed),
             out_dir: if self.out_dir.as_os_str() == RESULTS_DIR {
                 outer.out_dir.clone()
             } else {
@@ -281,6 +287,7 @@ fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
             reps: run.reps,
             configs: Some(configs),
             progress: true,
+            loss_seed: run.loss_seed,
         };
         runner::run_scenario(scenario, &options)?
     };
@@ -296,4 +303,59 @@ fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
         println!("chart: {}", chart.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+
+    /// The effective RunArgs of a `splitway lab ...` command line.
+    fn run_args(argv: &[&str]) -> RunArgs {
+        let lab = Cli::try_parse_from(argv).expect("parses").lab;
+        match lab.command {
+            Some(LabCommand::Scenario { run, .. }) | Some(LabCommand::Run { run, .. }) => {
+                run.merged(&lab.run)
+            }
+            _ => lab.run,
+        }
+    }
+
+    #[test]
+    fn loss_seed_is_taken_before_and_after_the_subcommand() {
+        assert_eq!(run_args(&["lab", "scenario", "cc-parity"]).loss_seed, None);
+        let after = run_args(&["lab", "scenario", "cc-parity", "--loss-seed", "7"]);
+        assert_eq!(after.loss_seed, Some(7));
+        let before = run_args(&["lab", "--loss-seed", "3", "run", "--rtt", "10,20"]);
+        assert_eq!(before.loss_seed, Some(3));
+        let both = run_args(&[
+            "lab",
+            "--loss-seed",
+            "3",
+            "scenario",
+            "x",
+            "--loss-seed",
+            "5",
+        ]);
+        assert_eq!(both.loss_seed, Some(5), "the subcommand's value wins");
+        assert!(Cli::try_parse_from(["lab", "--loss-seed", "-1"]).is_err());
+    }
+
+    #[test]
+    fn the_report_records_the_loss_seed() {
+        let scenario = Scenario::load(DEFAULT_SCENARIO).expect("default scenario");
+        let mut report = LabReport::new(&scenario, true, true, 1);
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("report JSON");
+        assert_eq!(json["loss_seed"], serde_json::Value::Null);
+        report.loss_seed = Some(u64::MAX);
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).expect("report JSON");
+        assert_eq!(json["loss_seed"].as_u64(), Some(u64::MAX));
+    }
 }

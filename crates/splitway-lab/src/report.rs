@@ -206,6 +206,8 @@ pub struct LabReport {
     /// Congestion control of the end hosts and of splitway's legs.
     pub end_host_congestion: String,
     pub relay_congestion: String,
+    /// `--loss-seed`: the emulator's loss PRNG seed (None: random per run).
+    pub loss_seed: Option<u64>,
     pub chains: Vec<ChainReport>,
 }
 
@@ -226,6 +228,7 @@ impl LabReport {
             model: scenario.model,
             end_host_congestion: crate::runner::END_HOST_CONGESTION.into(),
             relay_congestion: crate::runner::RELAY_CONGESTION.into(),
+            loss_seed: None,
             chains: Vec::new(),
         }
     }

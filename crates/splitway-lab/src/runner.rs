@@ -45,7 +45,7 @@ use crate::emu::{EmuError, EmuStats};
 use crate::model::{Config, Congestion};
 use crate::report::{ChainReport, LabReport, Measurement, ReportError, Spread, Status};
 use crate::scenario::{Chain, Scenario, ScenarioError, format_size};
-use crate::topology::{DEV_LEFT, Host, Topology};
+use crate::topology::{DEV_LEFT, EmuOptions, Host, Topology};
 
 /// Prefix of the lab's namespaces (stale ones are removed on the next run).
 pub const NETNS_PREFIX: &str = "swlab";
@@ -202,6 +202,8 @@ pub struct RunOptions {
     pub configs: Option<Vec<Config>>,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// Seed of the emulator's loss PRNGs for every chain (None: random).
+    pub loss_seed: Option<u64>,
 }
 
 /// Runs every chain and configuration of `scenario` and returns the report.
@@ -216,6 +218,7 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
         .unwrap_or_else(|| scenario.configs.clone());
     watch_signals();
     let mut report = LabReport::new(scenario, true, options.quick, reps);
+    report.loss_seed = options.loss_seed;
     let work = TempDir::create()?;
     let mut objects = scenario.sizes.clone();
     if !objects.contains(&WARM_UP_SIZE) {
@@ -237,7 +240,11 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
     );
 
     for chain in &scenario.chains {
-        let chain_report = run_chain(scenario, chain, &configs, reps, &work.path, &bar)?;
+        let emu = EmuOptions {
+            seed: options.loss_seed,
+            ..EmuOptions::default()
+        };
+        let chain_report = run_chain(scenario, chain, &configs, reps, &work.path, &bar, &emu)?;
         report.chains.push(chain_report);
     }
     bar.finish_and_clear();
@@ -272,10 +279,11 @@ fn run_chain(
     reps: u32,
     work: &Path,
     bar: &ProgressBar,
+    emu: &EmuOptions,
 ) -> Result<ChainReport, LabError> {
     let mut out = ChainReport::new(chain);
     bar.set_message(format!("{}: building the chain", chain.name));
-    let topo = Topology::build(&chain.spec, NETNS_PREFIX)?;
+    let topo = Topology::build_with(&chain.spec, NETNS_PREFIX, emu)?;
     // The host's default (often bbr) would leak into every namespace; the
     // model assumes classic slow start. A namespace may only pick reno or
     // bbr as its default; splitway sets its legs per socket.

@@ -295,6 +295,123 @@ fn splitway_resume_starts_the_next_leg_to_a_peer_from_the_last_window() {
     lab.assert_relays_alive();
 }
 
+/// One socket of `ss -ti` text: the fields the pooled-resume test reads.
+#[derive(Debug, Default)]
+struct SsSocket {
+    cwnd: u32,
+    bytes_sent: u64,
+    lastsnd_ms: u64,
+    rto_ms: f64,
+}
+
+/// Splits `ss -Htin` text into sockets (a socket's line starts in column
+/// one, its info line is indented) and reads their fields.
+fn ss_sockets(ss_text: &str) -> Vec<SsSocket> {
+    let mut out: Vec<SsSocket> = Vec::new();
+    for line in ss_text.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            out.push(SsSocket::default());
+        }
+        let Some(s) = out.last_mut() else { continue };
+        for w in line.split_whitespace() {
+            let Some((k, v)) = w.split_once(':') else {
+                continue;
+            };
+            match k {
+                "cwnd" => s.cwnd = v.parse().unwrap_or(0),
+                "bytes_sent" => s.bytes_sent = v.parse().unwrap_or(0),
+                "lastsnd" => s.lastsnd_ms = v.parse().unwrap_or(0),
+                "rto" => s.rto_ms = v.parse().unwrap_or(0.0),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Idle time, in RTOs, before a pooled leg is used: slow start after idle
+/// halves cwnd once per RTO idle, down to the initial window, so 16 RTOs
+/// cut any window a jump at init could have given (2^16 > the clamp).
+const IDLE_RTOS: f64 = 16.0;
+
+/// Waits until every pooled rc → rs leg has sent nothing for `IDLE_RTOS`
+/// RTOs (so the kernel's slow start after idle applies to its next send,
+/// as on a pooled leg idle in production), then
+/// sends 4 KiB through a split connection, which takes one of them, and
+/// returns the cwnd of the leg that carried it (the one that sent most).
+fn pooled_leg_cwnd_after_idle(lab: &Lab, server: &TestServer) -> (u32, String) {
+    let filter = format!("dport = :{PEER_PORT}");
+    wait_until(
+        Deadline::after(Duration::from_secs(20)),
+        "rc's pooled legs idle for IDLE_RTOS RTOs",
+        || {
+            let socks = ss_sockets(&ss_info(lab.rc(), &filter));
+            let idle = !socks.is_empty()
+                && socks
+                    .iter()
+                    .all(|s| s.rto_ms > 0.0 && s.lastsnd_ms as f64 > IDLE_RTOS * s.rto_ms);
+            idle.then_some(())
+        },
+    );
+    let mut client = connect_in(&lab.client, server_v4()).expect("connect");
+    let (mut conn, peer) = server.accept(Duration::from_secs(20));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let sent = send_pattern(&mut client, 4096, 11).expect("client send");
+    let mut buf = vec![0u8; 4096];
+    std::io::Read::read_exact(&mut conn, &mut buf).expect("server receive");
+    let received = recv_all(&mut &buf[..]).expect("hash");
+    assert_eq!(received, sent, "4 KiB through the pooled leg");
+    let ss = ss_info(lab.rc(), &filter);
+    let used = ss_sockets(&ss)
+        .into_iter()
+        .max_by_key(|s| s.bytes_sent)
+        .unwrap_or_else(|| panic!("no rc → rs leg:\n{ss}"));
+    drop((client, conn));
+    (used.cwnd, ss)
+}
+
+#[test]
+fn splitway_resume_resumes_a_pooled_leg_at_its_first_send_after_idle() {
+    require_netns!();
+    let _lock = heavy_lock();
+    const RESUME: &str = "splitway_resume";
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .expect("read");
+    assert!(
+        !available.split_whitespace().any(|n| n == RESUME),
+        "{RESUME} is already registered by another process"
+    );
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].2 = format!("congestion = \"{RESUME}\"");
+    // Pooled legs (the default): opened and authenticated before use.
+    configs[0].extra("[accel]\npool = true");
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+
+    let (first, ss) = pooled_leg_cwnd_after_idle(&lab, &server);
+    assert!(
+        first <= 16,
+        "nothing saved: a pooled leg starts near initcwnd:\n{ss}"
+    );
+    // A bulk upload saves rs's window when its leg closes; the next pooled
+    // leg, idle since its handshake, resumes at its first send. A jump at
+    // init would have been cut back by slow start after idle. Each attempt
+    // saves afresh under the same load (the RTT check, see the test above).
+    let (resumed, ss) = wait_until(
+        Deadline::after(Duration::from_secs(90)),
+        "a pooled leg resumed above the initial window",
+        || {
+            transfer_client_to_server(&lab.client, &server, server_v4(), 32 * MIB, LAST_RELAY_V4);
+            let (cwnd, ss) = pooled_leg_cwnd_after_idle(&lab, &server);
+            (cwnd > 2 * first).then_some((cwnd, ss))
+        },
+    );
+    eprintln!("first pooled leg cwnd {first}, resumed pooled leg cwnd {resumed}:\n{ss}");
+    transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    lab.assert_relays_alive();
+}
+
 /// Two relays on one host both use splitway_cubic: the second shares the
 /// first's registration, and re-registers it when the first dies.
 #[test]
