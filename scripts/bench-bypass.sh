@@ -27,9 +27,14 @@ P_SOCKPERF=23111 P_REDIS=23112 P_IPERF=23113
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  # Everything still in the cgroup (a server that outlived its pid, a
+  # client cut short) goes too, so that no server of this run answers the
+  # next run's clients from outside its cgroup.
+  xargs -r kill <"$cg/cgroup.procs" 2>/dev/null
   wait 2>/dev/null
+  for _ in $(seq 50); do [ -s "$cg/cgroup.procs" ] || break; sleep 0.1; done
   "$BIN" bypass disable >/dev/null 2>&1
-  rmdir "$cg" 2>/dev/null
+  rmdir "$cg" 2>/dev/null || echo "bench-bypass: $cg still holds processes" >&2
 }
 trap cleanup EXIT
 incg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
@@ -42,6 +47,14 @@ incg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
 } | tee "$out"
 
 "$BIN" bypass disable >/dev/null
+# A server left from another run would answer from outside this cgroup and
+# never be paired: refuse rather than measure plain twice.
+for port in $P_SOCKPERF $P_REDIS $P_IPERF; do
+  if ss -Hltn "sport = :$port" | grep -q .; then
+    echo "bench-bypass: port $port is already in use (a server left from another run?)" >&2
+    exit 1
+  fi
+done
 # Servers start once, inside the cgroup; only the connections made while the
 # bypass is enabled are paired (pairing happens at ESTABLISHED).
 incg sockperf sr --tcp -i 127.0.0.1 -p $P_SOCKPERF >/dev/null 2>&1 & pids+=($!)

@@ -32,8 +32,14 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   stop_proxy
+  # Whatever runs in the namespaces (the servers are children of
+  # `ip netns exec`, not of this shell) goes with them.
+  for n in $C $R $S; do ip netns pids "$n" 2>/dev/null | xargs -r kill 2>/dev/null; done
   wait 2>/dev/null
-  for n in $C $R $S; do ip netns del "$n" 2>/dev/null; done
+  for n in $C $R $S; do
+    for _ in $(seq 50); do [ -z "$(ip netns pids "$n" 2>/dev/null)" ] && break; sleep 0.1; done
+    ip netns del "$n" 2>/dev/null
+  done
   rm -rf "$dir"
 }
 proxy_pid=
