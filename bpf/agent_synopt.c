@@ -36,7 +36,9 @@
 #define ST_PROBE_MAX 5
 #define ST_LOST 6
 #define ST_FALLBACK_DIRECT 7
-#define ST_SLOTS 8
+#define ST_FALLBACK_REFUSED 8
+#define ST_REFUSALS_SEEN 9
+#define ST_SLOTS 10
 
 struct route4_key {
 	__u32 prefixlen;
@@ -104,12 +106,33 @@ struct {
 // whose option (padded to 4) would not fit is not redirected: the connect
 // goes direct (ST_FALLBACK_DIRECT) instead of reaching the relay without
 // its destination and being reset.
+// agent_cfg[2] = 1: fall back to direct after a refusal: a redirected
+// connection reset before it received a byte (the relay found no option: a
+// middlebox stripped it, or SYN cookies lost it; or it refused the
+// destination) makes that destination go direct for FALLBACK_NS.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u32);
 } agent_cfg SEC(".maps");
+
+#define FALLBACK_NS (60ULL * 1000000000ULL)
+
+// Destinations refused through the relay, until when they go direct.
+struct dst_key {
+	__u32 addr[4];
+	__u16 port;
+	__u8 family;
+	__u8 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct dst_key);
+	__type(value, __u64);
+} agent_refused SEC(".maps");
 
 static __always_inline void stat_add(__u32 slot, __u64 n)
 {
@@ -141,6 +164,27 @@ static __always_inline int option_fits(__u32 len)
 	return ((len + 3) & ~3U) <= *space;
 }
 
+static __always_inline int fallback_on(void)
+{
+	__u32 slot = 2;
+	__u32 *on = bpf_map_lookup_elem(&agent_cfg, &slot);
+	return on && *on;
+}
+
+// Whether `key` was refused through the relay within FALLBACK_NS.
+static __always_inline int refused_recently(struct dst_key *key)
+{
+	if (!fallback_on())
+		return 0;
+	__u64 *until = bpf_map_lookup_elem(&agent_refused, key);
+	if (!until)
+		return 0;
+	if (bpf_ktime_get_ns() < *until)
+		return 1;
+	bpf_map_delete_elem(&agent_refused, key);
+	return 0;
+}
+
 SEC("cgroup/connect4")
 int agent_connect4(struct bpf_sock_addr *ctx)
 {
@@ -155,6 +199,11 @@ int agent_connect4(struct bpf_sock_addr *ctx)
 		return 1;
 	if (!option_fits(11)) {
 		stat_add(ST_FALLBACK_DIRECT, 1);
+		return 1;
+	}
+	struct dst_key dk = { .addr = { ctx->user_ip4 }, .port = (__u16)ctx->user_port, .family = 4 };
+	if (refused_recently(&dk)) {
+		stat_add(ST_FALLBACK_REFUSED, 1);
 		return 1;
 	}
 	struct conn_val c = {};
@@ -186,6 +235,15 @@ int agent_connect6(struct bpf_sock_addr *ctx)
 		return 1;
 	if (!option_fits(r->v6_index ? 7 + (__u32)r->suffix_len : 23)) {
 		stat_add(ST_FALLBACK_DIRECT, 1);
+		return 1;
+	}
+	struct dst_key dk = { .port = (__u16)ctx->user_port, .family = 6 };
+	dk.addr[0] = key.addr[0];
+	dk.addr[1] = key.addr[1];
+	dk.addr[2] = key.addr[2];
+	dk.addr[3] = key.addr[3];
+	if (refused_recently(&dk)) {
+		stat_add(ST_FALLBACK_REFUSED, 1);
 		return 1;
 	}
 	struct conn_val c = {};
@@ -312,10 +370,46 @@ int agent_sockops(struct bpf_sock_ops *skops)
 	}
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 		cookie = bpf_get_socket_cookie(skops);
-		if (bpf_map_delete_elem(&agent_conns, &cookie) == 0)
+		if (!bpf_map_lookup_elem(&agent_conns, &cookie))
+			break;
+		if (fallback_on()) {
+			// Keep the destination until the socket closes, to see
+			// whether the relay refused it.
+			bpf_sock_ops_cb_flags_set(skops, (skops->bpf_sock_ops_cb_flags &
+							   ~BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG) |
+							  BPF_SOCK_OPS_STATE_CB_FLAG);
+		} else {
+			bpf_map_delete_elem(&agent_conns, &cookie);
 			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags &
 								 ~BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+		}
 		break;
+	case BPF_SOCK_OPS_STATE_CB: {
+		if (skops->args[1] != BPF_TCP_CLOSE)
+			break;
+		cookie = bpf_get_socket_cookie(skops);
+		c = bpf_map_lookup_elem(&agent_conns, &cookie);
+		if (!c)
+			break;
+		// Reset (straight to CLOSE from an open or closing state, not
+		// through LAST_ACK or TIME_WAIT) before a single byte came back:
+		// the relay refused. Anything else is an ordinary close.
+		__u32 from = skops->args[0];
+		if (skops->bytes_received == 0 &&
+		    (from == BPF_TCP_ESTABLISHED || from == BPF_TCP_FIN_WAIT1 ||
+		     from == BPF_TCP_FIN_WAIT2 || from == BPF_TCP_CLOSE_WAIT)) {
+			struct dst_key dk = { .port = c->port, .family = c->family };
+			dk.addr[0] = c->addr[0];
+			dk.addr[1] = c->addr[1];
+			dk.addr[2] = c->addr[2];
+			dk.addr[3] = c->addr[3];
+			__u64 until = bpf_ktime_get_ns() + FALLBACK_NS;
+			bpf_map_update_elem(&agent_refused, &dk, &until, BPF_ANY);
+			stat_add(ST_REFUSALS_SEEN, 1);
+		}
+		bpf_map_delete_elem(&agent_conns, &cookie);
+		break;
+	}
 	}
 	return 1;
 }

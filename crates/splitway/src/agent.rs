@@ -30,6 +30,15 @@ pub struct AgentArgs {
     command: AgentCommand,
 }
 
+/// What the agent does after the relay refused a destination.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Fallback {
+    /// Keep sending it to the relay.
+    None,
+    /// Connect directly for a minute.
+    Direct,
+}
+
 #[derive(Subcommand, Debug)]
 enum AgentCommand {
     /// Attach to a cgroup (v2) and pin; idempotent (replaces the routes).
@@ -53,6 +62,13 @@ enum AgentCommand {
         /// Linux's defaults); 40 never falls back.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=40))]
         option_space: Option<u32>,
+        /// After a redirected connection is reset before it received a byte
+        /// (the relay found no option: a middlebox stripped it or SYN cookies
+        /// lost it; or it refused the destination), connect to that
+        /// destination directly for a minute (counted as fallback_refused).
+        /// Off: such connections keep going to the relay and fail.
+        #[arg(long, value_enum, default_value_t = Fallback::None)]
+        fallback: Fallback,
     },
     /// Routes and counters of the enabled agent (exit 3 when not enabled).
     Status,
@@ -119,6 +135,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
             routes,
             probe,
             option_space,
+            fallback,
         } => {
             if !cgroup.join("cgroup.procs").exists() {
                 bail!(
@@ -131,8 +148,15 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
                 None => agent::syn_option_space()
                     .context("computing the SYN's free option space (or give --option-space)")?,
             };
-            let outcome = agent::enable(pin_dir, &cgroup, &routes, probe, option_space)
-                .with_context(|| format!("enabling the agent under {}", pin_dir.display()))?;
+            let outcome = agent::enable(
+                pin_dir,
+                &cgroup,
+                &routes,
+                probe,
+                option_space,
+                fallback == Fallback::Direct,
+            )
+            .with_context(|| format!("enabling the agent under {}", pin_dir.display()))?;
             match outcome {
                 EnableOutcome::Attached => println!(
                     "agent enabled: {} route(s), cgroup {}, pinned in {}",
@@ -173,6 +197,16 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
             println!("probe_max_option_len {}", s.probe_max_len);
             println!("option_space {}", status.option_space);
             println!("fallback_direct {}", s.fallback_direct);
+            println!(
+                "fallback_after_refusal {}",
+                if status.fallback_direct {
+                    "direct"
+                } else {
+                    "none"
+                }
+            );
+            println!("refusals_seen {}", s.refusals_seen);
+            println!("fallback_refused {}", s.fallback_refused);
             Ok(ExitCode::SUCCESS)
         }
         AgentCommand::Disable => {

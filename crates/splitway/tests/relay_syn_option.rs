@@ -501,6 +501,120 @@ fn syn_cookies_lose_the_option_and_the_relay_refuses_cleanly() {
     lab.assert_relays_alive();
 }
 
+/// A middlebox strips the option: the relay refuses cleanly, and an agent
+/// with `--fallback direct` sends that destination's next connection to the
+/// server directly instead of to the relay again.
+#[test]
+fn a_stripped_option_is_refused_and_the_agent_falls_back_to_direct() {
+    require_netns!();
+    let Some(cgroup) = Cgroup::create("strip") else {
+        eprintln!("skipping: no cgroup2 mount");
+        return;
+    };
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::chain(&["rc"]);
+    let relay_addr = format!("{ENTRY_V4}:{SYNOPT_PORT}");
+    let mut cfg = RelayConfig::new("rc");
+    cfg.listen("syn-option", &relay_addr);
+    cfg.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    cfg.route("0.0.0.0/0", "direct");
+    lab.start_relays(&[cfg]);
+    let server = TestServer::bind(&lab.server, sock(&format!("0.0.0.0:{SERVER_PORT}")));
+    // The middlebox: the client host's own egress drops our option.
+    let strip = lab
+        .client
+        .exec(
+            "iptables",
+            &[
+                "-t",
+                "mangle",
+                "-A",
+                "POSTROUTING",
+                "-p",
+                "tcp",
+                "--syn",
+                "-j",
+                "TCPOPTSTRIP",
+                "--strip-options",
+                "253",
+            ],
+        )
+        .expect("iptables TCPOPTSTRIP");
+    assert!(
+        strip.status.success(),
+        "TCPOPTSTRIP: {}",
+        String::from_utf8_lossy(&strip.stderr)
+    );
+    let pins = AgentPins(PathBuf::from(format!(
+        "/sys/fs/bpf/splitway-test-agents-{}",
+        std::process::id()
+    )));
+    let route = format!("10.0.3.0/24={relay_addr}");
+    let enable = pins.run(&[
+        "enable",
+        "--cgroup",
+        cgroup.0.to_str().unwrap(),
+        "--route",
+        &route,
+        "--fallback",
+        "direct",
+    ]);
+    assert!(
+        enable.status.success(),
+        "{}",
+        String::from_utf8_lossy(&enable.stderr)
+    );
+    let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+
+    // 1. The option was written and stripped: refused, nothing dialed.
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, 10, 1);
+    let out = child.wait_with_output().expect("child client");
+    assert!(
+        !out.status.success(),
+        "a connection whose option was stripped must be refused"
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_denied_total",
+        &[("reason", "syn_option")],
+        1.0,
+        deadline,
+    );
+    server.assert_no_pending_connection();
+    assert_eq!(agent_stat(&pins, "options_written"), 1);
+    assert_eq!(
+        agent_stat(&pins, "refusals_seen"),
+        1,
+        "the agent saw the refusal"
+    );
+
+    // 2. The same destination now goes direct, every byte both ways.
+    let (up, down) = (MIB + 3, MIB + 7);
+    let child = spawn_child(&cgroup.0, lab.client.name(), dst, up, 0x51);
+    let (mut conn, peer) = server.accept(deadline.remaining("direct accept"));
+    assert_eq!(
+        peer.ip().to_string(),
+        "10.0.1.1",
+        "after the refusal the client reaches the server directly"
+    );
+    let got_up = recv_all(&mut conn).expect("server receive");
+    let sent_down = send_pattern(&mut conn, down, 0x52).expect("server send");
+    drop(conn);
+    let out = child.wait_with_output().expect("child client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "direct fallback failed: {stdout}");
+    assert!(stdout.contains(&format!("SENT {got_up}")), "{stdout}");
+    assert!(stdout.contains(&format!("GOT {sent_down}")), "{stdout}");
+    assert_eq!(agent_stat(&pins, "fallback_refused"), 1);
+    assert_eq!(
+        agent_stat(&pins, "redirected_v4"),
+        1,
+        "only the first went to the relay"
+    );
+    lab.assert_relays_alive();
+    let _ = &mut lab;
+}
+
 /// The agent's commands say what is wrong, and touch nothing when refused.
 #[test]
 fn agent_commands_refuse_bad_input_clearly() {

@@ -65,6 +65,12 @@ pub struct AgentStats {
     /// Connects not redirected because their route's option would not fit
     /// the SYN ([`AgentStatus::option_space`]): they went direct.
     pub fallback_direct: u64,
+    /// Connects that went direct because their destination was refused
+    /// through the relay within the last minute (`fallback_direct` on).
+    pub fallback_refused: u64,
+    /// Redirected connections reset before they received a byte (the relay
+    /// found no option or refused the destination), with fallback on.
+    pub refusals_seen: u64,
 }
 
 /// What `agent status` reports.
@@ -76,6 +82,8 @@ pub struct AgentStatus {
     pub probe: bool,
     /// Free SYN option bytes the agent assumes (0: unknown, never falls back).
     pub option_space: u32,
+    /// A destination refused through the relay goes direct for a minute.
+    pub fallback_direct: bool,
 }
 
 /// What `enable` did.
@@ -111,17 +119,21 @@ pub fn is_enabled(pin_dir: &Path) -> bool {
 /// enabled, replaces its routes only.
 /// `option_space` is the free option bytes in this host's SYNs (see
 /// [`syn_option_space`]); a route whose option does not fit goes direct.
+/// With `fallback_direct`, a destination whose redirected connection was
+/// reset before any byte came back goes direct for the next minute.
 pub fn enable(
     pin_dir: &Path,
     cgroup: &Path,
     routes: &[AgentRoute],
     probe: bool,
     option_space: u32,
+    fallback_direct: bool,
 ) -> Result<EnableOutcome, SysError> {
     let values = route_values(routes)?;
+    let cfg = [u32::from(probe), option_space, u32::from(fallback_direct)];
     if is_enabled(pin_dir) {
         write_routes(pin_dir, &values)?;
-        write_cfg(pin_dir, probe, option_space)?;
+        write_cfg(pin_dir, cfg)?;
         return Ok(EnableOutcome::RoutesReplaced);
     }
     // Maps left pinned without links (an enable that was killed midway)
@@ -131,7 +143,7 @@ pub fn enable(
         .map_err(|e| SysError::io(format!("open cgroup {}", cgroup.display()), e))?;
     std::fs::create_dir_all(pin_dir)
         .map_err(|e| SysError::io(format!("create {}", pin_dir.display()), e))?;
-    let result = attach_and_pin(pin_dir, &cgroup_dir, &values, probe, option_space);
+    let result = attach_and_pin(pin_dir, &cgroup_dir, &values, cfg);
     if result.is_err() {
         // Leave nothing half-enabled; the attach error is the one to report.
         let _cleanup = disable(pin_dir);
@@ -143,8 +155,7 @@ fn attach_and_pin(
     pin_dir: &Path,
     cgroup: &std::fs::File,
     values: &[(IpAddr, u8, RouteVal)],
-    probe: bool,
-    option_space: u32,
+    cfg: [u32; 3],
 ) -> Result<(), SysError> {
     let mut ebpf = EbpfLoader::new()
         .load(AGENT_OBJECT)
@@ -155,7 +166,7 @@ fn attach_and_pin(
             .map_err(|e| bpf_err(format!("pin map {name}"), e))?;
     }
     write_routes(pin_dir, values)?;
-    write_cfg(pin_dir, probe, option_space)?;
+    write_cfg(pin_dir, cfg)?;
     for (name, pin) in LINKS {
         let program = ebpf.program_mut(name).ok_or_else(|| SysError::Bpf {
             op: "find program".into(),
@@ -261,16 +272,20 @@ pub fn status(pin_dir: &Path) -> Result<Option<AgentStatus>, SysError> {
         probe_max_len: slot(5)?,
         lost: slot(6)?,
         fallback_direct: slot(7)?,
+        fallback_refused: slot(8)?,
+        refusals_seen: slot(9)?,
     };
     let cfg: Array<MapData, u32> = pinned(pin_dir, "cfg")?;
     let probe = cfg.get(&0, 0).map_err(|e| bpf_err("read cfg", e))? != 0;
     let option_space = cfg.get(&1, 0).map_err(|e| bpf_err("read cfg", e))?;
+    let fallback_direct = cfg.get(&2, 0).map_err(|e| bpf_err("read cfg", e))? != 0;
     Ok(Some(AgentStatus {
         pin_dir: pin_dir.to_path_buf(),
         routes,
         stats: stats_out,
         probe,
         option_space,
+        fallback_direct,
     }))
 }
 
@@ -379,16 +394,17 @@ fn write_routes(pin_dir: &Path, values: &[(IpAddr, u8, RouteVal)]) -> Result<(),
     Ok(())
 }
 
-fn write_cfg(pin_dir: &Path, probe: bool, option_space: u32) -> Result<(), SysError> {
-    let mut cfg: Array<MapData, u32> = pinned(pin_dir, "cfg")?;
-    cfg.set(0, u32::from(probe), 0)
-        .map_err(|e| bpf_err("write cfg", e))?;
-    cfg.set(1, option_space, 0).map_err(|e| {
-        bpf_err(
-            "write cfg (option space; an agent pinned by an older splitway: disable it first)",
-            e,
-        )
-    })
+fn write_cfg(pin_dir: &Path, cfg: [u32; 3]) -> Result<(), SysError> {
+    let mut map: Array<MapData, u32> = pinned(pin_dir, "cfg")?;
+    for (slot, value) in (0u32..).zip(cfg) {
+        map.set(slot, value, 0).map_err(|e| {
+            bpf_err(
+                "write cfg (an agent pinned by an older splitway has fewer settings: disable it first)",
+                e,
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Free option bytes in a SYN of the calling thread's network namespace:
