@@ -310,53 +310,6 @@ fn a_silent_peer_is_marked_down_by_its_probes_within_3s() {
     );
 }
 
-/// An emulated link (the lab's TUN emulator) between two relays'
-/// namespaces on subnet `10.0.<net>.0/24`: `.1` in `west`, `.2` in `east`.
-fn emulated_link(
-    west: &splitway_sys::netns::Netns,
-    east: &splitway_sys::netns::Netns,
-    net: u8,
-    rtt: Duration,
-) -> splitway_lab::emu::LinkHandle {
-    use splitway_lab::emu::{DirectionParams, LinkConfig, LinkHandle};
-    let dev = format!("emu{net}");
-    let mut tuns = Vec::new();
-    for (ns, host) in [(west, 1), (east, 2)] {
-        let name = dev.clone();
-        let tun = ns
-            .run_in(move || splitway_sys::tun::Tun::create(&name))
-            .expect("enter namespace")
-            .expect("create TUN");
-        ns.ip(&["link", "set", "dev", &dev, "up"]).expect("TUN up");
-        ns.ip(&["addr", "add", &format!("10.0.{net}.{host}/24"), "dev", &dev])
-            .expect("TUN address");
-        tuns.push(tun);
-    }
-    let one_way = DirectionParams::delay_only(rtt.as_nanos() as u64 / 2);
-    let east_tun = tuns.pop().expect("two TUNs");
-    let west_tun = tuns.pop().expect("two TUNs");
-    LinkHandle::spawn(
-        LinkConfig {
-            name: dev,
-            forward: one_way,
-            reverse: one_way,
-            seeds: (1, 2),
-            initial_buffers: 1024,
-            max_buffers: 4096,
-            // The machine is shared: no SCHED_FIFO thread spinning on it.
-            realtime: false,
-        },
-        west_tun,
-        east_tun,
-    )
-    .expect("start emulated link")
-}
-
-fn set_rtt(link: &splitway_lab::emu::LinkHandle, rtt: Duration) {
-    let one_way = splitway_lab::emu::DirectionParams::delay_only(rtt.as_nanos() as u64 / 2);
-    link.set_params(one_way, one_way, 4096);
-}
-
 /// The chosen path degrades by +100 ms (emulated RTT 10 → 110 ms, the
 /// other candidate at 30 ms): new connections move within 3 s. Going back
 /// to 10 ms right after does not move them back: the choice is held.

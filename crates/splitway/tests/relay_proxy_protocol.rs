@@ -38,67 +38,14 @@ fn installed(program: &str, package: &str) -> bool {
 /// address; the access log shows what the header said and who the
 /// socket peer was.
 fn start_nginx(lab: &mut Lab, listen: &[&str]) {
-    let base = lab.dir.path().to_path_buf();
-    for sub in ["www", "nginx-tmp"] {
-        std::fs::create_dir_all(base.join(sub)).expect("create nginx dir");
-    }
-    let b = base.display();
     let listens: String = listen
         .iter()
         .map(|a| format!("listen {a}:80 proxy_protocol fastopen=16;\n"))
         .collect();
-    let conf = format!(
-        "daemon off;\n\
-         master_process off;\n\
-         worker_processes 1;\n\
-         pid {b}/nginx.pid;\n\
-         error_log {b}/nginx-error.log;\n\
-         events {{ worker_connections 64; }}\n\
-         http {{\n\
-           log_format pp 'pp=$proxy_protocol_addr:$proxy_protocol_port dst=$proxy_protocol_server_addr:$proxy_protocol_server_port peer=$remote_addr status=$status bytes=$body_bytes_sent';\n\
-           access_log {b}/nginx-access.log pp;\n\
-           client_body_temp_path {b}/nginx-tmp/body;\n\
-           proxy_temp_path {b}/nginx-tmp/proxy;\n\
-           fastcgi_temp_path {b}/nginx-tmp/fastcgi;\n\
-           uwsgi_temp_path {b}/nginx-tmp/uwsgi;\n\
-           scgi_temp_path {b}/nginx-tmp/scgi;\n\
-           server {{\n\
-             {listens}\
-             root {b}/www;\n\
-           }}\n\
-         }}\n"
-    );
-    let conf_path = base.join("nginx.conf");
-    std::fs::write(&conf_path, conf).expect("write nginx.conf");
-    let args = [
-        "-e".to_string(),
-        format!("{b}/nginx-error.log"),
-        "-p".to_string(),
-        b.to_string(),
-        "-c".to_string(),
-        conf_path.display().to_string(),
-    ];
-    let check = output(lab.server.command("nginx").arg("-t").args(&args));
-    assert!(
-        check.status.success(),
-        "nginx -t failed: {}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    let child = lab
-        .server
-        .command("nginx")
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn nginx");
-    lab.adopt(child);
-    let server = &lab.server;
-    wait_until(
-        Deadline::after(Duration::from_secs(10)),
-        "waiting for nginx to listen",
-        || listening_ports(server).is_superset_of(&[80]).then_some(()),
+    start_nginx_with(
+        lab,
+        "'pp=$proxy_protocol_addr:$proxy_protocol_port dst=$proxy_protocol_server_addr:$proxy_protocol_server_port peer=$remote_addr status=$status bytes=$body_bytes_sent'",
+        &listens,
     );
 }
 

@@ -25,8 +25,11 @@ use rand::{RngCore, SeedableRng};
 use sha2::{Digest as _, Sha256};
 use splitway_sys::netns::{self, Netns};
 
+mod emulated;
 mod nginx;
 mod proxy_clients;
+#[allow(unused_imports)]
+pub use emulated::*;
 #[allow(unused_imports)]
 pub use nginx::*;
 #[allow(unused_imports)]

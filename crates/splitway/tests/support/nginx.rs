@@ -7,6 +7,17 @@ use super::*;
 
 /// Starts nginx in the server namespace serving `dir/www` on port 80.
 pub fn start_nginx(lab: &mut Lab) {
+    start_nginx_with(
+        lab,
+        "'$remote_addr $status $body_bytes_sent'",
+        &format!("listen {SERVER_V4}:80;\n"),
+    );
+}
+
+/// Starts nginx in the server namespace serving `dir/www`, with `listens`
+/// (`listen` directives, all on port 80) and access log `log_format`
+/// (written to `dir/nginx-access.log`); returns once port 80 listens.
+pub fn start_nginx_with(lab: &mut Lab, log_format: &str, listens: &str) {
     let base = lab.dir.path().to_path_buf();
     for sub in ["www", "nginx-tmp"] {
         std::fs::create_dir_all(base.join(sub)).expect("create nginx dir");
@@ -20,30 +31,30 @@ pub fn start_nginx(lab: &mut Lab) {
          error_log {b}/nginx-error.log;\n\
          events {{ worker_connections 64; }}\n\
          http {{\n\
-           log_format relay '$remote_addr $status $body_bytes_sent';\n\
-           access_log {b}/nginx-access.log relay;\n\
+           log_format access {log_format};\n\
+           access_log {b}/nginx-access.log access;\n\
            client_body_temp_path {b}/nginx-tmp/body;\n\
            proxy_temp_path {b}/nginx-tmp/proxy;\n\
            fastcgi_temp_path {b}/nginx-tmp/fastcgi;\n\
            uwsgi_temp_path {b}/nginx-tmp/uwsgi;\n\
            scgi_temp_path {b}/nginx-tmp/scgi;\n\
            server {{\n\
-             listen {SERVER_V4}:80;\n\
+             {listens}\
              root {b}/www;\n\
            }}\n\
          }}\n"
     );
     let conf_path = base.join("nginx.conf");
     std::fs::write(&conf_path, conf).expect("write nginx.conf");
-    let check = output(lab.server.command("nginx").args([
-        "-t",
-        "-e",
-        &format!("{b}/nginx-error.log"),
-        "-p",
-        &b.to_string(),
-        "-c",
-        conf_path.to_str().expect("utf-8"),
-    ]));
+    let args = [
+        "-e".to_string(),
+        format!("{b}/nginx-error.log"),
+        "-p".to_string(),
+        b.to_string(),
+        "-c".to_string(),
+        conf_path.display().to_string(),
+    ];
+    let check = output(lab.server.command("nginx").arg("-t").args(&args));
     assert!(
         check.status.success(),
         "nginx -t failed: {}",
@@ -52,14 +63,7 @@ pub fn start_nginx(lab: &mut Lab) {
     let child = lab
         .server
         .command("nginx")
-        .args([
-            "-e",
-            &format!("{b}/nginx-error.log"),
-            "-p",
-            &b.to_string(),
-            "-c",
-            conf_path.to_str().expect("utf-8"),
-        ])
+        .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
