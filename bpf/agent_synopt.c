@@ -164,6 +164,13 @@ static __always_inline int option_fits(__u32 len)
 	return ((len + 3) & ~3U) <= *space;
 }
 
+static __always_inline struct dst_key dst_key_of(const struct conn_val *c)
+{
+	struct dst_key k = { .port = c->port, .family = c->family };
+	__builtin_memcpy(k.addr, c->addr, sizeof(k.addr));
+	return k;
+}
+
 static __always_inline int fallback_on(void)
 {
 	__u32 slot = 2;
@@ -201,15 +208,15 @@ int agent_connect4(struct bpf_sock_addr *ctx)
 		stat_add(ST_FALLBACK_DIRECT, 1);
 		return 1;
 	}
-	struct dst_key dk = { .addr = { ctx->user_ip4 }, .port = (__u16)ctx->user_port, .family = 4 };
-	if (refused_recently(&dk)) {
-		stat_add(ST_FALLBACK_REFUSED, 1);
-		return 1;
-	}
 	struct conn_val c = {};
 	c.addr[0] = ctx->user_ip4;
 	c.port = (__u16)ctx->user_port;
 	c.family = 4;
+	struct dst_key dk = dst_key_of(&c);
+	if (refused_recently(&dk)) {
+		stat_add(ST_FALLBACK_REFUSED, 1);
+		return 1;
+	}
 	remember(ctx, &c, 0);
 	ctx->user_ip4 = r->relay[0];
 	ctx->user_port = r->relay_port;
@@ -237,15 +244,6 @@ int agent_connect6(struct bpf_sock_addr *ctx)
 		stat_add(ST_FALLBACK_DIRECT, 1);
 		return 1;
 	}
-	struct dst_key dk = { .port = (__u16)ctx->user_port, .family = 6 };
-	dk.addr[0] = key.addr[0];
-	dk.addr[1] = key.addr[1];
-	dk.addr[2] = key.addr[2];
-	dk.addr[3] = key.addr[3];
-	if (refused_recently(&dk)) {
-		stat_add(ST_FALLBACK_REFUSED, 1);
-		return 1;
-	}
 	struct conn_val c = {};
 	c.addr[0] = key.addr[0];
 	c.addr[1] = key.addr[1];
@@ -255,6 +253,11 @@ int agent_connect6(struct bpf_sock_addr *ctx)
 	c.family = 6;
 	c.v6_index = r->v6_index;
 	c.suffix_len = r->suffix_len;
+	struct dst_key dk = dst_key_of(&c);
+	if (refused_recently(&dk)) {
+		stat_add(ST_FALLBACK_REFUSED, 1);
+		return 1;
+	}
 	remember(ctx, &c, 1);
 	ctx->user_ip6[0] = r->relay[0];
 	ctx->user_ip6[1] = r->relay[1];
@@ -398,11 +401,7 @@ int agent_sockops(struct bpf_sock_ops *skops)
 		if (skops->bytes_received == 0 &&
 		    (from == BPF_TCP_ESTABLISHED || from == BPF_TCP_FIN_WAIT1 ||
 		     from == BPF_TCP_FIN_WAIT2 || from == BPF_TCP_CLOSE_WAIT)) {
-			struct dst_key dk = { .port = c->port, .family = c->family };
-			dk.addr[0] = c->addr[0];
-			dk.addr[1] = c->addr[1];
-			dk.addr[2] = c->addr[2];
-			dk.addr[3] = c->addr[3];
+			struct dst_key dk = dst_key_of(c);
 			__u64 until = bpf_ktime_get_ns() + FALLBACK_NS;
 			bpf_map_update_elem(&agent_refused, &dk, &until, BPF_ANY);
 			stat_add(ST_REFUSALS_SEEN, 1);

@@ -172,36 +172,30 @@ fn attach_and_pin(
             op: "find program".into(),
             detail: format!("{name} missing from the object"),
         })?;
+        // Loads `program` as `$ty`, attaches it to the cgroup and takes its
+        // link (sock_ops and the connect hooks differ only in type).
+        macro_rules! cgroup_link {
+            ($ty:ty) => {{
+                let p: &mut $ty = program
+                    .try_into()
+                    .map_err(|e| bpf_err(format!("program {name}"), e))?;
+                p.load()
+                    .map_err(|e| bpf_err(format!("load {name} (verifier)"), e))?;
+                let id = p
+                    // Through bpf_link_create (which refuses attach flags),
+                    // links always coexist with other programs on the cgroup.
+                    .attach(cgroup, CgroupAttachMode::Single)
+                    .map_err(|e| bpf_err(format!("attach {name}"), e))?;
+                p.take_link(id)
+                    .map_err(|e| bpf_err(format!("take link {name}"), e))?
+                    .try_into()
+                    .map_err(|e| bpf_err(format!("link {name}"), e))?
+            }};
+        }
         let link: FdLink = if name == "agent_sockops" {
-            let p: &mut SockOps = program
-                .try_into()
-                .map_err(|e| bpf_err(format!("program {name}"), e))?;
-            p.load()
-                .map_err(|e| bpf_err(format!("load {name} (verifier)"), e))?;
-            let id = p
-                // Through bpf_link_create (which refuses attach flags), links
-                // always coexist with other programs on the cgroup.
-                .attach(cgroup, CgroupAttachMode::Single)
-                .map_err(|e| bpf_err(format!("attach {name}"), e))?;
-            p.take_link(id)
-                .map_err(|e| bpf_err(format!("take link {name}"), e))?
-                .try_into()
-                .map_err(|e| bpf_err(format!("link {name}"), e))?
+            cgroup_link!(SockOps)
         } else {
-            let p: &mut CgroupSockAddr = program
-                .try_into()
-                .map_err(|e| bpf_err(format!("program {name}"), e))?;
-            p.load()
-                .map_err(|e| bpf_err(format!("load {name} (verifier)"), e))?;
-            let id = p
-                // Through bpf_link_create (which refuses attach flags), links
-                // always coexist with other programs on the cgroup.
-                .attach(cgroup, CgroupAttachMode::Single)
-                .map_err(|e| bpf_err(format!("attach {name}"), e))?;
-            p.take_link(id)
-                .map_err(|e| bpf_err(format!("take link {name}"), e))?
-                .try_into()
-                .map_err(|e| bpf_err(format!("link {name}"), e))?
+            cgroup_link!(CgroupSockAddr)
         };
         link.pin(pin_path(pin_dir, pin))
             .map_err(|e| bpf_err(format!("pin link {name}"), e))?;
