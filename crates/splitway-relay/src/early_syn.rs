@@ -351,10 +351,7 @@ pub fn admissible(shared: &Shared, client: SocketAddr) -> Result<(), DenyReason>
     if !allowed_somewhere {
         return Err(DenyReason::Client);
     }
-    shared
-        .limiter
-        .would_admit(Some(ip))
-        .map_err(Refused::reason)
+    within_limits(shared, ip)
 }
 
 /// [`admissible`] for one listener's `allow_clients` (`explicit`: empty
@@ -369,6 +366,12 @@ fn admissible_at(
     if !allowed(allow_clients, ip, explicit) {
         return Err(DenyReason::Client);
     }
+    within_limits(shared, ip)
+}
+
+/// Whether `[limits]` and the descriptor cap would admit one more
+/// connection from `ip` now.
+fn within_limits(shared: &Shared, ip: std::net::IpAddr) -> Result<(), DenyReason> {
     shared
         .limiter
         .would_admit(Some(ip))
