@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bench-bypass bench-tproxy
+.PHONY: demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bench-bypass bench-tproxy
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -22,9 +22,15 @@ build:
 release:
 	$(CARGO) build --release -p splitway
 
-lint:
+lint: import-graph
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+
+## import-graph: fails on any import cycle between the files of a crate (after a self-test
+## proving it can fail); `scripts/import-graph.py --graph` prints the graph.
+import-graph:
+	python3 scripts/import-graph.py --self-test
+	python3 scripts/import-graph.py
 
 ## fuzz: every fuzz target for FUZZ_SECONDS each (default 300).
 FUZZ_SECONDS ?= 300
