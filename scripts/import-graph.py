@@ -12,7 +12,7 @@ cycles (strongly connected components of more than one file).
     scripts/import-graph.py --root DIR   # another tree (the self-test uses this)
 
 Module declarations (`mod x;`) and a parent's `pub use` of its own submodules'
-items (aliases) are not edges; comments and string literals are ignored; test modules count like any other code (a cycle through tests is
+items (aliases, unless the parent itself uses the name) are not edges; comments and string literals are ignored; test modules count like any other code (a cycle through tests is
 still a cycle a reader has to follow).
 """
 
@@ -124,6 +124,7 @@ class Crate:
         self.files = {}  # module path tuple -> file (relative to src)
         self.reexports = {}  # module path tuple -> {name: full path list}
         self.refs = {}  # file -> list of (abs path list, is_pub_use)
+        self.code = {}  # file -> stripped source
         self.roots = []
         for root in ("lib.rs", "main.rs"):
             if os.path.exists(os.path.join(src_dir, root)):
@@ -139,6 +140,7 @@ class Crate:
             code = strip(f.read())
         self.files[modpath] = rel
         self.refs[rel] = []
+        self.code[rel] = code
         base = os.path.dirname(rel)
         stem = os.path.splitext(os.path.basename(rel))[0]
         child_dir = base if stem in ("lib", "main", "mod") else os.path.join(base, stem)
@@ -245,10 +247,15 @@ class Crate:
                 # child::X` in lib.rs or mod.rs) only gives it a shorter
                 # name: an alias, not a dependency.
                 here, there = mods[rel], mods[tgt]
-                if is_pub and there[: len(here)] == here:
+                if is_pub and there[: len(here)] == here and not self._uses_name(rel, ap[-1]):
                     continue
                 out.add(tgt)
         return edges
+
+    def _uses_name(self, rel, name):
+        """Whether `rel` names `name` beyond the `pub use` that re-exports it."""
+        code = re.sub(r"\buse\s+[^;]*;", "", self.code[rel])
+        return re.search(r"(?<![\w:])" + re.escape(name) + r"\b", code) is not None
 
 
 def sccs(edges):
@@ -330,6 +337,9 @@ def self_test():
     assert run(base) == [], run(base)
     planted = dict(base, **{"b.rs": "pub struct B;\n#[cfg(test)]\nmod tests {\n    use crate::A;\n}\n"})
     assert run(planted) == [["a.rs", "b.rs"]], run(planted)
+    # A parent that uses what it re-exports depends on that child.
+    parent = dict(base, **{"c/mod.rs": "mod d;\npub use d::D;\npub struct C;\npub fn f(_: D) {}\n"})
+    assert run(parent) == [["c/d.rs", "c/mod.rs"]], run(parent)
     print("import-graph: self-test passed (a planted cycle is found, the clean tree passes)")
 
 

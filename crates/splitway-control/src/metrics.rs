@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
@@ -500,6 +500,12 @@ impl PoolMetrics {
         }
     }
 
+    /// This peer's `pool_events_total{event}` so far (the `/status` pool
+    /// counts read it: one source of truth).
+    pub fn count(&self, event: PoolEvent) -> u64 {
+        self.events[event.index()].get()
+    }
+
     /// Sets the pool level gauge.
     pub fn level(&self, level: usize) {
         self.level.set(level as i64);
@@ -554,6 +560,21 @@ pub struct Metrics {
     proxy_refused: [CounterU64; ProxyRefusal::COUNT],
     pool_events: Family<PoolEventLabels, CounterU64>,
     pool_level: Family<PeerLabels, Gauge>,
+}
+
+/// One series per label value, created now (so exported at zero) and kept
+/// as a handle: `labels` makes each value's label set.
+fn series<S, M, C, V, const N: usize>(
+    family: &Family<S, M, C>,
+    values: [V; N],
+    labels: impl Fn(V) -> S,
+) -> [M; N]
+where
+    S: Clone + std::hash::Hash + Eq,
+    M: Clone,
+    C: MetricConstructor<M>,
+{
+    values.map(|v| family.get_or_create(&labels(v)).clone())
 }
 
 impl fmt::Debug for Metrics {
@@ -696,90 +717,62 @@ impl Metrics {
 
         // Handles are Arc-backed: a clone updates the series in the registry.
         Self {
-            early_syn: EarlySynOutcome::ALL.map(|outcome| {
-                early_family
-                    .get_or_create(&EarlySynLabels { outcome })
-                    .clone()
+            early_syn: series(&early_family, EarlySynOutcome::ALL, |outcome| {
+                EarlySynLabels { outcome }
             }),
-            zero_rtt: ZeroRttOutcome::ALL.map(|outcome| {
-                zero_rtt_family
-                    .get_or_create(&ZeroRttLabels { outcome })
-                    .clone()
+            zero_rtt: series(&zero_rtt_family, ZeroRttOutcome::ALL, |outcome| {
+                ZeroRttLabels { outcome }
             }),
             handshakes: LegSide::ALL.map(|side| {
-                PeerHandshake::ALL.map(|handshake| {
-                    handshake_family
-                        .get_or_create(&HandshakeLabels { side, handshake })
-                        .clone()
+                series(&handshake_family, PeerHandshake::ALL, |handshake| {
+                    HandshakeLabels { side, handshake }
                 })
             }),
             accel_state: AccelName::ALL.map(|accel| {
-                AccelState::ALL.map(|state| {
-                    let g = accel_family
-                        .get_or_create(&AccelLabels { accel, state })
-                        .clone();
-                    // Until the relay says otherwise, everything is off.
-                    if state == AccelState::Off {
-                        g.set(1);
-                    }
-                    g
-                })
+                let gauges = series(&accel_family, AccelState::ALL, |state| AccelLabels {
+                    accel,
+                    state,
+                });
+                // Until the relay says otherwise, everything is off.
+                gauges[AccelState::Off.index()].set(1);
+                gauges
             }),
-            strict_syn: StrictOutcome::ALL.map(|outcome| {
-                strict_family
-                    .get_or_create(&StrictLabels { outcome })
-                    .clone()
+            strict_syn: series(&strict_family, StrictOutcome::ALL, |outcome| StrictLabels {
+                outcome,
             }),
-            proxy_refused: ProxyRefusal::ALL.map(|reason| {
-                proxy_refused_family
-                    .get_or_create(&ProxyRefusalLabels { reason })
-                    .clone()
+            proxy_refused: series(&proxy_refused_family, ProxyRefusal::ALL, |reason| {
+                ProxyRefusalLabels { reason }
             }),
             pool_events,
             pool_level,
-            accepted: Mode::ALL
-                .map(|mode| accepted_family.get_or_create(&ModeLabels { mode }).clone()),
-            active: Mode::ALL.map(|mode| active_family.get_or_create(&ModeLabels { mode }).clone()),
+            accepted: series(&accepted_family, Mode::ALL, |mode| ModeLabels { mode }),
+            active: series(&active_family, Mode::ALL, |mode| ModeLabels { mode }),
             closed: Mode::ALL.map(|mode| {
-                CloseReason::ALL.map(|reason| {
-                    closed_family
-                        .get_or_create(&ClosedLabels { mode, reason })
-                        .clone()
+                series(&closed_family, CloseReason::ALL, |reason| ClosedLabels {
+                    mode,
+                    reason,
                 })
             }),
-            denied: DenyReason::ALL.map(|reason| {
-                denied_family
-                    .get_or_create(&DeniedLabels { reason })
-                    .clone()
+            denied: series(&denied_family, DenyReason::ALL, |reason| DeniedLabels {
+                reason,
             }),
-            accept_errors: Mode::ALL.map(|mode| {
-                accept_errors_family
-                    .get_or_create(&ModeLabels { mode })
-                    .clone()
-            }),
-            auth_failures: AuthFailureReason::ALL.map(|reason| {
-                auth_family
-                    .get_or_create(&AuthFailureLabels { reason })
-                    .clone()
+            accept_errors: series(&accept_errors_family, Mode::ALL, |mode| ModeLabels { mode }),
+            auth_failures: series(&auth_family, AuthFailureReason::ALL, |reason| {
+                AuthFailureLabels { reason }
             }),
             forwarded_bytes: Direction::ALL.map(|direction| {
-                Path::ALL.map(|path| {
-                    bytes_family
-                        .get_or_create(&BytesLabels { direction, path })
-                        .clone()
+                series(&bytes_family, Path::ALL, |path| BytesLabels {
+                    direction,
+                    path,
                 })
             }),
             leg_sent_bytes: Leg::ALL.map(|leg| {
-                Direction::ALL.map(|direction| {
-                    leg_bytes_family
-                        .get_or_create(&LegBytesLabels { leg, direction })
-                        .clone()
+                series(&leg_bytes_family, Direction::ALL, |direction| {
+                    LegBytesLabels { leg, direction }
                 })
             }),
-            path_chosen: Path::ALL
-                .map(|path| path_family.get_or_create(&PathLabels { path }).clone()),
-            setup_seconds: Mode::ALL
-                .map(|mode| setup_family.get_or_create(&ModeLabels { mode }).clone()),
+            path_chosen: series(&path_family, Path::ALL, |path| PathLabels { path }),
+            setup_seconds: series(&setup_family, Mode::ALL, |mode| ModeLabels { mode }),
             peer_connect_failures,
             paths: PathMetrics::register(&mut registry),
             registry,
@@ -858,15 +851,7 @@ impl Metrics {
         let _series = self.peer_connect_failures.get_or_create(&PeerLabels {
             peer: peer.to_owned(),
         });
-        let _level = self.pool_level.get_or_create(&PeerLabels {
-            peer: peer.to_owned(),
-        });
-        for event in PoolEvent::ALL {
-            let _events = self.pool_events.get_or_create(&PoolEventLabels {
-                peer: peer.to_owned(),
-                event,
-            });
-        }
+        let _pool = self.pool_metrics(peer);
     }
 
     /// Counts a failed connect to the configured peer named `peer`.
@@ -881,9 +866,14 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts an early-SYN outcome.
-    pub fn early_syn(&self, outcome: EarlySynOutcome) {
-        self.early_syn[outcome.index()].inc();
+    /// Counts `n` early-SYN outcomes.
+    pub fn early_syn(&self, outcome: EarlySynOutcome, n: u64) {
+        self.early_syn[outcome.index()].inc_by(n);
+    }
+
+    /// `early_syn_total{outcome}` so far (what `/status` shows of early SYN).
+    pub fn early_syn_count(&self, outcome: EarlySynOutcome) -> u64 {
+        self.early_syn[outcome.index()].get()
     }
 
     /// Counts a 0-RTT Hello outcome.
@@ -938,13 +928,9 @@ impl Metrics {
     /// a pool that updates them on every connection it hands out.
     pub fn pool_metrics(&self, peer: &str) -> PoolMetrics {
         PoolMetrics {
-            events: PoolEvent::ALL.map(|event| {
-                self.pool_events
-                    .get_or_create(&PoolEventLabels {
-                        peer: peer.to_owned(),
-                        event,
-                    })
-                    .clone()
+            events: series(&self.pool_events, PoolEvent::ALL, |event| PoolEventLabels {
+                peer: peer.to_owned(),
+                event,
             }),
             level: self
                 .pool_level

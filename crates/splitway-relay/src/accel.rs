@@ -239,40 +239,27 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
     });
 
     let client_facing = cfg.listeners.iter().any(|l| l.mode != ListenMode::Peer);
+    // Both TFO entries follow the one `[accel] tfo` switch.
+    let client = |state, reason| entry(AccelName::TfoClient, r.tfo, state, reason);
     out.push(if !a.tfo {
-        entry(
-            AccelName::TfoClient,
-            r.tfo,
-            Off,
-            off_reason(r.tfo, "tfo", ""),
-        )
+        client(Off, off_reason(r.tfo, "tfo", ""))
     } else if !client_facing {
-        entry(
-            AccelName::TfoClient,
-            r.tfo,
-            Off,
-            "no client-facing listener".into(),
-        )
+        client(Off, "no client-facing listener".into())
     } else if host.tfo(2) {
-        entry(
-            AccelName::TfoClient,
-            r.tfo,
+        client(
             Active,
             "clients that send data in their SYN are accepted at the SYN".into(),
         )
     } else {
-        entry(
-            AccelName::TfoClient,
-            r.tfo,
+        client(
             Unavailable,
             format!("{} lacks the server bit (2); {TFO_FIX}", host.tfo_text()),
         )
     });
 
+    let server = |state, reason| entry(AccelName::TfoServer, r.tfo, state, reason);
     out.push(if !a.tfo_direct {
-        entry(
-            AccelName::TfoServer,
-            r.tfo,
+        server(
             Off,
             match r.tfo {
                 Switch::Off => "turned off ([accel] tfo = false)".into(),
@@ -280,16 +267,12 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
             },
         )
     } else if host.tfo(1) {
-        entry(
-            AccelName::TfoServer,
-            r.tfo,
+        server(
             Active,
             "the client's first bytes ride the SYN to servers whose cookie is held".into(),
         )
     } else {
-        entry(
-            AccelName::TfoServer,
-            r.tfo,
+        server(
             Unavailable,
             format!("{} lacks the client bit (1); {TFO_FIX}", host.tfo_text()),
         )

@@ -2,11 +2,7 @@
 //! live-tunable parameters, drain, reload, and the registry of open
 //! connections.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -16,20 +12,10 @@ use splitway_control::{
     AdminError, AdminHandler, ParamChange, ParamError, ParamInfo, ParamRegistry, ParamSpec,
     ParamUpdate, ParamValue,
 };
-use splitway_proto::Destination;
 use tokio::sync::watch;
 
-use crate::config::{Config, ListenMode};
-use crate::relay::{Current, Shared};
 use crate::reload::{ReloadError, Reloader};
-
-/// Values that `PUT /params` may change while connections run. A reload
-/// sets them to the config file's values: the file wins over earlier
-/// `PUT /params` changes.
-pub struct Live {
-    idle_ms: AtomicU64,
-    early_syn: AtomicBool,
-}
+use crate::state::{Current, Shared};
 
 /// The process's log filter, owned by the binary (which owns the tracing
 /// subscriber) and changed through `log.level` in `PUT /params`.
@@ -41,141 +27,6 @@ pub trait LogControl: Send + Sync + 'static {
     fn check(&self, filter: &str) -> Result<(), String>;
     /// Applies a filter.
     fn set(&self, filter: &str) -> Result<(), String>;
-}
-
-impl Live {
-    pub fn new(cfg: &Config) -> Live {
-        Live {
-            idle_ms: AtomicU64::new(cfg.timeouts.idle.as_millis() as u64),
-            early_syn: AtomicBool::new(cfg.accel.early_syn),
-        }
-    }
-
-    /// Idle timeout for connections starting now.
-    pub fn idle(&self) -> Duration {
-        Duration::from_millis(self.idle_ms.load(Relaxed))
-    }
-
-    pub fn early_syn_enabled(&self) -> bool {
-        self.early_syn.load(Relaxed)
-    }
-
-    pub(crate) fn set_idle(&self, idle: Duration) {
-        self.idle_ms.store(idle.as_millis() as u64, Relaxed);
-    }
-
-    pub(crate) fn set_early_syn(&self, on: bool) {
-        self.early_syn.store(on, Relaxed);
-    }
-}
-
-const SHARDS: usize = 16;
-
-/// One entry per open connection, so kept small: 96 bytes with its key
-/// (112 with the mode as a `&str` and the start as an `Instant`).
-struct ConnInfo {
-    mode: ListenMode,
-    /// Milliseconds since the registry was created.
-    started_ms: u64,
-    client: SocketAddr,
-    /// Kept as is and formatted only for `GET /connections`: a string per
-    /// connection would cost every idle connection an allocation.
-    dst: Destination,
-}
-
-/// Open connections by id, sharded so registration is not a global lock.
-pub struct ConnRegistry {
-    epoch: Instant,
-    shards: [Mutex<HashMap<u64, ConnInfo>>; SHARDS],
-}
-
-impl Default for ConnRegistry {
-    fn default() -> Self {
-        ConnRegistry {
-            epoch: Instant::now(),
-            shards: Default::default(),
-        }
-    }
-}
-
-/// Removes its connection from the registry when dropped.
-pub struct Registered {
-    shared: Arc<Shared>,
-    id: u64,
-}
-
-impl ConnRegistry {
-    fn shard(&self, id: u64) -> &Mutex<HashMap<u64, ConnInfo>> {
-        &self.shards[(id as usize) % SHARDS]
-    }
-
-    pub fn register(
-        &self,
-        id: u64,
-        mode: ListenMode,
-        client: SocketAddr,
-        dst: Destination,
-        shared: Arc<Shared>,
-    ) -> Registered {
-        let started_ms = self.epoch.elapsed().as_millis() as u64;
-        self.shard(id).lock().expect("registry lock").insert(
-            id,
-            ConnInfo {
-                mode,
-                started_ms,
-                client,
-                dst,
-            },
-        );
-        Registered { shared, id }
-    }
-
-    /// Counts by mode and up to `sample` connections, oldest first.
-    pub fn snapshot(&self, sample: usize) -> api::Connections {
-        let mut by_mode: BTreeMap<String, u64> = BTreeMap::new();
-        let mut all = Vec::new();
-        for shard in &self.shards {
-            for (id, c) in shard.lock().expect("registry lock").iter() {
-                *by_mode.entry(c.mode.as_str().to_owned()).or_default() += 1;
-                all.push((c.started_ms, *id, c.mode, c.client, c.dst.to_string()));
-            }
-        }
-        let total = all.len();
-        all.sort_by_key(|c| c.0);
-        let now_ms = self.epoch.elapsed().as_secs_f64() * 1e3;
-        let sample = all
-            .into_iter()
-            .take(sample)
-            .map(|(started_ms, id, mode, client, dst)| api::Connection {
-                id: format!("{id:016x}"),
-                mode: mode.as_str().to_owned(),
-                state: "open".to_owned(),
-                client: client.to_string(),
-                dst,
-                age_seconds: (now_ms - started_ms as f64).max(0.0) / 1e3,
-                via: None,
-                bytes_to_server: None,
-                bytes_to_client: None,
-            })
-            .collect();
-        api::Connections {
-            total: total as u64,
-            by_state: BTreeMap::from([("open".to_owned(), total as u64)]),
-            by_mode,
-            sample,
-        }
-    }
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        self.shared
-            .conns
-            .shard(self.id)
-            .lock()
-            .expect("registry lock")
-            .remove(&self.id);
-    }
 }
 
 /// Serves the admin API for a running relay.
@@ -297,7 +148,7 @@ impl AdminHandler for RelayAdmin {
     }
 
     fn routes(&self) -> Result<Value, AdminError> {
-        crate::paths::routes_document(&self.current.load())
+        self.current.load().routes_document()
     }
 
     fn params(&self) -> Vec<ParamInfo> {
@@ -368,40 +219,4 @@ impl AdminHandler for RelayAdmin {
 /// maps have string keys), so a failure here is a bug in splitway-api.
 fn document(answer: &impl Serialize) -> Value {
     serde_json::to_value(answer).expect("admin API types serialise to JSON")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every open connection holds one entry (plus the map's spare slots).
-    #[test]
-    fn registry_entry_stays_small() {
-        let size = std::mem::size_of::<(u64, ConnInfo)>();
-        assert!(size <= 96, "registry entry is {size} bytes");
-    }
-
-    #[test]
-    fn snapshot_reports_mode_and_age() {
-        let registry = ConnRegistry::default();
-        let client: SocketAddr = "192.0.2.1:4000".parse().unwrap();
-        let dst = Destination::Ip("198.51.100.2:443".parse().unwrap());
-        registry.shards[0].lock().unwrap().insert(
-            0,
-            ConnInfo {
-                mode: ListenMode::Socks5,
-                started_ms: 0,
-                client,
-                dst,
-            },
-        );
-        let snap = registry.snapshot(10);
-        assert_eq!(snap.total, 1);
-        assert_eq!(snap.by_mode["socks5"], 1);
-        let entry = &snap.sample[0];
-        assert_eq!(entry.mode, "socks5");
-        assert_eq!(entry.client, "192.0.2.1:4000");
-        assert_eq!(entry.dst, "198.51.100.2:443");
-        assert!(entry.age_seconds >= 0.0);
-    }
 }

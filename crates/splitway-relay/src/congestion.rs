@@ -153,3 +153,40 @@ pub fn check(cfg: &Config) -> Vec<String> {
     }
     problems
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_bpf_congestion_control_is_accepted_on_every_leg() {
+        let cfg = Config::parse_str(
+            r#"
+            name = "rc"
+            [[listen]]
+            mode = "socks5"
+            addr = "127.0.0.1:1080"
+            [direct]
+            congestion = "splitway_cubic"
+            [client]
+            congestion = "splitway_cubic"
+            [upstream]
+            congestion = "splitway_cubic"
+            [[route]]
+            dst = "0.0.0.0/0"
+            via = "direct"
+            "#,
+        )
+        .expect("shipped name accepted");
+        let uses = shipped_in(&cfg);
+        let keys: Vec<&str> = uses.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "direct.congestion",
+                "client.congestion",
+                "upstream.congestion"
+            ]
+        );
+    }
+}

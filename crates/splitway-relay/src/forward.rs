@@ -15,7 +15,6 @@
 //!   relay that dies mid-connection resets both ends instead of sending FINs
 //!   that would make a cut stream look complete.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -30,32 +29,9 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::bytes::{give_buf, more_queued, take_buf};
 use crate::config::DataPath;
 use crate::error::ConnError;
-
-/// recv/send buffer size. A read that fills it means bulk data is queued,
-/// which is when `auto` switches the direction to splice.
-const COPY_BUF: usize = 16 * 1024;
-/// Buffers kept per thread for reuse.
-const BUF_POOL_PER_THREAD: usize = 64;
-
-thread_local! {
-    static BUFS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
-}
-
-pub(crate) fn take_buf() -> Box<[u8]> {
-    BUFS.with(|b| b.borrow_mut().pop())
-        .unwrap_or_else(|| vec![0u8; COPY_BUF].into_boxed_slice())
-}
-
-pub(crate) fn give_buf(buf: Box<[u8]>) {
-    BUFS.with(|b| {
-        let mut pool = b.borrow_mut();
-        if pool.len() < BUF_POOL_PER_THREAD {
-            pool.push(buf);
-        }
-    });
-}
 
 /// Which leg an I/O error happened on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,14 +76,75 @@ pub struct Options {
 /// Per-direction byte counts. Atomics only so the connection's future is
 /// `Send`; both directions run in one task, so they are never contended.
 #[derive(Default)]
-struct DirCounters {
+pub(crate) struct DirCounters {
     splice: AtomicU64,
+    /// Through user space: recv/send, or TLS records on a TLS leg.
     copy: AtomicU64,
 }
 
 impl DirCounters {
     fn total(&self) -> u64 {
         self.splice.load(Relaxed) + self.copy.load(Relaxed)
+    }
+
+    pub(crate) fn copied(&self, n: usize) {
+        self.copy.fetch_add(n as u64, Relaxed);
+    }
+}
+
+/// Until the connection ends cleanly, closing a leg means reset: if this
+/// process dies (crash, SIGKILL, the drain deadline), the kernel closes
+/// our sockets, and without SO_LINGER 0 a leg with nothing unread would
+/// send FIN, so the far end would take a cut stream for a complete one.
+pub(crate) fn arm_reset(legs: [&TcpStream; 2]) {
+    for s in legs {
+        // An error means the socket is already gone: nothing to arm.
+        let _ = splitway_sys::sock::set_linger_zero(s);
+    }
+}
+
+/// Both directions delivered everything (or setup failed and the caller
+/// answers in the inbound's protocol): an ordinary close, so that what is
+/// still in the send queues is not thrown away. Otherwise the abortive
+/// close `arm_reset` armed propagates the reset (or failure) as a reset.
+pub(crate) fn disarm_if_clean(end: &End, legs: [&TcpStream; 2]) {
+    if !matches!(end, End::Failed { .. } | End::IdleTimeout) {
+        for s in legs {
+            // An error means the socket is already gone.
+            let _ = socket2::SockRef::from(s).set_linger(None);
+        }
+    }
+}
+
+/// Counts what both directions moved (`copied_as`: the path of the bytes
+/// that went through user space) and makes the outcome. The `own_prefix`
+/// bytes this relay wrote itself are not forwarded ones: counted when the
+/// whole prefix was written, nothing otherwise.
+pub(crate) fn account(
+    end: End,
+    up: &DirCounters,
+    down: &DirCounters,
+    own_prefix: u16,
+    copied_as: Path,
+    metrics: &Metrics,
+) -> Outcome {
+    let own = u64::from(own_prefix).min(up.copy.load(Relaxed));
+    up.copy.fetch_sub(own, Relaxed);
+    for (dir, c) in [(Direction::ToServer, up), (Direction::ToClient, down)] {
+        for (path, n) in [
+            (Path::Splice, c.splice.load(Relaxed)),
+            (copied_as, c.copy.load(Relaxed)),
+        ] {
+            if n > 0 {
+                metrics.bytes(dir, path, n);
+                metrics.data_path_chosen(path);
+            }
+        }
+    }
+    Outcome {
+        end,
+        to_server: up.total(),
+        to_client: down.total(),
     }
 }
 
@@ -170,13 +207,7 @@ pub async fn forward(
     opts: Options,
     metrics: &Metrics,
 ) -> Outcome {
-    // Until the connection ends cleanly, closing a leg means reset: if this
-    // process dies (crash, SIGKILL, the drain deadline), the kernel closes
-    // our sockets, and without SO_LINGER 0 a leg with nothing unread would
-    // send FIN, so the far end would take a cut stream for a complete one.
-    for s in [inbound, outbound] {
-        let _ = splitway_sys::sock::set_linger_zero(s);
-    }
+    arm_reset([inbound, outbound]);
     let activity = Activity::new();
     let up = DirCounters::default();
     let down = DirCounters::default();
@@ -211,35 +242,8 @@ pub async fn forward(
     let idle = pin!(idle_watch(&activity, opts.idle));
     let end = join_directions(to_server, to_client, idle).await;
 
-    if !matches!(end, End::Failed { .. } | End::IdleTimeout) {
-        // Both directions delivered everything (or setup failed and the
-        // caller answers in the inbound's protocol): an ordinary close, so
-        // that what is still in the send queues is not thrown away.
-        // Otherwise the abortive close armed above propagates the reset
-        // (or failure) as a reset. Errors mean the socket is already gone.
-        for s in [inbound, outbound] {
-            let _ = socket2::SockRef::from(s).set_linger(None);
-        }
-    }
-    // Counted when the whole prefix was written; nothing otherwise.
-    let own = u64::from(opts.own_prefix).min(up.copy.load(Relaxed));
-    up.copy.fetch_sub(own, Relaxed);
-    for (dir, c) in [(Direction::ToServer, &up), (Direction::ToClient, &down)] {
-        for (path, n) in [
-            (Path::Splice, c.splice.load(Relaxed)),
-            (Path::Copy, c.copy.load(Relaxed)),
-        ] {
-            if n > 0 {
-                metrics.bytes(dir, path, n);
-                metrics.data_path_chosen(path);
-            }
-        }
-    }
-    Outcome {
-        end,
-        to_server: up.total(),
-        to_client: down.total(),
-    }
+    disarm_if_clean(&end, [inbound, outbound]);
+    account(end, &up, &down, opts.own_prefix, Path::Copy, metrics)
 }
 
 /// Runs both directions to their end; the first failure, or the idle
@@ -566,47 +570,4 @@ impl Future for Pump<'_> {
             Stop::Pump(e)
         })
     }
-}
-
-/// Waits until `dst` is writable. Through the socket's own writer slot
-/// (`poll_write_ready`), so nothing is stored while waiting: `writable()`
-/// keeps an intrusive waiter in the future.
-async fn write_ready(dst: &TcpStream) -> io::Result<()> {
-    std::future::poll_fn(|cx| dst.poll_write_ready(cx)).await
-}
-
-/// Whether the source already holds more bytes: then the write just made
-/// is not the end of a burst, and a partial segment should wait for the
-/// next one (MSG_MORE / SPLICE_F_MORE) instead of leaving short. An error
-/// here is reported by the next read.
-fn more_queued(src: &TcpStream) -> bool {
-    splitway_sys::sock::queued_bytes(src).is_ok_and(|n| n > 0)
-}
-
-/// Writes all of `data`; with `more`, hints that more follows at once.
-pub async fn write_all_more(dst: &TcpStream, mut data: &[u8], more: bool) -> io::Result<()> {
-    while !data.is_empty() {
-        write_ready(dst).await?;
-        match dst.try_io(Interest::WRITABLE, || {
-            splitway_sys::sock::send(dst, data, more)
-        }) {
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Writes all of `data`, waiting for writability as needed.
-pub async fn write_all(dst: &TcpStream, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        write_ready(dst).await?;
-        match dst.try_write(data) {
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }

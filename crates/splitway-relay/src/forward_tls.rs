@@ -7,13 +7,12 @@
 //! an error (RST, a TLS alert, or a TCP FIN without close_notify, which may
 //! be a truncation) → both TCP sockets are closed abortively (SO_LINGER 0).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use splitway_control::metrics::{Metrics, Path};
 
-use splitway_control::metrics::{Direction, Metrics, Path};
-
+use crate::bytes::{give_buf, take_buf};
 use crate::forward::{
-    self, Activity, End, Options, Outcome, Preamble, PumpError, Side, Stop, give_buf,
-    join_directions, take_buf,
+    self, Activity, DirCounters, Options, Outcome, Preamble, PumpError, Side, Stop, account,
+    arm_reset, disarm_if_clean, join_directions,
 };
 use crate::tls::LegIo;
 
@@ -59,13 +58,10 @@ async fn forward_tls(
     opts: Options,
     metrics: &Metrics,
 ) -> Outcome {
-    // As in `forward`: a relay that dies mid-connection resets both legs.
-    for s in [inbound.tcp, outbound.tcp] {
-        let _ = splitway_sys::sock::set_linger_zero(s);
-    }
+    arm_reset([inbound.tcp, outbound.tcp]);
     let activity = Activity::new();
-    let up = AtomicU64::new(0);
-    let down = AtomicU64::new(0);
+    let up = DirCounters::default();
+    let down = DirCounters::default();
     let to_server = async {
         pump(
             inbound,
@@ -96,30 +92,8 @@ async fn forward_tls(
     let (to_server, to_client) = (std::pin::pin!(to_server), std::pin::pin!(to_client));
     let idle = std::pin::pin!(forward::idle_watch(&activity, opts.idle));
     let end = join_directions(to_server, to_client, idle).await;
-    if !matches!(end, End::Failed { .. } | End::IdleTimeout) {
-        // As in `forward`: a clean end closes normally; otherwise the
-        // abortive close armed at the start stays. Errors mean the socket is
-        // already gone.
-        for s in [inbound.tcp, outbound.tcp] {
-            let _ = socket2::SockRef::from(s).set_linger(None);
-        }
-    }
-    // As in `forward`: this relay's own prefix bytes are not forwarded ones.
-    let (up, down) = (
-        up.load(Relaxed).saturating_sub(u64::from(opts.own_prefix)),
-        down.load(Relaxed),
-    );
-    for (dir, n) in [(Direction::ToServer, up), (Direction::ToClient, down)] {
-        if n > 0 {
-            metrics.bytes(dir, Path::Tls, n);
-            metrics.data_path_chosen(Path::Tls);
-        }
-    }
-    Outcome {
-        end,
-        to_server: up,
-        to_client: down,
-    }
+    disarm_if_clean(&end, [inbound.tcp, outbound.tcp]);
+    account(end, &up, &down, opts.own_prefix, Path::Tls, metrics)
 }
 
 async fn pump(
@@ -129,7 +103,7 @@ async fn pump(
     dst_side: Side,
     prefix: &[u8],
     activity: &Activity,
-    counter: &AtomicU64,
+    counter: &DirCounters,
 ) -> Result<(), PumpError> {
     let wr = |source| PumpError {
         side: dst_side,
@@ -137,7 +111,7 @@ async fn pump(
     };
     if !prefix.is_empty() {
         dst.write_all(prefix).await.map_err(wr)?;
-        counter.fetch_add(prefix.len() as u64, Relaxed);
+        counter.copied(prefix.len());
         activity.touch();
     }
     // Held for the direction's life: rustls keeps its own buffers per TLS
@@ -153,7 +127,7 @@ async fn pump(
                 return dst.shutdown_write().await.map_err(wr);
             }
             dst.write_all(&buf[..n]).await.map_err(wr)?;
-            counter.fetch_add(n as u64, Relaxed);
+            counter.copied(n);
             activity.touch();
         }
     }

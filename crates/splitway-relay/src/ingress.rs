@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
@@ -15,15 +14,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::bytes::write_all;
 use crate::config::{Accel, ListenMode, Listener};
 use crate::error::{ConnError, RelayError};
-use crate::forward::write_all;
 use crate::limits::{Permit, Refused};
 use crate::peer::{self, FrameError, read_frame};
 use crate::policy::{DENIALS, LogThrottle};
-use crate::relay::{Current, Shared, stopped};
 use crate::route::allowed;
-use crate::session::{self, Inbound, metric_mode, unspecified};
+use crate::session::{self, Inbound, unspecified};
+use crate::shutdown::stopped;
+use crate::state::{AcceptCount, Current, Shared, metric_mode};
 use crate::tuning;
 
 /// Accept backlog: large enough for connection bursts (KTCP's 1k conn/s).
@@ -272,22 +272,6 @@ impl SpareDescriptor {
     }
 }
 
-/// Connections one accept path took, for `/status`. Written by its accept
-/// task only, on a cache line of its own.
-#[derive(Default)]
-#[repr(align(128))]
-pub struct AcceptCount(AtomicU64);
-
-impl AcceptCount {
-    fn add(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
 fn conn_id() -> u64 {
     // The thread's CSPRNG (seeded from the OS): no syscall per connection.
     rand::thread_rng().next_u64()
@@ -410,7 +394,7 @@ async fn admit(
             .await
             {
                 Ok(a) if a.header.flags & FLAG_PROBE != 0 => {
-                    crate::paths::answer(&shared, &stream, a.tls.as_ref(), &a.header).await;
+                    crate::probe::answer(&shared, &stream, a.tls.as_ref(), &a.header).await;
                     shared.metrics.closed(mode, CloseReason::Completed);
                     return None;
                 }

@@ -1,32 +1,31 @@
 //! splitway-relay: the data path of a split-TCP relay.
 //!
-//! - `config`: the TOML file, validated as a whole
-//! - `accel`: what each acceleration does on this host, and why
-//! - `route`: destination prefix → next relay or direct
-//! - `paths`: choice among a route's candidate hops from measured legs, probes
-//! - `ingress`: listeners (TPROXY, SOCKS5, HTTP CONNECT, peer) and their handshakes
-//! - `limits`: global and per-client connection caps
-//! - `policy`: which destinations and ports the relay dials for its clients
-//! - `peer`: the authenticated relay↔relay leg, both ends
-//! - `pool`: pre-established, authenticated connections to each peer
-//! - `proxy_header`: PROXY protocol headers read from load balancers, written to servers
-//! - `admin`: the relay's admin handler: status, live parameters, drain, reload, open connections
-//! - `early_syn`: legs started at the client's SYN, paired with accepts
-//! - `strict`: SYNs held (NFQUEUE) until the server accepted (strict mode)
+//! In the order a connection meets them (`docs/internals.md` has a line on
+//! each and the glossary of legs):
+//!
+//! - `relay`: bind and run: listeners, interception, admin API, drain
+//! - `state`: the config snapshot a connection runs on, live values, the
+//!   open-connection registry
+//! - `ingress`, `proxy_header`, `limits`, `policy`, `syn_dst`: accept and admit
+//! - `peer`: relay legs, one file for each end (`upstream`, `downstream`)
+//! - `early_syn`, `syn_start`, `strict`: next legs started at the SYN
 //! - `session`: one split connection from accept to close
-//! - `forward`: zero-copy (splice) or small-chunk (recv/send) forwarding with
-//!   exact half-close and reset propagation
-//! - `tuning`: per-leg socket options
-//! - `transparent`: server legs sent from the client's own address
-//! - `congestion`: the BPF congestion controls this process registered
-//! - `relay`: startup, admin API, shutdown and drain
-//! - `resolve`: domain-name destinations, resolved without blocking threads
-//! - `reload`: re-reading the config file while running (SIGHUP, `POST /reload`)
+//! - `dial`, `next_leg`: the next leg: policy, resolve (`resolve`), route
+//!   (`route`, `paths`, `probe`), pooled (`pool`) or dialed
+//! - `forward`, `forward_tls`, `bytes`, `tls`: moving bytes, exact half-close
+//!   and reset propagation
+//! - `admin`, `reload`: the admin handler; re-reading the config
+//! - `accel`, `congestion`, `tuning`, `transparent`, `loops`: accelerations,
+//!   BPF congestion controls, per-leg socket options, server legs from the
+//!   client's address, loop guards
+//! - `config`, `error`, `shutdown`: the TOML file, typed errors, the stop watch
 
 pub mod accel;
 pub mod admin;
+pub mod bytes;
 pub mod config;
 pub mod congestion;
+pub mod dial;
 pub mod early_syn;
 pub mod error;
 pub mod forward;
@@ -34,18 +33,23 @@ pub mod forward_tls;
 pub mod ingress;
 pub mod limits;
 pub mod loops;
+pub mod next_leg;
 pub mod paths;
 pub mod peer;
 pub mod policy;
 pub mod pool;
+pub mod probe;
 pub mod proxy_header;
 pub mod relay;
 pub mod reload;
 pub mod resolve;
 pub mod route;
 pub mod session;
+pub mod shutdown;
+pub mod state;
 pub mod strict;
 pub mod syn_dst;
+pub mod syn_start;
 pub mod tls;
 pub mod transparent;
 pub mod tuning;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use splitway_control::metrics::DenyReason;
+use tokio::sync::Notify;
 
 use crate::config::Limits;
 
@@ -23,6 +24,8 @@ pub struct ConnLimiter {
     total: AtomicUsize,
     per_client: Vec<Mutex<HashMap<IpAddr, usize>>>,
     hasher: RandomState,
+    /// Woken when the last permit is released (a drain waits on it).
+    none_open: Notify,
 }
 
 /// Why a connection was refused.
@@ -81,6 +84,7 @@ impl ConnLimiter {
             total: AtomicUsize::new(0),
             per_client: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
+            none_open: Notify::new(),
         })
     }
 
@@ -95,7 +99,7 @@ impl ConnLimiter {
         let per_client_max = self.per_client_max.load(Ordering::Relaxed);
         let prev = self.total.fetch_add(1, Ordering::AcqRel);
         if let Err(why) = self.over_total(max, prev) {
-            self.total.fetch_sub(1, Ordering::AcqRel);
+            self.release_one();
             return Err(why);
         }
         let client = client.filter(|_| per_client_max != 0);
@@ -104,7 +108,7 @@ impl ConnLimiter {
             let n = shard.entry(ip).or_insert(0);
             if *n >= per_client_max {
                 drop(shard);
-                self.total.fetch_sub(1, Ordering::AcqRel);
+                self.release_one();
                 return Err(Refused::PerClient);
             }
             *n += 1;
@@ -157,6 +161,27 @@ impl ConnLimiter {
     pub fn open(&self) -> usize {
         self.total.load(Ordering::Acquire)
     }
+
+    /// Gives a slot back; the last one wakes `all_closed`.
+    fn release_one(&self) {
+        if self.total.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.none_open.notify_waiters();
+        }
+    }
+
+    /// Resolves once no permit is held (at once if none is).
+    pub async fn all_closed(&self) {
+        loop {
+            let notified = self.none_open.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the check: a release between the two wakes it.
+            notified.as_mut().enable();
+            if self.open() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 impl Drop for Permit {
@@ -170,13 +195,57 @@ impl Drop for Permit {
                 }
             }
         }
-        self.limiter.total.fetch_sub(1, Ordering::AcqRel);
+        self.limiter.release_one();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::future::Future;
+    use std::sync::atomic::AtomicBool;
+    use std::task::{Context, Wake, Waker};
+
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A drain waits on the limiter: woken by the last permit's release,
+    /// not by an earlier one nor by a refused acquire.
+    #[test]
+    fn all_closed_is_woken_by_the_last_permit() {
+        let l = ConnLimiter::new(Limits {
+            max_connections: 2,
+            per_client: 0,
+        });
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let p1 = l.acquire(None).unwrap();
+        let p2 = l.acquire(None).unwrap();
+        let mut wait = std::pin::pin!(l.all_closed());
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(l.acquire(None).err(), Some(Refused::Total));
+        drop(p1);
+        assert!(
+            !flag.0.load(Ordering::SeqCst),
+            "woken with a permit still held"
+        );
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        drop(p2);
+        assert!(
+            flag.0.load(Ordering::SeqCst),
+            "not woken by the last release"
+        );
+        assert!(wait.as_mut().poll(&mut cx).is_ready());
+        // Nothing open: ready at once.
+        assert!(std::pin::pin!(l.all_closed()).poll(&mut cx).is_ready());
+    }
 
     #[test]
     fn caps_total_and_per_client_and_releases() {

@@ -20,18 +20,15 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use splitway_api::{CandidateView, RouteView, RoutesView};
-use splitway_control::AdminError;
-use splitway_proto::Destination;
-use splitway_proto::header::{FLAG_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus};
+use splitway_control::metrics::Metrics;
+use splitway_proto::header::{ProbeAnswer, ReplyStatus};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tracing::{debug, info};
 
 use crate::config::{Config, Route, Via};
 use crate::error::ConnError;
-use crate::peer::{self, FrameError, read_frame};
-use crate::relay::{Current, Shared, stopped};
-use crate::tls::{LegIo, TlsLeg};
+use crate::pool::PeerPool;
+use crate::route::RouteTable;
 
 /// At most one change of a route's choice per this long, unless the
 /// current candidate is down.
@@ -86,6 +83,15 @@ struct RoutePath {
     dst: IpNet,
     candidates: Vec<Via>,
     state: Mutex<ChoiceState>,
+}
+
+/// What a choice reads besides its own measurements: the routes, each
+/// peer's pool (a failing refill marks the peer down) and the metrics it
+/// counts choices in.
+pub struct Inputs<'a> {
+    pub routes: &'a RouteTable,
+    pub pools: &'a [Option<Arc<PeerPool>>],
+    pub metrics: &'a Metrics,
 }
 
 /// Path state of one config generation (a reload starts afresh).
@@ -181,6 +187,56 @@ impl Paths {
         }
     }
 
+    /// How many peers could be probed (indices as in `cfg.peers`).
+    pub fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
+    pub fn peer_name(&self, i: usize) -> &str {
+        &self.peers[i].name
+    }
+
+    /// The route prefix the next probe to peer `i` asks about, in turn;
+    /// `None` when the peer is no candidate or a probe is in flight. The
+    /// caller reports the outcome with `probe_answered` or `probe_failed`.
+    pub fn next_probe(&self, i: usize) -> Option<IpNet> {
+        let targets = &self.targets[i];
+        if targets.is_empty() {
+            return None;
+        }
+        let mut p = self.peer(i);
+        if p.probing {
+            return None;
+        }
+        p.probing = true;
+        p.next_target = (p.next_target + 1) % targets.len();
+        Some(targets[p.next_target])
+    }
+
+    /// A probe to peer `i` about `target` came back on `stream`.
+    pub fn probe_answered(&self, i: usize, target: IpNet, stream: &TcpStream, answer: ProbeAnswer) {
+        self.leg_up(i, stream, true);
+        let mut p = self.peer(i);
+        let onward = match answer.status {
+            ReplyStatus::Ok => Ok(answer.onward_us),
+            // A peer that does not know probes: reachable, nothing reported.
+            ReplyStatus::BadHeader => Ok(None),
+            other => Err(other),
+        };
+        debug!(peer = %self.peers[i].name, route = %target, ?onward, rtt_us = ?p.rtt_us, "probe answered");
+        p.onward.insert(target, onward);
+        p.probes += 1;
+        p.probing = false;
+    }
+
+    /// A probe to peer `i` failed.
+    pub fn probe_failed(&self, i: usize, why: &ConnError) {
+        self.leg_failed(i, why);
+        let mut p = self.peer(i);
+        p.probes += 1;
+        p.probing = false;
+    }
+
     fn peer(&self, i: usize) -> std::sync::MutexGuard<'_, PeerState> {
         self.peers[i].state.lock().expect("paths lock")
     }
@@ -252,11 +308,11 @@ impl Paths {
         }
     }
 
-    fn estimate(&self, shared: &Shared, r: &RoutePath, c: &Via, s: &ChoiceState) -> Estimate {
+    fn estimate(&self, inputs: &Inputs<'_>, r: &RoutePath, c: &Via, s: &ChoiceState) -> Estimate {
         match c {
             Via::Direct => s.direct_rtt_us.map_or(Estimate::Unknown, Estimate::Us),
             Via::Peer(i) => {
-                let pool_down = shared.pools[*i]
+                let pool_down = inputs.pools[*i]
                     .as_ref()
                     .is_some_and(|p| p.last_error().is_some());
                 let p = self.peer(*i);
@@ -276,7 +332,7 @@ impl Paths {
     }
 
     /// The hop a new connection on `route` takes (and counts it).
-    pub fn choose(&self, shared: &Shared, route: &Route) -> Via {
+    pub fn choose(&self, inputs: &Inputs<'_>, route: &Route) -> Via {
         let Some(r) = self
             .routes
             .get(&route.dst)
@@ -288,7 +344,7 @@ impl Paths {
         let est: Vec<Estimate> = r
             .candidates
             .iter()
-            .map(|c| self.estimate(shared, r, c, &s))
+            .map(|c| self.estimate(inputs, r, c, &s))
             .collect();
         let now = Instant::now();
         let cur = s.current;
@@ -299,11 +355,11 @@ impl Paths {
             s.current = j;
             s.changed_at = Some(now);
             s.flips += 1;
-            shared.metrics.paths().flip(r.index, failure);
+            inputs.metrics.paths().flip(r.index, failure);
             info!(route = %r.dst, from = %self.name_of(&r.candidates[cur]), to = %self.name_of(&r.candidates[j]), cause = if failure { "failure" } else { "better" }, "path changed");
         }
         let via = r.candidates[s.current].clone();
-        shared.metrics.paths().choice(r.index, &self.name_of(&via));
+        inputs.metrics.paths().choice(r.index, &self.name_of(&via));
         via
     }
 
@@ -316,8 +372,8 @@ impl Paths {
 
     /// This relay's own estimate to `dst`, for a probe answer: its route's
     /// current candidate (not moved by asking).
-    pub fn onward(&self, shared: &Shared, dst: IpAddr) -> ProbeAnswer {
-        let Some(route) = shared.routes.lookup_route(dst) else {
+    pub fn onward(&self, inputs: &Inputs<'_>, dst: IpAddr) -> ProbeAnswer {
+        let Some(route) = inputs.routes.lookup_route(dst) else {
             return ProbeAnswer {
                 status: ReplyStatus::NoRoute,
                 onward_us: None,
@@ -331,7 +387,7 @@ impl Paths {
             return ok(None);
         };
         let s = r.state.lock().expect("paths lock");
-        match self.estimate(shared, r, &r.candidates[s.current], &s) {
+        match self.estimate(inputs, r, &r.candidates[s.current], &s) {
             Estimate::Us(v) => ok(Some(v)),
             Estimate::Unknown => ok(None),
             Estimate::Down => {
@@ -340,7 +396,7 @@ impl Paths {
                 let any_up = r
                     .candidates
                     .iter()
-                    .any(|c| self.estimate(shared, r, c, &s) != Estimate::Down);
+                    .any(|c| self.estimate(inputs, r, c, &s) != Estimate::Down);
                 if any_up {
                     ok(None)
                 } else {
@@ -356,7 +412,7 @@ impl Paths {
     /// Every route in config order with its candidates, for `GET /routes`
     /// and `ctl routes`. Single-candidate routes are shown with what
     /// their legs measured; they are not probed and never change.
-    pub fn snapshot(&self, shared: &Shared) -> RoutesView {
+    pub fn snapshot(&self, inputs: &Inputs<'_>) -> RoutesView {
         let view = |r: &RoutePath, probed: bool| {
             let s = r.state.lock().expect("paths lock");
             RouteView {
@@ -369,7 +425,7 @@ impl Paths {
                 candidates: r
                     .candidates
                     .iter()
-                    .map(|c| self.candidate_view(shared, r, c, &s))
+                    .map(|c| self.candidate_view(inputs, r, c, &s))
                     .collect(),
             }
         };
@@ -387,12 +443,12 @@ impl Paths {
 
     fn candidate_view(
         &self,
-        shared: &Shared,
+        inputs: &Inputs<'_>,
         r: &RoutePath,
         c: &Via,
         s: &ChoiceState,
     ) -> CandidateView {
-        let est = self.estimate(shared, r, c, s);
+        let est = self.estimate(inputs, r, c, s);
         let state = match est {
             Estimate::Down => "down",
             Estimate::Unknown => "unknown",
@@ -416,7 +472,7 @@ impl Paths {
             },
             Via::Peer(i) => {
                 let p = self.peer(*i);
-                let pool_error = shared.pools[*i].as_ref().and_then(|p| p.last_error());
+                let pool_error = inputs.pools[*i].as_ref().and_then(|p| p.last_error());
                 CandidateView {
                     name: self.peers[*i].name.clone(),
                     state,
@@ -442,161 +498,6 @@ impl Paths {
                 }
             }
         }
-    }
-}
-
-/// The `GET /routes` document of `shared`.
-pub fn routes_document(shared: &Shared) -> Result<serde_json::Value, AdminError> {
-    serde_json::to_value(shared.paths.snapshot(shared))
-        .map_err(|e| AdminError::Refused(format!("internal: routes not serializable: {e}")))
-}
-
-/// Probes every peer that is a candidate of some route, once per
-/// [`PROBE_EVERY`] at most, until `stop`.
-pub async fn probe_loop(current: Arc<Current>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(PROBE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = stopped(&mut stop) => break,
-        }
-        let shared = current.load();
-        for i in 0..shared.paths.peers.len() {
-            let targets = &shared.paths.targets[i];
-            if targets.is_empty() {
-                continue;
-            }
-            let target = {
-                let mut p = shared.paths.peer(i);
-                if p.probing {
-                    continue;
-                }
-                p.probing = true;
-                p.next_target = (p.next_target + 1) % targets.len();
-                targets[p.next_target]
-            };
-            tokio::spawn(probe_one(shared.clone(), i, target));
-        }
-    }
-}
-
-async fn probe_one(shared: Arc<Shared>, i: usize, target: IpNet) {
-    let r = tokio::time::timeout(PROBE_TIMEOUT, probe(&shared, i, target.network())).await;
-    let paths = &shared.paths;
-    let name = &paths.peers[i].name;
-    let r = r.unwrap_or_else(|_| {
-        Err(ConnError::PeerTimeout {
-            peer: name.clone(),
-            during: "answering a path probe",
-        })
-    });
-    shared.metrics.paths().probe_sent(name, r.is_ok());
-    match r {
-        Ok((stream, answer)) => {
-            paths.leg_up(i, &stream, true);
-            let mut p = paths.peer(i);
-            let onward = match answer.status {
-                ReplyStatus::Ok => Ok(answer.onward_us),
-                // A peer that does not know probes: reachable, nothing reported.
-                ReplyStatus::BadHeader => Ok(None),
-                other => Err(other),
-            };
-            debug!(peer = %name, route = %target, ?onward, rtt_us = ?p.rtt_us, "probe answered");
-            p.onward.insert(target, onward);
-            p.probes += 1;
-            p.probing = false;
-        }
-        Err(e) => {
-            paths.leg_failed(i, &e);
-            let mut p = paths.peer(i);
-            p.probes += 1;
-            p.probing = false;
-        }
-    }
-}
-
-/// One probe: a fresh authenticated leg carrying a [`FLAG_PROBE`] header
-/// for `dst`; returns the leg (for its TCP_INFO) and the answer.
-async fn probe(
-    shared: &Shared,
-    i: usize,
-    dst: IpAddr,
-) -> Result<(TcpStream, ProbeAnswer), ConnError> {
-    let peer = &shared.cfg.peers[i];
-    let psk = shared
-        .cfg
-        .psk
-        .as_ref()
-        .ok_or_else(|| ConnError::Internal("peer candidate without a PSK".into()))?;
-    let own = SocketAddr::new(dst, 0);
-    let mut header = Header::new(rand::random(), Destination::Ip(own), own);
-    header.flags |= FLAG_PROBE;
-    let leg = peer::dial(
-        peer,
-        psk,
-        &header,
-        &[],
-        &shared.cfg.timeouts,
-        shared.cfg.accel.turbo.map(|t| t.buffer),
-        shared.cfg.accel.zero_rtt,
-        shared.accel.peer_fast_open,
-        &shared.metrics,
-    )
-    .await?;
-    let (stream, name, mut dialer, mut buf, tls) = leg.into_parts();
-    let io = LegIo::new(&stream, tls.as_ref());
-    let bad = |detail: String| ConnError::PeerProtocol {
-        peer: name.clone(),
-        detail,
-    };
-    let frame_err = |what: &str, e: FrameError<String>| match e {
-        FrameError::Closed => bad(format!("closed before its {what}")),
-        FrameError::Io(source) => ConnError::PeerIo {
-            peer: name.clone(),
-            op: "read probe answer",
-            source,
-        },
-        FrameError::Bad(d) => bad(format!("bad {what}: {d}")),
-    };
-    if !dialer.is_authenticated() {
-        read_frame(io, &mut buf, |b| {
-            dialer
-                .on_server_proof(b)
-                .map(|o| o.map(|n| ((), n)))
-                .map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| frame_err("proof", e))?;
-    }
-    let answer = read_frame(io, &mut buf, |b| {
-        ProbeAnswer::decode_either(b).map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| frame_err("probe answer", e))?;
-    Ok((stream, answer))
-}
-
-/// Answers a [`FLAG_PROBE`] header on an accepted peer leg: our estimate
-/// for its destination, then close. Nothing is dialed.
-pub async fn answer(shared: &Shared, stream: &TcpStream, tls: Option<&TlsLeg>, header: &Header) {
-    let answer = match header.dst {
-        Destination::Ip(a) => shared.paths.onward(shared, a.ip().to_canonical()),
-        Destination::Domain { .. } => ProbeAnswer {
-            status: ReplyStatus::BadHeader,
-            onward_us: None,
-        },
-    };
-    shared.metrics.paths().probe_answered();
-    let mut out = Vec::with_capacity(PROBE_ANSWER_LEN);
-    answer.encode(&mut out);
-    let io = LegIo::new(stream, tls);
-    // The prober learns a failure from the missing answer: nothing else to do.
-    if let Err(e) = io.write_all(&out).await {
-        debug!(error = %e, "probe answer not sent");
-    }
-    if let Err(e) = io.shutdown_write().await {
-        debug!(error = %e, "probe leg not closed cleanly");
     }
 }
 

@@ -19,9 +19,9 @@ use splitway_proto::auth::Psk;
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
-use crate::config::{Peer, Timeouts};
+use crate::config::{Config, Peer, Timeouts};
 use crate::peer::{self, Pooled};
-use crate::relay::stopped;
+use crate::shutdown::stopped;
 
 /// After a failed refill dial, wait this long before the next (doubling up
 /// to `MAX_BACKOFF`), so an unreachable peer is not hammered.
@@ -30,31 +30,20 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How often idle connections are checked for age and liveness.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// Counters shown by the admin API and tests.
-#[derive(Debug, Default)]
-pub struct PoolStats {
-    pub taken: AtomicUsize,
-    pub refilled: AtomicUsize,
-    pub dead: AtomicUsize,
-    pub expired: AtomicUsize,
-    pub dial_failures: AtomicUsize,
-    pub misses: AtomicUsize,
-}
-
 pub struct PeerPool {
     peer: Peer,
     /// Watermarks, tunable live through the admin API.
     low: AtomicUsize,
     high: AtomicUsize,
     turbo_buffer: Option<usize>,
-    /// This peer's pool series, resolved once.
+    /// This peer's pool series, resolved once: what it counts, and what
+    /// `/status` reads back.
     pool_metrics: PoolMetrics,
     psk: Psk,
     timeouts: Timeouts,
     idle: Mutex<VecDeque<Pooled>>,
     in_flight: AtomicUsize,
     wake: Notify,
-    pub stats: PoolStats,
     last_error: Mutex<Option<String>>,
 }
 
@@ -77,7 +66,6 @@ impl PeerPool {
             idle: Mutex::new(VecDeque::new()),
             in_flight: AtomicUsize::new(0),
             wake: Notify::new(),
-            stats: PoolStats::default(),
             last_error: Mutex::new(None),
         })
     }
@@ -107,18 +95,18 @@ impl PeerPool {
             };
             let Some(c) = candidate else { break None };
             if c.born.elapsed() >= self.peer.pool.idle {
-                self.count(&self.stats.expired, PoolEvent::Expired, 1);
+                self.count(PoolEvent::Expired, 1);
                 continue;
             }
             if !c.is_alive() {
-                self.count(&self.stats.dead, PoolEvent::Dead, 1);
+                self.count(PoolEvent::Dead, 1);
                 continue;
             }
             break Some(c);
         };
         match &found {
-            Some(_) => self.count(&self.stats.taken, PoolEvent::Taken, 1),
-            None => self.count(&self.stats.misses, PoolEvent::Miss, 1),
+            Some(_) => self.count(PoolEvent::Taken, 1),
+            None => self.count(PoolEvent::Miss, 1),
         };
         self.pool_metrics.level(level);
         self.wake.notify_one();
@@ -154,8 +142,7 @@ impl PeerPool {
         self.wake.notify_one();
     }
 
-    fn count(&self, stat: &AtomicUsize, event: PoolEvent, n: usize) {
-        stat.fetch_add(n, Ordering::Relaxed);
+    fn count(&self, event: PoolEvent, n: usize) {
         self.pool_metrics.event(event, n as u64);
     }
 
@@ -185,8 +172,8 @@ impl PeerPool {
         let dropped = before - idle.len();
         let level = idle.len();
         drop(idle);
-        self.count(&self.stats.expired, PoolEvent::Expired, expired);
-        self.count(&self.stats.dead, PoolEvent::Dead, dropped - expired);
+        self.count(PoolEvent::Expired, expired);
+        self.count(PoolEvent::Dead, dropped - expired);
         self.pool_metrics.level(level);
     }
 
@@ -219,12 +206,12 @@ impl PeerPool {
                     match r {
                         Ok(Ok(c)) => {
                             self.idle.lock().expect("pool lock").push_back(c);
-                            self.count(&self.stats.refilled, PoolEvent::Refilled, 1);
+                            self.count(PoolEvent::Refilled, 1);
                             self.pool_metrics.level(self.level());
                         }
                         Ok(Err(e)) => {
                             failed = true;
-                            self.count(&self.stats.dial_failures, PoolEvent::DialFailure, 1);
+                            self.count(PoolEvent::DialFailure, 1);
                             let msg = e.to_string();
                             let mut last = self.last_error.lock().expect("pool lock");
                             if last.as_deref() != Some(msg.as_str()) {
@@ -234,7 +221,7 @@ impl PeerPool {
                         }
                         Err(e) => {
                             failed = true;
-                            self.count(&self.stats.dial_failures, PoolEvent::DialFailure, 1);
+                            self.count(PoolEvent::DialFailure, 1);
                             warn!(peer = %self.peer.name, error = %e, "pool dial task failed")
                         }
                     }
@@ -271,13 +258,27 @@ impl PeerPool {
             low: self.low() as u64,
             high: self.high() as u64,
             idle_seconds: self.peer.pool.idle.as_secs_f64(),
-            taken: self.stats.taken.load(Ordering::Relaxed) as u64,
-            refilled: self.stats.refilled.load(Ordering::Relaxed) as u64,
-            dead: self.stats.dead.load(Ordering::Relaxed) as u64,
-            expired: self.stats.expired.load(Ordering::Relaxed) as u64,
-            misses: self.stats.misses.load(Ordering::Relaxed) as u64,
-            dial_failures: self.stats.dial_failures.load(Ordering::Relaxed) as u64,
+            taken: self.pool_metrics.count(PoolEvent::Taken),
+            refilled: self.pool_metrics.count(PoolEvent::Refilled),
+            dead: self.pool_metrics.count(PoolEvent::Dead),
+            expired: self.pool_metrics.count(PoolEvent::Expired),
+            misses: self.pool_metrics.count(PoolEvent::Miss),
+            dial_failures: self.pool_metrics.count(PoolEvent::DialFailure),
             last_error: self.last_error(),
         }
+    }
+}
+
+/// The pool for `peer` if `cfg` pools connections (it needs the key).
+pub(crate) fn new_pool(cfg: &Config, peer: &Peer, metrics: &Arc<Metrics>) -> Option<Arc<PeerPool>> {
+    match (&cfg.psk, cfg.accel.pool) {
+        (Some(psk), true) => Some(PeerPool::new(
+            peer.clone(),
+            psk.clone(),
+            cfg.timeouts.clone(),
+            cfg.accel.turbo.map(|t| t.buffer),
+            metrics.clone(),
+        )),
+        _ => None,
     }
 }

@@ -18,9 +18,8 @@ use tracing::{debug, info};
 
 use crate::config::{ListenMode, Listener, Route};
 use crate::policy::DENIALS;
-use crate::relay::Shared;
 use crate::route::allowed;
-use crate::session::metric_mode;
+use crate::state::{Shared, metric_mode};
 
 /// Why a connection's PROXY header was refused. Always the client's (the
 /// load balancer's, or whoever forged it) fault.

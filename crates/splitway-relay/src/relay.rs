@@ -1,145 +1,39 @@
 //! The relay as a whole: binds listeners, installs interception, serves the
 //! admin API, runs accept loops, and drains on shutdown.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use splitway_api as api;
-use splitway_control::metrics::{AccelName, AccelState, Metrics, Mode};
-use splitway_sys::tproxy::{InterceptSpec, Interception};
+use splitway_control::metrics::{AccelName, AccelState, Metrics};
+use splitway_sys::bpf::SynWatch;
+use splitway_sys::nfqueue::NfQueue;
+use splitway_sys::tproxy::{InterceptSpec, Interception, StrictRules, StrictSpec};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::accel::{self, AccelStatus, HostFacts};
-use crate::admin::{ConnRegistry, Live, LogControl, RelayAdmin};
-use crate::config::{Config, ListenMode, Peer, Turbo, Via};
-use crate::early_syn::EarlyStarts;
+use crate::admin::{LogControl, RelayAdmin};
+use crate::config::{Config, ListenMode};
 use crate::error::RelayError;
-use crate::ingress::{self, AcceptCount};
+use crate::ingress;
 use crate::limits::{ConnLimiter, DESCRIPTOR_RESERVE, descriptor_cap};
 use crate::loops::OwnListeners;
 use crate::peer::HelloWindow;
-use crate::pool::PeerPool;
+use crate::pool::new_pool;
 use crate::reload::Reloader;
 use crate::route::RouteTable;
+use crate::state::{ConnRegistry, Live, install_turbo};
 use crate::strict::{self, Strict};
-use splitway_sys::bpf::SynWatch;
-use splitway_sys::nfqueue::NfQueue;
-use splitway_sys::tproxy::{StrictRules, StrictSpec};
-use splitway_sys::turbo::{self, TurboRoute, Windows};
-use std::collections::HashMap;
-use std::net::IpAddr;
+use crate::syn_start::{self, EarlyLegs};
 
-/// What a connection runs on: one snapshot of the config and what is built
-/// from it (routes, pools), plus handles to the state every snapshot shares
-/// (metrics, limits, registry). A reload builds a new snapshot; connections
-/// keep the one they started with.
-pub struct Shared {
-    pub cfg: Config,
-    pub routes: RouteTable,
-    pub metrics: Arc<Metrics>,
-    pub started: Instant,
-    /// One pool per peer (same index as `cfg.peers`), when pooling is on.
-    pub pools: Vec<Option<Arc<PeerPool>>>,
-    /// Legs started at the client's SYN, when early SYN is on and works.
-    pub early: Option<Arc<EarlyStarts>>,
-    pub limiter: Arc<ConnLimiter>,
-    /// Values tunable at run time (admin API `PUT /params`).
-    pub live: Arc<Live>,
-    /// Open connections, for `GET /connections`.
-    pub conns: Arc<ConnRegistry>,
-    /// Turbo-start routes, by destination; removed when the relay stops.
-    pub turbo_routes: Arc<std::sync::Mutex<HashMap<IpAddr, TurboRoute>>>,
-    /// 0 for the config the relay started with, +1 per applied reload.
-    pub generation: u64,
-    /// Replay window for 0-RTT peer Hellos, when `[accel] zero_rtt` is on.
-    pub hellos: Option<Arc<HelloWindow>>,
-    /// Per listener, what each of its accept sockets took (`/status`).
-    pub accept_paths: Arc<[Vec<Arc<AcceptCount>>]>,
-    /// This relay's listening ports: a destination there is refused.
-    pub own: Arc<OwnListeners>,
-    /// Each acceleration's effective state (`/status`, `/metrics`).
-    pub accel: Arc<AccelStatus>,
-    /// Measured candidates and each route's choice (`GET /routes`).
-    pub paths: Arc<crate::paths::Paths>,
-}
-
-/// The snapshot new connections start on, swapped by a reload.
-///
-/// Accept paths keep a [`Cached`] copy and check `generation` (one atomic
-/// load, no lock, no shared write) per connection; the lock is taken only
-/// after a reload, and by the admin API.
-pub struct Current {
-    snapshot: std::sync::RwLock<Arc<Shared>>,
-    /// Bumped after each store; readers seeing a new value re-load.
-    generation: AtomicU64,
-}
-
-/// A reader's copy of the current snapshot and the generation it saw.
-pub struct Cached {
-    seen: u64,
-    shared: Arc<Shared>,
-}
-
-impl Cached {
-    pub fn get(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-}
-
-impl Current {
-    pub fn new(shared: Arc<Shared>) -> Current {
-        Current {
-            snapshot: std::sync::RwLock::new(shared),
-            generation: AtomicU64::new(0),
-        }
-    }
-
-    pub fn load(&self) -> Arc<Shared> {
-        // Only a pointer swap happens under the lock: it cannot be poisoned
-        // half-way.
-        self.snapshot
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    pub fn cached(&self) -> Cached {
-        // Generation first: a store racing with us makes the next
-        // `refresh` load again, never keeps an old snapshot for good.
-        let seen = self.generation.load(Ordering::Acquire);
-        Cached {
-            seen,
-            shared: self.load(),
-        }
-    }
-
-    /// The current snapshot, re-loaded into `cached` if a store happened
-    /// since it was taken. Once `store` has returned, every later call
-    /// returns the stored snapshot (or a newer one).
-    pub fn refresh<'a>(&self, cached: &'a mut Cached) -> &'a Arc<Shared> {
-        if self.generation.load(Ordering::Acquire) != cached.seen {
-            *cached = self.cached();
-        }
-        &cached.shared
-    }
-
-    pub(crate) fn store(&self, shared: Arc<Shared>) {
-        let mut slot = self
-            .snapshot
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *slot = shared;
-        // Under the lock: stores are ordered, and a reader that sees this
-        // generation finds this snapshot (or a newer one) behind the lock.
-        self.generation.fetch_add(1, Ordering::Release);
-    }
-}
+// Their paths from before `state` and `shutdown` split out of this module.
+pub use crate::shutdown::stopped;
+pub use crate::state::{Cached, Current, Shared};
 
 /// How the process around the relay hands it what it owns.
 #[derive(Default)]
@@ -153,222 +47,6 @@ pub struct RelayOptions {
     pub inherited: Vec<splitway_sys::activation::Inherited>,
     /// Changes the log filter (`log.level` in `PUT /params`).
     pub log: Option<Arc<dyn LogControl>>,
-}
-
-impl Shared {
-    /// A snapshot for `cfg` sharing this one's run-time state.
-    pub(crate) fn successor(&self, cfg: Config, pools: Vec<Option<Arc<PeerPool>>>) -> Shared {
-        Shared {
-            routes: RouteTable::new(&cfg.routes),
-            // Measurements start afresh: peer indices may have changed.
-            paths: Arc::new(crate::paths::Paths::new(&cfg)),
-            cfg,
-            pools,
-            metrics: self.metrics.clone(),
-            started: self.started,
-            early: self.early.clone(),
-            limiter: self.limiter.clone(),
-            live: self.live.clone(),
-            conns: self.conns.clone(),
-            turbo_routes: self.turbo_routes.clone(),
-            generation: self.generation + 1,
-            hellos: self.hellos.clone(),
-            accept_paths: self.accept_paths.clone(),
-            own: self.own.clone(),
-            accel: self.accel.clone(),
-        }
-    }
-}
-
-/// The pool for `peer` if `cfg` pools connections (it needs the key).
-pub(crate) fn new_pool(cfg: &Config, peer: &Peer, metrics: &Arc<Metrics>) -> Option<Arc<PeerPool>> {
-    match (&cfg.psk, cfg.accel.pool) {
-        (Some(psk), true) => Some(PeerPool::new(
-            peer.clone(),
-            psk.clone(),
-            cfg.timeouts.clone(),
-            cfg.accel.turbo.map(|t| t.buffer),
-            metrics.clone(),
-        )),
-        _ => None,
-    }
-}
-
-impl Shared {
-    /// Makes sure the return direction to an upstream relay that just
-    /// authenticated gets turbo-start too. Its connections established
-    /// before this route existed keep the default window.
-    pub fn learn_upstream(&self, addr: IpAddr) {
-        let Some(turbo) = self.cfg.accel.turbo else {
-            return;
-        };
-        let addr = addr.to_canonical();
-        // Upstreams inside a configured prefix (routes installed at start)
-        // are settled without the lock every relay connection would take.
-        if self.turbo_prefix_covers(addr) {
-            return;
-        }
-        let mut routes = self.turbo_routes.lock().expect("turbo lock");
-        if routes.contains_key(&addr) {
-            return;
-        }
-        match install_turbo(addr, None, turbo) {
-            Ok(r) => {
-                info!(upstream = %addr, route = r.destination(), "turbo-start route installed for upstream relay");
-                routes.insert(addr, r);
-            }
-            Err(e) => warn!(upstream = %addr, error = %e, "cannot install turbo-start route"),
-        }
-    }
-
-    fn turbo_prefix_covers(&self, addr: IpAddr) -> bool {
-        self.cfg
-            .listeners
-            .iter()
-            .filter(|l| l.mode == ListenMode::Peer)
-            .flat_map(|l| l.allow_clients.iter())
-            .any(|n| n.contains(&addr))
-    }
-}
-
-pub(crate) fn install_turbo(
-    addr: IpAddr,
-    prefix: Option<u8>,
-    t: Turbo,
-) -> Result<TurboRoute, splitway_sys::SysError> {
-    let len = prefix.unwrap_or(if addr.is_ipv4() { 32 } else { 128 });
-    turbo::install(
-        addr,
-        len,
-        Windows {
-            initcwnd: t.initcwnd,
-            initrwnd: t.initrwnd,
-        },
-    )
-}
-
-/// Resolves once `stop` turns true. (The guard `wait_for` returns is not
-/// `Send`, so it is dropped here rather than held across a `select!`.)
-/// A channel whose sender is gone (e.g. no admin API to request a drain)
-/// never stops anything.
-pub async fn stopped(stop: &mut watch::Receiver<bool>) {
-    if stop.wait_for(|s| *s).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-impl Shared {
-    /// How long an explicit client waits for the chain's Reply: the next
-    /// relays may each spend up to their connect timeout.
-    pub fn reply_timeout(&self) -> Duration {
-        self.cfg.timeouts.connect * 2 + self.cfg.timeouts.handshake
-    }
-
-    /// `GET /status` (the admin handler adds the log level).
-    pub fn status(&self) -> api::Status {
-        let via = |v: &Via| match v {
-            Via::Direct => "direct".to_owned(),
-            Via::Peer(i) => self.cfg.peers[*i].name.clone(),
-        };
-        api::Status {
-            name: self.cfg.name.clone(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            uptime_seconds: self.started.elapsed().as_secs_f64(),
-            config_generation: self.generation,
-            listeners: self
-                .cfg
-                .listeners
-                .iter()
-                .enumerate()
-                .map(|(i, l)| api::Listener {
-                    mode: l.mode.as_str().to_owned(),
-                    addr: l.addr.to_string(),
-                    intercept: l.intercept.as_ref().map(|i| api::Intercept {
-                        interfaces: i.interfaces.clone(),
-                        ports: i.ports.clone(),
-                    }),
-                    accept_proxy_protocol: l
-                        .accept_proxy_protocol
-                        .iter()
-                        .map(|n| n.to_string())
-                        .collect(),
-                    // One entry per accept socket: connections it accepted.
-                    accept_paths: self.accept_paths.get(i).map(|paths| {
-                        paths
-                            .iter()
-                            .map(|p| api::AcceptPath { accepted: p.get() })
-                            .collect()
-                    }),
-                })
-                .collect(),
-            peers: self
-                .cfg
-                .peers
-                .iter()
-                .enumerate()
-                .map(|(i, p)| api::Peer {
-                    name: p.name.clone(),
-                    addr: p.addr.to_string(),
-                    congestion: p.tuning.congestion.clone(),
-                    pool: self.pools[i].as_ref().map(|pool| pool.status()),
-                })
-                .collect(),
-            routes: self
-                .routes
-                .routes()
-                .iter()
-                .map(|r| api::Route {
-                    dst: r.dst.to_string(),
-                    via: via(&r.via),
-                    proxy_protocol: r.reveal.proxy_protocol.map(|v| v.label().to_owned()),
-                    source: if r.reveal.client_source {
-                        "client"
-                    } else {
-                        "relay"
-                    }
-                    .to_owned(),
-                })
-                .collect(),
-            early_syn: self.early.as_ref().map(|e| e.status()),
-            // Effective states: what runs, not what the file asked for.
-            accel: self.accel.api(),
-            congestion_controls: crate::congestion::status(),
-            features: api::Features {
-                data_path: format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
-                early_syn: self.accel.state(AccelName::EarlySyn) == AccelState::Active,
-                strict: self.cfg.accel.strict,
-                pool: self.accel.state(AccelName::Pool) == AccelState::Active,
-                tfo: self.accel.state(AccelName::TfoClient) == AccelState::Active,
-                zero_rtt: self.cfg.accel.zero_rtt.then_some(api::ZeroRtt {
-                    window_ms: self.cfg.accel.zero_rtt_window.as_millis() as u64,
-                }),
-                turbo_start: self.cfg.accel.turbo.map(|t| api::TurboStart {
-                    initcwnd: t.initcwnd,
-                    initrwnd: t.initrwnd,
-                    buffer: t.buffer as u64,
-                    routes: self
-                        .turbo_routes
-                        .lock()
-                        .expect("turbo lock")
-                        .values()
-                        .map(|r| r.destination().to_owned())
-                        .collect(),
-                }),
-            },
-            connections_open: self.limiter.open() as u64,
-            limits: api::Limits {
-                max_connections: self.cfg.limits.max_connections as u64,
-                per_client: self.cfg.limits.per_client as u64,
-            },
-            connections_active: api::ConnectionsActive {
-                tproxy: self.metrics.active_count(Mode::Tproxy),
-                socks5: self.metrics.active_count(Mode::Socks5),
-                http_connect: self.metrics.active_count(Mode::HttpConnect),
-                peer: self.metrics.active_count(Mode::Peer),
-            },
-            log_level: None,
-        }
-    }
 }
 
 /// A relay whose sockets are bound and whose rules are installed, ready to
@@ -488,7 +166,7 @@ impl Relay {
                 );
             }
             (
-                Some(Arc::new(EarlyStarts::new(
+                Some(Arc::new(EarlyLegs::new(
                     cfg.accel.early_syn_budget,
                     cfg.accel.early_syn_expiry,
                     metrics.clone(),
@@ -512,7 +190,7 @@ impl Relay {
                         w.hook()
                     )));
                     (
-                        Some(Arc::new(EarlyStarts::new(
+                        Some(Arc::new(EarlyLegs::new(
                             cfg.accel.early_syn_budget,
                             cfg.accel.early_syn_expiry,
                             metrics.clone(),
@@ -708,9 +386,9 @@ impl Relay {
                             Ok(ev) => {
                                 let shared = current.refresh(&mut snapshot);
                                 match &ev.options {
-                                    Some(o) => early.on_option_syn(shared, ev.client, ev.original_dst, o.as_slice(), ev.ttl),
-                                    None if crate::early_syn::is_for_syn_option_listener(shared, ev.original_dst) => {}
-                                    None => early.on_syn(shared, ev.client, ev.original_dst, ev.ttl),
+                                    Some(o) => syn_start::on_option_syn(&early, shared, ev.client, ev.original_dst, o.as_slice(), ev.ttl),
+                                    None if syn_start::is_for_syn_option_listener(shared, ev.original_dst) => {}
+                                    None => syn_start::on_syn(&early, shared, ev.client, ev.original_dst, ev.ttl),
                                 }
                             }
                             Err(e) => {
@@ -742,7 +420,7 @@ impl Relay {
             ));
         }
         self.reloader.start_pools(&self.shared.pools);
-        tasks.push(tokio::spawn(crate::paths::probe_loop(
+        tasks.push(tokio::spawn(crate::probe::probe_loop(
             self.current.clone(),
             stop_rx.clone(),
         )));
@@ -779,23 +457,16 @@ impl Relay {
         }
         self.shared.turbo_routes.lock().expect("turbo lock").clear();
 
-        let deadline = Instant::now() + drain;
-        loop {
-            let active: i64 = [Mode::Tproxy, Mode::Socks5, Mode::HttpConnect, Mode::Peer]
-                .into_iter()
-                .map(|m| self.shared.metrics.active_count(m))
-                .sum();
-            if active == 0 {
-                break;
-            }
-            if Instant::now() >= deadline {
-                warn!(
-                    active,
-                    "drain deadline reached; closing remaining connections"
-                );
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // Every open connection holds a limiter permit until its task ends.
+        let open = &self.shared.limiter;
+        if tokio::time::timeout(drain, open.all_closed())
+            .await
+            .is_err()
+        {
+            warn!(
+                open = open.open(),
+                "drain deadline reached; closing remaining connections"
+            );
         }
         drop(self.interceptions);
         let _ = admin_stop_tx.send(true);
@@ -813,7 +484,7 @@ impl Relay {
 fn start_strict(
     cfg: &Config,
     queue: NfQueue,
-    early: Arc<EarlyStarts>,
+    early: Arc<EarlyLegs>,
     metrics: &Arc<Metrics>,
 ) -> Result<(Arc<Strict>, Vec<StrictRules>), RelayError> {
     let mut rules = Vec::new();

@@ -24,7 +24,8 @@ use tracing::{info, warn};
 
 use crate::config::{Config, ConfigErrors, Listener, Peer, Via};
 use crate::pool::PeerPool;
-use crate::relay::{Current, Shared, install_turbo, new_pool};
+use crate::pool::new_pool;
+use crate::state::{Current, Shared, install_turbo};
 
 /// Why a reload changed nothing.
 #[derive(Debug, thiserror::Error)]

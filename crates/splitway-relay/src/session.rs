@@ -2,28 +2,27 @@
 //! forwarding: resolve, route, dial the next leg, answer the client in its
 //! own protocol, forward, account.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use splitway_control::metrics::{CloseReason, Direction, LegSide, Mode, Path, PeerHandshake};
+use splitway_control::metrics::CloseReason;
 use splitway_proto::Destination;
-use splitway_proto::header::{FLAG_OPTIMISTIC, Header, ReplyStatus};
+use splitway_proto::header::ReplyStatus;
 use splitway_proto::{http_connect, socks5};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tracing::{debug, info, warn};
 
-use crate::config::{ListenMode, Via};
+use crate::config::ListenMode;
+use crate::dial::connect_next;
 use crate::error::{ConnError, Culprit};
 use crate::forward::{self, End, Side};
 use crate::forward_tls::forward_legs;
-use crate::loops::next_hop_limit;
-use crate::peer::{self, PeerLeg, reply_bytes};
+use crate::next_leg::{LegRequest, Next, ServerLeg};
+use crate::peer::{PeerLeg, reply_bytes};
 use crate::policy::DENIALS;
-use crate::proxy_header;
-use crate::relay::Shared;
+use crate::state::{Shared, metric_mode};
 use crate::tls::{LegIo, TlsLeg};
-use crate::tuning;
 
 /// A connection accepted on one of the listeners, with its destination known.
 pub struct Inbound {
@@ -57,202 +56,6 @@ impl Inbound {
     }
 }
 
-pub fn metric_mode(mode: ListenMode) -> Mode {
-    match mode {
-        ListenMode::Tproxy => Mode::Tproxy,
-        ListenMode::Socks5 => Mode::Socks5,
-        ListenMode::HttpConnect => Mode::HttpConnect,
-        ListenMode::Peer => Mode::Peer,
-        ListenMode::SynOption => Mode::SynOption,
-    }
-}
-
-/// A connected next leg.
-pub enum Next {
-    Direct(DirectLeg),
-    Peer(PeerLeg),
-}
-
-/// A leg to the server itself.
-pub struct DirectLeg {
-    pub stream: TcpStream,
-    /// Kept: with TFO the socket has no peer address until its first write.
-    pub server: SocketAddr,
-    /// `proxy_protocol` on the route: written before the client's bytes.
-    pub proxy_header: Option<Vec<u8>>,
-}
-
-/// What dialing the next leg needs to know.
-pub struct LegRequest {
-    pub dst: Destination,
-    pub conn_id: u64,
-    pub next_ttl: u8,
-    /// See [`Inbound::arrived_hops`].
-    pub arrived_hops: Option<u8>,
-    pub origin: SocketAddr,
-    /// Who asks for the leg, as `[policy]` judges it: the accepted socket's
-    /// peer (on a peer listener, the upstream relay; not `origin`).
-    pub client: IpAddr,
-    /// Client bytes to send with the first segment; a peer dial consumes them.
-    pub early_data: Vec<u8>,
-    /// Started from a SYN that may never complete: such a leg only takes a
-    /// pooled connection while the pool is above its low watermark, so a
-    /// SYN flood cannot drain the pool.
-    pub speculative: bool,
-    /// Sets the header's OPTIMISTIC flag (see [`Inbound::optimistic`]).
-    pub optimistic: bool,
-}
-
-async fn resolve(dst: &Destination) -> Result<SocketAddr, ConnError> {
-    match dst {
-        Destination::Ip(a) => Ok(SocketAddr::new(a.ip().to_canonical(), a.port())),
-        Destination::Domain { host, port } => crate::resolve::lookup(host, *port).await,
-    }
-}
-
-async fn connect_direct(
-    shared: &Shared,
-    dst: SocketAddr,
-    has_early_data: bool,
-    hop_limit: Option<u8>,
-    from_client: Option<SocketAddr>,
-) -> Result<TcpStream, ConnError> {
-    let sock = match dst {
-        SocketAddr::V4(_) => TcpSocket::new_v4(),
-        SocketAddr::V6(_) => TcpSocket::new_v6(),
-    }
-    .map_err(|e| ConnError::Internal(format!("socket: {e}")))?;
-    tuning::apply(&sock, &shared.cfg.direct, None)
-        .map_err(|e| ConnError::Internal(format!("tuning direct leg: {e}")))?;
-    if let Some(hops) = hop_limit {
-        splitway_sys::hops::set_hop_limit(&sock, dst.is_ipv6(), hops)
-            .map_err(|e| ConnError::Internal(e.to_string()))?;
-    }
-    if let Some(client) = from_client {
-        crate::transparent::bind_as_client(&sock, client, dst)?;
-    }
-    if shared.cfg.accel.tfo_direct && has_early_data {
-        // The client's first bytes will leave in our SYN (server speaks
-        // second, so a write is sure to come).
-        splitway_sys::sock::set_fastopen_connect(&sock)
-            .map_err(|e| ConnError::Internal(e.to_string()))?;
-    }
-    match tokio::time::timeout(shared.cfg.timeouts.connect, sock.connect(dst)).await {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(source)) => Err(ConnError::ServerConnect { addr: dst, source }),
-        Err(_) => Err(ConnError::ServerTimeout { addr: dst }),
-    }
-}
-
-/// Dials the next leg. Early data that went out with a peer header is
-/// taken from `req.early_data`.
-pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next, ConnError> {
-    let inbound = req;
-    let policy = &shared.cfg.policy;
-    // A looping connection and a forbidden port cost no DNS lookup.
-    let hop_limit = inbound.arrived_hops.map(next_hop_limit).transpose()?;
-    policy.check_port(inbound.dst.port())?;
-    let dst = resolve(&inbound.dst).await?;
-    policy.check_addr(inbound.client, dst.ip())?;
-    let route = shared
-        .routes
-        .lookup_route(dst.ip())
-        .ok_or(ConnError::NoRoute(dst))?;
-    match &shared.paths.choose(shared, route) {
-        Via::Direct => {
-            // Only a destination this relay dials can be itself: behind a
-            // peer route it is the next relay's to judge (its loopback).
-            shared.own.check(dst)?;
-            // A PROXY header is sure to be written: with TFO it rides the
-            // SYN. Not for a leg started at the SYN, which must not wait.
-            let first_write = !inbound.early_data.is_empty()
-                || (route.reveal.proxy_protocol.is_some() && !inbound.speculative);
-            let from_client = route.reveal.client_source.then_some(inbound.origin);
-            let stream = connect_direct(shared, dst, first_write, hop_limit, from_client).await?;
-            shared.paths.direct_up(route, &stream);
-            Ok(Next::Direct(DirectLeg {
-                stream,
-                server: dst,
-                proxy_header: proxy_header::for_route(route, inbound.origin, dst),
-            }))
-        }
-        Via::Peer(i) => {
-            if inbound.next_ttl == 0 {
-                return Err(ConnError::TtlExceeded);
-            }
-            let peer = &shared.cfg.peers[*i];
-            // A peer entry naming this relay (a config mistake) would be a
-            // loop the header TTL only ends after 16 hops.
-            shared.own.check(peer.addr)?;
-            let psk = shared
-                .cfg
-                .psk
-                .as_ref()
-                .ok_or_else(|| ConnError::Internal("peer route without a PSK".into()))?;
-            let mut header = Header::new(inbound.conn_id, Destination::Ip(dst), inbound.origin);
-            header.ttl = inbound.next_ttl;
-            if inbound.optimistic {
-                header.flags |= FLAG_OPTIMISTIC;
-            }
-            if let Some(hops) = hop_limit {
-                header.set_hop_limit(hops);
-            }
-            let pooled = shared.pools[*i].as_ref().and_then(|p| {
-                if inbound.speculative {
-                    p.take_above_low()
-                } else {
-                    p.take()
-                }
-            });
-            let early = std::mem::take(&mut inbound.early_data);
-            let was_pooled = pooled.is_some();
-            let leg = match pooled {
-                Some(c) => {
-                    shared
-                        .metrics
-                        .peer_handshake(LegSide::Dial, PeerHandshake::Pooled);
-                    c.carry(&peer.name, &header, &early).await
-                }
-                None => {
-                    let turbo_buffer = shared.cfg.accel.turbo.map(|t| t.buffer);
-                    peer::dial(
-                        peer,
-                        psk,
-                        &header,
-                        &early,
-                        &shared.cfg.timeouts,
-                        turbo_buffer,
-                        shared.cfg.accel.zero_rtt,
-                        shared.accel.peer_fast_open,
-                        &shared.metrics,
-                    )
-                    .await
-                }
-            };
-            match &leg {
-                Ok(l) => shared.paths.leg_up(*i, &l.stream, !was_pooled),
-                Err(e) => shared.paths.leg_failed(*i, e),
-            }
-            match &leg {
-                // The client's first bytes left with the header.
-                Ok(_) if !early.is_empty() => {
-                    let path = if peer.tls.is_some() {
-                        Path::Tls
-                    } else {
-                        Path::Copy
-                    };
-                    shared
-                        .metrics
-                        .bytes(Direction::ToServer, path, early.len() as u64)
-                }
-                Ok(_) => {}
-                Err(_) => shared.metrics.peer_connect_failure(&peer.name),
-            }
-            leg.map(Next::Peer)
-        }
-    }
-}
-
 /// Tells the inbound side that setup failed, in its own protocol, then
 /// closes it: a reset for transparent clients (as if the server had
 /// refused), the protocol's error reply for explicit proxies and peers.
@@ -276,22 +79,6 @@ async fn refuse(inbound: &Inbound, status: ReplyStatus) {
         None => {
             let _ = splitway_sys::sock::set_linger_zero(s);
         }
-    }
-}
-
-/// Reads what is already queued on `s`, without waiting. An error (a reset)
-/// is returned: the kernel reports it once, so it must not be swallowed.
-pub(crate) fn take_ready_bytes(s: &TcpStream, into: &mut Vec<u8>) -> std::io::Result<()> {
-    const MAX: usize = 16 * 1024;
-    let mut buf = [0u8; MAX];
-    match s.try_read(&mut buf) {
-        Ok(n) => {
-            // n == 0 (EOF) is seen again by forwarding.
-            into.extend_from_slice(&buf[..n]);
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
-        Err(e) => Err(e),
     }
 }
 
@@ -321,7 +108,7 @@ async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
     if inbound.tls.is_some() {
         return inbound.io().write_all(&bytes).await;
     }
-    forward::write_all_more(&inbound.stream, &bytes, more).await
+    crate::bytes::write_all_more(&inbound.stream, &bytes, more).await
 }
 
 /// The next leg is up: records the setup time, answers the client in its
@@ -377,7 +164,9 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     if matches!(inbound.mode, ListenMode::Tproxy | ListenMode::SynOption) {
         // Whatever the client already sent (a TFO client's request rode its
         // SYN) goes out with the next leg's first segment.
-        if let Err(source) = take_ready_bytes(&inbound.stream, &mut inbound.early_data) {
+        if let Err(source) =
+            crate::bytes::take_ready_bytes(&inbound.stream, &mut inbound.early_data)
+        {
             let e = ConnError::ClientIo { op: "read", source };
             let _ = splitway_sys::sock::set_linger_zero(&inbound.stream);
             finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
@@ -391,7 +180,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         // Paired by (client, the option's destination), as the SYN was.
         (Some(early), Destination::Ip(dst))
             if inbound.mode == ListenMode::SynOption
-                && crate::early_syn::watches_syn_option(&shared) =>
+                && crate::syn_start::watches_syn_option(&shared) =>
         {
             early.take(inbound.client, *dst)
         }
@@ -462,7 +251,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     // (the same segment, or the SYN with TFO). Built here, where nothing is
     // awaited: a binding in the match arm below would live in every
     // session's future.
-    if let Next::Direct(DirectLeg {
+    if let Next::Direct(ServerLeg {
         proxy_header: header @ Some(_),
         ..
     }) = &mut next
@@ -474,7 +263,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         early = header;
     }
     let (outbound, outcome) = match next {
-        Next::Direct(DirectLeg { stream: out, .. }) => {
+        Next::Direct(ServerLeg { stream: out, .. }) => {
             let Some(outcome) =
                 confirm_and_forward(&shared, &inbound, (&out).into(), early, Vec::new(), opts)
                     .await

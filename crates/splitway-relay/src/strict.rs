@@ -36,14 +36,16 @@ use splitway_proto::auth::AuthError;
 use splitway_proto::header::{DEFAULT_TTL, Reply, ReplyStatus};
 use splitway_sys::nfqueue::{Event, Held, NfQueue, Verdict};
 use splitway_sys::tproxy::REFUSED_MARK;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tracing::{debug, warn};
 
-use crate::early_syn::EarlyStarts;
+use crate::dial::connect_next;
 use crate::error::ConnError;
+use crate::next_leg::{LegRequest, Next};
 use crate::peer::{FrameError, PeerLeg, read_frame, reply_bytes};
-use crate::relay::{Current, Shared, stopped};
-use crate::session::{LegRequest, Next, connect_next};
+use crate::shutdown::stopped;
+use crate::state::{Current, Shared};
+use crate::syn_start::{EarlyLegs, admissible};
 use crate::tls::LegIo;
 
 /// The queue strict mode binds ("SW"); one strict relay per network
@@ -65,7 +67,7 @@ pub struct Strict {
     pending: AtomicUsize,
     budget: usize,
     expiry: Duration,
-    early: Arc<EarlyStarts>,
+    early: Arc<EarlyLegs>,
     metrics: Arc<Metrics>,
 }
 
@@ -78,7 +80,7 @@ impl Strict {
         queue: NfQueue,
         budget: usize,
         expiry: Duration,
-        early: Arc<EarlyStarts>,
+        early: Arc<EarlyLegs>,
         metrics: Arc<Metrics>,
     ) -> Arc<Strict> {
         Arc::new(Strict {
@@ -156,7 +158,7 @@ impl Strict {
             drop(table);
             return self.verdict(held.id, Verdict::Drop, StrictOutcome::OverBudget);
         }
-        if let Err(why) = crate::early_syn::admissible(shared, held.src) {
+        if let Err(why) = admissible(shared, held.src) {
             // Accept would refuse it: answer as it would (a reset), having
             // dialed nothing and held no budget.
             drop(table);
@@ -191,7 +193,10 @@ impl Strict {
         let (verdict, outcome) = match r {
             Ok(next) => {
                 // Parked before the release: the accept may follow at once.
-                self.early.park(client, dst, next);
+                let (tx, rx) = oneshot::channel();
+                // The receiver is alive: the send cannot fail.
+                let _ = tx.send(Ok(next));
+                self.early.park(client, dst, rx);
                 table.insert(
                     key,
                     State::Released {

@@ -23,7 +23,7 @@ use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerCo
 use splitway_proto::auth::NONCE_LEN;
 use tokio::net::TcpStream;
 
-use crate::forward;
+use crate::bytes;
 
 /// TLS exporter label for the PSK handshake's channel binding (RFC 8446
 /// §7.5): both ends derive the acceptor's nonce from it.
@@ -362,7 +362,7 @@ impl<'a> LegIo<'a> {
     pub async fn write_all(&self, data: &[u8]) -> io::Result<()> {
         match self.tls {
             Some(t) => t.write_all(self.tcp, data).await,
-            None => forward::write_all(self.tcp, data).await,
+            None => bytes::write_all(self.tcp, data).await,
         }
     }
 

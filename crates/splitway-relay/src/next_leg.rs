@@ -1,0 +1,52 @@
+//! The next leg as a value: what a connection asks for (`LegRequest`) and
+//! what it gets (`Next`: a relay leg or a server leg), dialed by `dial`,
+//! started at the SYN by `syn_start`, parked in `early_syn`'s table.
+
+use std::net::{IpAddr, SocketAddr};
+
+use splitway_proto::Destination;
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+use crate::error::ConnError;
+use crate::peer::PeerLeg;
+
+/// A next leg started before its connection was accepted (early SYN,
+/// strict mode), as the accept picks it up.
+pub type Started = oneshot::Receiver<Result<Next, ConnError>>;
+
+/// A connected next leg.
+pub enum Next {
+    Direct(ServerLeg),
+    Peer(PeerLeg),
+}
+
+/// A leg to the server itself.
+pub struct ServerLeg {
+    pub stream: TcpStream,
+    /// Kept: with TFO the socket has no peer address until its first write.
+    pub server: SocketAddr,
+    /// `proxy_protocol` on the route: written before the client's bytes.
+    pub proxy_header: Option<Vec<u8>>,
+}
+
+/// What dialing the next leg needs to know.
+pub struct LegRequest {
+    pub dst: Destination,
+    pub conn_id: u64,
+    pub next_ttl: u8,
+    /// See `Inbound::arrived_hops`.
+    pub arrived_hops: Option<u8>,
+    pub origin: SocketAddr,
+    /// Who asks for the leg, as `[policy]` judges it: the accepted socket's
+    /// peer (on a peer listener, the upstream relay; not `origin`).
+    pub client: IpAddr,
+    /// Client bytes to send with the first segment; a peer dial consumes them.
+    pub early_data: Vec<u8>,
+    /// Started from a SYN that may never complete: such a leg only takes a
+    /// pooled connection while the pool is above its low watermark, so a
+    /// SYN flood cannot drain the pool.
+    pub speculative: bool,
+    /// Sets the header's OPTIMISTIC flag (see `Inbound::optimistic`).
+    pub optimistic: bool,
+}

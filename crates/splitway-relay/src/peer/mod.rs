@@ -1,0 +1,119 @@
+//! Relay↔relay legs: the authenticated handshake on both ends.
+//!
+//! Dialer (upstream): connect, wait for the Challenge, send Response+Header
+//! in one write, then (concurrently with forwarding client data) read the
+//! ServerProof and the Reply. Acceptor (downstream): send the Challenge at
+//! accept, verify the Response, send the ServerProof, read the Header.
+//! By default (`[accel] zero_rtt` unset or on) the dialer speaks first
+//! instead: a Hello with the Header, in its TCP Fast Open SYN where the
+//! kernel allows it and in the first segment after the handshake otherwise,
+//! and the acceptor acts on it at once, guarded by a replay window. The
+//! challenge is the fallback for a peer that refuses the Hello.
+//! `docs/protocol.md` has the frames byte by byte.
+
+mod downstream;
+mod upstream;
+
+pub use downstream::{Accepted, HelloWindow, accept};
+pub use upstream::{PeerLeg, Pooled, connect, dial, dial_pooled};
+
+use std::io;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rand::RngCore;
+use splitway_control::metrics::PeerHandshake;
+use splitway_proto::auth::NONCE_LEN;
+use splitway_proto::header::{Reply, ReplyStatus};
+use tokio::net::TcpStream;
+
+use crate::error::ConnError;
+use crate::tls::LegIo;
+
+/// Why reading a frame stopped.
+#[derive(Debug)]
+pub enum FrameError<E> {
+    /// The other side closed before the frame was complete.
+    Closed,
+    Io(io::Error),
+    Bad(E),
+}
+
+/// Reads from `s` into `buf` until `decode` yields a frame; the frame's bytes
+/// are removed from `buf` and whatever followed stays there (it belongs to
+/// the data stream).
+pub async fn read_frame<'a, T, E>(
+    s: impl Into<LegIo<'a>>,
+    buf: &mut Vec<u8>,
+    mut decode: impl FnMut(&[u8]) -> Result<Option<(T, usize)>, E>,
+) -> Result<T, FrameError<E>> {
+    let s = s.into();
+    loop {
+        if !buf.is_empty()
+            && let Some((v, n)) = decode(buf).map_err(FrameError::Bad)?
+        {
+            buf.drain(..n);
+            return Ok(v);
+        }
+        let mut chunk = [0u8; 2048];
+        match s.read(&mut chunk).await {
+            Ok(0) => return Err(FrameError::Closed),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            // A TLS leg closed without close_notify: between frames that is
+            // a plain close (a pooled connection retired by its owner).
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+    }
+}
+
+pub(crate) fn nonce() -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    rand::rngs::OsRng.fill_bytes(&mut n);
+    n
+}
+
+pub(crate) fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub(crate) fn peer_frame_error<E: std::fmt::Display>(
+    peer: &str,
+    what: &str,
+    e: FrameError<E>,
+) -> ConnError {
+    match e {
+        FrameError::Closed => ConnError::PeerProtocol {
+            peer: peer.to_owned(),
+            detail: format!("closed before its {what}"),
+        },
+        FrameError::Io(source) => ConnError::PeerIo {
+            peer: peer.to_owned(),
+            op: "read",
+            source,
+        },
+        FrameError::Bad(e) => ConnError::PeerProtocol {
+            peer: peer.to_owned(),
+            detail: format!("bad {what}: {e}"),
+        },
+    }
+}
+
+/// An encoded Reply frame.
+pub fn reply_bytes(status: ReplyStatus) -> Vec<u8> {
+    let mut out = Vec::new();
+    Reply { status }.encode(&mut out);
+    out
+}
+
+/// Whether a Hello rode the SYN: the kernel knows whether SYN data was
+/// acknowledged (taken by the listener), on both ends.
+pub(crate) fn hello_kind(stream: &TcpStream) -> PeerHandshake {
+    // A failed TCP_INFO read only loses the distinction, not the count.
+    if splitway_sys::sock::syn_data_acked(stream).unwrap_or(false) {
+        PeerHandshake::HelloSyn
+    } else {
+        PeerHandshake::Hello
+    }
+}
