@@ -114,6 +114,12 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+/// Congestion control of every namespace's sockets (curl, nginx, HAProxy,
+/// ssh): reno's slow start is the model's.
+pub const END_HOST_CONGESTION: &str = "reno";
+/// Congestion control splitway sets on its legs.
+pub const RELAY_CONGESTION: &str = "cubic";
+
 /// TCP payload per segment (1500-byte MTU, 20 IP + 20 TCP + 12 timestamps).
 pub const MSS: u32 = 1448;
 /// Bytes on the wire per full segment.

@@ -226,8 +226,8 @@ impl LabReport {
             load_average_start: load_average(),
             load_average_end: String::new(),
             model: scenario.model,
-            end_host_congestion: crate::runner::END_HOST_CONGESTION.into(),
-            relay_congestion: crate::runner::RELAY_CONGESTION.into(),
+            end_host_congestion: model::END_HOST_CONGESTION.into(),
+            relay_congestion: model::RELAY_CONGESTION.into(),
             loss_seed: None,
             chains: Vec::new(),
         }

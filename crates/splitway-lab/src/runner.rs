@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::emu::{EmuError, EmuStats};
-use crate::model::{Config, Congestion};
+use crate::model::{Config, Congestion, END_HOST_CONGESTION, RELAY_CONGESTION};
 use crate::report::{ChainReport, LabReport, Measurement, ReportError, Spread, Status};
 use crate::scenario::{Chain, Scenario, ScenarioError, format_size};
 use crate::topology::{DEV_LEFT, EmuOptions, Host, Topology};
@@ -58,11 +58,6 @@ const SOCKS_PORT: u16 = 1080;
 const SYNOPT_PORT: u16 = 7200;
 const PEER_PORT: u16 = 7100;
 const ADMIN_PORT: u16 = 9090;
-/// Congestion control of every namespace's sockets (curl, nginx, HAProxy,
-/// ssh): reno's slow start is the model's.
-pub const END_HOST_CONGESTION: &str = "reno";
-/// Congestion control splitway sets on its legs.
-pub const RELAY_CONGESTION: &str = "cubic";
 /// Socket buffers of relay↔relay legs under Turbo-Start: the initial receive
 /// window can only be advertised if the buffer holds it (net.core.rmem_max,
 /// 4 MiB here, caps SO_RCVBUF).

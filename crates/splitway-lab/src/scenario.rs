@@ -197,7 +197,7 @@ pub struct Chain {
     /// (the relays get the same window).
     pub model: ModelParams,
     /// Per link: splitway's congestion control there, `None` = the lab's
-    /// default ([`crate::runner::RELAY_CONGESTION`]).
+    /// default ([`crate::model::RELAY_CONGESTION`]).
     pub relay_congestion: Vec<Option<Congestion>>,
 }
 

@@ -5,119 +5,26 @@
 //! - `load`: backend servers and load generators (blocking sockets)
 //! - `procs`: the proxies as child processes and /proc accounting
 //! - `stats`: percentiles and medians of ratios
+//! - `plan`: options, durations, counts; `error`: how it fails
 //! - `report`: terminal table, JSON and the README markdown
 
+mod error;
 pub mod load;
+mod plan;
 mod procs;
 mod report;
 pub mod stats;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use splitway_sys::netns::{self, Netns};
 
 use crate::runner::{LabError, is_root};
+pub use error::BenchError;
+pub use plan::{BenchArgs, FIXED_RATE, IDLE_CONNECTIONS, Plan, RESULTS_DIR};
 use procs::{Instance, Launcher, Method, Targets};
 pub use report::{BenchReport, Sample};
-
-/// Where results go (created if missing).
-pub const RESULTS_DIR: &str = "bench-results";
-/// Connections held open for the idle-memory measurement.
-pub const IDLE_CONNECTIONS: usize = 10_000;
-/// The fixed new-connection rate whose setup latency is reported.
-pub const FIXED_RATE: f64 = 1_000.0;
-
-/// `splitway lab bench` options.
-#[derive(Debug, Clone, clap::Args)]
-pub struct BenchArgs {
-    /// Rounds; every round runs every method once per test, in rotated order.
-    #[arg(long)]
-    pub rounds: Option<u32>,
-    /// Short run (2 rounds, 1 s per test): under about 2 minutes.
-    #[arg(long)]
-    pub quick: bool,
-    /// Also measure both splitway methods with one accept socket per
-    /// listener (`accept_sockets = 1`), side by side with the default of one
-    /// per worker thread.
-    #[arg(long)]
-    pub accept_compare: bool,
-    /// Only the footprint of fresh instances (exec → listening, idle RSS,
-    /// bytes per active and per idle connection): about 10 s per round.
-    #[arg(long)]
-    pub footprint: bool,
-    /// Also write the JSON report here (it is always written under bench-results/).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-}
-
-/// What failed in the bench, and who.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error("bench: {tool} failed: {detail}")]
-    Tool { tool: String, detail: String },
-    #[error("bench internal: {op}: {source}")]
-    Io {
-        op: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("bench namespace: {0}")]
-    Netns(#[from] splitway_sys::SysError),
-}
-
-impl From<BenchError> for LabError {
-    fn from(e: BenchError) -> Self {
-        match e {
-            BenchError::Tool { tool, detail } => LabError::Peer {
-                tool,
-                host: "bench namespace".into(),
-                detail,
-            },
-            BenchError::Io { op, source } => LabError::Io { op, source },
-            other => LabError::Peer {
-                tool: "bench".into(),
-                host: "bench namespace".into(),
-                detail: other.to_string(),
-            },
-        }
-    }
-}
-
-/// Durations and counts of one run.
-#[derive(Debug, Clone, Copy)]
-pub struct Plan {
-    pub rounds: u32,
-    pub test_time: Duration,
-    pub fixed_time: Duration,
-    pub conn_threads: usize,
-    pub idle_connections: usize,
-    pub accept_compare: bool,
-    pub footprint_only: bool,
-}
-
-impl Plan {
-    fn new(args: &BenchArgs) -> Plan {
-        let quick = args.quick;
-        Plan {
-            rounds: args.rounds.unwrap_or(if quick { 2 } else { 5 }).max(1),
-            test_time: Duration::from_millis(if quick { 1000 } else { 2000 }),
-            fixed_time: Duration::from_millis(if quick { 1000 } else { 3000 }),
-            conn_threads: 4,
-            idle_connections: IDLE_CONNECTIONS,
-            accept_compare: args.accept_compare,
-            footprint_only: args.footprint,
-        }
-    }
-
-    /// The methods this run measures, in table order.
-    pub fn methods(&self) -> Vec<Method> {
-        Method::EVERY
-            .into_iter()
-            .filter(|m| Method::ALL.contains(m) || self.accept_compare)
-            .collect()
-    }
-}
 
 /// Runs `splitway lab bench`.
 pub fn run(args: BenchArgs) -> Result<(), LabError> {

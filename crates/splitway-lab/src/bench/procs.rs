@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::BenchError;
+use super::error::BenchError;
 use super::load::{self, Access};
 
 /// The methods compared, in table order.

@@ -7,8 +7,10 @@ use std::process::Command;
 
 use serde::Serialize;
 
+use super::error::BenchError;
+use super::plan::{BenchArgs, FIXED_RATE, Plan, RESULTS_DIR};
 use super::procs::Method;
-use super::{BenchArgs, BenchError, FIXED_RATE, Plan, RESULTS_DIR, stats};
+use super::stats;
 
 /// One measured value of one method in one round.
 #[derive(Debug, Clone, Serialize)]

@@ -1,6 +1,10 @@
 //! Host-wide figures the soak records: kernel TCP memory, load, namespace counters.
 
-use super::*;
+use std::fs;
+
+use splitway_sys::netns::Netns;
+
+use super::spec::*;
 
 /// `/proc/net/sockstat`'s TCP line: (mem pages, sockets allocated). Both
 /// are global to the kernel, whatever namespace reads them.

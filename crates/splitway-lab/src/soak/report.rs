@@ -1,6 +1,6 @@
 //! The soak's printed report.
 
-use super::*;
+use super::spec::*;
 
 pub(super) fn print_report(r: &SoakReport, args: &SoakArgs) {
     let mib = |b: u64| b as f64 / 1048576.0;

@@ -1,6 +1,15 @@
 //! The soak's namespaces and relay processes, and the open-file sums they need.
 
-use super::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use splitway_sys::netns::{self, Netns};
+
+use crate::runner::LabError;
+
+use super::spec::*;
 
 pub(super) struct RelayProcess {
     /// `rc1`, `rc2`, `rs1`, ...

@@ -1,7 +1,19 @@
 //! The soak's traffic: a pattern anyone can regenerate from (seed, offset),
 //! the server that checks it, and the client connections and their exchanges.
 
-use super::*;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use crate::runner::LabError;
+
+use super::rig::raise_nofile;
+use super::spec::*;
 
 // ---------------------------------------------------------------------------
 // Data: a pattern anyone can regenerate from (seed, offset)
