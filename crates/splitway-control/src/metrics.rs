@@ -512,6 +512,27 @@ impl PoolMetrics {
     }
 }
 
+/// The `early_syn_total` series (handles into the registry), held by the
+/// early-SYN table that counts them; `/status` reads them back.
+#[derive(Clone, Debug)]
+pub struct EarlySynMetrics {
+    outcomes: [CounterU64; EarlySynOutcome::COUNT],
+}
+
+impl EarlySynMetrics {
+    /// Counts `n` early-SYN outcomes.
+    pub fn count(&self, outcome: EarlySynOutcome, n: u64) {
+        if n > 0 {
+            self.outcomes[outcome.index()].inc_by(n);
+        }
+    }
+
+    /// `early_syn_total{outcome}` so far.
+    pub fn get(&self, outcome: EarlySynOutcome) -> u64 {
+        self.outcomes[outcome.index()].get()
+    }
+}
+
 /// The relay's metrics registry. Create once, share as `Arc<Metrics>`.
 ///
 /// Exported families (all prefixed `splitway_`):
@@ -866,14 +887,11 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts `n` early-SYN outcomes.
-    pub fn early_syn(&self, outcome: EarlySynOutcome, n: u64) {
-        self.early_syn[outcome.index()].inc_by(n);
-    }
-
-    /// `early_syn_total{outcome}` so far (what `/status` shows of early SYN).
-    pub fn early_syn_count(&self, outcome: EarlySynOutcome) -> u64 {
-        self.early_syn[outcome.index()].get()
+    /// The early-SYN series, for the table that counts them.
+    pub fn early_syn_metrics(&self) -> EarlySynMetrics {
+        EarlySynMetrics {
+            outcomes: self.early_syn.clone(),
+        }
     }
 
     /// Counts a 0-RTT Hello outcome.

@@ -14,12 +14,12 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use splitway_api as api;
-use splitway_control::metrics::{EarlySynOutcome, Metrics};
+use splitway_control::metrics::{EarlySynMetrics, EarlySynOutcome, Metrics};
 
 use crate::config::{Config, ListenMode};
 
@@ -46,7 +46,9 @@ pub struct EarlyStarts<T> {
     in_table: AtomicUsize,
     budget: usize,
     expiry: Duration,
-    metrics: Arc<Metrics>,
+    /// `splitway_early_syn_total`: what this table counts, and all that
+    /// `/status` shows of it.
+    metrics: EarlySynMetrics,
     /// The SYN detector feeding this table stopped: nothing new arrives.
     dead: AtomicBool,
     /// `Accepted` markers in the table. They would grow with connection
@@ -61,21 +63,21 @@ fn canonical(a: SocketAddr) -> SocketAddr {
 }
 
 impl<T> EarlyStarts<T> {
-    pub fn new(budget: usize, expiry: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(budget: usize, expiry: Duration, metrics: &Metrics) -> Self {
         EarlyStarts {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
             in_table: AtomicUsize::new(0),
             budget,
             expiry,
-            metrics,
+            metrics: metrics.early_syn_metrics(),
             dead: AtomicBool::new(false),
             markers: AtomicUsize::new(0),
         }
     }
 
     fn count(&self, outcome: EarlySynOutcome, n: u64) {
-        self.metrics.early_syn(outcome, n);
+        self.metrics.count(outcome, n);
     }
 
     fn shard(&self, key: &Key) -> &Mutex<HashMap<Key, Entry<T>>> {
@@ -223,7 +225,7 @@ impl<T> EarlyStarts<T> {
     }
 
     fn counted(&self, outcome: EarlySynOutcome) -> u64 {
-        self.metrics.early_syn_count(outcome)
+        self.metrics.get(outcome)
     }
 
     pub fn status(&self) -> api::EarlySyn {
@@ -297,7 +299,7 @@ mod tests {
     /// them away: the table cannot grow with connection rate × expiry.
     #[test]
     fn accept_markers_are_bounded_by_the_budget_and_swept() {
-        let early = EarlyStarts::<()>::new(4, Duration::ZERO, Arc::new(Metrics::new()));
+        let early = EarlyStarts::<()>::new(4, Duration::ZERO, &Metrics::new());
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         for port in 0..100 {
             assert!(early.take(addr(port), dst).is_none());

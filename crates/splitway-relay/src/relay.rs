@@ -169,7 +169,7 @@ impl Relay {
                 Some(Arc::new(EarlyLegs::new(
                     cfg.accel.early_syn_budget,
                     cfg.accel.early_syn_expiry,
-                    metrics.clone(),
+                    &metrics,
                 ))),
                 None,
             )
@@ -193,7 +193,7 @@ impl Relay {
                         Some(Arc::new(EarlyLegs::new(
                             cfg.accel.early_syn_budget,
                             cfg.accel.early_syn_expiry,
-                            metrics.clone(),
+                            &metrics,
                         ))),
                         Some(w),
                     )
