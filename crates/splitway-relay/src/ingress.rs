@@ -291,6 +291,8 @@ async fn admit(
     let mode = metric_mode(spec.mode);
     shared.metrics.accepted(mode);
     let active = shared.metrics.active(mode);
+    // Until the permit is taken (or refused), a drain waits on this.
+    let _admitting = shared.limiter.admitting();
     let client = SocketAddr::new(client.ip().to_canonical(), client.port());
     // Behind a trusted load balancer the PROXY header names the client.
     let client = crate::proxy_header::admit(&shared, spec, &stream, client).await?;

@@ -24,7 +24,10 @@ pub struct ConnLimiter {
     total: AtomicUsize,
     per_client: Vec<Mutex<HashMap<IpAddr, usize>>>,
     hasher: RandomState,
-    /// Woken when the last permit is released (a drain waits on it).
+    /// Connections accepted but not yet given (or refused) a permit, e.g.
+    /// while their PROXY header is read: a drain waits for them too.
+    admitting: AtomicUsize,
+    /// Woken when the last permit or admission ends (a drain waits on it).
     none_open: Notify,
 }
 
@@ -63,6 +66,19 @@ pub fn descriptor_cap(nofile: u64, reserve: usize) -> usize {
     (nofile.saturating_sub(reserve) / 2).max(1)
 }
 
+/// A connection being admitted (see [`ConnLimiter::admitting`]).
+pub struct Admitting<'a> {
+    limiter: &'a ConnLimiter,
+}
+
+impl Drop for Admitting<'_> {
+    fn drop(&mut self) {
+        if self.limiter.admitting.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.limiter.none_open.notify_waiters();
+        }
+    }
+}
+
 /// Held for a connection's lifetime.
 pub struct Permit {
     limiter: Arc<ConnLimiter>,
@@ -84,6 +100,7 @@ impl ConnLimiter {
             total: AtomicUsize::new(0),
             per_client: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
+            admitting: AtomicUsize::new(0),
             none_open: Notify::new(),
         })
     }
@@ -169,14 +186,21 @@ impl ConnLimiter {
         }
     }
 
-    /// Resolves once no permit is held (at once if none is).
+    /// Held from accept until the connection has its permit or is refused.
+    pub fn admitting(&self) -> Admitting<'_> {
+        self.admitting.fetch_add(1, Ordering::AcqRel);
+        Admitting { limiter: self }
+    }
+
+    /// Resolves once no permit is held and no connection is being admitted
+    /// (at once if none is).
     pub async fn all_closed(&self) {
         loop {
             let notified = self.none_open.notified();
             let mut notified = std::pin::pin!(notified);
             // Registered before the check: a release between the two wakes it.
             notified.as_mut().enable();
-            if self.open() == 0 {
+            if self.open() == 0 && self.admitting.load(Ordering::Acquire) == 0 {
                 return;
             }
             notified.await;
@@ -245,6 +269,40 @@ mod tests {
         assert!(wait.as_mut().poll(&mut cx).is_ready());
         // Nothing open: ready at once.
         assert!(std::pin::pin!(l.all_closed()).poll(&mut cx).is_ready());
+    }
+
+    /// A connection still being admitted (no permit yet) holds a drain too,
+    /// until it has its permit and that is released.
+    #[test]
+    fn all_closed_waits_for_a_connection_being_admitted() {
+        let l = ConnLimiter::new(Limits {
+            max_connections: 0,
+            per_client: 0,
+        });
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let admitting = l.admitting();
+        let mut wait = std::pin::pin!(l.all_closed());
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        let permit = l.acquire(None).unwrap();
+        drop(admitting);
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        flag.0.store(false, Ordering::SeqCst);
+        drop(permit);
+        assert!(flag.0.load(Ordering::SeqCst), "not woken by the release");
+        assert!(wait.as_mut().poll(&mut cx).is_ready());
+        // Refused (or gone) during admission: its end alone wakes the drain.
+        let admitting = l.admitting();
+        let mut wait = std::pin::pin!(l.all_closed());
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        flag.0.store(false, Ordering::SeqCst);
+        drop(admitting);
+        assert!(
+            flag.0.load(Ordering::SeqCst),
+            "not woken by the admission's end"
+        );
+        assert!(wait.as_mut().poll(&mut cx).is_ready());
     }
 
     #[test]

@@ -457,7 +457,8 @@ impl Relay {
         }
         self.shared.turbo_routes.lock().expect("turbo lock").clear();
 
-        // Every open connection holds a limiter permit until its task ends.
+        // Every open connection holds a limiter permit until its task ends
+        // (or, still being admitted, an admission).
         let open = &self.shared.limiter;
         if tokio::time::timeout(drain, open.all_closed())
             .await
