@@ -4,7 +4,9 @@
 Reads each crate's `src/` tree, resolves every `use crate::...`, `super::...`,
 `self::...` and inline `crate::x::` path to the file that defines it (through
 `pub use` re-exports, so `crate::Config` counts as `config.rs`), and prints the
-cycles (strongly connected components of more than one file).
+cycles (strongly connected components of more than one file), and checks
+the layering rules in `RULES` (splitway-relay's state.rs imports nothing that
+takes a `&Shared`).
 
     scripts/import-graph.py              # cycles of every crate; exit 1 if any
     scripts/import-graph.py --graph      # also the file-level graph
@@ -258,6 +260,29 @@ class Crate:
         return re.search(r"(?<![\w:])" + re.escape(name) + r"\b", code) is not None
 
 
+# Layering rules beyond "no cycle": (crate, file, what its imports must not
+# contain, why). The files a rule's file imports are checked for the pattern.
+RULES = [
+    (
+        "splitway-relay",
+        "state.rs",
+        r"[&(<]\s*(?:Arc<)?(?:\w+::)*Shared\b",
+        "state.rs holds the snapshot; modules that take a `&Shared` import it, not the reverse",
+    ),
+]
+
+
+def rule_violations(crate, edges):
+    out = []
+    for name, rel, pattern, why in RULES:
+        if name != crate.name or rel not in edges:
+            continue
+        for dep in sorted(edges[rel]):
+            if re.search(pattern, crate.code[dep]):
+                out.append(f"{rel} imports {dep}, which takes a Shared: {why}")
+    return out
+
+
 def sccs(edges):
     index, low, on, stack, out = {}, {}, set(), [], []
     counter = [0]
@@ -317,15 +342,16 @@ def self_test():
     a grouped import) and passes once it is gone."""
     import tempfile
 
-    def run(files):
+    def run(files, name="demo"):
         with tempfile.TemporaryDirectory() as root:
             for rel, text in files.items():
-                path = os.path.join(root, "crates", "demo", "src", rel)
+                path = os.path.join(root, "crates", name, "src", rel)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(text)
-            crate = Crate("demo", os.path.join(root, "crates", "demo", "src"))
-            return sccs(crate.graph())
+            crate = Crate(name, os.path.join(root, "crates", name, "src"))
+            edges = crate.graph()
+            return sccs(edges) + rule_violations(crate, edges)
 
     base = {
         "lib.rs": "pub mod a;\npub mod b;\npub mod c;\npub use a::A;\n",
@@ -340,7 +366,16 @@ def self_test():
     # A parent that uses what it re-exports depends on that child.
     parent = dict(base, **{"c/mod.rs": "mod d;\npub use d::D;\npub struct C;\npub fn f(_: D) {}\n"})
     assert run(parent) == [["c/d.rs", "c/mod.rs"]], run(parent)
-    print("import-graph: self-test passed (a planted cycle is found, the clean tree passes)")
+    # The layering rule: state.rs may not import a module taking a `&Shared`.
+    relay = {
+        "lib.rs": "pub mod state;\npub mod pool;\n",
+        "state.rs": "use crate::pool::Pool;\npub struct Shared { pub pool: Pool }\n",
+        "pool.rs": "pub struct Pool;\n",
+    }
+    assert run(relay, "splitway-relay") == [], run(relay, "splitway-relay")
+    broken = dict(relay, **{"pool.rs": "pub struct Pool;\npub fn f(_: &crate::state::Shared) {}\n"})
+    assert len(run(broken, "splitway-relay")) == 2, run(broken, "splitway-relay")
+    print("import-graph: self-test passed (planted cycles and a broken layering rule are found, the clean trees pass)")
 
 
 def main():
@@ -371,12 +406,15 @@ def main():
         if args.graph:
             for f in sorted(edges):
                 print(f"  {f} -> {', '.join(sorted(edges[f])) or '-'}")
+        for v in rule_violations(crate, edges):
+            cycles += 1
+            print(f"  rule: {v}")
         for comp in comps:
             cycles += 1
             print(f"  cycle of {len(comp)} files: {', '.join(comp)}")
             print(f"    e.g. {' -> '.join(a_cycle(edges, comp))}")
     if cycles:
-        print(f"import-graph: {cycles} import cycle(s); a module must not import one that imports it back")
+        print(f"import-graph: {cycles} import cycle(s) or layering rule(s) broken; a module must not import one that imports it back")
         return 1
     return 0
 
