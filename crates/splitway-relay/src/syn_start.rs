@@ -92,7 +92,9 @@ fn start(early: &EarlyLegs, shared: &Arc<Shared>, client: SocketAddr, dst: Socke
     tokio::spawn(async move {
         let mut req = LegRequest {
             dst: Destination::Ip(dst),
-            conn_id: rand::rngs::OsRng.next_u64(),
+            // The thread's CSPRNG, like accepted connections' ids: no
+            // getrandom syscall per SYN.
+            conn_id: rand::thread_rng().next_u64(),
             next_ttl: DEFAULT_TTL,
             arrived_hops: Some(ttl),
             origin,
