@@ -24,15 +24,17 @@ use crate::ingress;
 use crate::limits::{ConnLimiter, DESCRIPTOR_RESERVE, descriptor_cap};
 use crate::loops::OwnListeners;
 use crate::peer::HelloWindow;
-use crate::pool::new_pool;
 use crate::reload::Reloader;
 use crate::route::RouteTable;
-use crate::state::{ConnRegistry, Live, install_turbo};
+use crate::state::{ConnRegistry, Live};
 use crate::strict::{self, Strict};
 use crate::syn_start::{self, EarlyLegs};
 
-// Their paths from before `state` and `shutdown` split out of this module.
+// Their paths from before `state`, `shutdown` and `pool::new_pool` split out
+// of this module (code written against the old layout keeps compiling).
+pub(crate) use crate::pool::new_pool;
 pub use crate::shutdown::stopped;
+pub(crate) use crate::state::install_turbo;
 pub use crate::state::{Cached, Current, Shared};
 
 /// How the process around the relay hands it what it owns.
