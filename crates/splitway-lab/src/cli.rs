@@ -80,6 +80,10 @@ pub enum LabCommand {
     List,
     /// Benchmark: splitway vs direct TCP, HAProxy and socat on loopback (`make bench`).
     Bench(crate::bench::BenchArgs),
+    /// The bench's backends and load generators on any address, for the
+    /// namespace benches in scripts/ (`make bench-growth`).
+    #[command(subcommand)]
+    Load(crate::bench::loadgen::LoadCommand),
     /// Soak: N concurrent split connections through a relay pair for a long
     /// time, every byte checked, relay descriptors and memory before/after (`make soak`).
     Soak(crate::soak::SoakArgs),
@@ -175,6 +179,7 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
         }
         Some(LabCommand::Fidelity { quick, json }) => fidelity(quick, json),
         Some(LabCommand::Bench(bench)) => crate::bench::run(bench),
+        Some(LabCommand::Load(load)) => Ok(crate::bench::loadgen::run(load)?),
         Some(LabCommand::Soak(soak)) => crate::soak::run(soak),
         Some(LabCommand::List) => {
             print!("{}", list());

@@ -4,7 +4,7 @@
 //! because it must hold 10,000 idle connections.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -83,10 +83,26 @@ pub struct Backends {
 impl Backends {
     /// Binds the listeners on 127.0.0.1 (ports 0 = any) and starts serving.
     pub fn start(sink_port: u16, echo_port: u16, conn_port: u16) -> io::Result<Self> {
+        Self::start_on(
+            IpAddr::from([127, 0, 0, 1]),
+            sink_port,
+            echo_port,
+            conn_port,
+        )
+    }
+
+    /// [`Backends::start`] on `ip` (the namespace benches serve on a
+    /// routed address).
+    pub fn start_on(
+        ip: IpAddr,
+        sink_port: u16,
+        echo_port: u16,
+        conn_port: u16,
+    ) -> io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let sink = TcpListener::bind(("127.0.0.1", sink_port))?;
-        let echo = TcpListener::bind(("127.0.0.1", echo_port))?;
-        let conn = TcpListener::bind(("127.0.0.1", conn_port))?;
+        let sink = TcpListener::bind((ip, sink_port))?;
+        let echo = TcpListener::bind((ip, echo_port))?;
+        let conn = TcpListener::bind((ip, conn_port))?;
         let addrs = (sink.local_addr()?, echo.local_addr()?, conn.local_addr()?);
         spawn_acceptor(sink, stop.clone(), serve_sink);
         spawn_acceptor(echo, stop.clone(), serve_echo);

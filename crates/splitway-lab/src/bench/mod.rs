@@ -8,6 +8,7 @@
 //! - `report`: terminal table, JSON and the README markdown
 
 pub mod load;
+pub mod loadgen;
 mod procs;
 mod report;
 pub mod stats;
