@@ -39,8 +39,8 @@ pub type Started = oneshot::Receiver<Result<Next, ConnError>>;
 enum Slot {
     /// The leg started at the SYN, waiting for the accepted connection.
     Started(Started),
-    /// The connection was accepted (with or without an early leg): a SYN
-    /// event read late must not start a leg. Swept after the expiry.
+    /// The connection was accepted before its SYN event was read: the event,
+    /// read late, must not start a leg. Swept after [`MARKER_LIFETIME`].
     Accepted,
 }
 
@@ -77,12 +77,24 @@ pub struct EarlyStarts {
     metrics: Arc<Metrics>,
     /// The SYN detector feeding this table stopped: nothing new arrives.
     dead: AtomicBool,
-    /// `Accepted` markers in the table. They would grow with connection
-    /// rate × expiry, so they get a budget of their own (the same size):
-    /// beyond it an accept leaves none, and a late SYN event may start a
-    /// leg that the legs' budget bounds and the expiry closes.
+    /// `Accepted` markers in the table. They would grow with the miss rate
+    /// × their lifetime, so they get a budget of their own
+    /// ([`MARKERS_PER_LEG`] × the legs' budget): beyond it a miss leaves
+    /// none, and a late SYN event may start a leg that the legs' budget
+    /// bounds and the expiry closes.
     markers: AtomicUsize,
 }
+
+/// How long a miss's marker waits for its late SYN event. Events trail the
+/// accept by micro- to milliseconds (the ring buffer's reader is behind);
+/// a marker kept for the legs' expiry (10 s) only held budget: at 6,700
+/// connections/s through one relay the markers' budget was full within
+/// 0.2 s, and every later miss started a leg nobody took (232 of 2,000 in
+/// `ab -c 4` through the TPROXY bench rig).
+const MARKER_LIFETIME: Duration = Duration::from_secs(1);
+
+/// Markers are small (a key and a time); they may outnumber legs.
+const MARKERS_PER_LEG: usize = 4;
 
 fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
@@ -192,7 +204,9 @@ impl EarlyStarts {
         tokio::spawn(async move {
             let mut req = LegRequest {
                 dst: Destination::Ip(key.1),
-                conn_id: rand::rngs::OsRng.next_u64(),
+                // The thread's CSPRNG, like accepted connections' ids: no
+                // getrandom syscall per SYN.
+                conn_id: rand::thread_rng().next_u64(),
                 next_ttl: DEFAULT_TTL,
                 arrived_hops: Some(ttl),
                 origin: key.0,
@@ -242,28 +256,37 @@ impl EarlyStarts {
         }
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
-        // Either way the 4-tuple is now accepted: a SYN event still queued
-        // behind the accept (a retransmit, on a loaded host) must not start
-        // a leg, so a marker stays until the sweep (within its budget).
         let previous = shard.remove(&key);
-        let was_marker = matches!(
-            previous,
+        // A miss: the SYN event is still queued behind this accept (its
+        // reader is late) and must not start a leg when it is read, so a
+        // marker stays for a while (within its budget). A hit needs none:
+        // its event was read already.
+        match &previous {
             Some(Entry {
                 slot: Slot::Accepted,
                 ..
-            })
-        );
-        if was_marker || self.markers.load(Relaxed) < self.budget {
-            shard.insert(
-                key,
-                Entry {
-                    slot: Slot::Accepted,
-                    born: Instant::now(),
-                },
-            );
-            if !was_marker {
+            }) => {
+                // A second accept of one 4-tuple within the marker's life
+                // (port reuse): keep the marker, fresh.
+                shard.insert(
+                    key,
+                    Entry {
+                        slot: Slot::Accepted,
+                        born: Instant::now(),
+                    },
+                );
+            }
+            None if self.markers.load(Relaxed) < self.budget * MARKERS_PER_LEG => {
+                shard.insert(
+                    key,
+                    Entry {
+                        slot: Slot::Accepted,
+                        born: Instant::now(),
+                    },
+                );
                 self.markers.fetch_add(1, Relaxed);
             }
+            _ => {}
         }
         drop(shard);
         match previous {
@@ -289,7 +312,11 @@ impl EarlyStarts {
             let mut gone = 0;
             let mut markers = 0;
             map.retain(|_, e| {
-                let keep = e.born.elapsed() < self.expiry;
+                let lifetime = match e.slot {
+                    Slot::Started(_) => self.expiry,
+                    Slot::Accepted => self.expiry.min(MARKER_LIFETIME),
+                };
+                let keep = e.born.elapsed() < lifetime;
                 if !keep {
                     match e.slot {
                         Slot::Started(_) => gone += 1,
@@ -452,8 +479,8 @@ mod tests {
         SocketAddr::from(([10, 0, 1, 1], port))
     }
 
-    /// Accepts leave markers only within the budget, and the sweep takes
-    /// them away: the table cannot grow with connection rate × expiry.
+    /// Misses leave markers only within their budget, and the sweep takes
+    /// them away: the table cannot grow with connection rate × lifetime.
     #[test]
     fn accept_markers_are_bounded_by_the_budget_and_swept() {
         let early = EarlyStarts::new(4, Duration::ZERO, Arc::new(Metrics::new()));
@@ -462,8 +489,8 @@ mod tests {
             assert!(early.take(addr(port), dst).is_none());
         }
         let entries: usize = early.shards.iter().map(|s| s.lock().unwrap().len()).sum();
-        assert_eq!(entries, 4, "markers in the table");
-        assert_eq!(early.markers.load(Relaxed), 4);
+        assert_eq!(entries, 4 * MARKERS_PER_LEG, "markers in the table");
+        assert_eq!(early.markers.load(Relaxed), 4 * MARKERS_PER_LEG);
         assert_eq!(early.stats.misses.load(Relaxed), 100);
         early.sweep();
         let entries: usize = early.shards.iter().map(|s| s.lock().unwrap().len()).sum();
