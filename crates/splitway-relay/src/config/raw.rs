@@ -3,23 +3,21 @@
 //! `[[listen]]`/`[[peer]]`/`[[route]]` element) into these on its own, so one
 //! bad element does not hide the others' errors; builders (the lab, bench,
 //! soak, tests) fill a [`RawConfig`] and write it with `toml::to_string`
-//! instead of formatting TOML by hand.
+//! instead of formatting TOML by hand. (`toml` leaves `None` fields out
+//! by itself, and serde's derive reads missing `Option`s as `None`.)
 
 use serde::{Deserialize, Serialize};
 
 use super::types::{DataPath, Intercept, ListenMode};
 
-/// A whole config file. Unset options are left out when written.
+/// A whole config file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub psk_file: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub psk_file_previous: Option<String>,
     /// `"off"` (or empty) turns the admin endpoint off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen: Vec<RawListener>,
@@ -27,23 +25,14 @@ pub struct RawConfig {
     pub peer: Vec<RawPeer>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub route: Vec<RawRoute>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct: Option<RawTuning>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<RawTuning>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<RawTuning>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<RawTimeouts>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forwarding: Option<RawForwarding>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accel: Option<RawAccel>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<RawLimits>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<RawPolicy>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<RawTls>,
 }
 
@@ -79,15 +68,11 @@ pub(super) const TOP_LEVEL_KEYS: &[&str] = &[
 pub struct RawListener {
     pub mode: ListenMode,
     pub addr: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intercept: Option<Intercept>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_clients: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reuse_port: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accept_sockets: Option<usize>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accept_proxy_protocol: Vec<String>,
@@ -119,16 +104,11 @@ impl RawListener {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTuning {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodelay: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sndbuf: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcvbuf: Option<u64>,
     /// A duration or `"off"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keepalive: Option<String>,
 }
 
@@ -139,21 +119,13 @@ pub struct RawPeer {
     pub addr: String,
     // The leg's tuning keys, as in `RawTuning` (not flattened: serde's
     // flatten cannot deny unknown fields).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodelay: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sndbuf: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcvbuf: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keepalive: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<RawPool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_name: Option<String>,
 }
 
@@ -196,45 +168,30 @@ pub struct RawTls {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPool {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub low: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub high: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAccel {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub early_syn: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub early_syn_budget: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub early_syn_expiry: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tfo: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turbo: Option<RawTurbo>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zero_rtt: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zero_rtt_window: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTurbo {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initcwnd: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initrwnd: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer: Option<u64>,
 }
 
@@ -243,9 +200,7 @@ pub struct RawTurbo {
 pub struct RawRoute {
     pub dst: String,
     pub via: RawVia,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
 }
 
@@ -281,43 +236,32 @@ impl RawVia {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTimeouts {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handshake: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pooled_header: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_client: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicy {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_destinations: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deny_destinations: Option<Vec<String>>,
     /// Integers or "first-last" strings; checked one by one so each
     /// error names its element.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_ports: Option<Vec<toml::Value>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_local_destinations: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawForwarding {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_path: Option<DataPath>,
 }

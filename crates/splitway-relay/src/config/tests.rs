@@ -550,24 +550,29 @@ fn accept_proxy_protocol_refused_with_syn_time_dials() {
     );
 }
 
+/// A config with one listener (`listen`, its keys) and a direct route.
+fn one_listener(listen: &str) -> String {
+    format!(
+        "name = \"rc\"\npsk_file = \"psk.key\"\n[[listen]]\n{listen}\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n"
+    )
+}
+
+/// The keys of `text`'s issues (none when it is valid).
+fn issue_keys(text: &str) -> Vec<String> {
+    with_psk(text)
+        .err()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| i.key)
+        .collect()
+}
+
 /// `syn-option`: `allow_clients` is required (the option is
 /// unauthenticated); `syn_option_prefixes` are validated, each error
 /// with its key.
 #[test]
 fn syn_option_listener_keys_are_validated() {
-    let base = |listen: &str| {
-        format!(
-            "name = \"rc\"\npsk_file = \"psk.key\"\n[[listen]]\n{listen}\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n"
-        )
-    };
-    let keys = |text: &str| -> Vec<String> {
-        with_psk(text)
-            .err()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i| i.key)
-            .collect()
-    };
+    let (base, keys) = (one_listener, issue_keys);
     assert_eq!(
         keys(&base("mode = \"syn-option\"\naddr = \"0.0.0.0:7200\"")),
         ["listen[0].allow_clients"]
@@ -606,19 +611,7 @@ fn syn_option_listener_keys_are_validated() {
 /// refused elsewhere, with bad names, twice, or beside PROXY headers.
 #[test]
 fn syn_option_watch_turns_early_syn_on_and_is_validated() {
-    let base = |listen: &str| {
-        format!(
-            "name = \"rc\"\npsk_file = \"psk.key\"\n[[listen]]\n{listen}\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n"
-        )
-    };
-    let keys = |text: &str| -> Vec<String> {
-        with_psk(text)
-            .err()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|i| i.key)
-            .collect()
-    };
+    let (base, keys) = (one_listener, issue_keys);
     let synopt = "mode = \"syn-option\"\naddr = \"0.0.0.0:7200\"\nallow_clients = [\"10.0.0.0/8\"]";
     let cfg = with_psk(&base(&format!("{synopt}\nwatch = [\"eth0\"]"))).unwrap();
     assert_eq!(cfg.listeners[0].watch, ["eth0"]);
