@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::BenchError;
 use super::load::{self, Access};
+use crate::testbed::config::{
+    self as testbed, ListenMode, RawConfig, RawListener, RawPeer, RawRoute,
+};
 
 /// The methods compared, in table order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,12 +58,19 @@ impl Method {
         }
     }
 
-    /// The `[[listen]]` line that picks this variant's accept sockets.
-    fn accept_sockets(self) -> &'static str {
+    /// This variant's `[[listen]] accept_sockets` (absent: one per worker).
+    fn accept_sockets(self) -> Option<usize> {
         match self {
-            Method::Splitway1OneAccept | Method::Splitway2OneAccept => "accept_sockets = 1\n",
-            _ => "",
+            Method::Splitway1OneAccept | Method::Splitway2OneAccept => Some(1),
+            _ => None,
         }
+    }
+
+    /// A loopback listener on `port` with this variant's accept sockets.
+    fn listener(self, mode: ListenMode, port: u16) -> RawListener {
+        let mut l = RawListener::new(mode, format!("127.0.0.1:{port}"));
+        l.accept_sockets = self.accept_sockets();
+        l
     }
 
     pub fn label(self) -> &'static str {
@@ -172,15 +182,12 @@ impl Launcher {
                 // the relay drain at once (its drain channel closes).
                 let admin = base + 50;
                 let cfg = self.dir.join(format!("splitway1-{base}.toml"));
-                write(
-                    &cfg,
-                    &format!(
-                        "name = \"bench1\"\nadmin = \"127.0.0.1:{admin}\"\n\n[[listen]]\nmode = \"http-connect\"\n\
-                         addr = \"127.0.0.1:{base}\"\n{}\n[[route]]\ndst = \"127.0.0.0/8\"\nvia = \"direct\"\n{}",
-                        method.accept_sockets(),
-                        self.limits()
-                    ),
-                )?;
+                let mut relay = self.relay("bench1", admin, None);
+                relay
+                    .listen
+                    .push(method.listener(ListenMode::HttpConnect, base));
+                relay.route.push(RawRoute::new("127.0.0.0/8", "direct"));
+                write(&cfg, &relay.to_toml())?;
                 inst.children.push(self.spawn_relay(&cfg)?);
                 connect_fronts(&mut inst, addr(base))
             }
@@ -188,28 +195,22 @@ impl Launcher {
                 let rs_port = base + 1;
                 let (admin, admin_rs) = (base + 50, base + 51);
                 let rs = self.dir.join(format!("splitway-rs-{base}.toml"));
-                write(
-                    &rs,
-                    &format!(
-                        "name = \"rs\"\nadmin = \"127.0.0.1:{admin_rs}\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"peer\"\n\
-                         addr = \"127.0.0.1:{rs_port}\"\n{}\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n{}",
-                        self.psk_file.display(),
-                        method.accept_sockets(),
-                        self.limits()
-                    ),
-                )?;
+                let mut relay = self.relay("rs", admin_rs, Some(self.psk_file.as_path()));
+                relay
+                    .listen
+                    .push(method.listener(ListenMode::Peer, rs_port));
+                relay.route.push(RawRoute::new("0.0.0.0/0", "direct"));
+                write(&rs, &relay.to_toml())?;
                 let rc = self.dir.join(format!("splitway-rc-{base}.toml"));
-                write(
-                    &rc,
-                    &format!(
-                        "name = \"rc\"\nadmin = \"127.0.0.1:{admin}\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"http-connect\"\n\
-                         addr = \"127.0.0.1:{base}\"\n{}\n[[peer]]\nname = \"rs\"\naddr = \"127.0.0.1:{rs_port}\"\n\n\
-                         [[route]]\ndst = \"127.0.0.0/8\"\nvia = \"rs\"\n{}",
-                        self.psk_file.display(),
-                        method.accept_sockets(),
-                        self.limits()
-                    ),
-                )?;
+                let mut relay = self.relay("rc", admin, Some(self.psk_file.as_path()));
+                relay
+                    .listen
+                    .push(method.listener(ListenMode::HttpConnect, base));
+                relay
+                    .peer
+                    .push(RawPeer::new("rs", format!("127.0.0.1:{rs_port}")));
+                relay.route.push(RawRoute::new("127.0.0.0/8", "rs"));
+                write(&rc, &relay.to_toml())?;
                 inst.children.push(self.spawn_relay(&rs)?);
                 inst.children.push(self.spawn_relay(&rc)?);
                 let mut fronts = vec![addr(rs_port)];
@@ -239,8 +240,11 @@ impl Launcher {
 
     /// The relay's connection cap, sized like HAProxy's maxconn to the fd
     /// limit the relays inherit.
-    fn limits(&self) -> String {
-        format!("\n[limits]\nmax_connections = {}\n", self.max_connections)
+    /// A bench relay: loopback admin on `admin_port`, the run's limits.
+    fn relay(&self, name: &str, admin_port: u16, psk_file: Option<&Path>) -> RawConfig {
+        let mut cfg = testbed::relay(name, &format!("127.0.0.1:{admin_port}"), psk_file);
+        cfg.limits = Some(testbed::max_connections(self.max_connections));
+        cfg
     }
 
     fn spawn_relay(&self, cfg: &Path) -> Result<Child, BenchError> {
