@@ -369,7 +369,10 @@ mod tests {
         // The same file again changes nothing.
         let (_, none) = reload(&cfg, &running, cfg.clone(), false);
         assert_eq!(
-            none.changed.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(),
+            none.changed
+                .iter()
+                .map(|c| c.key.as_str())
+                .collect::<Vec<_>>(),
             ["timeouts.idle"],
             "only the live idle timeout differs from the file"
         );
