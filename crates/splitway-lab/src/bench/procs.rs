@@ -178,42 +178,21 @@ impl Launcher {
                 plain_fronts(&mut inst, base)
             }
             Method::Splitway1 | Method::Splitway1OneAccept => {
-                // An admin listener because `admin = "off"` currently makes
-                // the relay drain at once (its drain channel closes).
-                let admin = base + 50;
-                let cfg = self.dir.join(format!("splitway1-{base}.toml"));
-                let mut relay = self.relay("bench1", admin, None);
-                relay
-                    .listen
-                    .push(method.listener(ListenMode::HttpConnect, base));
-                relay.route.push(RawRoute::new("127.0.0.0/8", "direct"));
-                write(&cfg, &relay.to_toml())?;
-                inst.children.push(self.spawn_relay(&cfg)?);
+                for (file, cfg) in self.relay_configs(method, base) {
+                    let path = self.dir.join(file);
+                    write(&path, &cfg.to_toml())?;
+                    inst.children.push(self.spawn_relay(&path)?);
+                }
                 connect_fronts(&mut inst, addr(base))
             }
             Method::Splitway2 | Method::Splitway2OneAccept => {
-                let rs_port = base + 1;
-                let (admin, admin_rs) = (base + 50, base + 51);
-                let rs = self.dir.join(format!("splitway-rs-{base}.toml"));
-                let mut relay = self.relay("rs", admin_rs, Some(self.psk_file.as_path()));
-                relay
-                    .listen
-                    .push(method.listener(ListenMode::Peer, rs_port));
-                relay.route.push(RawRoute::new("0.0.0.0/0", "direct"));
-                write(&rs, &relay.to_toml())?;
-                let rc = self.dir.join(format!("splitway-rc-{base}.toml"));
-                let mut relay = self.relay("rc", admin, Some(self.psk_file.as_path()));
-                relay
-                    .listen
-                    .push(method.listener(ListenMode::HttpConnect, base));
-                relay
-                    .peer
-                    .push(RawPeer::new("rs", format!("127.0.0.1:{rs_port}")));
-                relay.route.push(RawRoute::new("127.0.0.0/8", "rs"));
-                write(&rc, &relay.to_toml())?;
-                inst.children.push(self.spawn_relay(&rs)?);
-                inst.children.push(self.spawn_relay(&rc)?);
-                let mut fronts = vec![addr(rs_port)];
+                // rs first: rc's peer must be listening when rc comes up.
+                for (file, cfg) in self.relay_configs(method, base) {
+                    let path = self.dir.join(file);
+                    write(&path, &cfg.to_toml())?;
+                    inst.children.push(self.spawn_relay(&path)?);
+                }
+                let mut fronts = vec![addr(base + 1)];
                 fronts.extend(connect_fronts(&mut inst, addr(base)));
                 fronts
             }
@@ -240,6 +219,35 @@ impl Launcher {
 
     /// The relay's connection cap, sized like HAProxy's maxconn to the fd
     /// limit the relays inherit.
+    /// A splitway method's relay configs and file names, the relay nearest
+    /// the backends first: one relay (`bench1`), or `rs` on `base + 1` and
+    /// `rc` dialing it. Admin ports from `base + 50`: an admin listener
+    /// because `admin = "off"` currently makes the relay drain at once (its
+    /// drain channel closes).
+    fn relay_configs(&self, method: Method, base: u16) -> Vec<(String, RawConfig)> {
+        let psk = Some(self.psk_file.as_path());
+        let front = method.listener(ListenMode::HttpConnect, base);
+        if matches!(method, Method::Splitway1 | Method::Splitway1OneAccept) {
+            let mut relay = self.relay("bench1", base + 50, None);
+            relay.listen.push(front);
+            relay.route.push(RawRoute::new("127.0.0.0/8", "direct"));
+            return vec![(format!("splitway1-{base}.toml"), relay)];
+        }
+        let rs_port = base + 1;
+        let mut rs = self.relay("rs", base + 51, psk);
+        rs.listen.push(method.listener(ListenMode::Peer, rs_port));
+        rs.route.push(RawRoute::new("0.0.0.0/0", "direct"));
+        let mut rc = self.relay("rc", base + 50, psk);
+        rc.listen.push(front);
+        rc.peer
+            .push(RawPeer::new("rs", format!("127.0.0.1:{rs_port}")));
+        rc.route.push(RawRoute::new("127.0.0.0/8", "rs"));
+        vec![
+            (format!("splitway-rs-{base}.toml"), rs),
+            (format!("splitway-rc-{base}.toml"), rc),
+        ]
+    }
+
     /// A bench relay: loopback admin on `admin_port`, the run's limits.
     fn relay(&self, name: &str, admin_port: u16, psk_file: Option<&Path>) -> RawConfig {
         let mut cfg = testbed::relay(name, &format!("127.0.0.1:{admin_port}"), psk_file);
@@ -407,4 +415,62 @@ pub fn sum_rss(pids: &[u32]) -> u64 {
         .iter()
         .filter_map(|p| rss_bytes(*p))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Serves the one key file the configs name; reads nothing else.
+    struct KeyOnly(PathBuf);
+
+    impl splitway_relay::config::Source for KeyOnly {
+        fn read(&self, path: &Path, _: u64, _: &str) -> std::io::Result<Vec<u8>> {
+            assert_eq!(path, self.0, "only the key file is read");
+            Ok([b'a'; 64].to_vec())
+        }
+
+        fn congestion_controls(&self) -> Vec<String> {
+            Vec::new()
+        }
+    }
+
+    /// Every splitway method's configs are valid relay configs, with the
+    /// run's limit and the variant's accept sockets.
+    #[test]
+    fn every_splitway_method_writes_valid_relay_configs() {
+        let launcher = Launcher {
+            splitway_bin: PathBuf::from("splitway"),
+            dir: PathBuf::from("/nonexistent"),
+            targets: Targets {
+                sink: addr(9001),
+                echo: addr(9002),
+                conn: addr(9003),
+            },
+            psk_file: PathBuf::from("/nonexistent/psk.key"),
+            max_connections: 1234,
+        };
+        let source = KeyOnly(launcher.psk_file.clone());
+        for method in [
+            Method::Splitway1,
+            Method::Splitway2,
+            Method::Splitway1OneAccept,
+            Method::Splitway2OneAccept,
+        ] {
+            let configs = launcher.relay_configs(method, 20_000);
+            let hops = if matches!(method, Method::Splitway1 | Method::Splitway1OneAccept) {
+                1
+            } else {
+                2
+            };
+            assert_eq!(configs.len(), hops, "{method:?}");
+            for (file, raw) in configs {
+                let text = raw.to_toml();
+                let cfg = splitway_relay::Config::parse_with(&text, Path::new("."), &source)
+                    .unwrap_or_else(|e| panic!("{method:?} {file}:\n{text}\n{e:#?}"));
+                assert_eq!(cfg.limits.max_connections, 1234);
+                assert_eq!(cfg.listeners[0].accept_sockets, method.accept_sockets());
+            }
+        }
+    }
 }
