@@ -32,3 +32,35 @@ pub fn netns(prefix: &str) -> Result<(), String> {
 pub fn bpf_attach() -> Result<(), String> {
     splitway_sys::bpf::SynWatch::probe().map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probes answer for this host: root as `id -u` says, and as root
+    /// (which `make test` needs) a namespace and, inside a fresh one, the
+    /// BPF SYN detector's load and attach.
+    #[test]
+    fn probes_answer_for_this_host() {
+        let out = std::process::Command::new("id")
+            .arg("-u")
+            .output()
+            .expect("run id -u");
+        let root = String::from_utf8_lossy(&out.stdout).trim() == "0";
+        assert_eq!(is_root(), root);
+        let required = std::env::var("SPLITWAY_REQUIRE_NETNS").as_deref() == Ok("1");
+        if !root {
+            assert!(!required, "SPLITWAY_REQUIRE_NETNS=1 needs root");
+            assert!(netns("swtb").is_err(), "namespaces need root");
+            return;
+        }
+        netns::remove_stale("swtb");
+        netns("swtb").expect("a namespace as root");
+        let ns = Netns::create(&netns::unique_name("swtb")).expect("namespace");
+        let attached = ns.run_in(bpf_attach).expect("enter the namespace");
+        assert!(
+            attached.is_ok() || !required,
+            "the BPF SYN detector does not attach here: {attached:?}"
+        );
+    }
+}
