@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::testbed::chain;
-use crate::testbed::config::{self as testbed, ListenMode, RawListener, RawPeer, RawRoute};
+use crate::testbed::config::{
+    self as testbed, ListenMode, RawAccel, RawListener, RawPeer, RawRoute,
+};
 
 pub(super) struct RelayProcess {
     /// `rc1`, `rc2`, `rs1`, ...
@@ -145,6 +147,12 @@ impl Rig {
             cfg.peer
                 .push(RawPeer::new("rs", format!("{RS_WEST}:{PEER_PORT}")));
             cfg.route.push(RawRoute::new("10.0.3.0/24", "rs"));
+            // No pool: its idle legs count as open on rs, and each round
+            // must end with none open (the pool has its own tests).
+            cfg.accel = Some(RawAccel {
+                pool: Some(false),
+                ..RawAccel::default()
+            });
             cfg.to_toml()
         };
         let rs_conf = |admin: &str| {
