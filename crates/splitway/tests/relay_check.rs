@@ -133,18 +133,24 @@ fn check_rejects_a_missing_file() {
     );
 }
 
+/// `splitway relay --config PATH`, with `--check` or not, run to its exit
+/// (a bad config exits before starting anything).
+fn relay(path: &Path, check: bool) -> std::process::Output {
+    let mut cmd = Command::new(SPLITWAY);
+    cmd.args(["relay", "--config"]).arg(path);
+    if check {
+        cmd.arg("--check");
+    }
+    output(&mut cmd)
+}
+
 #[test]
 fn a_bad_config_exits_with_ex_config() {
     let dir = TempDir::new();
     let path = dir.join("bad.toml");
     std::fs::write(&path, "name = \"rc\"\nbogus_key = 1\n").expect("write");
     for check in [true, false] {
-        let mut cmd = Command::new(SPLITWAY);
-        cmd.args(["relay", "--config"]).arg(&path);
-        if check {
-            cmd.arg("--check");
-        }
-        let out = output(&mut cmd);
+        let out = relay(&path, check);
         assert_eq!(
             out.status.code(),
             Some(78),
@@ -170,12 +176,7 @@ fn invalid_values_and_unreadable_keys_exit_with_ex_config() {
     cfg.timeouts.as_mut().expect("set").idle = Some("0s".into());
     std::fs::write(&path, cfg.to_toml()).expect("write");
     for check in [true, false] {
-        let mut cmd = Command::new(SPLITWAY);
-        cmd.args(["relay", "--config"]).arg(&path);
-        if check {
-            cmd.arg("--check");
-        }
-        let out = output(&mut cmd);
+        let out = relay(&path, check);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(78), "check = {check}: {stderr}");
         assert!(

@@ -106,38 +106,16 @@ pub fn wire(nodes: &[&Netns]) -> Result<(), ChainError> {
                 source,
             })?;
         }
-        if r + 1 < n {
+        // Towards the far ends: the server's subnets east, the client's west.
+        let far = [
+            (r + 1 < n, "10.0.3.0/24", "fd00:3::/64", r + 1, 2),
+            (r > 0, "10.0.1.0/24", "fd00:1::/64", r, 1),
+        ];
+        for (_, v4, v6, link, host) in far.into_iter().filter(|f| f.0) {
+            run(ns, &["route", "add", v4, "via", &link_v4(link, n, host)])?;
             run(
                 ns,
-                &["route", "add", "10.0.3.0/24", "via", &link_v4(r + 1, n, 2)],
-            )?;
-            run(
-                ns,
-                &[
-                    "-6",
-                    "route",
-                    "add",
-                    "fd00:3::/64",
-                    "via",
-                    &link_v6(r + 1, n, 2),
-                ],
-            )?;
-        }
-        if r > 0 {
-            run(
-                ns,
-                &["route", "add", "10.0.1.0/24", "via", &link_v4(r, n, 1)],
-            )?;
-            run(
-                ns,
-                &[
-                    "-6",
-                    "route",
-                    "add",
-                    "fd00:1::/64",
-                    "via",
-                    &link_v6(r, n, 1),
-                ],
+                &["-6", "route", "add", v6, "via", &link_v6(link, n, host)],
             )?;
         }
     }
