@@ -44,11 +44,9 @@ use rig::*;
 use traffic::*;
 
 const PREFIX: &str = "sws";
-const CLIENT: &str = "10.0.1.1";
+// Addresses of the testbed chain (`testbed::chain`, two relays).
 const RC_WEST: &str = "10.0.1.2";
-const RC_EAST: &str = "10.0.2.1";
-const RS_WEST: &str = "10.0.2.2";
-const RS_EAST: &str = "10.0.3.1";
+const RS_WEST: &str = "10.0.12.2";
 const SERVER: &str = "10.0.3.2";
 const SOCKS_PORT: u16 = 1080;
 const PEER_PORT: u16 = 7100;

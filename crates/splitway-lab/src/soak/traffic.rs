@@ -2,6 +2,7 @@
 //! the server that checks it, and the client connections and their exchanges.
 
 use super::*;
+use crate::testbed::proxy;
 
 // ---------------------------------------------------------------------------
 // Data: a pattern anyone can regenerate from (seed, offset)
@@ -189,7 +190,7 @@ pub(super) async fn socks_connect(dst: SocketAddrV4) -> std::io::Result<TcpStrea
     let proxy: SocketAddr = format!("{RC_WEST}:{SOCKS_PORT}").parse().expect("addr");
     let mut s = TcpStream::connect(proxy).await?;
     s.set_nodelay(true)?;
-    s.write_all(&[5, 1, 0]).await?;
+    s.write_all(&proxy::SOCKS5_GREETING).await?;
     let mut choice = [0u8; 2];
     s.read_exact(&mut choice).await?;
     if choice != [5, 0] {
@@ -197,10 +198,8 @@ pub(super) async fn socks_connect(dst: SocketAddrV4) -> std::io::Result<TcpStrea
             "SOCKS method reply {choice:?}"
         )));
     }
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&dst.ip().octets());
-    req.extend_from_slice(&dst.port().to_be_bytes());
-    s.write_all(&req).await?;
+    s.write_all(&proxy::socks5_request(proxy::Target::Ip(dst.into())))
+        .await?;
     let mut reply = [0u8; 10];
     s.read_exact(&mut reply).await?;
     if reply[1] != 0 {
