@@ -78,7 +78,14 @@ struct ChoiceState {
     flips: u64,
     /// Smoothed RTT of direct legs on this route (handshake RTT).
     direct_rtt_us: Option<u32>,
+    /// When `direct_rtt_us` last took a sample.
+    direct_sampled_at: Option<Instant>,
 }
+
+/// At most one direct-leg RTT sample per route this often: the smoothed
+/// estimate is read by a choice or a probe answer (≤ 1/s per peer), and a
+/// TCP_INFO per connection was one syscall in ~30 on the accept path.
+const DIRECT_SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 struct RoutePath {
     /// Index in config order: the metric label.
@@ -163,6 +170,7 @@ impl Paths {
                         changed_at: None,
                         flips: 0,
                         direct_rtt_us: None,
+                        direct_sampled_at: None,
                     }),
                 },
             );
@@ -244,11 +252,17 @@ impl Paths {
         let Some(r) = self.routes.get(&route.dst) else {
             return;
         };
+        let mut s = r.state.lock().expect("paths lock");
+        if s.direct_sampled_at
+            .is_some_and(|at| at.elapsed() < DIRECT_SAMPLE_EVERY)
+        {
+            return;
+        }
         if let Ok(info) = splitway_sys::sock::tcp_info(stream)
             && info.rtt_us > 0
         {
-            let mut s = r.state.lock().expect("paths lock");
             s.direct_rtt_us = Some(smooth(s.direct_rtt_us, info.rtt_us));
+            s.direct_sampled_at = Some(Instant::now());
         }
     }
 
