@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod graph;
+
 use crate::model::{self, Config, Congestion, LinkModel, ModelParams};
 use crate::topology::{ChainSpec, LinkSpec, QueueLimit};
 
@@ -35,6 +37,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     (
         "njit-lossy",
         include_str!("../../../lab/scenarios/njit-lossy.toml"),
+    ),
+    (
+        "path-choice",
+        include_str!("../../../lab/scenarios/path-choice.toml"),
     ),
 ];
 
@@ -185,7 +191,11 @@ pub struct Scenario {
     #[serde(skip)]
     pub timeout: Duration,
     pub model: ModelParams,
+    /// Empty in a graph scenario.
     pub chains: Vec<Chain>,
+    /// A graph scenario (`[[host]]`, `[[link]]`, `[paths]`, `[[event]]`):
+    /// no chains, configs or workload.
+    pub graph: Option<graph::GraphScenario>,
 }
 
 /// One chain (variant) of a scenario.
@@ -298,6 +308,11 @@ impl Scenario {
 
     /// Parses and validates scenario text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError> {
+        if let Ok(table) = toml::from_str::<toml::Table>(text)
+            && table.contains_key("host")
+        {
+            return graph::parse(text, origin);
+        }
         let file: ScenarioFile = toml::from_str(text).map_err(|e| ScenarioError::Syntax {
             origin: origin.to_owned(),
             message: e.to_string(),
@@ -708,6 +723,7 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
         timeout: Duration::from_secs_f64(timeout_s.clamp(0.001, 86_400.0)),
         model,
         chains,
+        graph: None,
     })
 }
 
@@ -720,7 +736,7 @@ mod tests {
         for (name, text) in EMBEDDED {
             let s = Scenario::parse(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(&s.name, name);
-            assert!(!s.chains.is_empty());
+            assert!(!s.chains.is_empty() || s.graph.is_some());
         }
     }
 
