@@ -272,7 +272,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
         links,
     };
     if spec.links.len() == file.link.len() {
-        for h in 0..hosts.len() {
+        for (h, name) in hosts.iter().enumerate() {
             if spec
                 .next_hops(h)
                 .iter()
@@ -281,10 +281,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
             {
                 bad(
                     format!("host[{h}]"),
-                    format!(
-                        "{:?} cannot reach every other host over the links",
-                        hosts[h]
-                    ),
+                    format!("{name:?} cannot reach every other host over the links"),
                 );
                 break;
             }
