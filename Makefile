@@ -58,8 +58,8 @@ bench: deps release
 bench-tproxy: deps release
 	./scripts/bench-tproxy.sh
 
-## lab-paths: the path-choice scenario (issue #20, about 2 min): `splitway lab scenario path-choice`
-## (a detour, +100 ms, a dead relay); JSON per phase to PATHS_JSON; fails on a missed target.
+## lab-paths: the path-choice scenario (issue #20, about 3.5 min): `splitway lab scenario path-choice`
+## (a detour, +100 ms, a dead relay, 20 % loss); JSON per phase to PATHS_JSON; fails on a missed target.
 PATHS_JSON ?= lab-results/path-choice.json
 lab-paths: deps release
 	./target/release/splitway lab scenario path-choice --json $(PATHS_JSON)

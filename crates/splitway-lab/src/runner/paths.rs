@@ -205,7 +205,8 @@ struct Lab {
     server: SocketAddr,
     response: u64,
     seed: AtomicU64,
-    /// Connections that failed (refused, reset, timed out), per phase.
+    /// Connections through the adaptive relay that failed (refused, reset,
+    /// timed out), per phase.
     failures: AtomicU64,
 }
 
@@ -235,7 +236,10 @@ impl Lab {
             Ok(t) => Some(t),
             Err(why) => {
                 tracing::debug!(%why, %socks, "path-lab connection failed");
-                self.failures.fetch_add(1, Ordering::Relaxed);
+                // An oracle's failure shows as its path's missing median.
+                if socks == self.socks {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                }
                 None
             }
         }
@@ -323,6 +327,7 @@ struct PhaseResult {
     paths_taken: BTreeMap<String, u64>,
     flips: u64,
     probes_per_s: serde_json::Map<String, serde_json::Value>,
+    /// Through the adaptive relay, switch window included.
     failed_connections: u64,
     missed: Vec<String>,
 }
@@ -392,28 +397,30 @@ fn time_switch(lab: &Lab, from: &str, since: Instant) -> Result<Option<f64>, Lab
 /// Adaptive median, each oracle's median, paths the adaptive samples took.
 type Measured = (f64, Vec<(String, Option<f64>)>, BTreeMap<String, u64>);
 
-/// The steady state: each oracle's median (None: its path failed), then
-/// the adaptive relay's.
+/// The steady state in rounds: each oracle once (a path that fails once
+/// is out for the phase: None), then the adaptive relay, so drift in the
+/// machine's load hits every path alike. Round 0 warms pools and caches
+/// and is not counted.
 fn measure(lab: &Lab, g: &GraphScenario) -> Result<Measured, LabError> {
     let chooser = lab.host(lab.chooser).addr();
-    let mut per_path = Vec::new();
-    for (k, path) in g.paths.candidates.iter().enumerate() {
-        let socks = SocketAddr::from((chooser, oracle_ports(k).0));
-        let mut v = Vec::new();
-        for _ in 0..g.paths.samples {
-            match lab.ttfb(socks)?.1 {
-                Some(t) => v.push(t),
-                None => break,
-            }
-        }
-        let m = (v.len() == g.paths.samples).then(|| median_ms(v));
-        per_path.push((path.clone(), m));
-    }
+    let n = g.paths.candidates.len();
+    let mut oracle: Vec<Option<Vec<Duration>>> = vec![Some(Vec::new()); n];
     let mut v = Vec::new();
     let mut taken = BTreeMap::new();
-    for _ in 0..g.paths.samples {
+    for round in 0..=g.paths.samples {
+        for (k, samples) in oracle.iter_mut().enumerate() {
+            let Some(list) = samples else { continue };
+            let socks = SocketAddr::from((chooser, oracle_ports(k).0));
+            match lab.ttfb(socks)?.1 {
+                Some(t) if round > 0 => list.push(t),
+                Some(_) => {}
+                None => *samples = None,
+            }
+        }
         // Failures show in failed_connections; the median is of successes.
-        if let (seed, Some(t)) = lab.ttfb(lab.socks)? {
+        if let (seed, Some(t)) = lab.ttfb(lab.socks)?
+            && round > 0
+        {
             v.push(t);
             *taken.entry(lab.path_of(seed)).or_insert(0) += 1;
         }
@@ -424,6 +431,13 @@ fn measure(lab: &Lab, g: &GraphScenario) -> Result<Measured, LabError> {
             "every connection through the adaptive relay failed in a steady phase",
         ));
     }
+    let per_path = g
+        .paths
+        .candidates
+        .iter()
+        .zip(oracle)
+        .map(|(p, s)| (p.clone(), s.map(median_ms)))
+        .collect();
     Ok((median_ms(v), per_path, taken))
 }
 
