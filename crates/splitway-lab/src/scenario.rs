@@ -10,6 +10,10 @@
 //! works from any directory; a file given by path, or a file of the same
 //! name under `./lab/scenarios/`, takes precedence over the embedded copy.
 //!
+//! A file with `[[host]]` tables is a *graph* scenario instead
+//! ([`graph`]): hosts and named links of any shape, a `[paths]`
+//! measurement and timed `[[event]]`s; `lab/scenarios/path-choice.toml`.
+//!
 //! Sizes are decimal (`10KB` = 10,000 bytes, `1MB` = 10^6 bytes, as the
 //! papers write them); `KiB`/`MiB` are binary; a bare number is bytes.
 

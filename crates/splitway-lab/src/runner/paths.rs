@@ -627,16 +627,13 @@ pub fn run(
     }
     // The chooser and one oracle per candidate, in the chooser's namespace.
     let client_addr = graph.hosts()[client].addr();
-    let peers: String = g
-        .paths
-        .peer_hosts()
-        .map(|p| {
-            format!(
-                "[[peer]]\nname = {p:?}\naddr = \"{}:{PEER_PORT}\"\n\n",
-                graph.hosts()[idx(p)].addr()
-            )
-        })
-        .collect();
+    let peer = |p: &str| {
+        format!(
+            "[[peer]]\nname = {p:?}\naddr = \"{}:{PEER_PORT}\"\n\n",
+            graph.hosts()[idx(p)].addr()
+        )
+    };
+    let peers: String = g.paths.peer_hosts().map(peer).collect();
     let socks = |port: u16| {
         format!(
             "[[listen]]\nmode = \"socks5\"\naddr = \"{chooser_addr}:{port}\"\nallow_clients = [\"{client_addr}/32\"]\n\n"
@@ -664,7 +661,10 @@ pub fn run(
         let name = format!("oracle-{via}");
         let mut conf = relay_conf(&name, &psk, admin);
         conf.push_str(&socks(port));
-        conf.push_str(&peers);
+        // Only its own peer: no pools or legs to the others.
+        if via != "direct" {
+            conf.push_str(&peer(via));
+        }
         conf.push_str(&format!(
             "[[route]]\ndst = \"{server_addr}/32\"\nvia = {via:?}\n"
         ));
