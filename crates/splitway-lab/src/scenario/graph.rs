@@ -387,13 +387,15 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
                 None
             }
             (None, Some(h)) => {
-                let is_relay = file.paths.as_ref().is_some_and(|p| {
-                    &p.relay == h || p.candidates.iter().any(|c| c == h && c != "direct")
-                });
-                if !is_relay {
+                // The chooser is what is measured: only a candidate may die.
+                let is_candidate = file
+                    .paths
+                    .as_ref()
+                    .is_some_and(|p| p.candidates.iter().any(|c| c == h && c != "direct"));
+                if !is_candidate {
                     bad(
                         key("kill"),
-                        format!("{h:?}: not a host that runs a relay (paths.relay or a candidate)"),
+                        format!("{h:?}: not a candidate relay's host (paths.candidates)"),
                     );
                 }
                 if link_change || e.down.is_some() {
@@ -563,7 +565,7 @@ kill = "rs1"
                 "candidates = [\"direct\", \"client\"]",
             )
             .replace("at = \"30s\"", "at = \"10s\"")
-            .replace("kill = \"rs1\"", "kill = \"server\"")
+            .replace("kill = \"rs1\"", "kill = \"rc\"")
             .replace("rtt_add_ms = 100", "rtt_add_ms = 100\ndown = true");
         let err = Scenario::parse(&text, "test").expect_err("invalid");
         let keys: Vec<&str> = err.issues().iter().map(|i| i.key.as_str()).collect();
