@@ -65,10 +65,11 @@ bench-tproxy: deps release
 bench-growth: deps release
 	./scripts/bench-growth.sh
 
-## lab-paths: the path-choice measurement (issue #20, about 1.5 min): lab/paths/path-choice.toml (a detour, +100 ms, a dead relay); JSON per phase to PATHS_JSON.
+## lab-paths: the path-choice scenario (issue #20, about 3.5 min): `splitway lab scenario path-choice`
+## (a detour, +100 ms, a dead relay, 20 % loss); JSON per phase to PATHS_JSON; fails on a missed target.
 PATHS_JSON ?= lab-results/path-choice.json
-lab-paths: deps
-	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_PATHS_JSON=$(abspath $(PATHS_JSON)) $(CARGO) test -p splitway --test relay_paths_lab -- --ignored --nocapture
+lab-paths: deps release
+	./target/release/splitway lab scenario path-choice --json $(PATHS_JSON)
 
 ## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
 faults-long: deps

@@ -388,6 +388,10 @@ api! {
         pub leg_rtt_ms: Option<f64>,
         pub onward_ms: Option<f64>,
         pub retrans_per_leg: Option<f64>,
+        /// Retransmitted segments per segment sent on sampled legs, recent
+        /// ones weighing most; it adds to `estimate_ms`.
+        #[serde(default)]
+        pub loss: Option<f64>,
         pub probes: u64,
         pub down_reason: Option<String>,
     }

@@ -265,6 +265,16 @@ fn list() -> String {
 }
 
 fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
+    if let Some(graph) = &scenario.graph {
+        // A path measurement: no configurations, sizes or model.
+        if run.model_only || run.configs.is_some() || run.relay_congestion.is_some() {
+            return Err(LabError::Usage(format!(
+                "{}: a graph scenario takes no --model-only, --configs or --relay-congestion",
+                scenario.name
+            )));
+        }
+        return runner::paths::run(scenario, graph, run.loss_seed, run.json.as_deref());
+    }
     let overridden;
     let scenario = match run.relay_congestion {
         Some(cc) => {

@@ -39,6 +39,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod paths;
+
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::emu::{EmuError, EmuStats};

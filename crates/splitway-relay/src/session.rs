@@ -147,6 +147,17 @@ async fn connect_direct(
 /// Dials the next leg. Early data that went out with a peer header is
 /// taken from `req.early_data`.
 pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next, ConnError> {
+    connect_leg(shared, req, true).await
+}
+
+/// `connect_next`; `may_retry`: a failed dial to a peer candidate that
+/// could not have acted on it is retried once on the route's next choice
+/// (`paths::retryable`), the client's first bytes given back first.
+async fn connect_leg(
+    shared: &Shared,
+    req: &mut LegRequest,
+    may_retry: bool,
+) -> Result<Next, ConnError> {
     let inbound = req;
     let policy = &shared.cfg.policy;
     // A looping connection and a forbidden port cost no DNS lookup.
@@ -158,7 +169,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
         .routes
         .lookup_route(dst.ip())
         .ok_or(ConnError::NoRoute(dst))?;
-    match &shared.paths.choose(shared, route) {
+    match &shared.paths.choose(shared, route, dst) {
         Via::Direct => {
             // Only a destination this relay dials can be itself: behind a
             // peer route it is the next relay's to judge (its loopback).
@@ -168,7 +179,9 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
             let first_write = !inbound.early_data.is_empty()
                 || (route.reveal.proxy_protocol.is_some() && !inbound.speculative);
             let from_client = route.reveal.client_source.then_some(inbound.origin);
-            let stream = connect_direct(shared, dst, first_write, hop_limit, from_client).await?;
+            let stream = connect_direct(shared, dst, first_write, hop_limit, from_client)
+                .await
+                .inspect_err(|e| shared.paths.direct_failed(route, e))?;
             shared.paths.direct_up(route, &stream);
             Ok(Next::Direct(DirectLeg {
                 stream,
@@ -247,6 +260,14 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 }
                 Ok(_) => {}
                 Err(_) => shared.metrics.peer_connect_failure(&peer.name),
+            }
+            if let Err(e) = &leg
+                && may_retry
+                && shared.paths.retry_elsewhere(shared, route, *i, e)
+            {
+                debug!(peer = %peer.name, error = %e, "dial failed: retrying on the next candidate");
+                inbound.early_data = early;
+                return Box::pin(connect_leg(shared, inbound, false)).await;
             }
             leg.map(Next::Peer)
         }

@@ -70,7 +70,8 @@ fn ms(v: Option<f64>) -> String {
 }
 
 /// One row per candidate: state, own leg RTT, what the next relay reported
-/// for its onward legs, the sum, retransmits per sampled leg, and a `*`
+/// for its onward legs, the sum (loss included), retransmits per sampled
+/// leg, the recent share of segments retransmitted, and a `*`
 /// on the current choice.
 pub(super) fn render_candidates(doc: &api::RoutesView) -> String {
     let mut rows = Vec::new();
@@ -88,6 +89,7 @@ pub(super) fn render_candidates(doc: &api::RoutesView) -> String {
                 ms(c.onward_ms),
                 ms(c.estimate_ms),
                 c.retrans_per_leg.map_or("-".into(), |r| format!("{r:.2}")),
+                c.loss.map_or("-".into(), |l| format!("{:.1}%", l * 100.0)),
                 c.probes.to_string(),
                 c.down_reason.clone().unwrap_or_default(),
             ]);
@@ -105,6 +107,7 @@ pub(super) fn render_candidates(doc: &api::RoutesView) -> String {
             "ONWARD_MS",
             "EST_MS",
             "RETRANS",
+            "LOSS",
             "PROBES",
             "WHY DOWN",
         ],
