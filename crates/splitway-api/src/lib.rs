@@ -129,11 +129,6 @@ api! {
         pub expired: u64,
     }
 
-    /// `{"detector": "dead"}`: the SYN detector stopped for good.
-    pub struct EarlySynDead {
-        pub detector: String,
-    }
-
     pub struct Accel {
         /// `auto`, `on` or `off`.
         pub requested: String,
@@ -278,6 +273,15 @@ api! {
     }
 }
 
+/// `{"detector": "dead"}`: the SYN detector stopped for good. Outside
+/// `api!`: `detector` is required (no `serde(default)`) and other fields
+/// are ignored even under `strict`, so that `detector` alone tells it from
+/// the counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EarlySynDead {
+    pub detector: String,
+}
+
 /// `GET /status`'s `early_syn` when the detector runs or has died.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -312,6 +316,10 @@ pub enum ParamKind {
     #[serde(other)]
     Unknown,
 }
+
+/// The `PUT /params` body: parameter name to new value
+/// (`{"pool.rs.low": 8, "timeouts.idle": "5m"}`).
+pub type ParamsUpdate = BTreeMap<String, ParamValue>;
 
 /// A parameter's value: durations travel as text (`"30s"`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -393,6 +401,17 @@ api! {
     }
 }
 
+api! {
+    /// What `splitway ctl routes --json` prints: the routing table and
+    /// peers of `GET /status`, and `GET /routes` (`null` from a relay
+    /// without path choice).
+    pub struct RoutesReport {
+        pub routes: Vec<Route>,
+        pub peers: Vec<Peer>,
+        pub paths: Option<RoutesView>,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +432,14 @@ mod tests {
             "misses": 1, "duplicates": 0, "over_budget": 0, "denied": 0, "expired": 0,
         }));
         assert!(matches!(running, EarlySyn::Running(s) if s.hits == 4));
+    }
+
+    /// Without `strict` (as `splitway ctl` reads), counters must still not
+    /// read as a dead detector: `detector` is required.
+    #[test]
+    fn counters_without_detector_are_not_dead() {
+        let running: EarlySyn = serde_json::from_str(r#"{"pending": 1}"#).unwrap();
+        assert!(matches!(running, EarlySyn::Running(_)), "{running:?}");
     }
 
     #[test]

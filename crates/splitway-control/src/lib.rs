@@ -22,7 +22,10 @@
 //! let metrics = Arc::new(Metrics::new());
 //! metrics.accepted(Mode::Socks5);
 //! // A closure is a handler that serves `/status` only.
-//! let handler: Arc<dyn AdminHandler> = Arc::new(|| serde_json::json!({"state": "running"}));
+//! let handler: Arc<dyn AdminHandler> = Arc::new(|| splitway_api::Status {
+//!     name: "edge".into(),
+//!     ..Default::default()
+//! });
 //! let listener = bind("127.0.0.1:9090".parse().unwrap()).await?;
 //! serve(listener, metrics, handler, std::future::pending()).await
 //! # }

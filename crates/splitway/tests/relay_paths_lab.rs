@@ -77,16 +77,12 @@ fn median(mut v: Vec<Duration>) -> f64 {
     v[v.len() / 2].as_secs_f64() * 1000.0
 }
 
-fn routes(lab: &Lab) -> serde_json::Value {
-    serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
-        .expect("/routes is JSON")
+fn routes(lab: &Lab) -> splitway_api::RoutesView {
+    admin_routes(lab.rc()).expect("GET /routes")
 }
 
 fn chosen(lab: &Lab) -> String {
-    routes(lab)["routes"][0]["chosen"]
-        .as_str()
-        .expect("chosen")
-        .to_owned()
+    routes(lab).routes[0].chosen.clone()
 }
 
 /// An oracle relay in rc's namespace: SOCKS on `port`, every connection
@@ -352,10 +348,13 @@ fn path_choice_scenario() {
         "every relay candidate probed",
         || {
             let r = routes(&lab);
-            let c = &r["routes"][0]["candidates"];
-            (0..sc.candidates.len())
-                .all(|k| c[k]["name"] == "direct" || c[k]["leg_rtt_ms"].is_number())
-                .then_some(())
+            let c = &r.routes[0].candidates;
+            let n = sc.candidates.len();
+            (c.len() >= n
+                && c[..n]
+                    .iter()
+                    .all(|c| c.name == "direct" || c.leg_rtt_ms.is_some()))
+            .then_some(())
         },
     );
     let mut seed = 0u64;
