@@ -47,8 +47,6 @@
 //! a crashed run is replaced). Both work on L3-only devices
 //! (TUN): the program reads headers relative to the network header.
 
-pub mod agent;
-pub mod bypass;
 mod event;
 
 use std::fs::File;
@@ -549,7 +547,7 @@ fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, SysError> {
 
 /// A `SysError::Bpf` with the whole source chain (aya nests the errno and
 /// the verifier log below the top-level message).
-fn bpf_err(op: impl Into<String>, error: impl std::error::Error) -> SysError {
+pub(crate) fn bpf_err(op: impl Into<String>, error: impl std::error::Error) -> SysError {
     let mut detail = error.to_string();
     let mut source = error.source();
     while let Some(inner) = source {
