@@ -41,16 +41,23 @@ pub struct BenchReport {
     pub cpus: usize,
     pub load_average_start: String,
     pub load_average_end: String,
+    /// The command line that produced this report.
     pub command: String,
+    /// Rounds, methods interleaved within each.
     pub rounds: u32,
     pub quick: bool,
+    /// Length of each timed test in a round.
     pub test_seconds: f64,
+    /// New connections per second of the fixed-rate setup test, and for how long.
     pub fixed_rate_per_s: f64,
     pub fixed_rate_seconds: f64,
+    /// Connections held open for the idle-memory figure.
     pub idle_connections: usize,
     pub methods: Vec<String>,
     pub notes: Vec<String>,
+    /// Medians and ratios per method and metric.
     pub summary: Vec<Summary>,
+    /// Every raw measurement.
     pub samples: Vec<Sample>,
 }
 
@@ -239,6 +246,21 @@ impl BenchReport {
         out
     }
 
+    /// A table row of `method`: one column per group of metrics, the
+    /// metrics of a group joined by ` / `.
+    fn row(&self, md: &mut String, method: Method, columns: &[&[(&str, Ratio)]]) {
+        let mut line = format!("| {} |", method.label());
+        for column in columns {
+            let cells: Vec<String> = column
+                .iter()
+                .map(|&(key, ratio)| self.cell(method, key, ratio))
+                .collect();
+            line.push_str(&format!(" {} |", cells.join(" / ")));
+        }
+        md.push_str(&line);
+        md.push('\n');
+    }
+
     fn cell(&self, method: Method, key: &str, ratio: Ratio) -> String {
         match self.get(method, key) {
             None => "–".into(),
@@ -275,18 +297,19 @@ impl BenchReport {
             "| method | bulk, 1 stream, Gbit/s (× direct) | bulk, 8 streams (× direct) | proxy CPU-s per GB, 1 / 8 streams | 64 B req/resp per s (× direct) | 1 KB req/resp per s (× direct) | new conn/s (× direct) |\n\
              |---|---|---|---|---|---|---|\n",
         );
+        use Ratio::{Direct, None as Plain};
         for m in Method::ALL {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} / {} | {} | {} | {} |",
-                m.label(),
-                self.cell(m, "bulk1_gbps", Ratio::Direct),
-                self.cell(m, "bulk8_gbps", Ratio::Direct),
-                self.cell(m, "bulk1_cpu_s_per_gb", Ratio::None),
-                self.cell(m, "bulk8_cpu_s_per_gb", Ratio::None),
-                self.cell(m, "rr64_tps", Ratio::Direct),
-                self.cell(m, "rr1k_tps", Ratio::Direct),
-                self.cell(m, "conn_rate", Ratio::Direct),
+            self.row(
+                &mut md,
+                m,
+                &[
+                    &[("bulk1_gbps", Direct)],
+                    &[("bulk8_gbps", Direct)],
+                    &[("bulk1_cpu_s_per_gb", Plain), ("bulk8_cpu_s_per_gb", Plain)],
+                    &[("rr64_tps", Direct)],
+                    &[("rr1k_tps", Direct)],
+                    &[("conn_rate", Direct)],
+                ],
             );
         }
         let _ = writeln!(
@@ -297,17 +320,21 @@ impl BenchReport {
             fmt_bytes(self.idle_connections as f64)
         );
         for m in Method::ALL {
-            let _ = writeln!(
-                md,
-                "| {} | {} / {} / {} | {} | {} | {} | {} |",
-                m.label(),
-                self.cell(m, "fixed_p50_us", Ratio::Direct),
-                self.cell(m, "fixed_p99_us", Ratio::None),
-                self.cell(m, "fixed_p999_us", Ratio::None),
-                self.cell(m, "idle_conn_bytes", Ratio::None),
-                self.cell(m, "bulk8_rss_per_conn_bytes", Ratio::None),
-                self.cell(m, "idle_rss_bytes", Ratio::None),
-                self.cell(m, "startup_ms", Ratio::None),
+            let setup = [
+                ("fixed_p50_us", Direct),
+                ("fixed_p99_us", Plain),
+                ("fixed_p999_us", Plain),
+            ];
+            self.row(
+                &mut md,
+                m,
+                &[
+                    &setup,
+                    &[("idle_conn_bytes", Plain)],
+                    &[("bulk8_rss_per_conn_bytes", Plain)],
+                    &[("idle_rss_bytes", Plain)],
+                    &[("startup_ms", Plain)],
+                ],
             );
         }
         md.push_str(
