@@ -5,6 +5,7 @@
 //! | `GET /metrics` | OpenMetrics text |
 //! | `GET /status` | [`AdminHandler::status`] |
 //! | `GET /connections?sample=N` | [`AdminHandler::connections`] (N default 20, at most 1000) |
+//! | `GET /routes` | [`AdminHandler::routes`] |
 //! | `GET /params` | [`AdminHandler::params`]: `[{name, kind, description, value}]` |
 //! | `PUT /params` | body `{"name": value, ...}`: `200 {"changed": [{name, old, new}]}` or `400 {"errors": [{param, message}]}`, nothing changed |
 //! | `POST /drain` | [`AdminHandler::drain`] |
