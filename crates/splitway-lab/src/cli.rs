@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 
-use crate::fidelity::{FidelityOptions, print_fidelity, run_fidelity};
+use crate::fidelity::{FidelityOptions, FidelityReport, print_fidelity, run_fidelity};
 use crate::model::Config;
 use crate::report::LabReport;
 use crate::runner::{self, RunOptions};
@@ -188,6 +188,19 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
     }
 }
 
+/// `lab fidelity --json`: a raw file for the README, saying when, on what
+/// and how loaded the report was measured.
+#[derive(serde::Serialize)]
+struct FidelityFile<'a> {
+    date: String,
+    commit: String,
+    kernel: String,
+    load_average_start: String,
+    load_average_end: String,
+    quick: bool,
+    report: &'a FidelityReport,
+}
+
 fn fidelity(quick: bool, json: Option<PathBuf>) -> Result<(), LabError> {
     if !runner::is_root() {
         return Err(LabError::NotRoot);
@@ -203,16 +216,15 @@ fn fidelity(quick: bool, json: Option<PathBuf>) -> Result<(), LabError> {
     let report = run_fidelity(options)?;
     print_fidelity(&report);
     if let Some(path) = json {
-        // A raw file for the README: when, on what, how loaded.
-        let raw = serde_json::json!({
-            "date": date,
-            "commit": crate::report::git_commit(),
-            "kernel": crate::report::kernel_release(),
-            "load_average_start": load_start,
-            "load_average_end": crate::report::load_average(),
-            "quick": quick,
-            "report": report,
-        });
+        let raw = FidelityFile {
+            date,
+            commit: crate::report::git_commit(),
+            kernel: crate::report::kernel_release(),
+            load_average_start: load_start,
+            load_average_end: crate::report::load_average(),
+            quick,
+            report: &report,
+        };
         let text = serde_json::to_string_pretty(&raw).expect("fidelity report serialises");
         std::fs::write(&path, text).map_err(|source| LabError::Io {
             op: format!("write {}", path.display()),

@@ -436,7 +436,7 @@ fn measure(
     } else {
         Status::Failed
     };
-    row.emulator = serde_json::to_value(&stats).ok();
+    row.emulator = Some(stats.clone());
     let mut notes: Vec<String> = setup.note.iter().cloned().collect();
     notes.extend(setup.degraded.iter().cloned());
     if !errors.is_empty() {

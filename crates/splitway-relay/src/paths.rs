@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use splitway_api::{CandidateView, RouteView, RoutesView};
-use splitway_control::AdminError;
 use splitway_proto::Destination;
 use splitway_proto::header::{FLAG_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus};
 use tokio::net::TcpStream;
@@ -596,12 +595,6 @@ impl Paths {
             }
         }
     }
-}
-
-/// The `GET /routes` document of `shared`.
-pub fn routes_document(shared: &Shared) -> Result<serde_json::Value, AdminError> {
-    serde_json::to_value(shared.paths.snapshot(shared))
-        .map_err(|e| AdminError::Refused(format!("internal: routes not serializable: {e}")))
 }
 
 /// Probes every peer that is a candidate of some route, once per

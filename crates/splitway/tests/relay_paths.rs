@@ -170,14 +170,13 @@ fn killing_the_chosen_peer_moves_new_connections_within_3s() {
     );
     assert_eq!(row("*rs2").split_whitespace().nth(2), Some("up"), "{table}");
     let json = lab.ctl("rc", &["routes", "--json"]);
-    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("ctl routes --json");
-    let route = &doc["paths"]["routes"][0];
-    assert_eq!(route["chosen"], "rs2", "{doc}");
-    assert_eq!(route["flips"], 1, "{doc}");
-    assert_eq!(route["candidates"][0]["state"], "down", "{doc}");
-    let rtt = route["candidates"][1]["leg_rtt_ms"]
-        .as_f64()
-        .expect("rs2 leg measured");
+    let doc: splitway_api::RoutesReport =
+        typed_answer(&String::from_utf8_lossy(&json.stdout)).expect("ctl routes --json");
+    let route = &doc.paths.as_ref().expect("the relay has /routes").routes[0];
+    assert_eq!(route.chosen, "rs2", "{doc:?}");
+    assert_eq!(route.flips, 1, "{doc:?}");
+    assert_eq!(route.candidates[0].state, "down", "{doc:?}");
+    let rtt = route.candidates[1].leg_rtt_ms.expect("rs2 leg measured");
     assert!(rtt > 0.0 && rtt < 100.0, "rs2 leg rtt {rtt} ms on a veth");
     eprintln!("[relay_paths] ctl routes after the failover:\n{table}");
 
@@ -281,12 +280,8 @@ fn a_silent_peer_is_marked_down_by_its_probes_within_3s() {
     assert!(dropped.status.success(), "iptables: {dropped:?}");
     let silenced = Instant::now();
     let rs1_state = || {
-        let doc: serde_json::Value =
-            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
-                .expect("/routes is JSON");
-        doc["routes"][0]["candidates"][0]["state"]
-            .as_str()
-            .map(str::to_owned)
+        let doc = admin_routes(lab.rc()).expect("GET /routes");
+        Some(doc.routes[0].candidates[0].state.clone())
     };
     let down_after = wait_until(
         Deadline::after(Duration::from_secs(10)),
@@ -347,10 +342,8 @@ fn a_100ms_degradation_moves_new_connections_and_the_choice_is_held() {
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
     let leg_ms = |lab: &Lab, k: usize| {
-        let doc: serde_json::Value =
-            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
-                .expect("/routes is JSON");
-        doc["routes"][0]["candidates"][k]["leg_rtt_ms"].as_f64()
+        let doc = admin_routes(lab.rc()).expect("GET /routes");
+        doc.routes[0].candidates[k].leg_rtt_ms
     };
     // Both legs measured by probes before we start.
     wait_until(
@@ -426,10 +419,8 @@ fn a_reload_changes_candidates_and_probing_follows() {
     let peer = transfer(&lab, &server, LEN, 1).expect("rc refused with every peer up");
     assert_eq!(path_of(peer), "rs1");
     let route = |lab: &Lab| {
-        let doc: serde_json::Value =
-            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
-                .expect("/routes is JSON");
-        doc["routes"][0].clone()
+        let doc = admin_routes(lab.rc()).expect("GET /routes");
+        doc.routes[0].clone()
     };
     let reload = |lab: &mut Lab, via: &str| {
         let cfg = rc_config(lab, via);
@@ -442,18 +433,18 @@ fn a_reload_changes_candidates_and_probing_follows() {
     wait_until(
         Deadline::after(Duration::from_secs(10)),
         "the reloaded candidates",
-        || (route(&lab)["candidates"][0]["name"] == "rs2").then_some(()),
+        || (route(&lab).candidates[0].name == "rs2").then_some(()),
     );
     let peer = transfer(&lab, &server, LEN, 2).expect("rc refused after the reload");
     assert_eq!(path_of(peer), "rs2");
-    assert_eq!(route(&lab)["chosen"], "rs2");
+    assert_eq!(route(&lab).chosen, "rs2");
 
     // One candidate: nothing to choose, nothing probed.
     reload(&mut lab, "\"rs1\"");
     wait_until(
         Deadline::after(Duration::from_secs(10)),
         "the single-candidate route",
-        || (route(&lab)["probed"] == false).then_some(()),
+        || (!route(&lab).probed).then_some(()),
     );
     // A probe started just before the reload may still be answered.
     std::thread::sleep(PROBE_SETTLE);

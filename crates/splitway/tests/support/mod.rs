@@ -884,6 +884,11 @@ pub fn admin_status(ns: &Netns) -> Result<splitway_api::Status, String> {
     typed_status(&curl_admin(ns, "/status")?)
 }
 
+/// `GET /routes` inside a namespace, typed and checked like [`typed_status`].
+pub fn admin_routes(ns: &Netns) -> Result<splitway_api::RoutesView, String> {
+    typed_answer(&curl_admin(ns, "/routes")?)
+}
+
 /// A `/status` document as [`splitway_api::Status`], checked both ways:
 /// the types refuse unknown fields (strict in tests) and must give back the
 /// same JSON, so a field the relay adds, drops or retypes without the API
