@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bench-bypass bench-tproxy
+.PHONY: demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bench-bypass bench-tproxy bench-growth
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -59,15 +59,23 @@ bench: deps release
 	./scripts/bench-tproxy.sh
 
 ## bench-tproxy: the same work as the peers: one relay host, TPROXY in, direct out; splitway vs
-## HAProxy (transparent, splice-auto) vs kernel forwarding, with sockperf, ab + nginx, iperf3 and
-## redis-benchmark, methods alternating per round; bench-results/tproxy-bench-*.txt.
+## HAProxy (transparent, splice-auto) vs kernel forwarding, and the relay pair (rc + rs), with
+## sockperf, ab + nginx, iperf3, redis-benchmark and the built-in setup-latency generator, methods
+## alternating per round; bench-results/tproxy-bench-*.txt.
 bench-tproxy: deps release
 	./scripts/bench-tproxy.sh
 
-## lab-paths: the path-choice measurement (issue #20, about 1.5 min): lab/paths/path-choice.toml (a detour, +100 ms, a dead relay); JSON per phase to PATHS_JSON.
+## bench-growth: how cost grows, splitway vs HAProxy vs the relay pair (TPROXY rig): CPU per GB
+## against 1-64 iperf3 streams, RSS against open connections, setup p50/p99 against 100-5,000
+## new connections/s; bench-results/growth-*.txt and SVG charts beside it (about 15 min).
+bench-growth: deps release
+	./scripts/bench-growth.sh
+
+## lab-paths: the path-choice scenario (issue #20, about 3.5 min): `splitway lab scenario path-choice`
+## (a detour, +100 ms, a dead relay, 20 % loss); JSON per phase to PATHS_JSON; fails on a missed target.
 PATHS_JSON ?= lab-results/path-choice.json
-lab-paths: deps
-	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_PATHS_JSON=$(abspath $(PATHS_JSON)) $(CARGO) test -p splitway --test relay_paths_lab -- --ignored --nocapture
+lab-paths: deps release
+	./target/release/splitway lab scenario path-choice --json $(PATHS_JSON)
 
 ## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
 faults-long: deps

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
 // agent_synopt: the client-host half of splitway's explicit capture with the
 // destination in the SYN (issue #18).
@@ -10,24 +10,21 @@
 //   option (kind 253, ExID 0x5357; layout in crates/splitway-proto/src/
 //   syn_option.rs) into its SYN, and forgets the socket once established.
 //
-// Layouts shared with crates/splitway-sys/src/bpf/agent.rs. Addresses and
+// Layouts shared with crates/splitway-sys/src/bpf/agent_synopt.rs. Addresses and
 // ports are in network byte order, as in struct bpf_sock_addr.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
-#define OPT_KIND 253
-#define OPT_EXID_HI 0x53
-#define OPT_EXID_LO 0x57
+#include "parse.h"
+
 #define FORM_V4 0x04
 #define FORM_V6 0x06
 #define FORM_V6_INDEXED 0x80
 #define MAX_SUFFIX 12
-#define TCPHDR_SYN 0x02
-#define TCPHDR_ACK 0x10
 
-// Stats slots (agent.rs: Stat).
+// Stats slots (agent_synopt.rs: Stat).
 #define ST_REDIRECT4 0
 #define ST_REDIRECT6 1
 #define ST_OPT_WRITTEN 2
@@ -307,7 +304,7 @@ int agent_sockops(struct bpf_sock_ops *skops)
 								 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
 		break;
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
-		if ((skops->skb_tcp_flags & (TCPHDR_SYN | TCPHDR_ACK)) != TCPHDR_SYN)
+		if ((skops->skb_tcp_flags & (SW_TCP_FLAG_SYN | SW_TCP_FLAG_ACK)) != SW_TCP_FLAG_SYN)
 			break;
 		cookie = bpf_get_socket_cookie(skops);
 		c = bpf_map_lookup_elem(&agent_conns, &cookie);
@@ -320,7 +317,7 @@ int agent_sockops(struct bpf_sock_ops *skops)
 			stat_add(ST_OPT_NOSPC, 1);
 		break;
 	case BPF_SOCK_OPS_WRITE_HDR_OPT_CB: {
-		if ((skops->skb_tcp_flags & (TCPHDR_SYN | TCPHDR_ACK)) != TCPHDR_SYN)
+		if ((skops->skb_tcp_flags & (SW_TCP_FLAG_SYN | SW_TCP_FLAG_ACK)) != SW_TCP_FLAG_SYN)
 			break;
 		__u32 *probe = bpf_map_lookup_elem(&agent_cfg, &zero);
 		if (probe && *probe)
@@ -331,10 +328,10 @@ int agent_sockops(struct bpf_sock_ops *skops)
 			break;
 		__u8 opt[24] = {};
 		__u32 len = opt_len(c);
-		opt[0] = OPT_KIND;
+		opt[0] = SW_OPT_KIND;
 		opt[1] = len;
-		opt[2] = OPT_EXID_HI;
-		opt[3] = OPT_EXID_LO;
+		opt[2] = SW_OPT_EXID_HI;
+		opt[3] = SW_OPT_EXID_LO;
 		if (c->family == 4) {
 			opt[4] = FORM_V4;
 			__builtin_memcpy(&opt[5], &c->addr[0], 4);

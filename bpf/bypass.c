@@ -31,16 +31,12 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "parse.h"
+
 // One 32-bit load per context field: the verifier rejects context loads
 // through a pointer the compiler has offset (e.g. one base for an array).
 #define RD(field) (*(volatile __u32 *)&(field))
 
-#ifndef AF_INET
-#define AF_INET 2
-#endif
-#ifndef AF_INET6
-#define AF_INET6 10
-#endif
 
 struct bypass_key {
 	__u32 local_ip[4];  // network byte order, v4 as ::ffff:a.b.c.d
@@ -197,10 +193,10 @@ int bypass_sockops(struct bpf_sock_ops *skops)
 
 	struct bypass_key k = {};
 	__u32 family = skops->family;
-	if (family == AF_INET) {
+	if (family == SW_AF_INET) {
 		set_v4(k.local_ip, skops->local_ip4);
 		set_v4(k.remote_ip, skops->remote_ip4);
-	} else if (family == AF_INET6) {
+	} else if (family == SW_AF_INET6) {
 		k.local_ip[0] = RD(skops->local_ip6[0]);
 		k.local_ip[1] = RD(skops->local_ip6[1]);
 		k.local_ip[2] = RD(skops->local_ip6[2]);
@@ -259,10 +255,10 @@ int bypass_msg(struct sk_msg_md *msg)
 		return SK_PASS;
 
 	struct bypass_key k = {};
-	if (msg->family == AF_INET) {
+	if (msg->family == SW_AF_INET) {
 		set_v4(k.local_ip, msg->local_ip4);
 		set_v4(k.remote_ip, msg->remote_ip4);
-	} else if (msg->family == AF_INET6) {
+	} else if (msg->family == SW_AF_INET6) {
 		k.local_ip[0] = RD(msg->local_ip6[0]);
 		k.local_ip[1] = RD(msg->local_ip6[1]);
 		k.local_ip[2] = RD(msg->local_ip6[2]);
@@ -309,4 +305,4 @@ int bypass_msg(struct sk_msg_md *msg)
 	return SK_PASS;
 }
 
-char _license[] SEC("license") = "Dual BSD/GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

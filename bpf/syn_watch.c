@@ -25,7 +25,7 @@
 // ingress sees no MAC header. skb->protocol selects IPv4 or IPv6; TUN devices
 // opened with IFF_NO_PI set it from the IP version nibble.
 //
-// Event layout is shared with crates/splitway-sys/src/bpf/mod.rs
+// Event layout is shared with crates/splitway-sys/src/bpf/syn_watch/event.rs
 // (RawSynEvent): addresses and ports in network byte order, exactly as on the
 // wire; IPv4 addresses occupy the first 4 bytes of the 16-byte fields.
 
@@ -36,11 +36,11 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "parse.h"
+
 #define SW_FAMILY_V4 4
 #define SW_FAMILY_V6 6
 
-#define TCP_FLAG_SYN 0x02
-#define TCP_FLAG_ACK 0x10
 #define TCP_FLAGS_OFFSET 13
 
 struct syn_event {
@@ -91,44 +91,7 @@ volatile const __u8 SW_FILTER_PORTS = 1;
 #define PORT_PLAIN 1
 #define PORT_SYNOPT 2
 
-// RFC 6994 experimental option: kind 253, ExID 0x5357 ("SW"); see
-// crates/splitway-proto/src/syn_option.rs for the body.
-#define OPT_EXP 253
-#define EXID_HI 0x53
-#define EXID_LO 0x57
 #define OPTS_MAX 40
-
-struct ipv4_min {
-	__u8 ver_ihl;
-	__u8 tos;
-	__u16 tot_len;
-	__u16 id;
-	__u16 frag_off;
-	__u8 ttl;
-	__u8 protocol;
-	__u16 check;
-	__u8 saddr[4];
-	__u8 daddr[4];
-};
-
-struct ipv6_min {
-	__u32 ver_tc_flow;
-	__u16 payload_len;
-	__u8 nexthdr;
-	__u8 hop_limit;
-	__u8 saddr[16];
-	__u8 daddr[16];
-};
-
-// The first 14 bytes of the TCP header: ports and flags.
-struct tcp_min {
-	__u16 source;
-	__u16 dest;
-	__u32 seq;
-	__u32 ack_seq;
-	__u8 doff_res;
-	__u8 flags;
-};
 
 // PORT_PLAIN / PORT_SYNOPT bits for a destination port.
 static __always_inline __u8 port_watched(__u16 dport_be)
@@ -162,8 +125,8 @@ static __always_inline __u32 load_our_option(struct __sk_buff *skb, __u32 tcp_of
 		return 0;
 #pragma unroll
 	for (int i = 0; i + 3 < OPTS_MAX; i++) {
-		if (buf[i] == OPT_EXP && buf[i + 1] >= 5 && buf[i + 2] == EXID_HI &&
-		    buf[i + 3] == EXID_LO)
+		if (buf[i] == SW_OPT_KIND && buf[i + 1] >= 5 && buf[i + 2] == SW_OPT_EXID_HI &&
+		    buf[i + 3] == SW_OPT_EXID_LO)
 			return n;
 	}
 	return 0;
@@ -179,7 +142,7 @@ static __always_inline void count_dropped(void)
 
 static __always_inline int is_bare_syn(const struct tcp_min *tcp)
 {
-	return (tcp->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+	return (tcp->flags & (SW_TCP_FLAG_SYN | SW_TCP_FLAG_ACK)) == SW_TCP_FLAG_SYN;
 }
 
 // A SYN carrying data is a TCP Fast Open client's: the listener accepts it

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# bench-tproxy: one relay doing the same work as its peers (issue #21). Three
-# namespaces, client — relay — server, joined by veth; the client's traffic to
-# the server is routed through the relay host, where, in turn:
+# bench-tproxy: one relay doing the same work as its peers (issue #21), and
+# the relay pair. Namespaces client — relay host — T — server joined by veth
+# (scripts/lib/tproxy-rig.sh); the client's traffic to the server is routed
+# through the relay host, where, in turn:
 #   direct    the kernel only forwards (the floor: no proxy at all);
 #   splitway  a splitway relay intercepts it with TPROXY (its minimal config:
 #             tproxy listener with `intercept`, route direct);
 #   haproxy   HAProxy (TCP mode, splice-auto) intercepts it with the same
-#             TPROXY rule and forwards to the original destination.
+#             TPROXY rule and forwards to the original destination;
+#   pair      splitway rc intercepts it and forwards over a relay leg to rs
+#             on T (the real deployment); CPU is reported per relay.
 # Third-party tools from Debian, run in the client namespace against servers
 # in the server namespace: sockperf ping-pong 64 B (one connection),
 # ab against nginx (a new connection per request), iperf3 bulk (the proxy's
-# CPU-seconds per GB from /proc), redis-benchmark GET with 50 clients.
+# CPU-seconds per GB from /proc), redis-benchmark GET with 50 clients; and
+# the built-in open-loop generator (`splitway lab load rate`) for setup
+# latency p50/p99 at 1,000 new connections per second.
 # Methods alternate in every round, so each ratio comes from one run.
 # Raw output: bench-results/tproxy-bench-*.txt (columns: round method test
 # value unit), ratios against haproxy at the end.
@@ -21,149 +26,15 @@ ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 AB_REQUESTS=${AB_REQUESTS:-20000}
 P=swbt$$
-C=$P-c R=$P-r S=$P-s
-CIP=10.201.1.1 RIN=10.201.1.2 ROUT=10.201.2.1 SIP=10.201.2.2
-RELAY_PORT=7000
 dir=$(mktemp -d /tmp/$P.XXXX)
 out="bench-results/tproxy-bench-$(date -u +%Y%m%dT%H%M%SZ).txt"
 mkdir -p bench-results
-pids=()
-
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  stop_proxy
-  # Whatever runs in the namespaces (the servers are children of
-  # `ip netns exec`, not of this shell) goes with them.
-  for n in $C $R $S; do ip netns pids "$n" 2>/dev/null | xargs -r kill 2>/dev/null; done
-  wait 2>/dev/null
-  for n in $C $R $S; do
-    for _ in $(seq 50); do [ -z "$(ip netns pids "$n" 2>/dev/null)" ] && break; sleep 0.1; done
-    ip netns del "$n" 2>/dev/null
-  done
-  rm -rf "$dir"
-}
-proxy_pid=
-stop_proxy() {
-  if [ -n "$proxy_pid" ]; then
-    kill "$proxy_pid" 2>/dev/null
-    wait "$proxy_pid" 2>/dev/null
-    proxy_pid=
-  fi
-  ip netns exec $R nft delete table inet swbt_haproxy 2>/dev/null
-  return 0
-}
-trap cleanup EXIT
-nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-
-# --- topology ---------------------------------------------------------------
-for n in $C $R $S; do ip netns add "$n"; nsx "$n" ip link set lo up; done
-ip link add vc netns $C type veth peer name vr netns $R
-ip link add vs netns $R type veth peer name vd netns $S
-nsx $C ip addr add $CIP/24 dev vc; nsx $C ip link set vc up
-# One client source address per method: a proxy's TIME_WAIT sockets in the
-# relay namespace (transparent, bound to the server's address) outlive it,
-# and early demux would hand a later direct SYN on the same 4-tuple to them.
-for a in 11 12 13; do nsx $C ip addr add 10.201.1.$a/24 dev vc; done
-nsx $R ip addr add $RIN/24 dev vr; nsx $R ip link set vr up
-nsx $R ip addr add $ROUT/24 dev vs; nsx $R ip link set vs up
-nsx $S ip addr add $SIP/24 dev vd; nsx $S ip link set vd up
-nsx $C ip route add default via $RIN
-nsx $S ip route add default via $ROUT
-nsx $R sysctl -qw net.ipv4.ip_forward=1
-# TPROXY's local delivery (used by both proxies; splitway installs its own
-# nft rule, HAProxy gets the README's manual one).
-nsx $R ip rule add fwmark 1 lookup 100
-nsx $R ip route add local 0.0.0.0/0 dev lo table 100
-for n in $C $S; do nsx "$n" sysctl -qw net.ipv4.tcp_tw_reuse=1; done
-
-# --- servers ------------------------------------------------------------------
-cat > "$dir/nginx.conf" <<EOF
-daemon off;
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log stderr error;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  server { listen $SIP:80 backlog=4096; location / { return 200 "ok\n"; } }
-}
-EOF
-nsx $S nginx -c "$dir/nginx.conf" -e stderr >/dev/null 2>&1 & pids+=($!)
-nsx $S sockperf sr --tcp -i $SIP -p 11111 >/dev/null 2>&1 & pids+=($!)
-nsx $S iperf3 -s -p 5201 -B $SIP >/dev/null 2>&1 & pids+=($!)
-nsx $S redis-server --port 6379 --bind $SIP --save '' --appendonly no --protected-mode no >/dev/null 2>&1 & pids+=($!)
-PORTS="80, 5201, 6379, 11111"
-
-wait_listen() { # ns port
-  for _ in $(seq 100); do
-    nsx "$1" ss -Hltn "sport = :$2" | grep -q . && return 0
-    sleep 0.05
-  done
-  echo "bench-tproxy: nothing listens on port $2 in $1" >&2
-  return 1
-}
-for p in 80 11111 5201 6379; do wait_listen $S $p || exit 1; done
-
-# --- proxies ------------------------------------------------------------------
-cat > "$dir/splitway.toml" <<EOF
-name = "bench"
-[[listen]]
-mode = "tproxy"
-addr = "0.0.0.0:$RELAY_PORT"
-intercept = { interfaces = ["vr"], ports = [$PORTS] }
-[[route]]
-dst = "0.0.0.0/0"
-via = "direct"
-EOF
-cat > "$dir/haproxy.cfg" <<EOF
-global
-  maxconn 4000
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-  option splice-auto
-listen tproxy
-  bind 0.0.0.0:$RELAY_PORT transparent
-  server origin 0.0.0.0
-EOF
-cat > "$dir/haproxy.nft" <<EOF
-table inet swbt_haproxy {
-  chain prerouting {
-    type filter hook prerouting priority mangle; policy accept;
-    meta l4proto tcp tcp flags & (fin | syn | rst | ack) != syn socket transparent 1 meta mark set 1 accept
-    meta nfproto ipv4 iifname "vr" tcp dport { $PORTS } tproxy ip to :$RELAY_PORT meta mark set 1 accept
-  }
-}
-EOF
-
-start_proxy() { # method
-  local src
-  case $1 in direct) src=11 ;; splitway) src=12 ;; haproxy) src=13 ;; esac
-  nsx $C ip route replace default via $RIN src 10.201.1.$src
-  case $1 in
-    direct) ;;
-    splitway)
-      # `ip netns exec` execs the command: $! is the proxy's own pid.
-      ip netns exec $R "$BIN" relay --config "$dir/splitway.toml" >"$dir/splitway.log" 2>&1 &
-      proxy_pid=$!
-      wait_listen $R $RELAY_PORT || { cat "$dir/splitway.log" >&2; exit 1; }
-      # Listening comes before the rules: wait for the intercept table.
-      for _ in $(seq 100); do nsx $R nft list tables | grep -q splitway && break; sleep 0.05; done
-      ;;
-    haproxy)
-      nsx $R nft -f "$dir/haproxy.nft"
-      ip netns exec $R haproxy -db -f "$dir/haproxy.cfg" >"$dir/haproxy.log" 2>&1 &
-      proxy_pid=$!
-      wait_listen $R $RELAY_PORT || { cat "$dir/haproxy.log" >&2; exit 1; }
-      ;;
-  esac
-}
-
-cpu_ticks() { # utime+stime of the proxy process (all its threads)
-  awk '{print $14 + $15}' "/proc/$proxy_pid/stat"
-}
+# shellcheck source=scripts/lib/tproxy-rig.sh
+source scripts/lib/tproxy-rig.sh
+trap rig_cleanup EXIT
+rig_topology
+rig_configs
+rig_servers || exit 1
 
 measure() { # round method
   local r=$1 m=$2 v t0 t1 bytes
@@ -177,13 +48,33 @@ measure() { # round method
   v=$(nsx $C redis-benchmark -h $SIP -p 6379 -c 50 -n 200000 -t get -q 2>&1 |
     tr '\r' '\n' | awk '/^GET:/ {print $2}' | tail -1)
   echo "$r $m redis_get_c50 ${v:-FAIL} req_s"
-  [ "$m" != direct ] && t0=$(cpu_ticks)
+  local line
+  line=$(nsx $C "$BIN" lab load rate --target $SIP:9003 --rate 1000 --seconds "$SECS" 2>&1 | grep '^rate=')
+  python3 - "$r" "$m" "$line" <<'PY'
+import sys
+r, m, line = sys.argv[1:4]
+kv = dict(f.split("=", 1) for f in line.split()) if line else {}
+ok = kv and kv.get("failures") == "0"
+for key in ("p50_us", "p99_us"):
+    print(f"{r} {m} setup_{key}_at_1000 {kv.get(key, 'FAIL') if ok else 'FAIL'} us")
+PY
+  local -a t0=() names=(rs rc)
+  local i hz d sum=0
+  for i in "${!proxy_pids[@]}"; do t0[i]=$(cpu_ticks "${proxy_pids[i]}"); done
   read -r v bytes < <(nsx $C iperf3 -c $SIP -p 5201 -t "$SECS" -J 2>/dev/null |
     python3 -c 'import json,sys; e=json.load(sys.stdin)["end"]["sum_received"]; print(e["bits_per_second"]/1e9, e["bytes"])')
-  [ "$m" != direct ] && t1=$(cpu_ticks)
   echo "$r $m iperf3_bulk ${v:-FAIL} Gbit_s"
-  if [ "$m" != direct ] && [ -n "${bytes:-}" ]; then
-    awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v b="$bytes" -v r="$r" -v m="$m" \
+  [ "$m" = direct ] && return
+  hz=$(getconf CLK_TCK)
+  for i in "${!proxy_pids[@]}"; do
+    d=$(($(cpu_ticks "${proxy_pids[i]}") - t0[i]))
+    sum=$((sum + d))
+    # The pair's relays apart: what each machine of a deployment pays.
+    [ "$m" = pair ] && [ -n "${bytes:-}" ] && awk -v d=$d -v hz="$hz" -v b="$bytes" -v r="$r" -v m="pair-${names[i]}" \
+      'BEGIN {printf "%s %s bulk_cpu %.3f cpu_s_per_GB\n", r, m, d / hz / (b / 1e9)}'
+  done
+  if [ -n "${bytes:-}" ]; then
+    awk -v d=$sum -v hz="$hz" -v b="$bytes" -v r="$r" -v m="$m" \
       'BEGIN {printf "%s %s bulk_cpu %.3f cpu_s_per_GB\n", r, m, d / hz / (b / 1e9)}'
   fi
 }
@@ -196,14 +87,14 @@ measure() { # round method
   echo "# rounds $ROUNDS, ${SECS}s per timed tool, ab -n $AB_REQUESTS -c 8; columns: round method test value unit"
 } | tee "$out"
 
-methods=(${METHODS:-direct splitway haproxy})
+methods=(${METHODS:-direct splitway haproxy pair})
 for r in $(seq "$ROUNDS"); do
   # Rotate the order each round so no method always runs first.
   for ((i = 0; i < ${#methods[@]}; i++)); do
     m=${methods[$(((i + r) % ${#methods[@]}))]}
-    start_proxy "$m"
+    start_proxy "$m" || exit 1
     measure "$r" "$m" | tee -a "$out"
-    if [ -n "$proxy_pid" ] && ! kill -0 "$proxy_pid" 2>/dev/null; then
+    if ! proxies_alive; then
       echo "$r $m proxy_alive FAIL exited" | tee -a "$out"
     fi
     stop_proxy
@@ -222,16 +113,17 @@ for r, m, t, v, u in rows:
         vals.setdefault((t, u), {}).setdefault(m, []).append(float(v))
     except ValueError:
         print(f"# FAILED measurement: round {r} {m} {t} {v}")
-lower_better = {"usec_half_rtt", "cpu_s_per_GB"}
-print("# summary: test, unit, median per method, splitway vs haproxy (>1: splitway better)")
+lower_better = {"usec_half_rtt", "cpu_s_per_GB", "us"}
+print("# summary: test, unit, median per method; each splitway method vs haproxy (>1: splitway better)")
 for (t, u), per in vals.items():
     med = {m: statistics.median(v) for m, v in per.items()}
-    ratio = ""
-    if "splitway" in med and "haproxy" in med:
-        s, h = med["splitway"], med["haproxy"]
-        if min(s, h) > 0:
-            ratio = f"{(h / s if u in lower_better else s / h):.2f}x"
-    print("# " + t + " " + u + " " + " ".join(f"{m}={v:.3f}" for m, v in sorted(med.items())) + " " + ratio)
+    ratios = []
+    h = med.get("haproxy")
+    for m in ("splitway", "pair", "pair-rc", "pair-rs"):
+        s = med.get(m)
+        if s is not None and h is not None and min(s, h) > 0:
+            ratios.append(f"{m}={(h / s if u in lower_better else s / h):.2f}x")
+    print("# " + t + " " + u + " " + " ".join(f"{m}={v:.3f}" for m, v in sorted(med.items())) + " " + " ".join(ratios))
 EOF
 grep -q "FAIL" "$out" && { echo "bench-tproxy: a measurement failed (see $out)" >&2; exit 1; }
 exit 0

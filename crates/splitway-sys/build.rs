@@ -1,5 +1,6 @@
-//! Compiles the BPF programs in `<workspace>/bpf/*.c` into `OUT_DIR` with
-//! clang (`-target bpf`, with BTF), so `src/bpf` can embed the objects.
+//! Compiles the BPF programs in `<workspace>/bpf/*.c` (shared headers in
+//! `bpf/include/`) into `OUT_DIR` with clang (`-target bpf`, with BTF), so
+//! `src/bpf/<name>.rs` can embed `<name>.o`.
 //!
 //! A missing clang is a build failure, not a stub: a relay built without its
 //! BPF object would only fail later, at run time, on another machine.
@@ -10,46 +11,42 @@ use std::process::Command;
 fn main() {
     let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest_dir.join("../../bpf");
+    let include_dir = bpf_dir.join("include");
     let out_dir = PathBuf::from(env("OUT_DIR"));
     let clang = std::env::var("SPLITWAY_CLANG").unwrap_or_else(|_| "clang".to_owned());
     println!("cargo:rerun-if-env-changed=SPLITWAY_CLANG");
     println!("cargo:rerun-if-changed={}", bpf_dir.display());
+    println!("cargo:rerun-if-changed={}", include_dir.display());
 
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(&bpf_dir)
-        .unwrap_or_else(|e| panic!("cannot read BPF source dir {}: {e}", bpf_dir.display()))
-        .map(|entry| entry.expect("read_dir entry").path())
-        .filter(|p| p.extension().is_some_and(|ext| ext == "c"))
-        .collect();
-    sources.sort();
+    // Shared headers (packet parsing, the congestion controls' core): any
+    // change rebuilds every program.
+    for header in files(&include_dir, "h") {
+        println!("cargo:rerun-if-changed={}", header.display());
+    }
+    // One program a file; `src/bpf/<name>.rs` embeds `<name>.o`.
+    let sources = files(&bpf_dir, "c");
     assert!(
         !sources.is_empty(),
         "no BPF sources (*.c) in {}",
         bpf_dir.display()
     );
-
     for source in &sources {
         println!("cargo:rerun-if-changed={}", source.display());
-        compile(&clang, source, &out_dir);
+        compile(&clang, source, &include_dir, &out_dir);
     }
-
-    // Congestion controls (struct_ops, bpf/cc/): loaded through libbpf.
-    let cc_dir = bpf_dir.join("cc");
-    let cc_out = out_dir.join("cc");
-    std::fs::create_dir_all(&cc_out).expect("create OUT_DIR/cc");
-    println!("cargo:rerun-if-changed={}", cc_dir.display());
-    let mut cc_sources: Vec<PathBuf> = std::fs::read_dir(&cc_dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", cc_dir.display()))
-        .map(|entry| entry.expect("read_dir entry").path())
-        .filter(|p| p.extension().is_some_and(|ext| ext == "c" || ext == "h"))
-        .collect();
-    cc_sources.sort();
-    for source in &cc_sources {
-        println!("cargo:rerun-if-changed={}", source.display());
-        if source.extension().is_some_and(|ext| ext == "c") {
-            compile(&clang, source, &cc_out);
-        }
-    }
+    // The congestion controls (struct_ops) are loaded through libbpf.
     link_libbpf();
+}
+
+/// The files of `dir` ending in `.ext`, sorted.
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read BPF source dir {}: {e}", dir.display()))
+        .map(|entry| entry.expect("read_dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
+    found.sort();
+    found
 }
 
 /// Links Debian's libbpf (libbpf-dev) statically, so the binary does not
@@ -81,11 +78,12 @@ fn env(key: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| panic!("cargo did not set {key}"))
 }
 
-fn compile(clang: &str, source: &Path, out_dir: &Path) {
+fn compile(clang: &str, source: &Path, include_dir: &Path, out_dir: &Path) {
     let stem = source.file_stem().expect("source has a file name");
     let object = out_dir.join(stem).with_extension("o");
     let mut cmd = Command::new(clang);
     cmd.args(["-O2", "-g", "-Wall", "-target", "bpf"]);
+    cmd.arg("-I").arg(include_dir);
     // <linux/bpf.h> includes <asm/types.h>, which Debian keeps under the
     // multiarch directory that `-target bpf` does not search by itself.
     if let Some(dir) = multiarch_include_dir() {

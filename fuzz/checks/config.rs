@@ -1,8 +1,8 @@
 //! Relay configuration: any text either parses into a config whose
 //! cross-references hold, or yields at least one issue, each naming a key.
 //! Never panics, and the same text always gives the same answer. Parsed
-//! with `Config::parse_str`, which reads no key file (the fuzzer must not
-//! name `/dev/zero` and have it read).
+//! with `Config::parse_str`, whose source reads no file (keys, TLS files,
+//! `/proc`): the fuzzer must not name `/dev/zero` and have it read.
 //!
 //! Shared by the cargo-fuzz target and the stable corpus replay test.
 

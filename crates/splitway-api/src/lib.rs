@@ -129,11 +129,6 @@ api! {
         pub expired: u64,
     }
 
-    /// `{"detector": "dead"}`: the SYN detector stopped for good.
-    pub struct EarlySynDead {
-        pub detector: String,
-    }
-
     pub struct Accel {
         /// `auto`, `on` or `off`.
         pub requested: String,
@@ -278,6 +273,15 @@ api! {
     }
 }
 
+/// `{"detector": "dead"}`: the SYN detector stopped for good. Outside
+/// `api!`: `detector` is required (no `serde(default)`) and other fields
+/// are ignored even under `strict`, so that `detector` alone tells it from
+/// the counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EarlySynDead {
+    pub detector: String,
+}
+
 /// `GET /status`'s `early_syn` when the detector runs or has died.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -312,6 +316,10 @@ pub enum ParamKind {
     #[serde(other)]
     Unknown,
 }
+
+/// The `PUT /params` body: parameter name to new value
+/// (`{"pool.rs.low": 8, "timeouts.idle": "5m"}`).
+pub type ParamsUpdate = BTreeMap<String, ParamValue>;
 
 /// A parameter's value: durations travel as text (`"30s"`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -388,17 +396,34 @@ api! {
         pub leg_rtt_ms: Option<f64>,
         pub onward_ms: Option<f64>,
         pub retrans_per_leg: Option<f64>,
+        /// Retransmitted segments per segment sent on sampled legs, recent
+        /// ones weighing most; it adds to `estimate_ms`.
+        #[serde(default)]
+        pub loss: Option<f64>,
         pub probes: u64,
         pub down_reason: Option<String>,
+    }
+}
+
+api! {
+    /// What `splitway ctl routes --json` prints: the routing table and
+    /// peers of `GET /status`, and `GET /routes` (`null` from a relay
+    /// without path choice).
+    pub struct RoutesReport {
+        pub routes: Vec<Route>,
+        pub peers: Vec<Peer>,
+        pub paths: Option<RoutesView>,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Value, json};
+    use serde_json::Value;
 
-    fn round_trip<T: Serialize + for<'de> Deserialize<'de>>(doc: Value) -> T {
+    /// Reads a wire document and checks that writing it gives it back.
+    fn round_trip<T: Serialize + for<'de> Deserialize<'de>>(text: &str) -> T {
+        let doc: Value = serde_json::from_str(text).expect("a JSON fixture");
         let typed: T = serde_json::from_value(doc.clone()).expect("deserialises");
         assert_eq!(serde_json::to_value(&typed).unwrap(), doc, "same JSON back");
         typed
@@ -406,30 +431,40 @@ mod tests {
 
     #[test]
     fn early_syn_dead_and_running_are_told_apart() {
-        let dead: EarlySyn = round_trip(json!({"detector": "dead"}));
+        let dead: EarlySyn = round_trip(r#"{"detector": "dead"}"#);
         assert!(matches!(dead, EarlySyn::Dead(_)));
-        let running: EarlySyn = round_trip(json!({
-            "pending": 1, "budget": 1024, "markers": 0, "started": 5, "hits": 4,
-            "misses": 1, "duplicates": 0, "over_budget": 0, "denied": 0, "expired": 0,
-        }));
+        let running: EarlySyn = round_trip(
+            r#"{"pending": 1, "budget": 1024, "markers": 0, "started": 5, "hits": 4,
+                "misses": 1, "duplicates": 0, "over_budget": 0, "denied": 0, "expired": 0}"#,
+        );
         assert!(matches!(running, EarlySyn::Running(s) if s.hits == 4));
+    }
+
+    /// Without `strict` (as `splitway ctl` reads), counters must still not
+    /// read as a dead detector: `detector` is required.
+    #[test]
+    fn counters_without_detector_are_not_dead() {
+        let running: EarlySyn = serde_json::from_str(r#"{"pending": 1}"#).unwrap();
+        assert!(matches!(running, EarlySyn::Running(_)), "{running:?}");
     }
 
     #[test]
     fn params_and_errors_keep_their_shapes() {
-        let params: Vec<Param> = round_trip(json!([
+        let params: Vec<Param> = round_trip(
+            r#"[
             {"name": "pool.rs.low", "kind": {"type": "int", "min": 0, "max": 4096},
              "description": "refill below this", "value": 4},
             {"name": "timeouts.idle", "kind": {"type": "duration", "min": "1s", "max": "1d"},
              "description": "idle", "value": "5m"},
-            {"name": "early_syn", "kind": {"type": "bool"}, "description": "x", "value": true},
-        ]));
+            {"name": "early_syn", "kind": {"type": "bool"}, "description": "x", "value": true}
+        ]"#,
+        );
         assert_eq!(params[0].value, ParamValue::Int(4));
         assert_eq!(params[2].value.to_string(), "on");
-        let errors: ErrorBody = round_trip(json!({
-            "error": "invalid parameters, nothing changed", "status": 400,
-            "errors": [{"param": "pool.rx.low", "message": "unknown parameter"}, "line 3: bad"],
-        }));
+        let errors: ErrorBody = round_trip(
+            r#"{"error": "invalid parameters, nothing changed", "status": 400,
+                "errors": [{"param": "pool.rx.low", "message": "unknown parameter"}, "line 3: bad"]}"#,
+        );
         let lines: Vec<String> = errors
             .errors
             .unwrap()
@@ -437,14 +472,14 @@ mod tests {
             .map(|e| e.to_string())
             .collect();
         assert_eq!(lines, ["pool.rx.low: unknown parameter", "line 3: bad"]);
-        let plain: ErrorBody = round_trip(json!({"error": "no such endpoint", "status": 404}));
+        let plain: ErrorBody = round_trip(r#"{"error": "no such endpoint", "status": 404}"#);
         assert!(plain.errors.is_none());
     }
 
     #[test]
     fn unknown_fields_are_refused_under_strict() {
-        let err = serde_json::from_value::<Drain>(
-            json!({"draining": true, "open_connections": 1, "new_field": 2}),
+        let err = serde_json::from_str::<Drain>(
+            r#"{"draining": true, "open_connections": 1, "new_field": 2}"#,
         )
         .unwrap_err();
         assert!(err.to_string().contains("new_field"), "{err}");
@@ -452,7 +487,7 @@ mod tests {
 
     #[test]
     fn unknown_param_kinds_still_read() {
-        let kind: ParamKind = serde_json::from_value(json!({"type": "ratio"})).unwrap();
+        let kind: ParamKind = serde_json::from_str(r#"{"type": "ratio"}"#).unwrap();
         assert_eq!(kind, ParamKind::Unknown);
     }
 }

@@ -5,6 +5,7 @@
 //! | `GET /metrics` | OpenMetrics text |
 //! | `GET /status` | [`AdminHandler::status`] |
 //! | `GET /connections?sample=N` | [`AdminHandler::connections`] (N default 20, at most 1000) |
+//! | `GET /routes` | [`AdminHandler::routes`] |
 //! | `GET /params` | [`AdminHandler::params`]: `[{name, kind, description, value}]` |
 //! | `PUT /params` | body `{"name": value, ...}`: `200 {"changed": [{name, old, new}]}` or `400 {"errors": [{param, message}]}`, nothing changed |
 //! | `POST /drain` | [`AdminHandler::drain`] |
@@ -29,7 +30,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
+use splitway_api as api;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
@@ -47,24 +49,22 @@ use crate::params::{self, ParamChange, ParamError, ParamInfo, ParamUpdate};
 ///
 /// Only [`AdminHandler::status`] is required; the other operations default
 /// to [`AdminError::Unsupported`] (answered `501`) or to no parameters. Any
-/// `Fn() -> serde_json::Value` closure is a handler serving just `/status`.
+/// `Fn() -> splitway_api::Status` closure is a handler serving just `/status`.
+/// Answers are the [`splitway_api`] types, which `splitway ctl` reads back.
 pub trait AdminHandler: Send + Sync + 'static {
     /// The document served at `GET /status`.
-    fn status(&self) -> Value;
+    fn status(&self) -> api::Status;
 
     /// `GET /connections?sample=N`: counts by state and at most `sample`
-    /// connections. Suggested shape (what `splitway ctl connections`
-    /// renders): `{"total": n, "by_state": {state: n}, "by_mode": {mode: n},
-    /// "sample": [{"id", "mode", "state", "client", "dst", "via",
-    /// "age_seconds", "bytes_to_server", "bytes_to_client"}]}`.
-    fn connections(&self, sample: usize) -> Result<Value, AdminError> {
+    /// connections.
+    fn connections(&self, sample: usize) -> Result<api::Connections, AdminError> {
         let _ = sample;
         Err(AdminError::Unsupported)
     }
 
     /// `GET /routes`: each route's candidate next hops as measured (state,
     /// RTT, loss) and the current choice (`splitway ctl routes`).
-    fn routes(&self) -> Result<Value, AdminError> {
+    fn routes(&self) -> Result<api::RoutesView, AdminError> {
         Err(AdminError::Unsupported)
     }
 
@@ -89,24 +89,24 @@ pub trait AdminHandler: Send + Sync + 'static {
 
     /// `POST /drain`: stop accepting new connections and let open ones
     /// finish. Returns at once with a document describing the drain.
-    fn drain(&self) -> Result<Value, AdminError> {
+    fn drain(&self) -> Result<api::Drain, AdminError> {
         Err(AdminError::Unsupported)
     }
 
     /// `POST /reload`: re-read the config file and apply what can change
     /// live. An invalid config changes nothing and is reported as
     /// [`AdminError::Invalid`] (one message per problem, each naming its key).
-    fn reload(&self) -> Result<Value, AdminError> {
+    fn reload(&self) -> Result<api::Reload, AdminError> {
         Err(AdminError::Unsupported)
     }
 }
 
-/// Any `Fn() -> Value` closure serves `/status` only.
+/// Any `Fn() -> splitway_api::Status` closure serves `/status` only.
 impl<F> AdminHandler for F
 where
-    F: Fn() -> Value + Send + Sync + 'static,
+    F: Fn() -> api::Status + Send + Sync + 'static,
 {
-    fn status(&self) -> Value {
+    fn status(&self) -> api::Status {
         self()
     }
 }
@@ -481,7 +481,11 @@ impl Api {
                 Err(message) => Response::error(Status::BadRequest, &message),
             },
             ("/routes", _) => outcome(self.handler.routes()),
-            ("/params", true) => Response::json(Status::Ok, &self.handler.params()),
+            ("/params", true) => {
+                let params: Vec<api::Param> =
+                    self.handler.params().iter().map(ParamInfo::api).collect();
+                Response::json(Status::Ok, &params)
+            }
             ("/params", false) => self.set_params(request),
             ("/drain", _) => {
                 let result = self.handler.drain();
@@ -509,17 +513,19 @@ impl Api {
     /// `PUT /params`: a JSON object of name → value, validated against the
     /// declared parameters, then applied all or nothing.
     fn set_params(&self, request: &Request) -> Response {
-        let body: Value = match serde_json::from_slice(&request.body) {
-            Ok(body) => body,
+        // Values stay untyped here: `params::validate` checks each against
+        // its declared kind and names the parameter when it does not fit.
+        let changes: Map<String, Value> = match serde_json::from_slice(&request.body) {
+            Ok(changes) => changes,
+            Err(error) if error.is_data() => {
+                return Response::error(
+                    Status::BadRequest,
+                    "body must be a JSON object of parameter name to value",
+                );
+            }
             Err(error) => {
                 return Response::error(Status::BadRequest, &format!("body is not JSON: {error}"));
             }
-        };
-        let Value::Object(changes) = body else {
-            return Response::error(
-                Status::BadRequest,
-                "body must be a JSON object of parameter name to value",
-            );
         };
         if changes.is_empty() {
             return Response::error(Status::BadRequest, "no parameters given");
@@ -537,13 +543,13 @@ impl Api {
                     );
                 }
                 let changed = changes.iter().map(ParamChange::api).collect();
-                Response::json(Status::Ok, &splitway_api::ParamsChanged { changed })
+                Response::json(Status::Ok, &api::ParamsChanged { changed })
             }
             Err(errors) => {
                 warn!(errors = ?errors, "admin API: parameter change refused");
                 let errors = errors
                     .iter()
-                    .map(|e| splitway_api::ErrorDetail::Param(e.api()))
+                    .map(|e| api::ErrorDetail::Param(e.api()))
                     .collect();
                 Response::errors(
                     Status::BadRequest,
@@ -576,7 +582,7 @@ fn sample_size(query: Option<&str>) -> Result<usize, String> {
 }
 
 /// The response for a handler's answer.
-fn outcome(result: Result<Value, AdminError>) -> Response {
+fn outcome(result: Result<impl serde::Serialize, AdminError>) -> Response {
     match result {
         Ok(value) => Response::json(Status::Ok, &value),
         Err(AdminError::Unsupported) => Response::error(
@@ -587,12 +593,7 @@ fn outcome(result: Result<Value, AdminError>) -> Response {
         Err(AdminError::Invalid(errors)) => Response::errors(
             Status::UnprocessableContent,
             format!("{} error(s), nothing changed", errors.len()),
-            Some(
-                errors
-                    .into_iter()
-                    .map(splitway_api::ErrorDetail::Text)
-                    .collect(),
-            ),
+            Some(errors.into_iter().map(api::ErrorDetail::Text).collect()),
         ),
     }
 }
@@ -604,7 +605,7 @@ mod tests {
     fn api() -> Api {
         Api {
             metrics: Arc::new(Metrics::new()),
-            handler: Arc::new(|| serde_json::json!({"ok": true})),
+            handler: Arc::new(api::Status::default),
         }
     }
 

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde::de::DeserializeOwned;
 
 /// The relay's default `admin` address.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:9090";
@@ -87,8 +87,9 @@ impl Answer {
         (200..300).contains(&self.status)
     }
 
-    /// The body parsed as JSON.
-    pub fn json(&self) -> Result<Value, serde_json::Error> {
+    /// The body read as `T`: a `splitway_api` type, or `serde_json::Value`
+    /// to print the document as it came.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
         serde_json::from_slice(&self.body)
     }
 }
@@ -141,12 +142,13 @@ impl AdminClient {
         self.request("GET", path, None)
     }
 
-    /// Sends one request, with `body` as JSON if given, and reads the answer.
+    /// Sends one request, with `body` (JSON text) if given, and reads the
+    /// answer.
     pub fn request(
         &self,
         method: &str,
         path: &str,
-        body: Option<&Value>,
+        body: Option<&[u8]>,
     ) -> Result<Answer, ClientError> {
         if let Some(socket) = self.addr.strip_prefix("unix:") {
             let stream =
@@ -189,9 +191,8 @@ impl AdminClient {
         host: &str,
         method: &str,
         path: &str,
-        body: Option<&Value>,
+        body: Option<&[u8]>,
     ) -> Result<Answer, ClientError> {
-        let body = body.map(|value| value.to_string().into_bytes());
         let mut request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: splitway-ctl\r\nAccept: application/json\r\nConnection: close\r\n"
         );
@@ -205,7 +206,7 @@ impl AdminClient {
         }
         request.push_str("\r\n");
         let mut bytes = request.into_bytes();
-        bytes.extend_from_slice(body.as_deref().unwrap_or_default());
+        bytes.extend_from_slice(body.unwrap_or_default());
         stream.write_all(&bytes).map_err(|source| self.io(source))?;
         stream.flush().map_err(|source| self.io(source))?;
 

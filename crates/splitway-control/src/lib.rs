@@ -7,9 +7,10 @@
 //!   so series cardinality never depends on traffic. Updates on the data path
 //!   are single atomic operations.
 //! * [`serve`] runs the admin server: `GET /metrics` (OpenMetrics text),
-//!   `GET /status`, `GET /connections`, `GET`/`PUT /params`, `POST /drain`,
-//!   `POST /reload`, answered by the relay's [`AdminHandler`]; [`serve_unix`]
-//!   serves the same on a unix socket.
+//!   `GET /status`, `GET /connections`, `GET /routes`, `GET`/`PUT /params`,
+//!   `POST /drain`, `POST /reload`, answered by the relay's [`AdminHandler`]
+//!   with [`splitway_api`] types; [`serve_unix`] serves the same on a unix
+//!   socket.
 //! * [`params`] declares live-tunable parameters with types and ranges and
 //!   validates changes before the relay sees them.
 //! * [`client`] is the blocking client `splitway ctl` uses.
@@ -22,7 +23,10 @@
 //! let metrics = Arc::new(Metrics::new());
 //! metrics.accepted(Mode::Socks5);
 //! // A closure is a handler that serves `/status` only.
-//! let handler: Arc<dyn AdminHandler> = Arc::new(|| serde_json::json!({"state": "running"}));
+//! let handler: Arc<dyn AdminHandler> = Arc::new(|| splitway_api::Status {
+//!     name: "edge".into(),
+//!     ..Default::default()
+//! });
 //! let listener = bind("127.0.0.1:9090".parse().unwrap()).await?;
 //! serve(listener, metrics, handler, std::future::pending()).await
 //! # }

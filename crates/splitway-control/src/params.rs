@@ -12,15 +12,13 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::Value;
 
 /// Log levels accepted by `log.level`, most severe first.
 pub const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
 /// The type and allowed range of a parameter.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParamKind {
     /// `true`/`false` (the admin API also takes `"on"`/`"off"`).
     Bool,
@@ -35,10 +33,8 @@ pub enum ParamKind {
     /// or as a number of seconds.
     Duration {
         /// Shortest allowed value.
-        #[serde(serialize_with = "serialize_duration")]
         min: Duration,
         /// Longest allowed value.
-        #[serde(serialize_with = "serialize_duration")]
         max: Duration,
     },
     /// One of a fixed set of words.
@@ -55,6 +51,28 @@ pub enum ParamKind {
 }
 
 impl ParamKind {
+    /// As `GET /params` lists it: duration bounds as text (`"1s"`).
+    pub fn api(&self) -> splitway_api::ParamKind {
+        use splitway_api::ParamKind as Api;
+        match self {
+            ParamKind::Bool => Api::Bool,
+            ParamKind::Int { min, max } => Api::Int {
+                min: *min,
+                max: *max,
+            },
+            ParamKind::Duration { min, max } => Api::Duration {
+                min: format_duration(*min),
+                max: format_duration(*max),
+            },
+            ParamKind::Choice { choices } => Api::Choice {
+                choices: choices.iter().map(|c| (*c).to_owned()).collect(),
+            },
+            ParamKind::Text { max_len } => Api::Text {
+                max_len: *max_len as u64,
+            },
+        }
+    }
+
     /// Converts a JSON value to this kind, checking the range. `Err` is the
     /// reason, without the parameter name.
     pub fn parse(&self, raw: &Value) -> Result<ParamValue, String> {
@@ -154,16 +172,6 @@ impl ParamValue {
         }
     }
 
-    /// The JSON form: booleans and integers as such, durations as `"30s"`.
-    pub fn to_json(&self) -> Value {
-        match self {
-            ParamValue::Bool(b) => Value::Bool(*b),
-            ParamValue::Int(n) => Value::from(*n),
-            ParamValue::Duration(d) => Value::String(format_duration(*d)),
-            ParamValue::Text(s) => Value::String(s.clone()),
-        }
-    }
-
     /// The value if it is a [`ParamValue::Bool`].
     pub fn as_bool(&self) -> Option<bool> {
         match self {
@@ -208,14 +216,8 @@ impl fmt::Display for ParamValue {
     }
 }
 
-impl Serialize for ParamValue {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.to_json().serialize(serializer)
-    }
-}
-
 /// A parameter's declaration: name, kind and what it does.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamSpec {
     /// Dotted name, e.g. `pool.rs.low`.
     pub name: String,
@@ -340,13 +342,24 @@ impl ParamSpec {
 }
 
 /// A parameter as `GET /params` shows it: declaration plus current value.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamInfo {
     /// Declaration.
-    #[serde(flatten)]
     pub spec: ParamSpec,
     /// Current value.
     pub value: ParamValue,
+}
+
+impl ParamInfo {
+    /// As `GET /params` lists it.
+    pub fn api(&self) -> splitway_api::Param {
+        splitway_api::Param {
+            name: self.spec.name.clone(),
+            kind: self.spec.kind.api(),
+            description: self.spec.description.clone(),
+            value: self.value.api(),
+        }
+    }
 }
 
 /// A validated request to set `name` to `value`.
@@ -359,7 +372,7 @@ pub struct ParamUpdate {
 }
 
 /// An applied change, for the log and the admin response.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamChange {
     /// Parameter name.
     pub name: String,
@@ -387,7 +400,7 @@ impl fmt::Display for ParamChange {
 }
 
 /// Why one parameter of a request was refused.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{param}: {message}")]
 pub struct ParamError {
     /// The parameter named in the request.
@@ -506,6 +519,17 @@ impl ParamRegistry {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A registry declaring each `(spec, initial value)` in turn.
+    pub fn with(
+        params: impl IntoIterator<Item = (ParamSpec, ParamValue)>,
+    ) -> Result<Self, DeclareError> {
+        let registry = Self::new();
+        for (spec, initial) in params {
+            registry.declare(spec, initial)?;
+        }
+        Ok(registry)
     }
 
     /// Declares `spec` with its current value.
@@ -642,14 +666,9 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
-fn serialize_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format_duration(*d))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     /// What humantime would read differently: bare seconds, and `M`.
     #[test]
@@ -664,26 +683,17 @@ mod tests {
     }
 
     fn registry() -> ParamRegistry {
-        let registry = ParamRegistry::new();
-        registry
-            .declare(ParamSpec::pool_low("rs"), ParamValue::Int(4))
-            .unwrap();
-        registry
-            .declare(ParamSpec::pool_high("rs"), ParamValue::Int(16))
-            .unwrap();
-        registry
-            .declare(ParamSpec::early_syn(), ParamValue::Bool(false))
-            .unwrap();
-        registry
-            .declare(
+        ParamRegistry::with([
+            (ParamSpec::pool_low("rs"), ParamValue::Int(4)),
+            (ParamSpec::pool_high("rs"), ParamValue::Int(16)),
+            (ParamSpec::early_syn(), ParamValue::Bool(false)),
+            (
                 ParamSpec::idle_timeout(),
                 ParamValue::Duration(Duration::from_secs(300)),
-            )
-            .unwrap();
-        registry
-            .declare(ParamSpec::log_level(), ParamValue::Text("info".into()))
-            .unwrap();
-        registry
+            ),
+            (ParamSpec::log_level(), ParamValue::Text("info".into())),
+        ])
+        .unwrap()
     }
 
     fn low_not_above_high(values: &ParamValues) -> Vec<ParamError> {
@@ -696,8 +706,9 @@ mod tests {
         }
     }
 
-    fn body(value: Value) -> serde_json::Map<String, Value> {
-        value.as_object().unwrap().clone()
+    /// A `PUT /params` body, as the admin server reads it.
+    fn body(text: &str) -> serde_json::Map<String, Value> {
+        serde_json::from_str(text).unwrap()
     }
 
     #[test]
@@ -705,14 +716,10 @@ mod tests {
         let declared = registry().infos();
         let errors = validate(
             &declared,
-            &body(json!({
-                "pool.rs.low": 5000,
-                "pool.nowhere.low": 1,
-                "early_syn": 3,
-                "timeouts.idle": "forever",
-                "log.level": 3,
-                "pool.rs.high": 8,
-            })),
+            &body(
+                r#"{"pool.rs.low": 5000, "pool.nowhere.low": 1, "early_syn": 3,
+                    "timeouts.idle": "forever", "log.level": 3, "pool.rs.high": 8}"#,
+            ),
         )
         .unwrap_err();
         let named: Vec<&str> = errors.iter().map(|e| e.param.as_str()).collect();
@@ -752,7 +759,7 @@ mod tests {
         let declared = registry().infos();
         let updates = validate(
             &declared,
-            &body(json!({"pool.rs.low": "8", "early_syn": "on", "timeouts.idle": "90s"})),
+            &body(r#"{"pool.rs.low": "8", "early_syn": "on", "timeouts.idle": "90s"}"#),
         )
         .unwrap();
         assert_eq!(
@@ -772,12 +779,12 @@ mod tests {
                 },
             ]
         );
-        let minute = validate(&declared, &body(json!({"timeouts.idle": 60}))).unwrap();
+        let minute = validate(&declared, &body(r#"{"timeouts.idle": 60}"#)).unwrap();
         assert_eq!(
             minute[0].value,
             ParamValue::Duration(Duration::from_secs(60))
         );
-        let short = validate(&declared, &body(json!({"timeouts.idle": "500ms"}))).unwrap_err();
+        let short = validate(&declared, &body(r#"{"timeouts.idle": "500ms"}"#)).unwrap_err();
         assert_eq!(short[0].message, "500ms is outside 1s..=604800s");
     }
 
@@ -867,14 +874,14 @@ mod tests {
             spec: ParamSpec::idle_timeout(),
             value: ParamValue::Duration(Duration::from_millis(1500)),
         };
+        let text = serde_json::to_string(&info.api()).unwrap();
         assert_eq!(
-            serde_json::to_value(&info).unwrap(),
-            json!({
-                "name": "timeouts.idle",
-                "kind": {"type": "duration", "min": "1s", "max": "604800s"},
-                "description": "close connections that moved no data for this long",
-                "value": "1500ms",
-            })
+            text,
+            concat!(
+                r#"{"name":"timeouts.idle","kind":{"type":"duration","min":"1s","max":"604800s"},"#,
+                r#""description":"close connections that moved no data for this long","#,
+                r#""value":"1500ms"}"#
+            )
         );
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use splitway_api::{self as api, ParamValue as V};
 use splitway_control::client::{AdminClient, Answer};
 use splitway_control::params::ParamValues;
 use splitway_control::{
@@ -26,27 +26,16 @@ struct FakeRelay {
 
 impl FakeRelay {
     fn new() -> Self {
-        let params = ParamRegistry::new();
-        params
-            .declare(ParamSpec::pool_low("rs"), ParamValue::Int(4))
-            .unwrap();
-        params
-            .declare(ParamSpec::pool_high("rs"), ParamValue::Int(16))
-            .unwrap();
-        params
-            .declare(ParamSpec::early_syn(), ParamValue::Bool(false))
-            .unwrap();
-        params
-            .declare(
-                ParamSpec::idle_timeout(),
-                ParamValue::Duration(Duration::from_secs(300)),
-            )
-            .unwrap();
-        params
-            .declare(ParamSpec::log_level(), ParamValue::Text("info".into()))
-            .unwrap();
+        let idle = ParamValue::Duration(Duration::from_secs(300));
         Self {
-            params,
+            params: ParamRegistry::with([
+                (ParamSpec::pool_low("rs"), ParamValue::Int(4)),
+                (ParamSpec::pool_high("rs"), ParamValue::Int(16)),
+                (ParamSpec::early_syn(), ParamValue::Bool(false)),
+                (ParamSpec::idle_timeout(), idle),
+                (ParamSpec::log_level(), ParamValue::Text("info".into())),
+            ])
+            .unwrap(),
             drains: AtomicUsize::new(0),
             config_broken: Mutex::new(false),
             last_sample: Mutex::new(None),
@@ -55,20 +44,28 @@ impl FakeRelay {
 }
 
 impl AdminHandler for FakeRelay {
-    fn status(&self) -> Value {
-        json!({"name": "rc", "version": "test"})
+    fn status(&self) -> api::Status {
+        api::Status {
+            name: "rc".into(),
+            version: "test".into(),
+            ..Default::default()
+        }
     }
 
-    fn connections(&self, sample: usize) -> Result<Value, AdminError> {
+    fn connections(&self, sample: usize) -> Result<api::Connections, AdminError> {
         *self.last_sample.lock().unwrap() = Some(sample);
-        let all: Vec<Value> = (0..3)
-            .map(|id| json!({"id": id, "mode": "socks5", "state": "forwarding"}))
-            .collect();
-        Ok(json!({
-            "total": 3,
-            "by_state": {"forwarding": 3},
-            "sample": all.into_iter().take(sample).collect::<Vec<_>>(),
-        }))
+        let all = (0..3).map(|id| api::Connection {
+            id: format!("{id:016x}"),
+            mode: "socks5".into(),
+            state: "forwarding".into(),
+            ..Default::default()
+        });
+        Ok(api::Connections {
+            total: 3,
+            by_state: [("forwarding".to_owned(), 3)].into(),
+            sample: all.take(sample).collect(),
+            ..Default::default()
+        })
     }
 
     fn params(&self) -> Vec<ParamInfo> {
@@ -87,21 +84,27 @@ impl AdminHandler for FakeRelay {
         })
     }
 
-    fn drain(&self) -> Result<Value, AdminError> {
+    fn drain(&self) -> Result<api::Drain, AdminError> {
         if self.drains.fetch_add(1, Ordering::SeqCst) > 0 {
             return Err(AdminError::Refused("already draining".into()));
         }
-        Ok(json!({"draining": true, "active": 3}))
+        Ok(api::Drain {
+            draining: true,
+            open_connections: 3,
+        })
     }
 
-    fn reload(&self) -> Result<Value, AdminError> {
+    fn reload(&self) -> Result<api::Reload, AdminError> {
         if *self.config_broken.lock().unwrap() {
             return Err(AdminError::Invalid(vec![
                 "peer.rs.addr: `nowhere` is not IP:port".into(),
                 "route[0].via: no peer named `rx`".into(),
             ]));
         }
-        Ok(json!({"reloaded": true, "changed": []}))
+        Ok(api::Reload {
+            reloaded: true,
+            ..Default::default()
+        })
     }
 }
 
@@ -132,13 +135,30 @@ async fn start(handler: Option<Arc<dyn AdminHandler>>) -> Server {
 }
 
 /// One request through the blocking client, off the runtime's threads.
-async fn call(server: &Server, method: &str, path: &str, body: Option<Value>) -> Answer {
+async fn call(server: &Server, method: &str, path: &str, body: Option<&[u8]>) -> Answer {
     let client = AdminClient::new(&server.addr, Duration::from_secs(5));
-    let (method, path) = (method.to_owned(), path.to_owned());
-    tokio::task::spawn_blocking(move || client.request(&method, &path, body.as_ref()))
+    let (method, path, body) = (method.to_owned(), path.to_owned(), body.map(<[u8]>::to_vec));
+    tokio::task::spawn_blocking(move || client.request(&method, &path, body.as_deref()))
         .await
         .unwrap()
         .unwrap()
+}
+
+/// A `PUT /params` body.
+fn update<const N: usize>(pairs: [(&str, V); N]) -> Vec<u8> {
+    let body: api::ParamsUpdate = pairs.map(|(k, v)| (k.to_owned(), v)).into();
+    serde_json::to_vec(&body).unwrap()
+}
+
+/// The answer read as `T`, which must be its shape.
+fn read<T: serde::de::DeserializeOwned>(answer: &Answer) -> T {
+    answer.json().unwrap_or_else(|e| {
+        let body = String::from_utf8_lossy(&answer.body);
+        panic!(
+            "answer {} not in the expected shape ({e}): {body}",
+            answer.status
+        )
+    })
 }
 
 /// A request with hand-written headers, for what the client never sends.
@@ -157,7 +177,7 @@ async fn status_and_metrics_are_served() {
     let status = call(&server, "GET", "/status", None).await;
     assert_eq!(status.status, 200);
     assert_eq!(status.content_type.as_deref(), Some("application/json"));
-    assert_eq!(status.json().unwrap()["name"], "rc");
+    assert_eq!(read::<api::Status>(&status).name, "rc");
 
     let metrics = call(&server, "GET", "/metrics", None).await;
     assert_eq!(metrics.status, 200);
@@ -171,10 +191,12 @@ async fn connections_honours_and_bounds_the_sample() {
     let default = call(&server, "GET", "/connections", None).await;
     assert_eq!(default.status, 200);
     assert_eq!(*server.relay.last_sample.lock().unwrap(), Some(20));
-    assert_eq!(default.json().unwrap()["by_state"]["forwarding"], 3);
+    let default: api::Connections = read(&default);
+    assert_eq!(default.by_state["forwarding"], 3);
+    assert_eq!(default.sample.len(), 3);
 
     let one = call(&server, "GET", "/connections?sample=1", None).await;
-    assert_eq!(one.json().unwrap()["sample"].as_array().unwrap().len(), 1);
+    assert_eq!(read::<api::Connections>(&one).sample.len(), 1);
 
     call(&server, "GET", "/connections?sample=999999", None).await;
     assert_eq!(
@@ -184,12 +206,9 @@ async fn connections_honours_and_bounds_the_sample() {
 
     let bad = call(&server, "GET", "/connections?sample=lots", None).await;
     assert_eq!(bad.status, 400);
-    assert!(
-        bad.json().unwrap()["error"]
-            .as_str()
-            .unwrap()
-            .contains("sample")
-    );
+    let bad: api::ErrorBody = read(&bad);
+    assert!(bad.error.contains("sample"), "{bad:?}");
+    assert_eq!(bad.status, 400);
 }
 
 #[tokio::test]
@@ -197,15 +216,12 @@ async fn params_are_listed_with_kind_and_value() {
     let server = start(None).await;
     let answer = call(&server, "GET", "/params", None).await;
     assert_eq!(answer.status, 200);
-    let params = answer.json().unwrap();
-    let low = params
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "pool.rs.low")
-        .unwrap();
-    assert_eq!(low["value"], 4);
-    assert_eq!(low["kind"], json!({"type": "int", "min": 0, "max": 4096}));
+    let params: Vec<api::Param> = read(&answer);
+    let low = params.iter().find(|p| p.name == "pool.rs.low").unwrap();
+    assert_eq!(low.value, V::Int(4));
+    assert_eq!(low.kind, api::ParamKind::Int { min: 0, max: 4096 });
+    let idle = params.iter().find(|p| p.name == "timeouts.idle").unwrap();
+    assert_eq!(idle.value, V::Text("300s".into()));
 }
 
 #[tokio::test]
@@ -215,17 +231,30 @@ async fn put_params_applies_all_and_reports_old_and_new() {
         &server,
         "PUT",
         "/params",
-        Some(json!({"pool.rs.high": 32, "pool.rs.low": "8", "timeouts.idle": "10m"})),
+        Some(&update([
+            ("pool.rs.high", V::Int(32)),
+            ("pool.rs.low", V::Text("8".into())),
+            ("timeouts.idle", V::Text("10m".into())),
+        ])),
     )
     .await;
-    assert_eq!(answer.status, 200, "{:?}", answer.json());
+    assert_eq!(answer.status, 200);
+    let changed = |name: &str, old, new| api::ParamChanged {
+        name: name.into(),
+        old,
+        new,
+    };
     assert_eq!(
-        answer.json().unwrap(),
-        json!({"changed": [
-            {"name": "pool.rs.high", "old": 16, "new": 32},
-            {"name": "pool.rs.low", "old": 4, "new": 8},
-            {"name": "timeouts.idle", "old": "300s", "new": "600s"},
-        ]})
+        read::<api::ParamsChanged>(&answer).changed,
+        [
+            changed("pool.rs.high", V::Int(16), V::Int(32)),
+            changed("pool.rs.low", V::Int(4), V::Int(8)),
+            changed(
+                "timeouts.idle",
+                V::Text("300s".into()),
+                V::Text("600s".into())
+            ),
+        ]
     );
     assert_eq!(
         server.relay.params.get("pool.rs.low"),
@@ -240,36 +269,59 @@ async fn put_params_refuses_everything_if_anything_is_wrong() {
         &server,
         "PUT",
         "/params",
-        Some(json!({"pool.rs.low": 5, "pool.rx.low": 1, "early_syn": 2, "pool.rs.high": 99999})),
+        Some(&update([
+            ("pool.rs.low", V::Int(5)),
+            ("pool.rx.low", V::Int(1)),
+            ("early_syn", V::Int(2)),
+            ("pool.rs.high", V::Int(99999)),
+        ])),
     )
     .await;
     assert_eq!(answer.status, 400);
-    let errors = answer.json().unwrap()["errors"].clone();
-    let named: Vec<&str> = errors
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["param"].as_str().unwrap())
-        .collect();
+    let errors = param_errors(&answer);
+    let named: Vec<&str> = errors.iter().map(|e| e.param.as_str()).collect();
     assert_eq!(named, ["early_syn", "pool.rs.high", "pool.rx.low"]);
-    assert_eq!(errors[1]["message"], "99999 is outside 0..=4096");
+    assert_eq!(errors[1].message, "99999 is outside 0..=4096");
     assert_eq!(
         server.relay.params.get("pool.rs.low"),
         Some(ParamValue::Int(4))
     );
 
     // Valid one by one, invalid together: the relay's cross-check refuses.
-    let crossed = call(&server, "PUT", "/params", Some(json!({"pool.rs.low": 20}))).await;
+    let crossed = update([("pool.rs.low", V::Int(20))]);
+    let crossed = call(&server, "PUT", "/params", Some(&crossed)).await;
     assert_eq!(crossed.status, 400);
     assert_eq!(
-        crossed.json().unwrap()["errors"],
-        json!([{"param": "pool.rs.low", "message": "low (20) is above high (16)"}])
+        param_errors(&crossed),
+        [api::ParamError {
+            param: "pool.rs.low".into(),
+            message: "low (20) is above high (16)".into()
+        }]
     );
 
-    for body in [json!([1, 2]), json!({})] {
+    for (body, why) in [
+        (&b"[1, 2]"[..], "body must be a JSON object"),
+        (b"{}", "no parameters given"),
+        (b"{\"early_syn\": ", "body is not JSON"),
+    ] {
         let refused = call(&server, "PUT", "/params", Some(body)).await;
         assert_eq!(refused.status, 400);
+        let refused: api::ErrorBody = read(&refused);
+        assert!(refused.error.starts_with(why), "{refused:?}");
     }
+}
+
+/// The per-parameter errors of a refused `PUT /params`.
+fn param_errors(answer: &Answer) -> Vec<api::ParamError> {
+    let body: api::ErrorBody = read(answer);
+    let errors = body.errors.expect("errors listed");
+    errors
+        .into_iter()
+        .map(|e| match e {
+            api::ErrorDetail::Param(e) => e,
+            api::ErrorDetail::Text(text) => panic!("error without a parameter: {text}"),
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -277,10 +329,10 @@ async fn drain_answers_then_refuses_a_second_drain() {
     let server = start(None).await;
     let first = call(&server, "POST", "/drain", None).await;
     assert_eq!(first.status, 200);
-    assert_eq!(first.json().unwrap()["draining"], true);
+    assert!(read::<api::Drain>(&first).draining);
     let second = call(&server, "POST", "/drain", None).await;
     assert_eq!(second.status, 409);
-    assert_eq!(second.json().unwrap()["error"], "already draining");
+    assert_eq!(read::<api::ErrorBody>(&second).error, "already draining");
 }
 
 #[tokio::test]
@@ -288,16 +340,17 @@ async fn reload_reports_each_config_error() {
     let server = start(None).await;
     let ok = call(&server, "POST", "/reload", None).await;
     assert_eq!(ok.status, 200);
+    assert!(read::<api::Reload>(&ok).reloaded);
     *server.relay.config_broken.lock().unwrap() = true;
     let broken = call(&server, "POST", "/reload", None).await;
     assert_eq!(broken.status, 422);
-    let body = broken.json().unwrap();
-    assert_eq!(body["errors"].as_array().unwrap().len(), 2);
+    let errors = read::<api::ErrorBody>(&broken)
+        .errors
+        .expect("errors listed");
+    assert_eq!(errors.len(), 2);
     assert!(
-        body["errors"][0]
-            .as_str()
-            .unwrap()
-            .starts_with("peer.rs.addr")
+        matches!(&errors[0], api::ErrorDetail::Text(e) if e.starts_with("peer.rs.addr")),
+        "{errors:?}"
     );
 }
 
@@ -322,16 +375,21 @@ async fn wrong_methods_unknown_paths_and_browsers_are_refused() {
 
 #[tokio::test]
 async fn a_status_only_handler_answers_501_and_knows_no_parameters() {
-    let server = start(Some(Arc::new(|| json!({"name": "minimal"})))).await;
+    let minimal = || api::Status {
+        name: "minimal".into(),
+        ..Default::default()
+    };
+    let server = start(Some(Arc::new(minimal))).await;
     assert_eq!(call(&server, "GET", "/status", None).await.status, 200);
     assert_eq!(call(&server, "GET", "/connections", None).await.status, 501);
     assert_eq!(call(&server, "POST", "/drain", None).await.status, 501);
     assert_eq!(call(&server, "POST", "/reload", None).await.status, 501);
     let params = call(&server, "GET", "/params", None).await;
-    assert_eq!(params.json().unwrap(), json!([]));
-    let set = call(&server, "PUT", "/params", Some(json!({"early_syn": true}))).await;
+    assert_eq!(read::<Vec<api::Param>>(&params), []);
+    let set = update([("early_syn", V::Bool(true))]);
+    let set = call(&server, "PUT", "/params", Some(&set)).await;
     assert_eq!(set.status, 400);
-    assert_eq!(set.json().unwrap()["errors"][0]["param"], "early_syn");
+    assert_eq!(param_errors(&set)[0].param, "early_syn");
 }
 
 #[tokio::test]
@@ -361,13 +419,13 @@ async fn unix_socket_serves_the_same_api_and_replaces_a_stale_socket() {
         },
     ));
     let client = AdminClient::new(&format!("unix:{}", path.display()), Duration::from_secs(5));
-    let answer = tokio::task::spawn_blocking(move || {
-        client.request("PUT", "/params", Some(&json!({"early_syn": true})))
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(answer.status, 200, "{:?}", answer.json());
+    let body = update([("early_syn", V::Bool(true))]);
+    let answer = tokio::task::spawn_blocking(move || client.request("PUT", "/params", Some(&body)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status, 200);
+    assert_eq!(read::<api::ParamsChanged>(&answer).changed.len(), 1);
     assert_eq!(relay.params.get("early_syn"), Some(ParamValue::Bool(true)));
 
     stop.send(()).unwrap();

@@ -54,7 +54,11 @@ impl Server {
     }
 
     async fn with_defaults() -> Self {
-        Self::start(AdminConfig::default(), Arc::new(|| serde_json::json!({}))).await
+        Self::start(
+            AdminConfig::default(),
+            Arc::new(splitway_api::Status::default),
+        )
+        .await
     }
 
     async fn stop(mut self) -> Result<(), ControlError> {
@@ -81,9 +85,14 @@ impl HttpResponse {
             .map(|(_, value)| value.as_str())
     }
 
-    fn json(&self) -> serde_json::Value {
+    fn json<T: serde::de::DeserializeOwned>(&self) -> T {
         assert_eq!(self.header("content-type"), Some("application/json"));
         serde_json::from_str(&self.body).unwrap()
+    }
+
+    /// The error answer's `status`, which repeats the HTTP one.
+    fn error_status(&self) -> u16 {
+        self.json::<splitway_api::ErrorBody>().status
     }
 }
 
@@ -320,17 +329,27 @@ async fn head_metrics_sends_headers_only() {
     server.stop().await.unwrap();
 }
 
+/// A `/status` document that tells the calls of the provider apart.
+fn status_document(call: usize) -> splitway_api::Status {
+    splitway_api::Status {
+        name: "running".into(),
+        uptime_seconds: call as f64,
+        listeners: vec![splitway_api::Listener {
+            mode: "socks5".into(),
+            addr: "127.0.0.1:1080".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
 #[tokio::test]
 async fn status_endpoint_serves_the_provider_document() {
     let calls = Arc::new(AtomicUsize::new(0));
     let provider_calls = Arc::clone(&calls);
     let status: Arc<dyn StatusProvider> = Arc::new(move || {
         let call = provider_calls.fetch_add(1, Ordering::SeqCst) + 1;
-        serde_json::json!({
-            "state": "running",
-            "call": call,
-            "listeners": [{"mode": "socks5", "addr": "127.0.0.1:1080"}],
-        })
+        status_document(call)
     });
     let server = Server::start(AdminConfig::default(), status).await;
 
@@ -338,12 +357,8 @@ async fn status_endpoint_serves_the_provider_document() {
         let response = get(server.addr, "/status?verbose=1").await;
         assert_eq!(response.status, 200);
         assert_eq!(
-            response.json(),
-            serde_json::json!({
-                "state": "running",
-                "call": expected_call,
-                "listeners": [{"mode": "socks5", "addr": "127.0.0.1:1080"}],
-            })
+            response.json::<splitway_api::Status>(),
+            status_document(expected_call)
         );
     }
     assert_eq!(calls.load(Ordering::SeqCst), 2);
@@ -356,8 +371,11 @@ async fn unknown_paths_wrong_methods_and_garbage_get_json_errors() {
 
     let not_found = get(server.addr, "/metrics/extra").await;
     assert_eq!(not_found.status, 404);
-    assert_eq!(not_found.json()["status"], 404);
-    assert!(not_found.json()["error"].is_string());
+    assert_eq!(not_found.error_status(), 404);
+    assert_eq!(
+        not_found.json::<splitway_api::ErrorBody>().error,
+        "no such endpoint"
+    );
 
     let wrong_method = exchange(
         server.addr,
@@ -366,7 +384,7 @@ async fn unknown_paths_wrong_methods_and_garbage_get_json_errors() {
     .await;
     assert_eq!(wrong_method.status, 405);
     assert_eq!(wrong_method.header("allow"), Some("GET, HEAD"));
-    assert_eq!(wrong_method.json()["status"], 405);
+    assert_eq!(wrong_method.error_status(), 405);
 
     let put_status = exchange(server.addr, b"PUT /status HTTP/1.1\r\n\r\n").await;
     assert_eq!(put_status.status, 405);
@@ -379,7 +397,7 @@ async fn unknown_paths_wrong_methods_and_garbage_get_json_errors() {
     ] {
         let response = exchange(server.addr, garbage).await;
         assert_eq!(response.status, 400, "for {garbage:?}");
-        assert_eq!(response.json()["status"], 400);
+        assert_eq!(response.error_status(), 400);
     }
 
     // Half-closed mid-head: still answered.
@@ -406,7 +424,7 @@ async fn oversized_head_gets_431() {
     request.resize(9 * 1024, b'a');
     let response = exchange(server.addr, &request).await;
     assert_eq!(response.status, 431);
-    assert_eq!(response.json()["status"], 431);
+    assert_eq!(response.error_status(), 431);
 
     // Exactly at the limit is still fine.
     let mut request = b"GET /status HTTP/1.1\r\nX-Padding: ".to_vec();
@@ -444,7 +462,7 @@ async fn slowloris_is_cut_off_without_blocking_others() {
         read_timeout,
         ..AdminConfig::default()
     };
-    let server = Server::start(config, Arc::new(|| serde_json::json!({"ok": true}))).await;
+    let server = Server::start(config, Arc::new(splitway_api::Status::default)).await;
 
     let mut stalled = Vec::new();
     for _ in 0..3 {
@@ -460,7 +478,7 @@ async fn slowloris_is_cut_off_without_blocking_others() {
         let (answer, cut_off) = reader.await.unwrap();
         let response = parse_response(&answer);
         assert_eq!(response.status, 408);
-        assert_eq!(response.json()["status"], 408);
+        assert_eq!(response.error_status(), 408);
         assert!(
             cut_off.duration_since(sent) >= read_timeout,
             "cut off after {:?}, before the {read_timeout:?} timeout",
@@ -481,7 +499,7 @@ async fn connection_limit_queues_excess_clients() {
         max_connections: 1,
         ..AdminConfig::default()
     };
-    let server = Server::start(config, Arc::new(|| serde_json::json!({}))).await;
+    let server = Server::start(config, Arc::new(splitway_api::Status::default)).await;
 
     let (_, stalled) = slowloris(server.addr).await;
     // Served, but only once the only slot is freed by the timeout.
@@ -503,7 +521,7 @@ async fn shutdown_closes_listener_and_aborts_stalled_requests() {
         read_timeout: Duration::from_secs(60),
         ..AdminConfig::default()
     };
-    let server = Server::start(config, Arc::new(|| serde_json::json!({}))).await;
+    let server = Server::start(config, Arc::new(splitway_api::Status::default)).await;
     let addr = server.addr;
     assert_eq!(get(addr, "/status").await.status, 200);
 

@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 
-use crate::fidelity::{FidelityOptions, print_fidelity, run_fidelity};
+use crate::fidelity::{FidelityOptions, FidelityReport, print_fidelity, run_fidelity};
 use crate::model::Config;
 use crate::report::LabReport;
 use crate::runner::{self, RunOptions};
@@ -80,6 +80,10 @@ pub enum LabCommand {
     List,
     /// Benchmark: splitway vs direct TCP, HAProxy and socat on loopback (`make bench`).
     Bench(crate::bench::BenchArgs),
+    /// The bench's backends and load generators on any address, for the
+    /// namespace benches in scripts/ (`make bench-growth`).
+    #[command(subcommand)]
+    Load(crate::bench::loadgen::LoadCommand),
     /// Soak: N concurrent split connections through a relay pair for a long
     /// time, every byte checked, relay descriptors and memory before/after (`make soak`).
     Soak(crate::soak::SoakArgs),
@@ -175,12 +179,26 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
         }
         Some(LabCommand::Fidelity { quick, json }) => fidelity(quick, json),
         Some(LabCommand::Bench(bench)) => crate::bench::run(bench),
+        Some(LabCommand::Load(load)) => Ok(crate::bench::loadgen::run(load)?),
         Some(LabCommand::Soak(soak)) => crate::soak::run(soak),
         Some(LabCommand::List) => {
             print!("{}", list());
             Ok(())
         }
     }
+}
+
+/// `lab fidelity --json`: a raw file for the README, saying when, on what
+/// and how loaded the report was measured.
+#[derive(serde::Serialize)]
+struct FidelityFile<'a> {
+    date: String,
+    commit: String,
+    kernel: String,
+    load_average_start: String,
+    load_average_end: String,
+    quick: bool,
+    report: &'a FidelityReport,
 }
 
 fn fidelity(quick: bool, json: Option<PathBuf>) -> Result<(), LabError> {
@@ -198,16 +216,15 @@ fn fidelity(quick: bool, json: Option<PathBuf>) -> Result<(), LabError> {
     let report = run_fidelity(options)?;
     print_fidelity(&report);
     if let Some(path) = json {
-        // A raw file for the README: when, on what, how loaded.
-        let raw = serde_json::json!({
-            "date": date,
-            "commit": crate::report::git_commit(),
-            "kernel": crate::report::kernel_release(),
-            "load_average_start": load_start,
-            "load_average_end": crate::report::load_average(),
-            "quick": quick,
-            "report": report,
-        });
+        let raw = FidelityFile {
+            date,
+            commit: crate::report::git_commit(),
+            kernel: crate::report::kernel_release(),
+            load_average_start: load_start,
+            load_average_end: crate::report::load_average(),
+            quick,
+            report: &report,
+        };
         let text = serde_json::to_string_pretty(&raw).expect("fidelity report serialises");
         std::fs::write(&path, text).map_err(|source| LabError::Io {
             op: format!("write {}", path.display()),
@@ -260,6 +277,16 @@ fn list() -> String {
 }
 
 fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
+    if let Some(graph) = &scenario.graph {
+        // A path measurement: no configurations, sizes or model.
+        if run.model_only || run.configs.is_some() || run.relay_congestion.is_some() {
+            return Err(LabError::Usage(format!(
+                "{}: a graph scenario takes no --model-only, --configs or --relay-congestion",
+                scenario.name
+            )));
+        }
+        return runner::paths::run(scenario, graph, run.loss_seed, run.json.as_deref());
+    }
     let overridden;
     let scenario = match run.relay_congestion {
         Some(cc) => {

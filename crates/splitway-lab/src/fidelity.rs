@@ -430,6 +430,19 @@ fn quantile(sorted_ms: &[f64], q: f64) -> f64 {
 
 /// Timer slack 1 ns and, if asked, SCHED_FIFO for a probe thread; a refusal
 /// only costs accuracy, so it is logged, not fatal.
+/// A UDP socket in the client's namespace, connected to `to`; `what` names
+/// it in the error.
+fn client_udp(topo: &Topology, to: SocketAddr, what: &str) -> Result<UdpSocket, EmuError> {
+    topo.client()
+        .netns()
+        .run_in(move || -> std::io::Result<UdpSocket> {
+            let s = UdpSocket::bind("0.0.0.0:0")?;
+            s.connect(to)?;
+            Ok(s)
+        })?
+        .map_err(|e| EmuError::io(what, e))
+}
+
 fn probe_thread_setup(realtime: bool) {
     if let Err(e) = rt::set_min_timer_slack() {
         tracing::warn!(error = %e, "probe: cannot set timer slack");
@@ -475,15 +488,7 @@ fn probe_rtt(topo: &Topology, opts: &FidelityOptions, rtt: Duration) -> Result<V
         Ok(echoed)
     });
 
-    let client = topo
-        .client()
-        .netns()
-        .run_in(move || -> std::io::Result<UdpSocket> {
-            let s = UdpSocket::bind("0.0.0.0:0")?;
-            s.connect(echo_addr)?;
-            Ok(s)
-        })?
-        .map_err(|e| EmuError::io("bind UDP probe on the client", e))?;
+    let client = client_udp(topo, echo_addr, "bind UDP probe on the client")?;
     client
         .set_read_timeout(Some(Duration::from_millis(50)))
         .map_err(|e| EmuError::io("probe timeout", e))?;
@@ -588,15 +593,7 @@ fn udp_stream(topo: &Topology, count: u64, rtt: Duration) -> Result<(u64, u64), 
         }
         Ok(got)
     });
-    let client = topo
-        .client()
-        .netns()
-        .run_in(move || -> std::io::Result<UdpSocket> {
-            let s = UdpSocket::bind("0.0.0.0:0")?;
-            s.connect(sink_addr)?;
-            Ok(s)
-        })?
-        .map_err(|e| EmuError::io("bind UDP source on the client", e))?;
+    let client = client_udp(topo, sink_addr, "bind UDP source on the client")?;
     let start = rt::now_ns();
     let mut sent = 0;
     let mut send_err = None;

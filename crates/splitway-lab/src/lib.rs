@@ -9,6 +9,7 @@
 //! - `runner`: runs real nginx, curl, HAProxy, ssh and splitway through each configuration
 //! - `report`: terminal tables, JSON and SVG charts
 //! - `verdict`: whether the emulator could have moved a row's figures, and whether the model applied
+//! - `testbed`: what the lab, bench, soak and integration tests share: typed relay configs, namespace chains, capability probes, proxy clients
 //! - `soak`: `splitway lab soak`, many concurrent split connections for a long time
 //! - `cli`: the `splitway lab` command line
 
@@ -21,5 +22,6 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod soak;
+pub mod testbed;
 pub mod topology;
 pub mod verdict;

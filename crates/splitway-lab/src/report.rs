@@ -85,7 +85,7 @@ pub struct Measurement {
     /// Why n/a or failed, or how the client reached the relay.
     pub note: Option<String>,
     /// The emulator's counters for this batch (null when not measured).
-    pub emulator: Option<serde_json::Value>,
+    pub emulator: Option<crate::emu::stats::EmuStats>,
     /// How far the emulator's lateness could have moved this row's figures
     /// (null when not measured).
     pub emulator_shift: Option<crate::verdict::EmulatorShift>,
@@ -723,7 +723,7 @@ mod tests {
         ok.failures = 1;
         ok.ttfb_ms = Spread::of(&[548.0, 549.0, 550.0]);
         ok.total_ms = Spread::of(&[549.0, 550.0, 551.0]);
-        ok.emulator = Some(serde_json::json!({"links": [], "suspect": []}));
+        ok.emulator = Some(crate::emu::stats::EmuStats::new(Vec::new()));
         cr.results.push(ok);
         let mut na = Measurement::unmeasured(chain, Config::FullTfo, 10_000);
         na.note = Some("not implemented by the relay yet".into());

@@ -39,6 +39,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod paths;
+
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::emu::{EmuError, EmuStats};
@@ -429,7 +431,7 @@ fn measure(
     } else {
         Status::Failed
     };
-    row.emulator = serde_json::to_value(&stats).ok();
+    row.emulator = Some(stats.clone());
     let mut notes: Vec<String> = setup.note.iter().cloned().collect();
     notes.extend(setup.degraded.iter().cloned());
     if !errors.is_empty() {
@@ -1113,29 +1115,39 @@ fn relay_config(
     chain: &Chain,
     client: Ipv4Addr,
 ) -> Result<String, LabError> {
+    use crate::testbed::config::{
+        self as testbed, Intercept, ListenMode, RawAccel, RawListener, RawPeer, RawRoute,
+        RawTuning, RawTurbo,
+    };
     let relay = &relays[i];
     let turbo_initcwnd = chain.model.turbo_initcwnd;
     // Relay i sits between link i (client side) and link i + 1.
     let right_cc = leg_congestion(chain, i + 1);
-    let mut conf = format!(
-        "name = \"{}\"\npsk_file = \"{}\"\nadmin = \"127.0.0.1:{ADMIN_PORT}\"\n\n",
-        relay.name(),
-        psk.display()
-    );
-    if i == 0 {
-        conf.push_str(&match accel.ingress {
-            Ingress::Tproxy => format!(
-                "[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:{TPROXY_PORT}\"\n\
-                 intercept = {{ interfaces = [\"{DEV_LEFT}\"], ports = [{HTTP_PORT}] }}\n\n"
-            ),
-            Ingress::Socks5 => format!(
-                "[[listen]]\nmode = \"socks5\"\naddr = \"0.0.0.0:{SOCKS_PORT}\"\nallow_clients = [\"{client}/32\"]\n\n"
-            ),
+    let mut conf = testbed::relay(relay.name(), &format!("127.0.0.1:{ADMIN_PORT}"), Some(psk));
+    let listener = if i == 0 {
+        match accel.ingress {
+            Ingress::Tproxy => {
+                let mut l = RawListener::new(ListenMode::Tproxy, format!("0.0.0.0:{TPROXY_PORT}"));
+                l.intercept = Some(Intercept {
+                    interfaces: vec![DEV_LEFT.into()],
+                    ports: vec![HTTP_PORT],
+                });
+                l
+            }
+            Ingress::Socks5 => {
+                let mut l = RawListener::new(ListenMode::Socks5, format!("0.0.0.0:{SOCKS_PORT}"));
+                l.allow_clients = vec![format!("{client}/32")];
+                l
+            }
             // `watch`: the detector reads the destination from the SYN.
-            Ingress::Agent => format!(
-                "[[listen]]\nmode = \"syn-option\"\naddr = \"0.0.0.0:{SYNOPT_PORT}\"\nallow_clients = [\"{client}/32\"]\nwatch = [\"{DEV_LEFT}\"]\n\n"
-            ),
-        });
+            Ingress::Agent => {
+                let mut l =
+                    RawListener::new(ListenMode::SynOption, format!("0.0.0.0:{SYNOPT_PORT}"));
+                l.allow_clients = vec![format!("{client}/32")];
+                l.watch = vec![DEV_LEFT.into()];
+                l
+            }
+        }
     } else {
         // Only the upstream relay may dial in; naming it also lets turbo
         // install the return route at start, before the first (pooled)
@@ -1146,59 +1158,54 @@ fn relay_config(
                 relays[i - 1].name()
             ))
         })?;
-        conf.push_str(&format!(
-            "[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\nallow_clients = [\"{upstream}/32\"]\n\n"
-        ));
-    }
+        let mut l = RawListener::new(ListenMode::Peer, format!("0.0.0.0:{PEER_PORT}"));
+        l.allow_clients = vec![format!("{upstream}/32")];
+        l
+    };
+    conf.listen.push(listener);
     let via = match relays.get(i + 1) {
         Some(next) => {
-            conf.push_str(&format!(
-                "[[peer]]\nname = \"{}\"\naddr = \"{}:{PEER_PORT}\"\ncongestion = \"{right_cc}\"\n",
-                next.name(),
-                left_addr(next)?
-            ));
-            conf.push('\n');
-            next.name().to_owned()
+            let mut peer = RawPeer::new(next.name(), format!("{}:{PEER_PORT}", left_addr(next)?));
+            peer.congestion = Some(right_cc.into());
+            conf.peer.push(peer);
+            next.name()
         }
-        None => "direct".to_owned(),
+        None => "direct",
     };
-    conf.push_str(&format!(
-        "[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"{via}\"\n"
-    ));
+    conf.route.push(RawRoute::new("0.0.0.0/0", via));
     if accel.minimal {
         // The README's minimal config: listeners, peer, route. Nothing else.
-        return Ok(conf);
+        return Ok(conf.to_toml());
     }
-    conf.push_str(&format!("\n[direct]\ncongestion = \"{right_cc}\"\n"));
+    let cc = |name: &str| RawTuning {
+        congestion: Some(name.into()),
+        ..RawTuning::default()
+    };
+    conf.direct = Some(cc(right_cc));
     if i == 0 {
         // The client leg: the relay sends the downloads on these sockets.
-        conf.push_str(&format!(
-            "\n[client]\ncongestion = \"{}\"\n",
-            leg_congestion(chain, 0)
-        ));
+        conf.client = Some(cc(leg_congestion(chain, 0)));
     } else {
         // The leg accepted from relay i - 1 (link i): this relay sends the
         // downloads on it.
-        conf.push_str(&format!(
-            "\n[upstream]\ncongestion = \"{}\"\n",
-            leg_congestion(chain, i)
-        ));
+        conf.upstream = Some(cc(leg_congestion(chain, i)));
     }
-    let early_syn = accel.early_syn && i == 0;
-    let pool = accel.pool && i + 1 < relays.len();
     // Every switch explicit: unset ones are on by default.
-    conf.push_str(&format!(
-        "\n[accel]\nearly_syn = {early_syn}\nzero_rtt = {}\npool = {pool}\ntfo = {}\n",
-        accel.zero_rtt, accel.tfo
-    ));
-    if accel.turbo {
+    conf.accel = Some(RawAccel {
+        early_syn: Some(accel.early_syn && i == 0),
+        zero_rtt: Some(accel.zero_rtt),
+        pool: Some(accel.pool && i + 1 < relays.len()),
+        tfo: Some(accel.tfo),
         // Every relay: the dialer installs routes to its peer, the acceptor
         // to its upstream relay, whose direction carries the downloads.
-        conf.push_str(&format!(
-            "\n[accel.turbo]\ninitcwnd = {turbo_initcwnd}\ninitrwnd = {turbo_initcwnd}\nbuffer = {TURBO_BUFFER}\n"
-        ));
-    }
-    Ok(conf)
+        turbo: accel.turbo.then_some(RawTurbo {
+            initcwnd: Some(turbo_initcwnd),
+            initrwnd: Some(turbo_initcwnd),
+            buffer: Some(TURBO_BUFFER as u64),
+        }),
+        ..RawAccel::default()
+    });
+    Ok(conf.to_toml())
 }
 
 fn setup_splitway(

@@ -10,6 +10,10 @@
 //! works from any directory; a file given by path, or a file of the same
 //! name under `./lab/scenarios/`, takes precedence over the embedded copy.
 //!
+//! A file with `[[host]]` tables is a *graph* scenario instead
+//! ([`graph`]): hosts and named links of any shape, a `[paths]`
+//! measurement and timed `[[event]]`s; `lab/scenarios/path-choice.toml`.
+//!
 //! Sizes are decimal (`10KB` = 10,000 bytes, `1MB` = 10^6 bytes, as the
 //! papers write them); `KiB`/`MiB` are binary; a bare number is bytes.
 
@@ -18,6 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub mod graph;
 
 use crate::model::{self, Config, Congestion, LinkModel, ModelParams};
 use crate::topology::{ChainSpec, LinkSpec, QueueLimit};
@@ -35,6 +41,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     (
         "njit-lossy",
         include_str!("../../../lab/scenarios/njit-lossy.toml"),
+    ),
+    (
+        "path-choice",
+        include_str!("../../../lab/scenarios/path-choice.toml"),
     ),
 ];
 
@@ -185,7 +195,11 @@ pub struct Scenario {
     #[serde(skip)]
     pub timeout: Duration,
     pub model: ModelParams,
+    /// Empty in a graph scenario.
     pub chains: Vec<Chain>,
+    /// A graph scenario (`[[host]]`, `[[link]]`, `[paths]`, `[[event]]`):
+    /// no chains, configs or workload.
+    pub graph: Option<graph::GraphScenario>,
 }
 
 /// One chain (variant) of a scenario.
@@ -298,6 +312,11 @@ impl Scenario {
 
     /// Parses and validates scenario text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError> {
+        if let Ok(table) = toml::from_str::<toml::Table>(text)
+            && table.contains_key("host")
+        {
+            return graph::parse(text, origin);
+        }
         let file: ScenarioFile = toml::from_str(text).map_err(|e| ScenarioError::Syntax {
             origin: origin.to_owned(),
             message: e.to_string(),
@@ -708,6 +727,7 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
         timeout: Duration::from_secs_f64(timeout_s.clamp(0.001, 86_400.0)),
         model,
         chains,
+        graph: None,
     })
 }
 
@@ -720,7 +740,7 @@ mod tests {
         for (name, text) in EMBEDDED {
             let s = Scenario::parse(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(&s.name, name);
-            assert!(!s.chains.is_empty());
+            assert!(!s.chains.is_empty() || s.graph.is_some());
         }
     }
 

@@ -39,6 +39,8 @@ use serde::Serialize;
 use splitway_sys::netns::{self, Netns};
 use splitway_sys::tun::Tun;
 
+pub mod graph;
+
 use crate::emu::rng::Rng;
 use crate::emu::stats::{EmuStats, LinkStats, TunCounters};
 use crate::emu::{DirectionParams, EmuError, LinkConfig, LinkHandle, QueueBound};

@@ -521,62 +521,49 @@ mod tests {
 
     #[test]
     fn v1_refusals() {
-        let cases: &[(&[u8], ProxyError)] = &[
-            (b"PROXX", ProxyError::BadSignature),
-            (b"GET / HTTP/1.1\r\n", ProxyError::BadSignature),
+        let signature: &[&[u8]] = &[b"PROXX", b"GET / HTTP/1.1\r\n"];
+        // Each malformed header with the reason it is refused for.
+        let malformed: &[(&[u8], &'static str)] = &[
             (
                 b"PROXY TCP5 1.2.3.4 5.6.7.8 1 2\r\n",
-                ProxyError::V1Malformed("protocol is not TCP4, TCP6 or UNKNOWN"),
+                "protocol is not TCP4, TCP6 or UNKNOWN",
             ),
             (
                 b"PROXY TCP4 1.2.3.4 5.6.7.8 1\r\n",
-                ProxyError::V1Malformed("missing destination port"),
+                "missing destination port",
             ),
-            (
-                b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2 3\r\n",
-                ProxyError::V1Malformed("extra fields"),
-            ),
-            (
-                b"PROXY TCP4 1.2.3.4  5.6.7.8 1 2\r\n",
-                ProxyError::V1Malformed("bad IPv4 address"),
-            ),
-            (
-                b"PROXY TCP4 ::1 5.6.7.8 1 2\r\n",
-                ProxyError::V1Malformed("bad IPv4 address"),
-            ),
-            (
-                b"PROXY TCP6 1.2.3.4 ::1 1 2\r\n",
-                ProxyError::V1Malformed("bad IPv6 address"),
-            ),
-            (
-                b"PROXY TCP4 1.2.3.4 5.6.7.8 +1 2\r\n",
-                ProxyError::V1Malformed("bad port"),
-            ),
-            (
-                b"PROXY TCP4 1.2.3.4 5.6.7.8 65536 2\r\n",
-                ProxyError::V1Malformed("port over 65535"),
-            ),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2 3\r\n", "extra fields"),
+            (b"PROXY TCP4 1.2.3.4  5.6.7.8 1 2\r\n", "bad IPv4 address"),
+            (b"PROXY TCP4 ::1 5.6.7.8 1 2\r\n", "bad IPv4 address"),
+            (b"PROXY TCP6 1.2.3.4 ::1 1 2\r\n", "bad IPv6 address"),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 +1 2\r\n", "bad port"),
+            (b"PROXY TCP4 1.2.3.4 5.6.7.8 65536 2\r\n", "port over 65535"),
             (
                 b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\n",
-                ProxyError::V1Malformed("control or non-ASCII byte"),
+                "control or non-ASCII byte",
             ),
-            (
-                b"PROXY TCP4 1.2.3.4\t",
-                ProxyError::V1Malformed("control or non-ASCII byte"),
-            ),
+            (b"PROXY TCP4 1.2.3.4\t", "control or non-ASCII byte"),
             (
                 b"PROXY TCP4 1.2.3.4 5.6.7.8 1 \xff",
-                ProxyError::V1Malformed("control or non-ASCII byte"),
+                "control or non-ASCII byte",
             ),
             (
                 b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\rx",
-                ProxyError::V1Malformed("control or non-ASCII byte"),
+                "control or non-ASCII byte",
             ),
         ];
+        let cases = signature
+            .iter()
+            .map(|&wire| (wire, ProxyError::BadSignature))
+            .chain(
+                malformed
+                    .iter()
+                    .map(|&(wire, why)| (wire, ProxyError::V1Malformed(why))),
+            );
         for (wire, expected) in cases {
             assert_eq!(
                 decode(wire).as_ref(),
-                Err(expected),
+                Err(&expected),
                 "{}",
                 String::from_utf8_lossy(wire)
             );
@@ -694,50 +681,27 @@ mod tests {
             wire[at] = byte;
             wire
         };
-        assert_eq!(decode(&with(7, b'X')), Err(ProxyError::BadSignature));
-        assert_eq!(decode(&with(7, b'X')[..8]), Err(ProxyError::BadSignature));
-        assert_eq!(decode(&with(12, 0x11)), Err(ProxyError::UnknownVersion(1)));
-        assert_eq!(
-            decode(&with(12, 0x22)[..13]),
-            Err(ProxyError::UnknownCommand(2))
-        );
-        assert_eq!(
-            decode(&with(13, 0x41)),
-            Err(ProxyError::UnknownFamily(0x41))
-        );
-        assert_eq!(
-            decode(&with(13, 0x10)),
-            Err(ProxyError::UnknownFamily(0x10))
-        );
-        assert_eq!(
-            decode(&with(13, 0x31)),
-            Err(ProxyError::LengthTooShort {
-                declared: 12,
-                needed: 216
-            })
-        );
-        assert_eq!(
-            decode(&with(13, 0x13)),
-            Err(ProxyError::UnknownFamily(0x13))
-        );
-        assert_eq!(
-            decode(&with(13, 0x12)),
-            Err(ProxyError::UnsupportedFamily(0x12))
-        );
-        assert_eq!(
-            decode(&with(13, 0x21)),
-            Err(ProxyError::LengthTooShort {
-                declared: 12,
-                needed: 36
-            })
-        );
-        assert_eq!(
-            decode(&with(15, 11)[..16]),
-            Err(ProxyError::LengthTooShort {
-                declared: 11,
-                needed: 12
-            })
-        );
+        use ProxyError::*;
+        let short = |declared, needed| LengthTooShort { declared, needed };
+        // Each header with one byte changed (and cut short where given) and its refusal.
+        let cases = [
+            (7, b'X', None, BadSignature),
+            (7, b'X', Some(8), BadSignature),
+            (12, 0x11, None, UnknownVersion(1)),
+            (12, 0x22, Some(13), UnknownCommand(2)),
+            (13, 0x41, None, UnknownFamily(0x41)),
+            (13, 0x10, None, UnknownFamily(0x10)),
+            (13, 0x31, None, short(12, 216)),
+            (13, 0x13, None, UnknownFamily(0x13)),
+            (13, 0x12, None, UnsupportedFamily(0x12)),
+            (13, 0x21, None, short(12, 36)),
+            (15, 11, Some(16), short(11, 12)),
+        ];
+        for (at, byte, cut, expected) in cases {
+            let wire = with(at, byte);
+            let wire = &wire[..cut.unwrap_or(wire.len())];
+            assert_eq!(decode(wire), Err(expected), "byte {at} = {byte:#x}");
+        }
         let mut long = base.clone();
         long[14] = 0xFF;
         assert_eq!(decode(&long[..16]), Err(ProxyError::LengthTooLong(0xFF0C)));

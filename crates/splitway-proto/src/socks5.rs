@@ -53,15 +53,25 @@ pub struct Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum ReplyCode {
-    Succeeded = 0,
-    GeneralFailure = 1,
-    NotAllowed = 2,
-    NetworkUnreachable = 3,
-    HostUnreachable = 4,
-    ConnectionRefused = 5,
-    TtlExpired = 6,
-    CommandNotSupported = 7,
-    AddressTypeNotSupported = 8,
+    // RFC 1928's codes are 0 to 8 in this order: the discriminants.
+    /// `X'00'` succeeded: the next leg is up.
+    Succeeded,
+    /// `X'01'` general SOCKS server failure.
+    GeneralFailure,
+    /// `X'02'` connection not allowed by ruleset (`[policy]`, limits).
+    NotAllowed,
+    /// `X'03'` Network unreachable.
+    NetworkUnreachable,
+    /// `X'04'` Host unreachable (also: the name did not resolve).
+    HostUnreachable,
+    /// `X'05'` Connection refused.
+    ConnectionRefused,
+    /// `X'06'` TTL expired (the hop limit ran out: a loop).
+    TtlExpired,
+    /// `X'07'` Command not supported (only CONNECT is).
+    CommandNotSupported,
+    /// `X'08'` Address type not supported.
+    AddressTypeNotSupported,
 }
 
 /// A SOCKS5 client sent something this server cannot accept.
@@ -183,6 +193,25 @@ impl From<ReplyStatus> for ReplyCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The discriminants are the wire codes of RFC 1928, section 6.
+    #[test]
+    fn reply_codes_are_rfc_1928s() {
+        use ReplyCode::*;
+        let codes = [
+            Succeeded,
+            GeneralFailure,
+            NotAllowed,
+            NetworkUnreachable,
+            HostUnreachable,
+            ConnectionRefused,
+            TtlExpired,
+            CommandNotSupported,
+            AddressTypeNotSupported,
+        ]
+        .map(|c| c as u8);
+        assert_eq!(codes, [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    }
 
     #[test]
     fn greeting_round_trip_and_split() {

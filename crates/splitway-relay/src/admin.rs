@@ -4,8 +4,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
-use serde_json::Value;
 use splitway_api as api;
 use splitway_control::params::ParamValues;
 use splitway_control::{
@@ -137,18 +135,19 @@ fn cross_check(shared: &Shared, log: Option<&dyn LogControl>, v: &ParamValues) -
 }
 
 impl AdminHandler for RelayAdmin {
-    fn status(&self) -> Value {
+    fn status(&self) -> api::Status {
         let mut status = self.current.load().status();
         status.log_level = self.log.as_ref().map(|log| log.current());
-        document(&status)
+        status
     }
 
-    fn connections(&self, sample: usize) -> Result<Value, AdminError> {
-        Ok(document(&self.current.load().conns.snapshot(sample)))
+    fn connections(&self, sample: usize) -> Result<api::Connections, AdminError> {
+        Ok(self.current.load().conns.snapshot(sample))
     }
 
-    fn routes(&self) -> Result<Value, AdminError> {
-        self.current.load().routes_document()
+    fn routes(&self) -> Result<api::RoutesView, AdminError> {
+        let shared = self.current.load();
+        Ok(shared.paths.snapshot(&shared.path_inputs()))
     }
 
     fn params(&self) -> Vec<ParamInfo> {
@@ -196,27 +195,22 @@ impl AdminHandler for RelayAdmin {
         Ok(changes)
     }
 
-    fn drain(&self) -> Result<Value, AdminError> {
-        let _ = self.drain.send(true);
-        Ok(document(&api::Drain {
+    fn drain(&self) -> Result<api::Drain, AdminError> {
+        // Stored even with no listener left to see it: nothing to report.
+        self.drain.send_replace(true);
+        Ok(api::Drain {
             draining: true,
             open_connections: self.current.load().limiter.open() as u64,
-        }))
+        })
     }
 
-    fn reload(&self) -> Result<Value, AdminError> {
+    fn reload(&self) -> Result<api::Reload, AdminError> {
         match self.reloader.reload() {
-            Ok(report) => Ok(document(&report.api())),
+            Ok(report) => Ok(report.api()),
             Err(ReloadError::Invalid(errors)) => Err(AdminError::Invalid(
                 errors.issues.iter().map(|i| i.to_string()).collect(),
             )),
             Err(e) => Err(AdminError::Refused(e.to_string())),
         }
     }
-}
-
-/// The admin server takes any JSON; the API types always convert (their
-/// maps have string keys), so a failure here is a bug in splitway-api.
-fn document(answer: &impl Serialize) -> Value {
-    serde_json::to_value(answer).expect("admin API types serialise to JSON")
 }

@@ -8,6 +8,7 @@ use splitway_control::metrics::{Direction, LegSide, Path, PeerHandshake};
 use splitway_proto::Destination;
 use splitway_proto::header::{FLAG_OPTIMISTIC, Header};
 use tokio::net::{TcpSocket, TcpStream};
+use tracing::debug;
 
 use crate::config::Via;
 use crate::error::ConnError;
@@ -62,6 +63,17 @@ async fn connect_direct(
 /// Dials the next leg. Early data that went out with a peer header is
 /// taken from `req.early_data`.
 pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next, ConnError> {
+    connect_leg(shared, req, true).await
+}
+
+/// `connect_next`; `may_retry`: a failed dial to a peer candidate that
+/// could not have acted on it is retried once on the route's next choice
+/// (`paths::retryable`), the client's first bytes given back first.
+async fn connect_leg(
+    shared: &Shared,
+    req: &mut LegRequest,
+    may_retry: bool,
+) -> Result<Next, ConnError> {
     let inbound = req;
     let policy = &shared.cfg.policy;
     // A looping connection and a forbidden port cost no DNS lookup.
@@ -73,7 +85,7 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
         .routes
         .lookup_route(dst.ip())
         .ok_or(ConnError::NoRoute(dst))?;
-    match &shared.paths.choose(&shared.path_inputs(), route) {
+    match &shared.paths.choose(&shared.path_inputs(), route, dst) {
         Via::Direct => {
             // Only a destination this relay dials can be itself: behind a
             // peer route it is the next relay's to judge (its loopback).
@@ -83,7 +95,9 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
             let first_write = !inbound.early_data.is_empty()
                 || (route.reveal.proxy_protocol.is_some() && !inbound.speculative);
             let from_client = route.reveal.client_source.then_some(inbound.origin);
-            let stream = connect_direct(shared, dst, first_write, hop_limit, from_client).await?;
+            let stream = connect_direct(shared, dst, first_write, hop_limit, from_client)
+                .await
+                .inspect_err(|e| shared.paths.direct_failed(route, e))?;
             shared.paths.direct_up(route, &stream);
             Ok(Next::Direct(ServerLeg {
                 stream,
@@ -162,6 +176,16 @@ pub async fn connect_next(shared: &Shared, req: &mut LegRequest) -> Result<Next,
                 }
                 Ok(_) => {}
                 Err(_) => shared.metrics.peer_connect_failure(&peer.name),
+            }
+            if let Err(e) = &leg
+                && may_retry
+                && shared
+                    .paths
+                    .retry_elsewhere(&shared.path_inputs(), route, *i, e)
+            {
+                debug!(peer = %peer.name, error = %e, "dial failed: retrying on the next candidate");
+                inbound.early_data = early;
+                return Box::pin(connect_leg(shared, inbound, false)).await;
             }
             leg.map(Next::Peer)
         }

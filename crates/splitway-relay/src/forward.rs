@@ -517,11 +517,15 @@ impl<'a> Pump<'a> {
             // Bulk data is queued: zero-copy pays from here on.
             self.use_splice = true;
         }
+        // A read shorter than the buffer emptied the receive queue (TCP
+        // hands over all it holds up to the length asked for): no FIONREAD,
+        // which would be one syscall more per message for a known "no".
+        let more = n == buf.len() && more_queued(self.src);
         Ok(Some(PumpState::Copying {
             buf,
             sent: 0,
             len: n,
-            more: more_queued(self.src),
+            more,
         }))
     }
 
@@ -544,6 +548,8 @@ impl<'a> Pump<'a> {
             pipe.give_back();
             return self.eof().map(Some);
         }
+        // Unlike a recv, a short splice says nothing about the queue (the
+        // pipe runs out of slots first when segments are small), so ask.
         Ok(Some(PumpState::Splicing {
             pipe,
             moved: n,

@@ -43,6 +43,71 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
 /// [`MIN_GAIN_US`], so that jitter between equal paths causes no flips.
 const MIN_GAIN_FRACTION: f64 = 0.10;
 const MIN_GAIN_US: u32 = 1_000;
+/// Loss costs time through retransmission timeouts: a candidate's estimate
+/// adds `LOSS_EXCHANGES` segments' worth of loss probability times an RTO
+/// (the kernel's 200 ms minimum plus the leg's RTT). At 5 % loss a 40 ms
+/// leg counts as 88 ms.
+const LOSS_EXCHANGES: f64 = 4.0;
+const RTO_MIN_US: f64 = 200_000.0;
+/// Weight of older samples in the loss counters, per new sample.
+const LOSS_DECAY: f64 = 0.9;
+
+/// Retransmitted segments per segment sent, over recent samples (older
+/// ones decay).
+#[derive(Debug, Default, Clone, Copy)]
+struct Loss {
+    retrans: f64,
+    segs: f64,
+}
+
+impl Loss {
+    /// One leg's TCP_INFO: its SYN counts as a segment (its retransmits
+    /// are in `total_retrans`).
+    fn add(&mut self, info: &splitway_sys::sock::TcpInfo) {
+        self.retrans = self.retrans * LOSS_DECAY + f64::from(info.total_retrans);
+        self.segs = self.segs * LOSS_DECAY + f64::from(info.data_segs_out) + 1.0;
+    }
+
+    fn fraction(&self) -> Option<f64> {
+        (self.segs > 0.0).then(|| (self.retrans / self.segs).min(1.0))
+    }
+}
+
+/// A direct dial's failure that says the way is broken: a timeout or an
+/// unreachable network. A refusal came back from the server's host, so
+/// the path works (and another candidate would be refused too).
+fn path_failure(e: &ConnError) -> bool {
+    match e {
+        ConnError::ServerTimeout { .. } => true,
+        ConnError::ServerConnect { source, .. } => {
+            source.kind() != std::io::ErrorKind::ConnectionRefused
+        }
+        _ => false,
+    }
+}
+
+/// `rtt_us` with the expected cost of `loss` added.
+fn with_loss(rtt_us: u32, loss: Option<f64>) -> u32 {
+    let p = loss.unwrap_or(0.0);
+    let penalty = LOSS_EXCHANGES * p * (RTO_MIN_US + f64::from(rtt_us));
+    (f64::from(rtt_us) + penalty).min(f64::from(u32::MAX)) as u32
+}
+
+/// A failed dial that the peer could not have acted on (no connection,
+/// no authentication, a dead pooled leg refusing the header): the
+/// client's first bytes reached no server, so another candidate may
+/// carry them. Later failures may have reached the server: no retry.
+pub fn retryable(e: &ConnError) -> bool {
+    match e {
+        ConnError::PeerIo { op, .. } => {
+            matches!(*op, "connect" | "send header on pooled connection")
+        }
+        ConnError::PeerTimeout { during, .. } => {
+            matches!(*during, "connecting" | "waiting for its challenge")
+        }
+        _ => false,
+    }
+}
 
 #[derive(Debug, Default)]
 struct PeerState {
@@ -51,6 +116,7 @@ struct PeerState {
     samples: u64,
     /// Retransmits seen on sampled legs (TCP_INFO `total_retrans`).
     retrans: u64,
+    loss: Loss,
     /// Down since, and why.
     down: Option<(Instant, String)>,
     /// Per route prefix: the peer's own estimate from its last answer;
@@ -75,7 +141,22 @@ struct ChoiceState {
     flips: u64,
     /// Smoothed RTT of direct legs on this route (handshake RTT).
     direct_rtt_us: Option<u32>,
+    /// When `direct_rtt_us` last took a sample.
+    direct_sampled_at: Option<Instant>,
+    direct_loss: Loss,
+    /// A direct dial or probe failed: since, and why.
+    direct_down: Option<(Instant, String)>,
+    /// The last destination a connection on this route asked for: what
+    /// a direct probe connects to while direct is not the choice.
+    last_dst: Option<SocketAddr>,
+    probing_direct: bool,
+    direct_probes: u64,
 }
+
+/// At most one direct-leg RTT sample per route this often: the smoothed
+/// estimate is read by a choice or a probe answer (≤ 1/s per peer), and a
+/// TCP_INFO per connection was one syscall in ~30 on the accept path.
+const DIRECT_SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 struct RoutePath {
     /// Index in config order: the metric label.
@@ -169,6 +250,12 @@ impl Paths {
                         changed_at: None,
                         flips: 0,
                         direct_rtt_us: None,
+                        direct_sampled_at: None,
+                        direct_loss: Loss::default(),
+                        direct_down: None,
+                        last_dst: None,
+                        probing_direct: false,
+                        direct_probes: 0,
                     }),
                 },
             );
@@ -237,6 +324,43 @@ impl Paths {
         p.probing = false;
     }
 
+    /// The routes whose direct candidate is due a probe, each with the
+    /// destination to probe (see `direct_probe_due`); each is marked in
+    /// flight, and the caller reports the outcome with `direct_probed`.
+    pub fn direct_probes_due(&self) -> impl Iterator<Item = (IpNet, SocketAddr)> + '_ {
+        self.routes
+            .iter()
+            .filter_map(|(key, r)| direct_probe_due(r).map(|dst| (*key, dst)))
+    }
+
+    /// A direct probe on route `key` (a TCP handshake, closed at once)
+    /// ended: its TCP_INFO is a sample, a failure marks direct down for
+    /// the route.
+    pub fn direct_probed(&self, key: IpNet, result: &Result<TcpStream, ConnError>) {
+        let Some(r) = self.routes.get(&key) else {
+            return;
+        };
+        match result {
+            Ok(stream) => Paths::direct_sample(r, stream),
+            Err(e) if !path_failure(e) => {
+                // Refused by the server's host: the way there works.
+                let mut s = r.state.lock().expect("paths lock");
+                s.direct_down = None;
+            }
+            Err(e) => {
+                debug!(route = %key, error = %e, "direct probe failed");
+                let mut s = r.state.lock().expect("paths lock");
+                if s.direct_down.is_none() {
+                    info!(route = %key, error = %e, "direct down");
+                }
+                s.direct_down = Some((Instant::now(), e.to_string()));
+            }
+        }
+        let mut s = r.state.lock().expect("paths lock");
+        s.direct_probes += 1;
+        s.probing_direct = false;
+    }
+
     fn peer(&self, i: usize) -> std::sync::MutexGuard<'_, PeerState> {
         self.peers[i].state.lock().expect("paths lock")
     }
@@ -273,6 +397,7 @@ impl Paths {
         p.rtt_us = Some(smooth(p.rtt_us, info.rtt_us));
         p.samples += 1;
         p.retrans += u64::from(info.total_retrans);
+        p.loss.add(&info);
     }
 
     /// The peer index a leg to `addr` goes to, for [`Self::sample`].
@@ -300,17 +425,85 @@ impl Paths {
         let Some(r) = self.routes.get(&route.dst) else {
             return;
         };
+        {
+            let s = r.state.lock().expect("paths lock");
+            // A down direct is always sampled: its success brings it back.
+            if s.direct_down.is_none()
+                && s.direct_sampled_at
+                    .is_some_and(|at| at.elapsed() < DIRECT_SAMPLE_EVERY)
+            {
+                return;
+            }
+        }
+        Self::direct_sample(r, stream);
+    }
+
+    fn direct_sample(r: &RoutePath, stream: &TcpStream) {
         if let Ok(info) = splitway_sys::sock::tcp_info(stream)
             && info.rtt_us > 0
         {
             let mut s = r.state.lock().expect("paths lock");
             s.direct_rtt_us = Some(smooth(s.direct_rtt_us, info.rtt_us));
+            s.direct_sampled_at = Some(Instant::now());
+            s.direct_loss.add(&info);
+            if s.direct_down.take().is_some() {
+                info!(route = %r.dst, "direct up again");
+            }
         }
+    }
+
+    /// A direct dial on `route` failed with `why`: on a route with a
+    /// choice, a broken way ([`path_failure`]) marks direct down until a
+    /// dial or probe succeeds.
+    pub fn direct_failed(&self, route: &Route, why: &ConnError) {
+        if !path_failure(why) {
+            return;
+        }
+        // Only a choice can move away, and direct probes bring it back once
+        // it is not the choice; a single-candidate route keeps dialing.
+        if let Some(r) = self
+            .routes
+            .get(&route.dst)
+            .filter(|r| r.candidates.len() > 1)
+        {
+            let mut s = r.state.lock().expect("paths lock");
+            s.direct_down = Some((Instant::now(), why.to_string()));
+        }
+    }
+
+    /// After a failed dial to candidate peer `i` on `route`: true when the
+    /// failure is [`retryable`] and another candidate is not down, so the
+    /// connection may try once more (the next `choose` moves away, peer
+    /// `i` being down now).
+    pub fn retry_elsewhere(
+        &self,
+        inputs: &Inputs<'_>,
+        route: &Route,
+        i: usize,
+        e: &ConnError,
+    ) -> bool {
+        if !retryable(e) {
+            return false;
+        }
+        let Some(r) = self
+            .routes
+            .get(&route.dst)
+            .filter(|r| r.candidates.len() > 1)
+        else {
+            return false;
+        };
+        let s = r.state.lock().expect("paths lock");
+        r.candidates
+            .iter()
+            .any(|c| *c != Via::Peer(i) && self.estimate(inputs, r, c, &s) != Estimate::Down)
     }
 
     fn estimate(&self, inputs: &Inputs<'_>, r: &RoutePath, c: &Via, s: &ChoiceState) -> Estimate {
         match c {
-            Via::Direct => s.direct_rtt_us.map_or(Estimate::Unknown, Estimate::Us),
+            Via::Direct if s.direct_down.is_some() => Estimate::Down,
+            Via::Direct => s.direct_rtt_us.map_or(Estimate::Unknown, |rtt| {
+                Estimate::Us(with_loss(rtt, s.direct_loss.fraction()))
+            }),
             Via::Peer(i) => {
                 let pool_down = inputs.pools[*i]
                     .as_ref()
@@ -325,14 +518,14 @@ impl Paths {
                     None => 0,
                 };
                 p.rtt_us.map_or(Estimate::Unknown, |rtt| {
-                    Estimate::Us(rtt.saturating_add(onward))
+                    Estimate::Us(with_loss(rtt, p.loss.fraction()).saturating_add(onward))
                 })
             }
         }
     }
 
-    /// The hop a new connection on `route` takes (and counts it).
-    pub fn choose(&self, inputs: &Inputs<'_>, route: &Route) -> Via {
+    /// The hop a new connection to `dst` on `route` takes (and counts it).
+    pub fn choose(&self, inputs: &Inputs<'_>, route: &Route, dst: SocketAddr) -> Via {
         let Some(r) = self
             .routes
             .get(&route.dst)
@@ -341,6 +534,7 @@ impl Paths {
             return route.via.clone();
         };
         let mut s = r.state.lock().expect("paths lock");
+        s.last_dst = Some(dst);
         let est: Vec<Estimate> = r
             .candidates
             .iter()
@@ -467,8 +661,9 @@ impl Paths {
                 leg_rtt_ms: s.direct_rtt_us.map(|v| f64::from(v) / 1000.0),
                 onward_ms: None,
                 retrans_per_leg: None,
-                probes: 0,
-                down_reason: None,
+                loss: s.direct_loss.fraction(),
+                probes: s.direct_probes,
+                down_reason: s.direct_down.as_ref().map(|(_, why)| why.clone()),
             },
             Via::Peer(i) => {
                 let p = self.peer(*i);
@@ -483,6 +678,7 @@ impl Paths {
                         _ => None,
                     },
                     retrans_per_leg: (p.samples > 0).then(|| p.retrans as f64 / p.samples as f64),
+                    loss: p.loss.fraction(),
                     probes: p.probes,
                     down_reason: p
                         .down
@@ -499,6 +695,20 @@ impl Paths {
             }
         }
     }
+}
+
+/// The destination to probe `direct` with on route `r`, if due: direct is
+/// a candidate but not the choice (then its own legs measure it), a
+/// destination is known, and no probe is in flight.
+fn direct_probe_due(r: &RoutePath) -> Option<SocketAddr> {
+    let at = r.candidates.iter().position(|c| *c == Via::Direct)?;
+    let mut s = r.state.lock().expect("paths lock");
+    if r.candidates.len() < 2 || s.current == at || s.probing_direct {
+        return None;
+    }
+    let dst = s.last_dst?;
+    s.probing_direct = true;
+    Some(dst)
 }
 
 #[cfg(test)]
@@ -527,6 +737,52 @@ mod tests {
         assert_eq!(decide(&[Unknown, Us(100)], 0, false), None);
         // Already on the best.
         assert_eq!(decide(&[Us(10_000), Us(50_000)], 0, false), None);
+    }
+
+    #[test]
+    fn loss_adds_the_expected_retransmission_cost() {
+        assert_eq!(with_loss(40_000, None), 40_000);
+        assert_eq!(with_loss(40_000, Some(0.0)), 40_000);
+        // 5 %: 4 x 0.05 x (200 + 40) ms = 48 ms more.
+        assert_eq!(with_loss(40_000, Some(0.05)), 88_000);
+        // A lossy short leg loses to a clean longer one.
+        let est = [Us(with_loss(10_000, Some(0.05))), Us(30_000)];
+        assert_eq!(decide(&est, 0, false), Some(1));
+        let mut l = Loss::default();
+        assert_eq!(l.fraction(), None);
+        let info = |retrans, segs| splitway_sys::sock::TcpInfo {
+            total_retrans: retrans,
+            data_segs_out: segs,
+            ..Default::default()
+        };
+        l.add(&info(1, 9));
+        assert_eq!(l.fraction(), Some(0.1));
+        // Older samples fade.
+        for _ in 0..50 {
+            l.add(&info(0, 9));
+        }
+        assert!(l.fraction().is_some_and(|f| f < 0.001));
+    }
+
+    #[test]
+    fn only_failures_before_the_peer_could_act_are_retried() {
+        let io = |op| ConnError::PeerIo {
+            peer: "rs1".into(),
+            op,
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        assert!(retryable(&io("connect")));
+        assert!(retryable(&io("send header on pooled connection")));
+        assert!(!retryable(&io("read")));
+        assert!(retryable(&ConnError::PeerTimeout {
+            peer: "rs1".into(),
+            during: "connecting"
+        }));
+        assert!(!retryable(&ConnError::PeerTimeout {
+            peer: "rs1".into(),
+            during: "waiting for its proof"
+        }));
+        assert!(!retryable(&ConnError::TtlExceeded));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Path probes: the upstream end sends one a second at most to each peer
 //! candidate (a fresh relay leg with a probe header), the downstream end
-//! answers with its own estimate; `paths` keeps what they measure.
+//! answers with its own estimate; a direct candidate that is not the
+//! choice gets a TCP handshake with the route's last destination; `paths`
+//! keeps what they measure.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -19,7 +21,8 @@ use crate::shutdown::stopped;
 use crate::state::{Current, Shared};
 use crate::tls::{LegIo, TlsLeg};
 
-/// Probes every peer that is a candidate of some route, once per
+/// Probes every peer that is a candidate of some route, and the direct
+/// candidate of every route where it is not the choice, once per
 /// [`PROBE_EVERY`] at most, until `stop`.
 pub async fn probe_loop(current: Arc<Current>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(PROBE_EVERY);
@@ -35,7 +38,21 @@ pub async fn probe_loop(current: Arc<Current>, mut stop: watch::Receiver<bool>) 
                 tokio::spawn(probe_one(shared.clone(), i, target));
             }
         }
+        for (key, dst) in shared.paths.direct_probes_due() {
+            tokio::spawn(probe_direct(shared.clone(), key, dst));
+        }
     }
+}
+
+/// One direct probe: a TCP handshake with `dst`, closed at once; its
+/// TCP_INFO is a sample, a failure marks direct down for the route.
+async fn probe_direct(shared: Arc<Shared>, key: IpNet, dst: SocketAddr) {
+    let result = match tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(dst)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(source)) => Err(ConnError::ServerConnect { addr: dst, source }),
+        Err(_) => Err(ConnError::ServerTimeout { addr: dst }),
+    };
+    shared.paths.direct_probed(key, &result);
 }
 
 async fn probe_one(shared: Arc<Shared>, i: usize, target: IpNet) {

@@ -95,13 +95,20 @@ pub(crate) fn unspecified(like: SocketAddr) -> SocketAddr {
 /// When the chain is optimistic nobody upstream waits for a peer Reply
 /// before sending, so it may wait (MSG_MORE) for the server's first bytes
 /// and share their segment instead of taking a slot of the initial window.
-async fn confirm(inbound: &Inbound, bound: SocketAddr) -> std::io::Result<()> {
+async fn confirm(inbound: &Inbound, out: &TcpStream) -> std::io::Result<()> {
     let (bytes, more) = match inbound.mode {
         ListenMode::Tproxy | ListenMode::SynOption => return Ok(()),
-        ListenMode::Socks5 => (
-            socks5::encode_reply(socks5::ReplyCode::Succeeded, bound),
-            false,
-        ),
+        ListenMode::Socks5 => {
+            // Only SOCKS5 tells the client the bound address: the one
+            // getsockname a connection needs, asked only here.
+            let bound = out
+                .local_addr()
+                .unwrap_or_else(|_| unspecified(inbound.client));
+            (
+                socks5::encode_reply(socks5::ReplyCode::Succeeded, bound),
+                false,
+            )
+        }
         ListenMode::HttpConnect => (http_connect::response(200), false),
         ListenMode::Peer => (reply_bytes(ReplyStatus::Ok), inbound.optimistic),
     };
@@ -126,11 +133,7 @@ async fn confirm_and_forward(
     shared
         .metrics
         .observe_setup(mode, inbound.accepted_at.elapsed());
-    let bound = out
-        .tcp
-        .local_addr()
-        .unwrap_or_else(|_| unspecified(inbound.client));
-    if let Err(source) = confirm(inbound, bound).await {
+    if let Err(source) = confirm(inbound, out.tcp).await {
         let e = ConnError::ClientIo {
             op: "send reply",
             source,

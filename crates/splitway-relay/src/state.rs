@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use splitway_api as api;
-use splitway_control::AdminError;
 use splitway_control::metrics::{AccelName, AccelState, Metrics, Mode};
 use splitway_proto::Destination;
 use splitway_sys::turbo::{self, TurboRoute, Windows};
@@ -327,12 +326,6 @@ impl Shared {
 }
 
 impl Shared {
-    /// The `GET /routes` document.
-    pub fn routes_document(&self) -> Result<serde_json::Value, AdminError> {
-        serde_json::to_value(self.paths.snapshot(&self.path_inputs()))
-            .map_err(|e| AdminError::Refused(format!("internal: routes not serializable: {e}")))
-    }
-
     /// What path choice reads besides its own measurements.
     pub fn path_inputs(&self) -> paths::Inputs<'_> {
         paths::Inputs {

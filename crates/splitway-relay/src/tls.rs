@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustls::client::Resumption;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{Error as PemError, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig};
@@ -24,6 +24,7 @@ use splitway_proto::auth::NONCE_LEN;
 use tokio::net::TcpStream;
 
 use crate::bytes;
+use crate::config::source::Source;
 
 /// TLS exporter label for the PSK handshake's channel binding (RFC 8446
 /// §7.5): both ends derive the acceptor's nonce from it.
@@ -51,9 +52,21 @@ pub struct PeerTls {
     pub config: Arc<ClientConfig>,
 }
 
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+/// A certificate chain or key file is a few kilobytes; far more is a
+/// wrong path (a device, a log), not PEM.
+const MAX_PEM_FILE: u64 = 1 << 20;
+
+/// A PEM file's bytes, read through the config's source; the error as
+/// rustls' own file readers word it.
+fn read_pem(source: &dyn Source, path: &Path) -> Result<Vec<u8>, PemError> {
+    source
+        .read(path, MAX_PEM_FILE, "a PEM file")
+        .map_err(PemError::Io)
+}
+
+fn read_certs(source: &dyn Source, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let pem = read_pem(source, path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{}: {e}", path.display()))?;
     if certs.is_empty() {
@@ -62,14 +75,23 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-/// Loads and cross-checks the files; errors are `(sub-key, message)`.
-pub fn load(cert: &Path, key: &Path, ca: &Path) -> Result<TlsContext, Vec<(&'static str, String)>> {
+/// Loads and cross-checks the files, read through `source`; errors are
+/// `(sub-key, message)`.
+pub fn load(
+    source: &dyn Source,
+    cert: &Path,
+    key: &Path,
+    ca: &Path,
+) -> Result<TlsContext, Vec<(&'static str, String)>> {
     let mut errs = Vec::new();
-    let chain = read_certs(cert).map_err(|e| errs.push(("cert", e))).ok();
-    let private = PrivateKeyDer::from_pem_file(key)
+    let chain = read_certs(source, cert)
+        .map_err(|e| errs.push(("cert", e)))
+        .ok();
+    let private = read_pem(source, key)
+        .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem))
         .map_err(|e| errs.push(("key", format!("{}: {e}", key.display()))))
         .ok();
-    let roots = read_certs(ca)
+    let roots = read_certs(source, ca)
         .and_then(|certs| {
             let mut roots = RootCertStore::empty();
             for c in certs {

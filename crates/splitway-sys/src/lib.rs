@@ -10,7 +10,8 @@
 
 pub mod activation;
 pub mod bpf;
-pub mod cc;
+/// The congestion-control loader under its former path.
+pub use bpf::cc;
 pub mod hops;
 pub mod mem;
 pub mod netns;

@@ -127,6 +127,8 @@ pub struct TcpInfo {
     pub total_retrans: u32,
     pub bytes_acked: u64,
     pub bytes_received: u64,
+    /// Data segments sent, retransmissions included.
+    pub data_segs_out: u32,
 }
 
 /// The kernel's `struct tcp_info` up to `tcpi_snd_wnd` (glibc's libc binding
@@ -222,6 +224,7 @@ pub fn tcp_info(sock: &impl AsRawFd) -> Result<TcpInfo, SysError> {
         total_retrans: info.total_retrans,
         bytes_acked: info.bytes_acked,
         bytes_received: info.bytes_received,
+        data_segs_out: info.data_segs_out,
     })
 }
 

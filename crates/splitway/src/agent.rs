@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use splitway_sys::bpf::agent::{self, AgentRoute, DEFAULT_PIN_DIR, EnableOutcome};
+use splitway_sys::bpf::agent_synopt::{self as agent, AgentRoute, DEFAULT_PIN_DIR, EnableOutcome};
 
 #[derive(Args, Debug)]
 #[command(

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use splitway_api as api;
 use splitway_control::client::{AdminClient, Answer, ClientError, DEFAULT_ADMIN_ADDR};
 
@@ -212,7 +212,10 @@ fn execute(args: &CtlArgs) -> anyhow::Result<Outcome> {
         }
         CtlCommand::Params => ("GET", "/params".into(), None),
         CtlCommand::Set { pairs } => match set_body(pairs) {
-            Ok(body) => ("PUT", "/params".into(), Some(body)),
+            Ok(body) => {
+                let body = serde_json::to_vec(&body).context("internal: PUT /params body")?;
+                ("PUT", "/params".into(), Some(body))
+            }
             Err(message) => {
                 let stderr = format!("splitway ctl set: {message}\n");
                 return Ok(Outcome::failed(EXIT_REFUSED, String::new(), stderr));
@@ -222,7 +225,7 @@ fn execute(args: &CtlArgs) -> anyhow::Result<Outcome> {
         CtlCommand::Reload => ("POST", "/reload".into(), None),
         CtlCommand::Metrics => ("GET", "/metrics".into(), None),
     };
-    let answer = match client.request(method, &path, body.as_ref()) {
+    let answer = match client.request(method, &path, body.as_deref()) {
         Ok(answer) => answer,
         Err(error) => {
             let code = match error {
@@ -242,7 +245,8 @@ fn execute(args: &CtlArgs) -> anyhow::Result<Outcome> {
             String::from_utf8_lossy(&answer.body).into_owned(),
         ));
     }
-    let document = answer.json().with_context(|| {
+    // Read once untyped: `--json` prints it as it came.
+    let document: Value = answer.json().with_context(|| {
         format!(
             "the admin API at {} answered {} with a body that is not JSON",
             client.addr(),
@@ -312,10 +316,10 @@ fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
 }
 
-/// The `PUT /params` body for `KEY VALUE` pairs. Values that read as JSON
-/// booleans or numbers are sent as such, everything else as a string (the
-/// relay converts `"8"` and `"30s"` by the parameter's type).
-fn set_body(pairs: &[String]) -> Result<Value, String> {
+/// The `PUT /params` body for `KEY VALUE` pairs. Booleans and integers are
+/// sent as such, everything else as a string (the relay converts `"8"` and
+/// `"30s"` by the parameter's type).
+fn set_body(pairs: &[String]) -> Result<api::ParamsUpdate, String> {
     if !pairs.len().is_multiple_of(2) {
         return Err(format!(
             "expected KEY VALUE pairs, got an odd number of words ({}); `{}` has no value",
@@ -323,18 +327,18 @@ fn set_body(pairs: &[String]) -> Result<Value, String> {
             pairs[pairs.len() - 1]
         ));
     }
-    let mut body = Map::new();
+    let mut body = api::ParamsUpdate::new();
     for pair in pairs.chunks_exact(2) {
         let (key, text) = (&pair[0], &pair[1]);
-        let value = match serde_json::from_str::<Value>(text) {
-            Ok(value @ (Value::Bool(_) | Value::Number(_))) => value,
-            _ => Value::String(text.clone()),
+        let value = match serde_json::from_str::<api::ParamValue>(text) {
+            Ok(value @ (api::ParamValue::Bool(_) | api::ParamValue::Int(_))) => value,
+            _ => api::ParamValue::Text(text.clone()),
         };
         if body.insert(key.clone(), value).is_some() {
             return Err(format!("`{key}` is given twice"));
         }
     }
-    Ok(Value::Object(body))
+    Ok(body)
 }
 
 /// What to print on stderr for an error answer: the message, then each
@@ -778,7 +782,6 @@ fn indent(text: &str) -> String {
 mod tests {
     use super::*;
     use clap::Parser;
-    use serde_json::json;
     use splitway_control::{
         AdminHandler, ParamChange, ParamError, ParamInfo, ParamRegistry, ParamSpec, ParamUpdate,
         ParamValue,
@@ -790,47 +793,50 @@ mod tests {
         ctl: CtlArgs,
     }
 
-    fn parse<T: serde::de::DeserializeOwned>(document: Value) -> T {
-        serde_json::from_value(document).expect("fixture in the API's shape")
+    /// A fixture: JSON text in the API's wire format.
+    fn parse<T: serde::de::DeserializeOwned>(document: &str) -> T {
+        serde_json::from_str(document).expect("fixture in the API's shape")
     }
 
     /// The shape `GET /status` has today (relay.rs).
-    fn sample_status() -> Value {
-        json!({
+    fn sample_status() -> api::Status {
+        parse(
+            r#"{
             "name": "rc",
             "version": "0.1.0",
             "uptime_seconds": 7390.5,
             "listeners": [
                 {"mode": "tproxy", "addr": "0.0.0.0:7000",
                  "intercept": {"interfaces": ["eth0"], "ports": [80, 443]}},
-                {"mode": "socks5", "addr": "127.0.0.1:1080", "intercept": null},
+                {"mode": "socks5", "addr": "127.0.0.1:1080", "intercept": null}
             ],
             "peers": [
                 {"name": "rs", "addr": "10.0.12.2:7100", "congestion": "bbr",
                  "pool": {"level": 14, "in_flight": 2, "low": 4, "high": 16, "idle_seconds": 30.0,
                           "taken": 1200, "refilled": 1214, "dead": 1, "expired": 30,
                           "misses": 3, "dial_failures": 0, "last_error": null}},
-                {"name": "rt", "addr": "10.0.13.2:7100", "congestion": null, "pool": null},
+                {"name": "rt", "addr": "10.0.13.2:7100", "congestion": null, "pool": null}
             ],
             "routes": [
                 {"dst": "10.0.3.0/24", "via": "rs"},
-                {"dst": "0.0.0.0/0", "via": "direct"},
+                {"dst": "0.0.0.0/0", "via": "direct"}
             ],
             "early_syn": {"pending": 1, "budget": 1024, "started": 50, "hits": 48,
                           "misses": 2, "duplicates": 5, "over_budget": 0, "expired": 1},
             "accel": {
                 "early_syn": {"requested": "auto", "state": "active", "reason": "BPF SYN detector attached on eth0"},
-                "tfo_client": {"requested": "auto", "state": "unavailable", "reason": "net.ipv4.tcp_fastopen = 1 lacks the server bit (2)"},
+                "tfo_client": {"requested": "auto", "state": "unavailable", "reason": "net.ipv4.tcp_fastopen = 1 lacks the server bit (2)"}
             },
             "features": {"data_path": "auto", "early_syn": true, "pool": true, "tfo": false,
                          "turbo_start": {"initcwnd": 64, "initrwnd": 64, "buffer": 8388608, "routes": []}},
-            "connections_active": {"tproxy": 3, "socks5": 1, "http_connect": 0, "peer": 0},
-        })
+            "connections_active": {"tproxy": 3, "socks5": 1, "http_connect": 0, "peer": 0}
+        }"#,
+        )
     }
 
     #[test]
     fn pools_table_has_one_aligned_row_per_peer() {
-        let rendered = render_pools(&parse(sample_status()));
+        let rendered = render_pools(&sample_status());
         let lines: Vec<&str> = rendered.lines().collect();
         assert_eq!(lines.len(), 3, "{rendered}");
         assert!(lines[0].starts_with("PEER  ADDR            CC   LEVEL  IN-FLIGHT  LOW  HIGH"));
@@ -852,20 +858,20 @@ mod tests {
     #[test]
     fn routes_table_names_the_next_hop() {
         assert_eq!(
-            render_routes(&parse(sample_status())),
+            render_routes(&sample_status()),
             "DESTINATION  VIA     NEXT HOP\n\
              10.0.3.0/24  rs      10.0.12.2:7100\n\
              0.0.0.0/0    direct  the destination itself\n"
         );
         assert_eq!(
-            render_routes(&parse(json!({"routes": []}))),
+            render_routes(&parse(r#"{"routes": []}"#)),
             "no routes: every connection is refused\n"
         );
     }
 
     #[test]
     fn status_summarises_features_connections_and_listeners() {
-        let rendered = render_status(&parse(sample_status()));
+        let rendered = render_status(&sample_status());
         for expected in [
             "relay rc  (splitway 0.1.0)  up 2h 03m 10s",
             "features: data path auto, early SYN on, pool on, TFO off, turbo-start initcwnd 64 initrwnd 64",
@@ -886,24 +892,28 @@ mod tests {
 
     #[test]
     fn connections_params_and_changes_render() {
-        let connections = render_connections(&parse(json!({
+        let connections = render_connections(&parse(
+            r#"{
             "total": 2,
             "by_state": {"connecting": 1, "forwarding": 1},
             "sample": [{"id": "7", "mode": "tproxy", "state": "forwarding", "client": "10.0.1.1:5000",
                         "dst": "10.0.3.2:80", "via": "rs", "age_seconds": 65.0,
-                        "bytes_to_server": 120, "bytes_to_client": 1048576}],
-        })));
+                        "bytes_to_server": 120, "bytes_to_client": 1048576}]
+        }"#,
+        ));
         assert!(connections.contains("by state: connecting 1, forwarding 1"));
         assert!(
             connections.contains("7  tproxy  forwarding  10.0.1.1:5000  10.0.3.2:80  rs   1m 05s")
         );
 
-        let params = render_params(&parse::<Vec<_>>(json!([
+        let params = render_params(&parse::<Vec<_>>(
+            r#"[
             {"name": "pool.rs.low", "value": 4, "kind": {"type": "int", "min": 0, "max": 4096},
              "description": "refill below this"},
             {"name": "log.level", "value": "info",
-             "kind": {"type": "choice", "choices": ["error", "info"]}, "description": "verbosity"},
-        ])));
+             "kind": {"type": "choice", "choices": ["error", "info"]}, "description": "verbosity"}
+        ]"#,
+        ));
         assert!(
             params.contains("pool.rs.low  4      int 0..=4096  refill below this"),
             "{params}"
@@ -915,7 +925,7 @@ mod tests {
 
         assert_eq!(
             render_changes(&parse(
-                json!({"changed": [{"name": "early_syn", "old": false, "new": true}]})
+                r#"{"changed": [{"name": "early_syn", "old": false, "new": true}]}"#
             )),
             "early_syn: off -> on\n"
         );
@@ -923,15 +933,17 @@ mod tests {
 
     #[test]
     fn reload_lists_changes_and_what_needs_a_restart() {
-        let rendered = render_reload(&parse(json!({
+        let rendered = render_reload(&parse(
+            r#"{
             "reloaded": true,
             "generation": 3,
             "changed": [
                 {"key": "route.10.9.0.0/16", "old": "(none)", "new": "rs"},
-                {"key": "limits.per_client", "old": "0", "new": "8"},
+                {"key": "limits.per_client", "old": "0", "new": "8"}
             ],
-            "needs_restart": ["listen.0.0.0.0:7000", "name"],
-        })));
+            "needs_restart": ["listen.0.0.0.0:7000", "name"]
+        }"#,
+        ));
         assert_eq!(
             rendered,
             "reloaded: 2 change(s)\n\
@@ -940,7 +952,7 @@ mod tests {
              not applied, need a restart: listen.0.0.0.0:7000, name (the old values stay in effect)\n"
         );
         assert_eq!(
-            render_reload(&parse(json!({"changed": [], "needs_restart": []}))),
+            render_reload(&parse(r#"{"changed": [], "needs_restart": []}"#)),
             "reloaded: nothing changed\n"
         );
     }
@@ -958,7 +970,11 @@ mod tests {
                 "5m"
             ]))
             .unwrap(),
-            json!({"pool.rs.low": 8, "early_syn": true, "timeouts.idle": "5m"})
+            api::ParamsUpdate::from([
+                ("early_syn".into(), api::ParamValue::Bool(true)),
+                ("pool.rs.low".into(), api::ParamValue::Int(8)),
+                ("timeouts.idle".into(), api::ParamValue::Text("5m".into())),
+            ])
         );
         assert!(
             set_body(&words(&["a", "1", "b"]))
@@ -981,8 +997,10 @@ mod tests {
         };
         let rendered = render_failure(
             &answer,
-            &json!({"error": "invalid parameters, nothing changed", "status": 400,
-                    "errors": [{"param": "pool.rx.low", "message": "unknown parameter"}]}),
+            &parse(
+                r#"{"error": "invalid parameters, nothing changed", "status": 400,
+                    "errors": [{"param": "pool.rx.low", "message": "unknown parameter"}]}"#,
+            ),
         );
         assert_eq!(
             rendered,
@@ -1017,7 +1035,7 @@ mod tests {
     struct TunableRelay(ParamRegistry);
 
     impl AdminHandler for TunableRelay {
-        fn status(&self) -> Value {
+        fn status(&self) -> api::Status {
             sample_status()
         }
         fn params(&self) -> Vec<ParamInfo> {
@@ -1038,13 +1056,11 @@ mod tests {
             .block_on(splitway_control::bind("127.0.0.1:0".parse().unwrap()))
             .unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let registry = ParamRegistry::new();
-        registry
-            .declare(ParamSpec::pool_low("rs"), ParamValue::Int(4))
-            .unwrap();
-        registry
-            .declare(ParamSpec::early_syn(), ParamValue::Bool(true))
-            .unwrap();
+        let registry = ParamRegistry::with([
+            (ParamSpec::pool_low("rs"), ParamValue::Int(4)),
+            (ParamSpec::early_syn(), ParamValue::Bool(true)),
+        ])
+        .unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = runtime.spawn(splitway_control::serve(
             listener,
@@ -1081,8 +1097,9 @@ mod tests {
         );
 
         let params = ctl(&["-a", &addr, "--json", "params"]);
-        let listed: Value = serde_json::from_str(&params.stdout).unwrap();
-        assert_eq!(listed[1]["value"], 9, "{listed}");
+        let listed: Vec<api::Param> = serde_json::from_str(&params.stdout).unwrap();
+        assert_eq!(listed[1].name, "pool.rs.low");
+        assert_eq!(listed[1].value, api::ParamValue::Int(9), "{listed:?}");
 
         let drain = ctl(&["-a", &addr, "drain"]);
         assert_eq!(drain.code, EXIT_REFUSED);

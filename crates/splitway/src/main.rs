@@ -43,7 +43,8 @@ enum Command {
     /// Run a relay (or validate its config with --check).
     #[command(long_about = "Run a relay from a TOML config file.\n\n\
 With --check, validate the file and print every error (each naming its key), then exit: \
-0 if valid, 1 if not. SIGINT/SIGTERM stop accepting and let open connections finish for \
+0 if valid, 78 (EX_CONFIG) if not; `splitway relay` itself also exits 78 on an invalid \
+config, so a service manager can stop retrying (RestartPreventExitStatus=78). SIGINT/SIGTERM stop accepting and let open connections finish for \
 up to --drain-timeout. SIGHUP re-reads the config file and applies what can change without \
 a restart (routes, peers, pools, keys, limits, timeouts, tuning, client ACLs); an invalid \
 file changes nothing and its errors are logged (`splitway ctl reload` does the same and \

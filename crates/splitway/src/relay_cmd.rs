@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use splitway_relay::admin::LogControl;
+use splitway_relay::error::RelayError;
 use splitway_relay::relay::RelayOptions;
 use splitway_relay::{Config, Relay};
 use tokio::signal::unix::{SignalKind, signal};
@@ -82,12 +83,13 @@ pub fn run(
     }
     if check {
         // Shipped BPF congestion controls: tried for real, named by key.
+        // A named algorithm this host cannot run is the file's to change.
         let problems = splitway_relay::congestion::check(&cfg);
         for p in &problems {
             eprintln!("{}: {p}", path.display());
         }
         if !problems.is_empty() {
-            return Ok(ExitCode::FAILURE);
+            return Ok(ExitCode::from(EX_CONFIG));
         }
         println!(
             "{}: valid ({} listeners, {} peers, {} routes)",
@@ -129,7 +131,7 @@ pub fn run(
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let relay = Relay::bind_with(
+        let relay = match Relay::bind_with(
             cfg,
             RelayOptions {
                 config_path: Some(config_path),
@@ -137,7 +139,16 @@ pub fn run(
                 log: Some(log),
             },
         )
-        .await?;
+        .await
+        {
+            Ok(relay) => relay,
+            // As --check reports it: the config names what cannot run here.
+            Err(e @ RelayError::Congestion(_)) => {
+                eprintln!("{}: {e}", path.display());
+                return Ok(ExitCode::from(EX_CONFIG));
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
@@ -160,7 +171,6 @@ pub fn run(
         let result = relay.run(shutdown, drain).await;
         reloads.abort();
         result?;
-        Ok::<_, anyhow::Error>(())
-    })?;
-    Ok(ExitCode::SUCCESS)
+        Ok::<_, anyhow::Error>(ExitCode::SUCCESS)
+    })
 }

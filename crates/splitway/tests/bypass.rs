@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use serde_json::Value;
+use splitway_sys::bpf::bypass::Status;
 
 const BIN: &str = env!("CARGO_BIN_EXE_splitway");
 
@@ -58,14 +58,14 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn status() -> Value {
+fn status() -> Status {
     serde_json::from_str(&ok(&["bypass", "status", "--json"])).expect("status json")
 }
 
-fn counter(st: &Value, name: &str) -> u64 {
-    st["counters"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no counter {name} in {st}"))
+/// The line `bypass torture` prints last; only `errors` is checked here.
+#[derive(Debug, serde::Deserialize)]
+struct TortureSummary {
+    errors: u64,
 }
 
 /// `splitway bypass torture ARGS`, started inside `cgroup`: the shell writes
@@ -118,7 +118,7 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
     assert!(
         ok(&["bypass", "enable", "--cgroup", cg_path, "--ports", "1"]).contains("policy updated")
     );
-    assert_eq!(status()["policy"]["ports"], serde_json::json!([1]));
+    assert_eq!(status().policy.expect("a policy").ports, [1]);
 
     // Port policy: trials on ephemeral ports are all excluded and still exact.
     let before = status();
@@ -132,10 +132,10 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
     );
     let after = status();
     assert_eq!(
-        counter(&after, "sockets_paired"),
-        counter(&before, "sockets_paired")
+        after.counters.sockets_paired,
+        before.counters.sockets_paired
     );
-    assert!(counter(&after, "excluded_by_policy") >= 12);
+    assert!(after.counters.excluded_by_policy >= 12);
 
     // Randomized trials with every port paired.
     ok(&["bypass", "enable", "--cgroup", cg_path, "--any-port"]);
@@ -153,21 +153,21 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let summary: Value =
+    let summary: TortureSummary =
         serde_json::from_slice(out.stdout.split(|&b| b == b'\n').next().unwrap_or(&[]))
             .expect("summary json");
-    assert_eq!(summary["errors"], 0);
+    assert_eq!(summary.errors, 0);
     let after = status();
     let n: u64 = trials.parse().expect("trial count");
     // Both ends of every trial were paired, and data took the redirect path:
     // the trials above checked it byte for byte.
-    assert!(counter(&after, "sockets_paired") - counter(&before, "sockets_paired") >= 2 * n);
-    assert!(counter(&after, "bytes_redirected") > counter(&before, "bytes_redirected"));
-    assert!(counter(&after, "directions_redirected") > counter(&before, "directions_redirected"));
+    assert!(after.counters.sockets_paired - before.counters.sockets_paired >= 2 * n);
+    assert!(after.counters.bytes_redirected > before.counters.bytes_redirected);
+    assert!(after.counters.directions_redirected > before.counters.directions_redirected);
     eprintln!(
-        "{summary}; directions redirected {}, on TCP {}",
-        counter(&after, "directions_redirected") - counter(&before, "directions_redirected"),
-        counter(&after, "directions_tcp") - counter(&before, "directions_tcp")
+        "{summary:?}; directions redirected {}, on TCP {}",
+        after.counters.directions_redirected - before.counters.directions_redirected,
+        after.counters.directions_tcp - before.counters.directions_tcp
     );
 
     // Only one end in the cgroup: an echo server in this (test) process, a
@@ -192,12 +192,12 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
     let mut lines = BufReader::new(hold.stdout.take().expect("stdout")).lines();
     let ready = lines.next().expect("hold output").expect("read");
     assert_eq!(ready, "ready");
-    assert_eq!(status()["paired_sockets"], 16);
+    assert_eq!(status().paired_sockets, 16);
     let out = ok(&["bypass", "disable"]);
     assert!(out.contains("16 paired sockets"), "{out}");
     let st = status();
-    assert_eq!(st["enabled"], false);
-    assert_eq!(st["draining"][0]["paired_sockets"], 16);
+    assert!(!st.enabled);
+    assert_eq!(st.draining[0].paired_sockets, 16);
     // Idempotent while draining.
     ok(&["bypass", "disable"]);
     writeln!(hold.stdin.as_mut().expect("stdin"), "go").expect("signal hold");
@@ -208,7 +208,7 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
     // The sockets closed, so the draining sockhash is released.
     ok(&["bypass", "disable"]);
     let st = status();
-    assert_eq!(st["draining"], serde_json::json!([]));
+    assert_eq!(st.draining, []);
     assert!(!Path::new(splitway_sys::bpf::bypass::PIN_DIR).exists());
     assert!(ok(&["bypass", "disable"]).contains("not enabled"));
 }
@@ -274,10 +274,10 @@ fn veth_trials(cgroup: &Path) {
         );
         let after = status();
         assert!(
-            counter(&after, "sockets_paired") - counter(&before, "sockets_paired") >= 40,
-            "veth {family}: not paired: {after}"
+            after.counters.sockets_paired - before.counters.sockets_paired >= 40,
+            "veth {family}: not paired: {after:?}"
         );
-        assert!(counter(&after, "bytes_redirected") > counter(&before, "bytes_redirected"));
+        assert!(after.counters.bytes_redirected > before.counters.bytes_redirected);
     }
 }
 
@@ -319,16 +319,16 @@ fn one_end_paired(cgroup: &Path) {
     echo.join().expect("echo thread");
     let after = status();
     assert_eq!(
-        counter(&after, "sockets_paired") - counter(&before, "sockets_paired"),
+        after.counters.sockets_paired - before.counters.sockets_paired,
         10,
         "only the client ends are paired"
     );
     assert_eq!(
-        counter(&after, "directions_tcp") - counter(&before, "directions_tcp"),
+        after.counters.directions_tcp - before.counters.directions_tcp,
         10
     );
     assert_eq!(
-        counter(&after, "bytes_redirected"),
-        counter(&before, "bytes_redirected")
+        after.counters.bytes_redirected,
+        before.counters.bytes_redirected
     );
 }

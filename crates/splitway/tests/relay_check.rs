@@ -3,7 +3,13 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::Command;
+
+use splitway_lab::testbed::config::{
+    self as testbed, DataPath, Intercept, ListenMode, RawAccel, RawConfig, RawForwarding,
+    RawListener, RawPeer, RawRoute, RawTimeouts,
+};
 
 use support::*;
 
@@ -27,55 +33,44 @@ fn check(config: &str) -> (bool, String) {
     (out.status.success(), text)
 }
 
-const GOOD: &str = r#"
-name = "rc"
-psk_file = "@PSK@"
-admin = "127.0.0.1:9090"
-
-[[listen]]
-mode = "tproxy"
-addr = "0.0.0.0:7000"
-intercept = { interfaces = ["west"], ports = [80, 5001] }
-
-[[listen]]
-mode = "socks5"
-addr = "127.0.0.1:1080"
-
-[[listen]]
-mode = "http-connect"
-addr = "127.0.0.1:3128"
-
-[[peer]]
-name = "rs"
-addr = "10.0.12.2:7100"
-congestion = "bbr"
-nodelay = true
-keepalive = "30s"
-
-[[route]]
-dst = "10.0.3.0/24"
-via = "rs"
-
-[[route]]
-dst = "fd00:3::/64"
-via = "rs"
-
-[[route]]
-dst = "0.0.0.0/0"
-via = "direct"
-
-[timeouts]
-connect = "10s"
-handshake = "10s"
-idle = "5m"
-
-[forwarding]
-data_path = "auto"
-"#;
+/// A valid config of an entry relay, typed; its key file is `@PSK@`.
+fn good() -> RawConfig {
+    let mut cfg = testbed::relay("rc", "127.0.0.1:9090", Some(Path::new("@PSK@")));
+    let mut tproxy = RawListener::new(ListenMode::Tproxy, "0.0.0.0:7000");
+    tproxy.intercept = Some(Intercept {
+        interfaces: vec!["west".into()],
+        ports: vec![80, 5001],
+    });
+    cfg.listen = vec![
+        tproxy,
+        RawListener::new(ListenMode::Socks5, "127.0.0.1:1080"),
+        RawListener::new(ListenMode::HttpConnect, "127.0.0.1:3128"),
+    ];
+    let mut rs = RawPeer::new("rs", "10.0.12.2:7100");
+    rs.congestion = Some("bbr".into());
+    rs.nodelay = Some(true);
+    rs.keepalive = Some("30s".into());
+    cfg.peer.push(rs);
+    cfg.route = vec![
+        RawRoute::new("10.0.3.0/24", "rs"),
+        RawRoute::new("fd00:3::/64", "rs"),
+        RawRoute::new("0.0.0.0/0", "direct"),
+    ];
+    cfg.timeouts = Some(RawTimeouts {
+        connect: Some("10s".into()),
+        handshake: Some("10s".into()),
+        idle: Some("5m".into()),
+        pooled_header: None,
+    });
+    cfg.forwarding = Some(RawForwarding {
+        data_path: Some(DataPath::Auto),
+    });
+    cfg
+}
 
 #[test]
 fn check_accepts_a_good_config() {
-    let (ok, text) = check(GOOD);
+    let (ok, text) = check(&good().to_toml());
     assert!(ok, "--check rejected a valid config:\n{text}");
 }
 
@@ -138,18 +133,24 @@ fn check_rejects_a_missing_file() {
     );
 }
 
+/// `splitway relay --config PATH`, with `--check` or not, run to its exit
+/// (a bad config exits before starting anything).
+fn relay(path: &Path, check: bool) -> std::process::Output {
+    let mut cmd = Command::new(SPLITWAY);
+    cmd.args(["relay", "--config"]).arg(path);
+    if check {
+        cmd.arg("--check");
+    }
+    output(&mut cmd)
+}
+
 #[test]
 fn a_bad_config_exits_with_ex_config() {
     let dir = TempDir::new();
     let path = dir.join("bad.toml");
     std::fs::write(&path, "name = \"rc\"\nbogus_key = 1\n").expect("write");
     for check in [true, false] {
-        let mut cmd = Command::new(SPLITWAY);
-        cmd.args(["relay", "--config"]).arg(&path);
-        if check {
-            cmd.arg("--check");
-        }
-        let out = output(&mut cmd);
+        let out = relay(&path, check);
         assert_eq!(
             out.status.code(),
             Some(78),
@@ -163,11 +164,37 @@ fn a_bad_config_exits_with_ex_config() {
     }
 }
 
+/// A file that parses but whose key file cannot be read, or whose values
+/// are wrong, is a config error too: 78 with or without `--check`, every
+/// problem named by its key, and nothing started.
+#[test]
+fn invalid_values_and_unreadable_keys_exit_with_ex_config() {
+    let dir = TempDir::new();
+    let path = dir.join("relay.toml");
+    let mut cfg = good();
+    cfg.psk_file = Some(dir.join("missing.key").display().to_string());
+    cfg.timeouts.as_mut().expect("set").idle = Some("0s".into());
+    std::fs::write(&path, cfg.to_toml()).expect("write");
+    for check in [true, false] {
+        let out = relay(&path, check);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "check = {check}: {stderr}");
+        assert!(
+            stderr.contains("2 errors")
+                && stderr.contains("psk_file: cannot read")
+                && stderr.contains("missing.key")
+                && stderr.contains("timeouts.idle: must be greater than zero"),
+            "check = {check}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "nothing reported as valid: {out:?}");
+    }
+}
+
 /// `--check` says, for this host, what each acceleration will do and why:
 /// unset switches are auto, explicit ones are reported as asked.
 #[test]
 fn check_says_what_each_acceleration_will_do_here() {
-    let (ok, text) = check(GOOD);
+    let (ok, text) = check(&good().to_toml());
     assert!(ok, "{text}");
     for name in [
         "early_syn",
@@ -202,9 +229,13 @@ fn check_says_what_each_acceleration_will_do_here() {
         "{text}"
     );
     // Turned off explicitly: said so, with the key.
-    let (ok, text) = check(&format!(
-        "{GOOD}\n[accel]\npool = false\nzero_rtt = false\n"
-    ));
+    let mut off = good();
+    off.accel = Some(RawAccel {
+        pool: Some(false),
+        zero_rtt: Some(false),
+        ..RawAccel::default()
+    });
+    let (ok, text) = check(&off.to_toml());
     assert!(ok, "{text}");
     assert!(
         text.contains("pool: off (requested off): turned off ([accel] pool = false)"),

@@ -16,6 +16,7 @@ mod support;
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
 
+use splitway_lab::emu::DirectionParams;
 use support::*;
 
 /// The server sees this source for the rs1 path (rs1 dials direct, routed
@@ -169,14 +170,13 @@ fn killing_the_chosen_peer_moves_new_connections_within_3s() {
     );
     assert_eq!(row("*rs2").split_whitespace().nth(2), Some("up"), "{table}");
     let json = lab.ctl("rc", &["routes", "--json"]);
-    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).expect("ctl routes --json");
-    let route = &doc["paths"]["routes"][0];
-    assert_eq!(route["chosen"], "rs2", "{doc}");
-    assert_eq!(route["flips"], 1, "{doc}");
-    assert_eq!(route["candidates"][0]["state"], "down", "{doc}");
-    let rtt = route["candidates"][1]["leg_rtt_ms"]
-        .as_f64()
-        .expect("rs2 leg measured");
+    let doc: splitway_api::RoutesReport =
+        typed_answer(&String::from_utf8_lossy(&json.stdout)).expect("ctl routes --json");
+    let route = &doc.paths.as_ref().expect("the relay has /routes").routes[0];
+    assert_eq!(route.chosen, "rs2", "{doc:?}");
+    assert_eq!(route.flips, 1, "{doc:?}");
+    assert_eq!(route.candidates[0].state, "down", "{doc:?}");
+    let rtt = route.candidates[1].leg_rtt_ms.expect("rs2 leg measured");
     assert!(rtt > 0.0 && rtt < 100.0, "rs2 leg rtt {rtt} ms on a veth");
     eprintln!("[relay_paths] ctl routes after the failover:\n{table}");
 
@@ -280,12 +280,8 @@ fn a_silent_peer_is_marked_down_by_its_probes_within_3s() {
     assert!(dropped.status.success(), "iptables: {dropped:?}");
     let silenced = Instant::now();
     let rs1_state = || {
-        let doc: serde_json::Value =
-            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
-                .expect("/routes is JSON");
-        doc["routes"][0]["candidates"][0]["state"]
-            .as_str()
-            .map(str::to_owned)
+        let doc = admin_routes(lab.rc()).expect("GET /routes");
+        Some(doc.routes[0].candidates[0].state.clone())
     };
     let down_after = wait_until(
         Deadline::after(Duration::from_secs(10)),
@@ -346,10 +342,8 @@ fn a_100ms_degradation_moves_new_connections_and_the_choice_is_held() {
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
     let leg_ms = |lab: &Lab, k: usize| {
-        let doc: serde_json::Value =
-            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
-                .expect("/routes is JSON");
-        doc["routes"][0]["candidates"][k]["leg_rtt_ms"].as_f64()
+        let doc = admin_routes(lab.rc()).expect("GET /routes");
+        doc.routes[0].candidates[k].leg_rtt_ms
     };
     // Both legs measured by probes before we start.
     wait_until(
@@ -425,10 +419,8 @@ fn a_reload_changes_candidates_and_probing_follows() {
     let peer = transfer(&lab, &server, LEN, 1).expect("rc refused with every peer up");
     assert_eq!(path_of(peer), "rs1");
     let route = |lab: &Lab| {
-        let doc: serde_json::Value =
-            serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
-                .expect("/routes is JSON");
-        doc["routes"][0].clone()
+        let doc = admin_routes(lab.rc()).expect("GET /routes");
+        doc.routes[0].clone()
     };
     let reload = |lab: &mut Lab, via: &str| {
         let cfg = rc_config(lab, via);
@@ -441,18 +433,18 @@ fn a_reload_changes_candidates_and_probing_follows() {
     wait_until(
         Deadline::after(Duration::from_secs(10)),
         "the reloaded candidates",
-        || (route(&lab)["candidates"][0]["name"] == "rs2").then_some(()),
+        || (route(&lab).candidates[0].name == "rs2").then_some(()),
     );
     let peer = transfer(&lab, &server, LEN, 2).expect("rc refused after the reload");
     assert_eq!(path_of(peer), "rs2");
-    assert_eq!(route(&lab)["chosen"], "rs2");
+    assert_eq!(route(&lab).chosen, "rs2");
 
     // One candidate: nothing to choose, nothing probed.
     reload(&mut lab, "\"rs1\"");
     wait_until(
         Deadline::after(Duration::from_secs(10)),
         "the single-candidate route",
-        || (route(&lab)["probed"] == false).then_some(()),
+        || (!route(&lab).probed).then_some(()),
     );
     // A probe started just before the reload may still be answered.
     std::thread::sleep(PROBE_SETTLE);
@@ -477,3 +469,256 @@ fn a_reload_changes_candidates_and_probing_follows() {
 
 /// Longer than a probe's timeout: any probe in flight has ended.
 const PROBE_SETTLE: Duration = Duration::from_millis(2000);
+
+/// rc with each relay behind its own emulated link (rs1 `rtt1`, rs2
+/// `rtt2`), the server's subnet routed `via`; rs1 dials the server itself.
+fn emulated_lab(
+    rtt1: Duration,
+    rtt2: Duration,
+    via: &str,
+) -> (
+    Lab,
+    splitway_lab::emu::LinkHandle,
+    splitway_lab::emu::LinkHandle,
+) {
+    let mut lab = Lab::chain(&["rc", "rs1", "rs2"]);
+    let to_rs1 = emulated_link(&lab.relays[0], &lab.relays[1], 98, rtt1);
+    let to_rs2 = emulated_link(&lab.relays[0], &lab.relays[2], 99, rtt2);
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    let mut rc = RelayConfig::new("rc");
+    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    rc.peer("rs1", &format!("10.0.98.2:{PEER_PORT}"));
+    rc.peer("rs2", &format!("10.0.99.2:{PEER_PORT}"));
+    rc.extra(&format!("[[route]]\ndst = \"10.0.3.0/24\"\nvia = {via}\n"));
+    configs[0] = rc;
+    configs[1].routes.clear();
+    configs[1].peers.clear();
+    configs[1].route("0.0.0.0/0", "direct");
+    lab.start_relays(&configs);
+    // rc's own (direct) packets reach the server through the relays'
+    // namespaces as routers; rs2 routes the answers back.
+    lab.relays[2]
+        .ip(&["route", "add", "10.0.12.0/24", "via", &link_v4(2, 3, 1)])
+        .expect("return route for rc's direct legs");
+    (lab, to_rs1, to_rs2)
+}
+
+/// `transfer`, skipping connections that arrive empty and closed: rc's
+/// direct probes (a handshake, closed at once) reach the same server.
+fn transfer_past_probes(lab: &Lab, server: &TestServer, len: u64, seed: u64) -> Option<SocketAddr> {
+    let (code, mut stream) = socks5(&lab.client, Target::Ip(server.addr));
+    if code != 0 {
+        return None;
+    }
+    let client = std::thread::spawn(move || {
+        let sent = send_pattern(&mut stream, len, seed).expect("client send");
+        stream.shutdown(Shutdown::Write).expect("client shutdown");
+        let got = recv_all(&mut stream).expect("client receive");
+        (sent, got)
+    });
+    let (mut conn, peer, at_server) = loop {
+        let (mut conn, peer) = server.accept(Duration::from_secs(20));
+        let at_server = recv_all(&mut conn).expect("server receive");
+        if at_server.len > 0 {
+            break (conn, peer, at_server);
+        }
+    };
+    let from_server = send_pattern(&mut conn, len, seed + 1).expect("server send");
+    conn.shutdown(Shutdown::Write).expect("server shutdown");
+    let (sent, got) = client.join().expect("client thread");
+    assert_eq!(at_server, sent, "client→server through {peer}");
+    assert_eq!(got, from_server, "server→client through {peer}");
+    Some(peer)
+}
+
+fn routes_doc(lab: &Lab) -> serde_json::Value {
+    serde_json::from_str(&curl_admin(lab.rc(), "/routes").expect("GET /routes"))
+        .expect("/routes is JSON")
+}
+
+/// The candidate named `name` of rc's first route.
+fn candidate(lab: &Lab, name: &str) -> serde_json::Value {
+    let doc = routes_doc(lab);
+    doc["routes"][0]["candidates"]
+        .as_array()
+        .expect("candidates")
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no candidate {name} in {doc}"))
+        .clone()
+}
+
+#[test]
+fn loss_on_the_chosen_leg_moves_new_connections() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let (lab, to_rs1, to_rs2) = emulated_lab(
+        Duration::from_millis(10),
+        Duration::from_millis(30),
+        "[\"rs1\", \"rs2\"]",
+    );
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "both legs measured",
+        || {
+            (candidate(&lab, "rs1")["leg_rtt_ms"].is_number()
+                && candidate(&lab, "rs2")["leg_rtt_ms"].is_number())
+            .then_some(())
+        },
+    );
+    for seed in 0..3 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
+        assert_eq!(path_of(peer), "rs1", "connection {seed}");
+    }
+    let clean = candidate(&lab, "rs1")["loss"].as_f64().unwrap_or(0.0);
+    assert!(clean < 0.01, "rs1 loss {clean} on a clean link");
+
+    // 5 % loss each way on rc—rs1: at 10 ms it now costs more than rs2's 30.
+    let half = Duration::from_millis(5).as_nanos() as u64;
+    let lossy = DirectionParams {
+        loss: 0.05,
+        ..DirectionParams::delay_only(half)
+    };
+    to_rs1.set_params(lossy, lossy, 4096);
+    let lossy_since = Instant::now();
+    let mut seed = 10;
+    let moved = loop {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused on a lossy leg");
+        seed += 1;
+        if path_of(peer) == "rs2" {
+            break lossy_since.elapsed();
+        }
+        assert!(
+            lossy_since.elapsed() < Duration::from_secs(30),
+            "still on rs1 30 s into 5 % loss: {}",
+            routes_doc(&lab)
+        );
+    };
+    let rs1 = candidate(&lab, "rs1");
+    let rs2 = candidate(&lab, "rs2");
+    eprintln!("[relay_paths] 5 % loss on rs1: moved after {moved:?}; rs1 {rs1}, rs2 {rs2}");
+    let loss = rs1["loss"].as_f64().expect("rs1 loss measured");
+    assert!(loss > 0.005, "rs1 loss {loss}");
+    // The leg's RTT alone still favours rs1: the loss made the difference.
+    assert!(
+        rs1["leg_rtt_ms"].as_f64().expect("rs1 RTT") < rs2["leg_rtt_ms"].as_f64().expect("rs2 RTT"),
+        "rs1 {rs1}, rs2 {rs2}"
+    );
+    assert!(
+        rs1["estimate_ms"].as_f64().expect("rs1 estimate")
+            > rs2["estimate_ms"].as_f64().expect("rs2 estimate"),
+        "rs1 {rs1}, rs2 {rs2}"
+    );
+    // ctl routes shows the loss column.
+    let shown = lab.ctl("rc", &["routes"]);
+    let table = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success() && table.contains("LOSS"), "{table}");
+    drop((to_rs1, to_rs2));
+}
+
+#[test]
+fn a_failed_dial_retries_on_the_next_candidate_for_the_same_connection() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let mut lab = lab();
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    let peer = transfer(&lab, &server, LEN, 1).expect("rc refused with every peer up");
+    assert_eq!(path_of(peer), "rs1");
+    let failures = |lab: &Lab| {
+        lab.metrics("rc")
+            .counter("splitway_peer_connect_failures_total", &[("peer", "rs1")])
+    };
+    assert_eq!(failures(&lab), 0.0);
+    // Right after the kill rc still thinks rs1 is up (its next probe is
+    // up to a second away): the dial fails, and the same connection
+    // must go through rs2 with every byte intact.
+    lab.kill_relay("rs1");
+    let peer = transfer(&lab, &server, LEN, 2).expect("the client's connection was refused");
+    assert_eq!(path_of(peer), "rs2");
+    let failed = failures(&lab);
+    if failed == 0.0 {
+        // A probe saw rs1 die first and the choice had already moved: the
+        // connection succeeded, but no retry was needed to make it.
+        eprintln!("[relay_paths] a probe beat the connection to the dead rs1");
+    } else {
+        assert_eq!(failed, 1.0, "one failed dial, retried once");
+    }
+    assert_eq!(candidate(&lab, "rs1")["state"], "down");
+    for seed in 3..6 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with rs2 up");
+        assert_eq!(path_of(peer), "rs2", "connection {seed}");
+    }
+}
+
+#[test]
+fn direct_is_measured_and_chosen_when_it_is_best() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    // rs1 behind 30 ms; rc's own way to the server is the veth chain.
+    let (lab, to_rs1, to_rs2) = emulated_lab(
+        Duration::from_millis(30),
+        Duration::from_millis(30),
+        "[\"rs1\", \"direct\"]",
+    );
+    let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
+    // rc's source address towards the server: what the server sees direct.
+    let route = lab
+        .rc()
+        .ip(&["-o", "route", "get", SERVER_V4])
+        .expect("ip route get");
+    let route = String::from_utf8_lossy(&route.stdout);
+    let rc_src = route
+        .split_whitespace()
+        .skip_while(|w| *w != "src")
+        .nth(1)
+        .expect("a source address")
+        .to_owned();
+    let path = |peer: SocketAddr| {
+        if peer.ip().to_string() == rc_src {
+            "direct"
+        } else {
+            path_of(peer)
+        }
+    };
+    wait_until(
+        Deadline::after(Duration::from_secs(10)),
+        "rs1 measured",
+        || {
+            candidate(&lab, "rs1")["leg_rtt_ms"]
+                .is_number()
+                .then_some(())
+        },
+    );
+    // Config order puts rs1 first; direct is unmeasured until a
+    // connection names a destination for its probe.
+    let peer = transfer_past_probes(&lab, &server, LEN, 1).expect("rc refused");
+    assert_eq!(path(peer), "rs1");
+    wait_until(
+        Deadline::after(Duration::from_secs(5)),
+        "direct probed",
+        || {
+            candidate(&lab, "direct")["leg_rtt_ms"]
+                .is_number()
+                .then_some(())
+        },
+    );
+    let direct = candidate(&lab, "direct");
+    assert_eq!(direct["state"], "up", "{direct}");
+    assert!(
+        direct["probes"].as_u64().is_some_and(|n| n >= 1),
+        "{direct}"
+    );
+    for seed in 2..5 {
+        let peer = transfer_past_probes(&lab, &server, LEN, seed).expect("rc refused");
+        assert_eq!(path(peer), "direct", "connection {seed}");
+    }
+    assert_eq!(routes_doc(&lab)["routes"][0]["chosen"], "direct");
+    // Direct now carries the traffic: its probes stop.
+    std::thread::sleep(PROBE_SETTLE);
+    let probes = candidate(&lab, "direct")["probes"].clone();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(candidate(&lab, "direct")["probes"], probes);
+    drop((to_rs1, to_rs2));
+}

@@ -709,11 +709,10 @@ fn early_syn_dials_at_the_syn_for_a_watched_syn_option_listener() {
          [accel]\npool = false\n"
     ));
     lab.start_relays(&[cfg]);
-    let status = curl_admin(lab.relay_ns("rc"), "/status").expect("relay status");
-    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
-    assert_eq!(
-        status["features"]["early_syn"], true,
-        "early SYN must be on by the auto rule: {status}"
+    let status = admin_status(lab.relay_ns("rc")).expect("relay status");
+    assert!(
+        status.features.early_syn,
+        "early SYN must be on by the auto rule: {status:?}"
     );
 
     let server = TestServer::bind(&lab.server, sock(&format!("0.0.0.0:{SERVER_PORT}")));

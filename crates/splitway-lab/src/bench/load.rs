@@ -4,11 +4,13 @@
 //! because it must hold 10,000 idle connections.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use crate::testbed::proxy::{self, ProxyError};
 
 /// Size of the request and of the response in the connection tests.
 pub const CONN_MESSAGE: usize = 64;
@@ -38,31 +40,18 @@ impl Access {
             Access::HttpConnect { proxy, target } => {
                 let mut s = TcpStream::connect(proxy)?;
                 s.set_nodelay(true)?;
-                let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
-                s.write_all(request.as_bytes())?;
-                let mut head = Vec::with_capacity(128);
-                let mut buf = [0u8; 256];
-                while !head.ends_with(b"\r\n\r\n") {
-                    // Byte by byte would cost syscalls; the proxy sends
-                    // nothing after its head until the server speaks, and
-                    // the server speaks only after our request.
-                    let n = s.read(&mut buf)?;
-                    if n == 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "proxy closed during CONNECT",
-                        ));
+                // 256 bytes a read: byte by byte would cost syscalls; the
+                // proxy sends nothing after its head until the server
+                // speaks, and the server speaks only after our request.
+                match proxy::http_connect(&mut s, &target.to_string(), 256) {
+                    Ok(200) => {}
+                    Ok(status) => {
+                        return Err(io::Error::other(format!(
+                            "proxy refused CONNECT: status {status}"
+                        )));
                     }
-                    head.extend_from_slice(&buf[..n]);
-                    if head.len() > 4096 {
-                        return Err(io::Error::other("proxy CONNECT reply too long"));
-                    }
-                }
-                if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
-                    return Err(io::Error::other(format!(
-                        "proxy refused CONNECT: {}",
-                        String::from_utf8_lossy(&head).lines().next().unwrap_or("")
-                    )));
+                    Err(ProxyError::Io(e)) => return Err(e),
+                    Err(e) => return Err(io::Error::other(e)),
                 }
                 Ok(s)
             }
@@ -83,10 +72,26 @@ pub struct Backends {
 impl Backends {
     /// Binds the listeners on 127.0.0.1 (ports 0 = any) and starts serving.
     pub fn start(sink_port: u16, echo_port: u16, conn_port: u16) -> io::Result<Self> {
+        Self::start_on(
+            IpAddr::from([127, 0, 0, 1]),
+            sink_port,
+            echo_port,
+            conn_port,
+        )
+    }
+
+    /// [`Backends::start`] on `ip` (the namespace benches serve on a
+    /// routed address).
+    pub fn start_on(
+        ip: IpAddr,
+        sink_port: u16,
+        echo_port: u16,
+        conn_port: u16,
+    ) -> io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let sink = TcpListener::bind(("127.0.0.1", sink_port))?;
-        let echo = TcpListener::bind(("127.0.0.1", echo_port))?;
-        let conn = TcpListener::bind(("127.0.0.1", conn_port))?;
+        let sink = TcpListener::bind((ip, sink_port))?;
+        let echo = TcpListener::bind((ip, echo_port))?;
+        let conn = TcpListener::bind((ip, conn_port))?;
         let addrs = (sink.local_addr()?, echo.local_addr()?, conn.local_addr()?);
         spawn_acceptor(sink, stop.clone(), serve_sink);
         spawn_acceptor(echo, stop.clone(), serve_echo);

@@ -10,6 +10,7 @@
 
 mod error;
 pub mod load;
+pub mod loadgen;
 mod plan;
 mod procs;
 mod report;

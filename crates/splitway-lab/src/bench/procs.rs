@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::error::BenchError;
 use super::load::{self, Access};
+use crate::testbed::config::{
+    self as testbed, ListenMode, RawConfig, RawListener, RawPeer, RawRoute,
+};
 
 /// The methods compared, in table order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,12 +58,19 @@ impl Method {
         }
     }
 
-    /// The `[[listen]]` line that picks this variant's accept sockets.
-    fn accept_sockets(self) -> &'static str {
+    /// This variant's `[[listen]] accept_sockets` (absent: one per worker).
+    fn accept_sockets(self) -> Option<usize> {
         match self {
-            Method::Splitway1OneAccept | Method::Splitway2OneAccept => "accept_sockets = 1\n",
-            _ => "",
+            Method::Splitway1OneAccept | Method::Splitway2OneAccept => Some(1),
+            _ => None,
         }
+    }
+
+    /// A loopback listener on `port` with this variant's accept sockets.
+    fn listener(self, mode: ListenMode, port: u16) -> RawListener {
+        let mut l = RawListener::new(mode, format!("127.0.0.1:{port}"));
+        l.accept_sockets = self.accept_sockets();
+        l
     }
 
     pub fn label(self) -> &'static str {
@@ -168,51 +178,21 @@ impl Launcher {
                 plain_fronts(&mut inst, base)
             }
             Method::Splitway1 | Method::Splitway1OneAccept => {
-                // An admin listener because `admin = "off"` currently makes
-                // the relay drain at once (its drain channel closes).
-                let admin = base + 50;
-                let cfg = self.dir.join(format!("splitway1-{base}.toml"));
-                write(
-                    &cfg,
-                    &format!(
-                        "name = \"bench1\"\nadmin = \"127.0.0.1:{admin}\"\n\n[[listen]]\nmode = \"http-connect\"\n\
-                         addr = \"127.0.0.1:{base}\"\n{}\n[[route]]\ndst = \"127.0.0.0/8\"\nvia = \"direct\"\n{}",
-                        method.accept_sockets(),
-                        self.limits()
-                    ),
-                )?;
-                inst.children.push(self.spawn_relay(&cfg)?);
+                for (file, cfg) in self.relay_configs(method, base) {
+                    let path = self.dir.join(file);
+                    write(&path, &cfg.to_toml())?;
+                    inst.children.push(self.spawn_relay(&path)?);
+                }
                 connect_fronts(&mut inst, addr(base))
             }
             Method::Splitway2 | Method::Splitway2OneAccept => {
-                let rs_port = base + 1;
-                let (admin, admin_rs) = (base + 50, base + 51);
-                let rs = self.dir.join(format!("splitway-rs-{base}.toml"));
-                write(
-                    &rs,
-                    &format!(
-                        "name = \"rs\"\nadmin = \"127.0.0.1:{admin_rs}\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"peer\"\n\
-                         addr = \"127.0.0.1:{rs_port}\"\n{}\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n{}",
-                        self.psk_file.display(),
-                        method.accept_sockets(),
-                        self.limits()
-                    ),
-                )?;
-                let rc = self.dir.join(format!("splitway-rc-{base}.toml"));
-                write(
-                    &rc,
-                    &format!(
-                        "name = \"rc\"\nadmin = \"127.0.0.1:{admin}\"\npsk_file = \"{}\"\n\n[[listen]]\nmode = \"http-connect\"\n\
-                         addr = \"127.0.0.1:{base}\"\n{}\n[[peer]]\nname = \"rs\"\naddr = \"127.0.0.1:{rs_port}\"\n\n\
-                         [[route]]\ndst = \"127.0.0.0/8\"\nvia = \"rs\"\n{}",
-                        self.psk_file.display(),
-                        method.accept_sockets(),
-                        self.limits()
-                    ),
-                )?;
-                inst.children.push(self.spawn_relay(&rs)?);
-                inst.children.push(self.spawn_relay(&rc)?);
-                let mut fronts = vec![addr(rs_port)];
+                // rs first: rc's peer must be listening when rc comes up.
+                for (file, cfg) in self.relay_configs(method, base) {
+                    let path = self.dir.join(file);
+                    write(&path, &cfg.to_toml())?;
+                    inst.children.push(self.spawn_relay(&path)?);
+                }
+                let mut fronts = vec![addr(base + 1)];
                 fronts.extend(connect_fronts(&mut inst, addr(base)));
                 fronts
             }
@@ -239,8 +219,40 @@ impl Launcher {
 
     /// The relay's connection cap, sized like HAProxy's maxconn to the fd
     /// limit the relays inherit.
-    fn limits(&self) -> String {
-        format!("\n[limits]\nmax_connections = {}\n", self.max_connections)
+    /// A splitway method's relay configs and file names, the relay nearest
+    /// the backends first: one relay (`bench1`), or `rs` on `base + 1` and
+    /// `rc` dialing it. Admin ports from `base + 50`: an admin listener
+    /// because `admin = "off"` currently makes the relay drain at once (its
+    /// drain channel closes).
+    fn relay_configs(&self, method: Method, base: u16) -> Vec<(String, RawConfig)> {
+        let psk = Some(self.psk_file.as_path());
+        let front = method.listener(ListenMode::HttpConnect, base);
+        if matches!(method, Method::Splitway1 | Method::Splitway1OneAccept) {
+            let mut relay = self.relay("bench1", base + 50, None);
+            relay.listen.push(front);
+            relay.route.push(RawRoute::new("127.0.0.0/8", "direct"));
+            return vec![(format!("splitway1-{base}.toml"), relay)];
+        }
+        let rs_port = base + 1;
+        let mut rs = self.relay("rs", base + 51, psk);
+        rs.listen.push(method.listener(ListenMode::Peer, rs_port));
+        rs.route.push(RawRoute::new("0.0.0.0/0", "direct"));
+        let mut rc = self.relay("rc", base + 50, psk);
+        rc.listen.push(front);
+        rc.peer
+            .push(RawPeer::new("rs", format!("127.0.0.1:{rs_port}")));
+        rc.route.push(RawRoute::new("127.0.0.0/8", "rs"));
+        vec![
+            (format!("splitway-rs-{base}.toml"), rs),
+            (format!("splitway-rc-{base}.toml"), rc),
+        ]
+    }
+
+    /// A bench relay: loopback admin on `admin_port`, the run's limits.
+    fn relay(&self, name: &str, admin_port: u16, psk_file: Option<&Path>) -> RawConfig {
+        let mut cfg = testbed::relay(name, &format!("127.0.0.1:{admin_port}"), psk_file);
+        cfg.limits = Some(testbed::max_connections(self.max_connections));
+        cfg
     }
 
     fn spawn_relay(&self, cfg: &Path) -> Result<Child, BenchError> {
@@ -403,4 +415,62 @@ pub fn sum_rss(pids: &[u32]) -> u64 {
         .iter()
         .filter_map(|p| rss_bytes(*p))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Serves the one key file the configs name; reads nothing else.
+    struct KeyOnly(PathBuf);
+
+    impl splitway_relay::config::Source for KeyOnly {
+        fn read(&self, path: &Path, _: u64, _: &str) -> std::io::Result<Vec<u8>> {
+            assert_eq!(path, self.0, "only the key file is read");
+            Ok([b'a'; 64].to_vec())
+        }
+
+        fn congestion_controls(&self) -> Vec<String> {
+            Vec::new()
+        }
+    }
+
+    /// Every splitway method's configs are valid relay configs, with the
+    /// run's limit and the variant's accept sockets.
+    #[test]
+    fn every_splitway_method_writes_valid_relay_configs() {
+        let launcher = Launcher {
+            splitway_bin: PathBuf::from("splitway"),
+            dir: PathBuf::from("/nonexistent"),
+            targets: Targets {
+                sink: addr(9001),
+                echo: addr(9002),
+                conn: addr(9003),
+            },
+            psk_file: PathBuf::from("/nonexistent/psk.key"),
+            max_connections: 1234,
+        };
+        let source = KeyOnly(launcher.psk_file.clone());
+        for method in [
+            Method::Splitway1,
+            Method::Splitway2,
+            Method::Splitway1OneAccept,
+            Method::Splitway2OneAccept,
+        ] {
+            let configs = launcher.relay_configs(method, 20_000);
+            let hops = if matches!(method, Method::Splitway1 | Method::Splitway1OneAccept) {
+                1
+            } else {
+                2
+            };
+            assert_eq!(configs.len(), hops, "{method:?}");
+            for (file, raw) in configs {
+                let text = raw.to_toml();
+                let cfg = splitway_relay::Config::parse_with(&text, Path::new("."), &source)
+                    .unwrap_or_else(|e| panic!("{method:?} {file}:\n{text}\n{e:#?}"));
+                assert_eq!(cfg.limits.max_connections, 1234);
+                assert_eq!(cfg.listeners[0].accept_sockets, method.accept_sockets());
+            }
+        }
+    }
 }

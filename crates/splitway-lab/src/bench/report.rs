@@ -33,6 +33,21 @@ pub struct Summary {
     pub ratio_to_haproxy: Option<f64>,
 }
 
+/// The durations and counts of a run, as the report states them.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunPlan {
+    /// Rounds, methods interleaved within each.
+    pub rounds: u32,
+    pub quick: bool,
+    /// Length of each timed test in a round.
+    pub test_seconds: f64,
+    /// New connections per second of the fixed-rate setup test, and for how long.
+    pub fixed_rate_per_s: f64,
+    pub fixed_rate_seconds: f64,
+    /// Connections held open for the idle-memory figure.
+    pub idle_connections: usize,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     pub date: String,
@@ -43,16 +58,16 @@ pub struct BenchReport {
     pub cpus: usize,
     pub load_average_start: String,
     pub load_average_end: String,
+    /// The command line that produced this report.
     pub command: String,
-    pub rounds: u32,
-    pub quick: bool,
-    pub test_seconds: f64,
-    pub fixed_rate_per_s: f64,
-    pub fixed_rate_seconds: f64,
-    pub idle_connections: usize,
+    /// How the run was planned (its keys sit at the top level of the JSON).
+    #[serde(flatten)]
+    pub plan: RunPlan,
     pub methods: Vec<String>,
     pub notes: Vec<String>,
+    /// Medians and ratios per method and metric.
     pub summary: Vec<Summary>,
+    /// Every raw measurement.
     pub samples: Vec<Sample>,
 }
 
@@ -169,12 +184,14 @@ impl BenchReport {
             load_average_start: load_average(),
             load_average_end: String::new(),
             command,
-            rounds: plan.rounds,
-            quick: args.quick,
-            test_seconds: plan.test_time.as_secs_f64(),
-            fixed_rate_per_s: FIXED_RATE,
-            fixed_rate_seconds: plan.fixed_time.as_secs_f64(),
-            idle_connections: plan.idle_connections,
+            plan: RunPlan {
+                rounds: plan.rounds,
+                quick: args.quick,
+                test_seconds: plan.test_time.as_secs_f64(),
+                fixed_rate_per_s: FIXED_RATE,
+                fixed_rate_seconds: plan.fixed_time.as_secs_f64(),
+                idle_connections: plan.idle_connections,
+            },
             methods: plan.methods().iter().map(|m| m.name().to_owned()).collect(),
             notes: Vec::new(),
             summary: Vec::new(),
@@ -185,7 +202,7 @@ impl BenchReport {
     pub fn finish(&mut self, samples: Vec<Sample>, notes: Vec<String>) {
         self.load_average_end = load_average();
         self.notes = notes;
-        self.summary = summarise(&samples, self.rounds);
+        self.summary = summarise(&samples, self.plan.rounds);
         self.samples = samples;
     }
 
@@ -205,7 +222,7 @@ impl BenchReport {
         let _ = writeln!(
             out,
             "splitway lab bench: {} round(s), medians; (a, b) = median of per-round ratios to direct, to HAProxy",
-            self.rounds
+            self.plan.rounds
         );
         let _ = write!(out, "{:<34}", "metric");
         for &m in &methods {
@@ -241,6 +258,21 @@ impl BenchReport {
         out
     }
 
+    /// A table row of `method`: one column per group of metrics, the
+    /// metrics of a group joined by ` / `.
+    fn row(&self, md: &mut String, method: Method, columns: &[&[(&str, Ratio)]]) {
+        let mut line = format!("| {} |", method.label());
+        for column in columns {
+            let cells: Vec<String> = column
+                .iter()
+                .map(|&(key, ratio)| self.cell(method, key, ratio))
+                .collect();
+            line.push_str(&format!(" {} |", cells.join(" / ")));
+        }
+        md.push_str(&line);
+        md.push('\n');
+    }
+
     fn cell(&self, method: Method, key: &str, ratio: Ratio) -> String {
         match self.get(method, key) {
             None => "–".into(),
@@ -271,45 +303,50 @@ impl BenchReport {
             md,
             "Side by side on loopback in one network namespace, one run, methods interleaved per round; \
              medians over {} rounds, ratios taken per round then the median.\n",
-            self.rounds
+            self.plan.rounds
         );
         md.push_str(
             "| method | bulk, 1 stream, Gbit/s (× direct) | bulk, 8 streams (× direct) | proxy CPU-s per GB, 1 / 8 streams | 64 B req/resp per s (× direct) | 1 KB req/resp per s (× direct) | new conn/s (× direct) |\n\
              |---|---|---|---|---|---|---|\n",
         );
+        use Ratio::{Direct, None as Plain};
         for m in Method::ALL {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} / {} | {} | {} | {} |",
-                m.label(),
-                self.cell(m, "bulk1_gbps", Ratio::Direct),
-                self.cell(m, "bulk8_gbps", Ratio::Direct),
-                self.cell(m, "bulk1_cpu_s_per_gb", Ratio::None),
-                self.cell(m, "bulk8_cpu_s_per_gb", Ratio::None),
-                self.cell(m, "rr64_tps", Ratio::Direct),
-                self.cell(m, "rr1k_tps", Ratio::Direct),
-                self.cell(m, "conn_rate", Ratio::Direct),
+            self.row(
+                &mut md,
+                m,
+                &[
+                    &[("bulk1_gbps", Direct)],
+                    &[("bulk8_gbps", Direct)],
+                    &[("bulk1_cpu_s_per_gb", Plain), ("bulk8_cpu_s_per_gb", Plain)],
+                    &[("rr64_tps", Direct)],
+                    &[("rr1k_tps", Direct)],
+                    &[("conn_rate", Direct)],
+                ],
             );
         }
         let _ = writeln!(
             md,
             "\n| method | setup at {} new conn/s: connect → first response byte p50 / p99 / p99.9 µs (p50 × direct) | user-space bytes per idle proxied conn ({} open) | bytes per active bulk conn | RSS after start (idle) | exec → listening, ms |\n\
              |---|---|---|---|---|---|",
-            fmt_value(self.fixed_rate_per_s),
-            fmt_bytes(self.idle_connections as f64)
+            fmt_value(self.plan.fixed_rate_per_s),
+            fmt_bytes(self.plan.idle_connections as f64)
         );
         for m in Method::ALL {
-            let _ = writeln!(
-                md,
-                "| {} | {} / {} / {} | {} | {} | {} | {} |",
-                m.label(),
-                self.cell(m, "fixed_p50_us", Ratio::Direct),
-                self.cell(m, "fixed_p99_us", Ratio::None),
-                self.cell(m, "fixed_p999_us", Ratio::None),
-                self.cell(m, "idle_conn_bytes", Ratio::None),
-                self.cell(m, "bulk8_rss_per_conn_bytes", Ratio::None),
-                self.cell(m, "idle_rss_bytes", Ratio::None),
-                self.cell(m, "startup_ms", Ratio::None),
+            let setup = [
+                ("fixed_p50_us", Direct),
+                ("fixed_p99_us", Plain),
+                ("fixed_p999_us", Plain),
+            ];
+            self.row(
+                &mut md,
+                m,
+                &[
+                    &setup,
+                    &[("idle_conn_bytes", Plain)],
+                    &[("bulk8_rss_per_conn_bytes", Plain)],
+                    &[("idle_rss_bytes", Plain)],
+                    &[("startup_ms", Plain)],
+                ],
             );
         }
         md.push_str(
@@ -361,12 +398,12 @@ impl BenchReport {
             self.load_average_start,
             self.load_average_end,
             self.json_name(),
-            self.test_seconds,
-            self.test_seconds,
-            self.test_seconds,
-            fmt_value(self.fixed_rate_per_s),
-            self.fixed_rate_seconds,
-            (self.fixed_rate_per_s * self.fixed_rate_seconds).round(),
+            self.plan.test_seconds,
+            self.plan.test_seconds,
+            self.plan.test_seconds,
+            fmt_value(self.plan.fixed_rate_per_s),
+            self.plan.fixed_rate_seconds,
+            (self.plan.fixed_rate_per_s * self.plan.fixed_rate_seconds).round(),
         );
         for note in &self.notes {
             let _ = writeln!(md, "\n- {note}");
@@ -509,6 +546,80 @@ mod tests {
             !summary.iter().any(|s| s.method == "socat"),
             "no samples, no row"
         );
+    }
+
+    fn report(samples: Vec<Sample>) -> BenchReport {
+        let mut report = BenchReport {
+            date: "2026-11-24T00:00:00Z".into(),
+            commit: "0123456789abcdef".into(),
+            commit_dirty: false,
+            kernel: "6.18".into(),
+            cpu_model: "test".into(),
+            cpus: 2,
+            load_average_start: "0.00 0.00 0.00".into(),
+            load_average_end: String::new(),
+            command: "splitway lab bench".into(),
+            plan: RunPlan {
+                rounds: 1,
+                quick: true,
+                test_seconds: 1.0,
+                fixed_rate_per_s: 1000.0,
+                fixed_rate_seconds: 1.0,
+                idle_connections: 100,
+            },
+            methods: Method::ALL.iter().map(|m| m.name().to_owned()).collect(),
+            notes: Vec::new(),
+            summary: Vec::new(),
+            samples: Vec::new(),
+        };
+        report.finish(samples, Vec::new());
+        report
+    }
+
+    /// The plan is its own struct but its keys stay where readers of the
+    /// committed JSON files find them.
+    #[test]
+    fn plan_keys_stay_at_the_top_of_the_json() {
+        let json = serde_json::to_value(report(Vec::new())).unwrap();
+        let top = json.as_object().unwrap();
+        for key in [
+            "rounds",
+            "quick",
+            "test_seconds",
+            "fixed_rate_per_s",
+            "fixed_rate_seconds",
+            "idle_connections",
+        ] {
+            assert!(top.contains_key(key), "{key} missing: {json}");
+        }
+        assert!(!top.contains_key("plan"), "{json}");
+    }
+
+    /// Every row of the markdown tables has as many cells as its header.
+    #[test]
+    fn markdown_rows_match_their_headers() {
+        let md = report(vec![
+            sample(0, Method::Direct, "bulk1_gbps", 80.0),
+            sample(0, Method::Splitway1, "fixed_p99_us", 300.0),
+        ])
+        .render_markdown();
+        let mut columns = None;
+        let mut rows = 0;
+        for line in md.lines().filter(|l| l.starts_with('|')) {
+            let cells = line.matches('|').count();
+            if line.starts_with("|---") {
+                continue;
+            }
+            match columns {
+                Some(n) if !line.starts_with("| method") => {
+                    assert_eq!(cells, n, "{line}");
+                    rows += 1;
+                }
+                _ => columns = Some(cells),
+            }
+        }
+        assert!(rows >= 2 * Method::ALL.len(), "{md}");
+        assert!(md.contains("| 80"), "the sample shows: {md}");
     }
 
     #[test]

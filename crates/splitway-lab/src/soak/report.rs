@@ -24,31 +24,29 @@ pub(super) fn print_report(r: &SoakReport, args: &SoakArgs) {
         println!("    error: {e}");
     }
     println!("  relay  fds base/peak/after      RSS MiB base/peak/after   peak connections_open");
-    for f in &r.relays {
+    // Descriptors and RSS at baseline, peak and after the run.
+    let row = |name: &str, at: [&Resources; 3], tail: String| {
+        let [base, peak, after] = at;
         println!(
-            "  {:<5}  {:>6} / {:>6} / {:>6}   {:>7.1} / {:>7.1} / {:>7.1}   {}",
-            f.name,
-            f.baseline.fds,
-            f.peak.fds,
-            f.after.fds,
-            mib(f.baseline.rss_bytes),
-            mib(f.peak.rss_bytes),
-            mib(f.after.rss_bytes),
-            f.peak_connections_open
+            "  {name:<5}  {:>6} / {:>6} / {:>6}   {:>7.1} / {:>7.1} / {:>7.1}   {tail}",
+            base.fds,
+            peak.fds,
+            after.fds,
+            mib(base.rss_bytes),
+            mib(peak.rss_bytes),
+            mib(after.rss_bytes),
         );
+    };
+    for f in &r.relays {
+        let tail = f.peak_connections_open.to_string();
+        row(&f.name, [&f.baseline, &f.peak, &f.after], tail);
     }
     for h in &r.hosts {
-        println!(
-            "  {:<5}  {:>6} / {:>6} / {:>6}   {:>7.1} / {:>7.1} / {:>7.1}   (host, {} processes; peak = largest simultaneous sum)",
-            h.name,
-            h.baseline.fds,
-            h.peak.fds,
-            h.after.fds,
-            mib(h.baseline.rss_bytes),
-            mib(h.peak.rss_bytes),
-            mib(h.after.rss_bytes),
+        let tail = format!(
+            "(host, {} processes; peak = largest simultaneous sum)",
             h.processes
         );
+        row(&h.name, [&h.baseline, &h.peak, &h.after], tail);
     }
     for f in &r.relays {
         let rounds: Vec<String> = f

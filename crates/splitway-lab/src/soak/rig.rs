@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 use splitway_sys::netns::{self, Netns};
 
 use crate::runner::LabError;
+use crate::testbed::chain;
+use crate::testbed::config::{
+    self as testbed, ListenMode, RawAccel, RawListener, RawPeer, RawRoute,
+};
 
 use super::spec::*;
 
@@ -89,18 +93,13 @@ impl Rig {
             dir,
             keep: false,
         };
-        let links = [
-            (&rig.client, CLIENT, &rig.rc, RC_WEST),
-            (&rig.rc, RC_EAST, &rig.rs, RS_WEST),
-            (&rig.rs, RS_EAST, &rig.server, SERVER),
-        ];
-        for (a, a_ip, b, b_ip) in links {
-            netns::veth(a, "east", b, "west").map_err(|e| sys("veth", e))?;
-            a.ip(&["addr", "add", &format!("{a_ip}/24"), "dev", "east"])
-                .map_err(|e| sys("ip addr", e))?;
-            b.ip(&["addr", "add", &format!("{b_ip}/24"), "dev", "west"])
-                .map_err(|e| sys("ip addr", e))?;
-        }
+        // The testbed's chain: client 10.0.1.1, rc 10.0.1.2 / 10.0.12.1,
+        // rs 10.0.12.2 / 10.0.3.1, server 10.0.3.2 (the constants above).
+        chain::wire(&[&rig.client, &rig.rc, &rig.rs, &rig.server]).map_err(|e| LabError::Peer {
+            tool: "testbed chain".into(),
+            host: "soak namespaces".into(),
+            detail: e.to_string(),
+        })?;
         // Every leg is between direct neighbours: no routes needed. Each
         // round opens --connections legs per hop between the same two
         // addresses, and the closing side keeps each port in TIME_WAIT
@@ -148,27 +147,30 @@ impl Rig {
         };
         let psk_path = rig.dir.join("psk.key");
         fs::write(&psk_path, format!("{psk}\n")).map_err(|e| LabError::io("write psk", e))?;
-        let common = |host: &str, admin: &str| {
-            format!(
-                "name = \"{host}\"\npsk_file = \"{}\"\nadmin = \"{admin}\"\n",
-                psk_path.display()
-            )
-        };
         let rc_conf = |admin: &str| {
-            format!(
-                "{}\n[[listen]]\nmode = \"socks5\"\naddr = \"{RC_WEST}:{SOCKS_PORT}\"\nreuse_port = true\n\
-                 allow_clients = [\"10.0.1.0/24\"]\n\n\
-                 [[peer]]\nname = \"rs\"\naddr = \"{RS_WEST}:{PEER_PORT}\"\n\n\
-                 [[route]]\ndst = \"10.0.3.0/24\"\nvia = \"rs\"\n",
-                common("rc", admin)
-            )
+            let mut cfg = testbed::relay("rc", admin, Some(&psk_path));
+            let mut socks = RawListener::new(ListenMode::Socks5, format!("{RC_WEST}:{SOCKS_PORT}"));
+            socks.reuse_port = Some(true);
+            socks.allow_clients = vec!["10.0.1.0/24".into()];
+            cfg.listen.push(socks);
+            cfg.peer
+                .push(RawPeer::new("rs", format!("{RS_WEST}:{PEER_PORT}")));
+            cfg.route.push(RawRoute::new("10.0.3.0/24", "rs"));
+            // No pool: its idle legs count as open on rs, and each round
+            // must end with none open (the pool has its own tests).
+            cfg.accel = Some(RawAccel {
+                pool: Some(false),
+                ..RawAccel::default()
+            });
+            cfg.to_toml()
         };
         let rs_conf = |admin: &str| {
-            format!(
-                "{}\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\nreuse_port = true\n\n\
-                 [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n",
-                common("rs", admin)
-            )
+            let mut cfg = testbed::relay("rs", admin, Some(&psk_path));
+            let mut peer = RawListener::new(ListenMode::Peer, format!("0.0.0.0:{PEER_PORT}"));
+            peer.reuse_port = Some(true);
+            cfg.listen.push(peer);
+            cfg.route.push(RawRoute::new("0.0.0.0/0", "direct"));
+            cfg.to_toml()
         };
         // rs first: rc's peer must be listening when rc comes up. Every
         // process of a host shares its listener; each has its own admin.

@@ -6,11 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub(super) const PREFIX: &str = "sws";
-pub(super) const CLIENT: &str = "10.0.1.1";
+// Addresses of the testbed chain (`testbed::chain`, two relays).
 pub(super) const RC_WEST: &str = "10.0.1.2";
-pub(super) const RC_EAST: &str = "10.0.2.1";
-pub(super) const RS_WEST: &str = "10.0.2.2";
-pub(super) const RS_EAST: &str = "10.0.3.1";
+pub(super) const RS_WEST: &str = "10.0.12.2";
 pub(super) const SERVER: &str = "10.0.3.2";
 pub(super) const SOCKS_PORT: u16 = 1080;
 pub(super) const PEER_PORT: u16 = 7100;

@@ -11,6 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::runner::LabError;
+use crate::testbed::proxy;
 
 use super::rig::raise_nofile;
 use super::spec::*;
@@ -201,7 +202,7 @@ pub(super) async fn socks_connect(dst: SocketAddrV4) -> std::io::Result<TcpStrea
     let proxy: SocketAddr = format!("{RC_WEST}:{SOCKS_PORT}").parse().expect("addr");
     let mut s = TcpStream::connect(proxy).await?;
     s.set_nodelay(true)?;
-    s.write_all(&[5, 1, 0]).await?;
+    s.write_all(&proxy::SOCKS5_GREETING).await?;
     let mut choice = [0u8; 2];
     s.read_exact(&mut choice).await?;
     if choice != [5, 0] {
@@ -209,10 +210,8 @@ pub(super) async fn socks_connect(dst: SocketAddrV4) -> std::io::Result<TcpStrea
             "SOCKS method reply {choice:?}"
         )));
     }
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&dst.ip().octets());
-    req.extend_from_slice(&dst.port().to_be_bytes());
-    s.write_all(&req).await?;
+    s.write_all(&proxy::socks5_request(proxy::Target::Ip(dst.into())))
+        .await?;
     let mut reply = [0u8; 10];
     s.read_exact(&mut reply).await?;
     if reply[1] != 0 {

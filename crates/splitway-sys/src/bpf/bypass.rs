@@ -100,7 +100,7 @@ fn kernel(op: &str, e: impl std::error::Error) -> BypassError {
 }
 
 /// Which connections are paired.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Policy {
     /// Only connections with both addresses loopback (127/8, ::1, v4-mapped).
     pub loopback_only: bool,
@@ -109,7 +109,7 @@ pub struct Policy {
 }
 
 /// The kernel's counters (`BYP_STATS`, summed over CPUs).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     /// Sockets inserted into the sockhash at ESTABLISHED.
     pub sockets_paired: u64,
@@ -153,14 +153,15 @@ impl Counters {
 }
 
 /// A sockhash kept after `disable` until its sockets close.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Draining {
     pub pin: PathBuf,
     pub paired_sockets: usize,
 }
 
-/// What `status` reports.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// What `status` reports (`splitway bypass status --json`, which the
+/// tests read back).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Status {
     /// The sock_ops link is pinned (new connections are paired).
     pub enabled: bool,

@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde_json::json;
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 #[derive(Args, Debug)]
@@ -429,6 +429,60 @@ async fn async_trial(
     })
 }
 
+/// The one JSON line each mode prints (tests/bypass.rs and docs/bypass.md
+/// read it). `errors` is always 0: a failed check ends the run with an error.
+#[derive(Debug, Serialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+enum Report {
+    Trials {
+        io: String,
+        trials: u32,
+        rst_trials: u32,
+        bytes_checked: u64,
+        seconds: f64,
+        errors: u32,
+    },
+    Backpressure {
+        accepted_bytes: u64,
+        ended: &'static str,
+        error: String,
+        read_back: usize,
+        read_error: Option<String>,
+        seconds: f64,
+    },
+    Splice {
+        sent: usize,
+        fionread: usize,
+        spliced: Spliced,
+        read_after: usize,
+    },
+    Hold {
+        connections: u32,
+        bytes_checked: u64,
+        errors: u32,
+    },
+    EchoClient {
+        connections: u32,
+        bytes_checked: u64,
+        errors: u32,
+    },
+}
+
+/// What one `splice` call took: a byte count, or its error.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Spliced {
+    Bytes(usize),
+    Error(String),
+}
+
+impl Report {
+    fn print(&self) -> anyhow::Result<ExitCode> {
+        println!("{}", serde_json::to_string(self)?);
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
 fn run_trials(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     let mut rng = StdRng::seed_from_u64(args.seed);
     let started = Instant::now();
@@ -438,12 +492,15 @@ fn run_trials(args: &TortureArgs) -> anyhow::Result<ExitCode> {
         bytes += o.bytes;
         rsts += u32::from(o.rst);
     }
-    println!(
-        "{}",
-        json!({"mode": "trials", "io": format!("{:?}", args.io), "trials": args.trials, "rst_trials": rsts, "bytes_checked": bytes,
-               "seconds": started.elapsed().as_secs_f64(), "errors": 0})
-    );
-    Ok(ExitCode::SUCCESS)
+    Report::Trials {
+        io: format!("{:?}", args.io),
+        trials: args.trials,
+        rst_trials: rsts,
+        bytes_checked: bytes,
+        seconds: started.elapsed().as_secs_f64(),
+        errors: 0,
+    }
+    .print()
 }
 
 fn run_backpressure(args: &TortureArgs) -> anyhow::Result<ExitCode> {
@@ -472,13 +529,15 @@ fn run_backpressure(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     client.set_nonblocking(false)?;
     let _fin = client.shutdown(Shutdown::Write);
     let (got, err) = read_side(server, 3, 1 << 20);
-    println!(
-        "{}",
-        json!({"mode": "backpressure", "accepted_bytes": accepted, "ended": ended, "error": error,
-               "read_back": got.len(), "read_error": err.map(|e| e.to_string()),
-               "seconds": started.elapsed().as_secs_f64()})
-    );
-    Ok(ExitCode::SUCCESS)
+    Report::Backpressure {
+        accepted_bytes: accepted,
+        ended,
+        error,
+        read_back: got.len(),
+        read_error: err.map(|e| e.to_string()),
+        seconds: started.elapsed().as_secs_f64(),
+    }
+    .print()
 }
 
 fn run_splice(args: &TortureArgs) -> anyhow::Result<ExitCode> {
@@ -498,8 +557,8 @@ fn run_splice(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     server.set_nonblocking(true)?;
     let pipe = splitway_sys::splice::Pipe::new()?;
     let spliced = match pipe.fill_from(server.as_raw_fd(), 65536) {
-        Ok(n) => json!(n),
-        Err(e) => json!(e.to_string()),
+        Ok(n) => Spliced::Bytes(n),
+        Err(e) => Spliced::Error(e.to_string()),
     };
     // Whatever splice did not take must still be readable, in order.
     let mut rest = Vec::new();
@@ -512,12 +571,13 @@ fn run_splice(args: &TortureArgs) -> anyhow::Result<ExitCode> {
             Err(e) => return Err(e.into()),
         }
     }
-    println!(
-        "{}",
-        json!({"mode": "splice", "sent": payload.len(), "fionread": fionread, "spliced": spliced,
-               "read_after": rest.len()})
-    );
-    Ok(ExitCode::SUCCESS)
+    Report::Splice {
+        sent: payload.len(),
+        fionread,
+        spliced,
+        read_after: rest.len(),
+    }
+    .print()
 }
 
 fn run_hold(args: &TortureArgs) -> anyhow::Result<ExitCode> {
@@ -576,11 +636,12 @@ fn run_hold(args: &TortureArgs) -> anyhow::Result<ExitCode> {
         }
         checked += (cgot.len() + sgot.len()) as u64;
     }
-    println!(
-        "{}",
-        json!({"mode": "hold", "connections": args.trials, "bytes_checked": checked, "errors": 0})
-    );
-    Ok(ExitCode::SUCCESS)
+    Report::Hold {
+        connections: args.trials,
+        bytes_checked: checked,
+        errors: 0,
+    }
+    .print()
 }
 
 fn run_echo_client(args: &TortureArgs) -> anyhow::Result<ExitCode> {
@@ -616,11 +677,12 @@ fn run_echo_client(args: &TortureArgs) -> anyhow::Result<ExitCode> {
         }
         checked += 2 * len as u64;
     }
-    println!(
-        "{}",
-        json!({"mode": "echo-client", "connections": args.trials, "bytes_checked": checked, "errors": 0})
-    );
-    Ok(ExitCode::SUCCESS)
+    Report::EchoClient {
+        connections: args.trials,
+        bytes_checked: checked,
+        errors: 0,
+    }
+    .print()
 }
 
 pub fn run(args: TortureArgs) -> anyhow::Result<ExitCode> {

@@ -9,7 +9,6 @@
 // Each test binary uses a different subset of the harness.
 #![allow(dead_code)]
 
-use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -23,6 +22,10 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use sha2::{Digest as _, Sha256};
+use splitway_lab::testbed::config::{
+    self as testbed, Intercept, RawConfig, RawListener, RawPeer, RawRoute,
+};
+use splitway_lab::testbed::{chain, probe};
 use splitway_sys::netns::{self, Netns};
 
 mod emulated;
@@ -54,10 +57,8 @@ pub const HTTP_CONNECT_PORT: u16 = 3128;
 
 pub const MIB: u64 = 1024 * 1024;
 
-/// Interface of every node towards the client side.
-pub const WEST_IF: &str = "west";
-/// Interface of every node towards the server side.
-pub const EAST_IF: &str = "east";
+#[allow(unused_imports)]
+pub use splitway_lab::testbed::chain::{EAST_IF, WEST_IF, link_v4, link_v6};
 
 // ---------------------------------------------------------------------------
 // Probe-then-skip
@@ -69,15 +70,12 @@ pub const EAST_IF: &str = "east";
 pub fn netns_usable() -> bool {
     static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     let probe = PROBE.get_or_init(|| {
-        if !is_root() {
+        if !probe::is_root() {
             return Err("not running as root".into());
         }
         netns::remove_stale(PREFIX);
         remove_stale_temp_dirs();
-        let name = netns::unique_name(PREFIX);
-        Netns::create(&name)
-            .map(drop)
-            .map_err(|e| format!("cannot create a network namespace: {e}"))
+        probe::netns(PREFIX)
     });
     match probe {
         Ok(()) => true,
@@ -99,19 +97,6 @@ macro_rules! require_netns {
             return;
         }
     };
-}
-
-fn is_root() -> bool {
-    // Effective uid is the second field of the `Uid:` line.
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
 }
 
 /// Serialises the bulk transfers of one test binary: on 2 shared cores two
@@ -336,42 +321,49 @@ impl RelayConfig {
         self
     }
 
-    pub fn render(&self, psk_file: &Path) -> String {
+    /// The typed part of the config: name, key, admin, listeners, peers
+    /// and routes (not the raw `top`, `extra` and peer lines).
+    pub fn raw(&self, psk_file: &Path) -> RawConfig {
         let psk_file = self.psk_file.as_deref().unwrap_or(psk_file);
-        let mut out = String::new();
-        writeln!(out, "name = {:?}", self.name).unwrap();
-        writeln!(out, "psk_file = {:?}", psk_file.display().to_string()).unwrap();
-        writeln!(out, "admin = \"127.0.0.1:9090\"").unwrap();
-        out.push_str(&self.top);
+        let mut cfg = testbed::relay(&self.name, "127.0.0.1:9090", Some(psk_file));
         for l in &self.listeners {
-            writeln!(
-                out,
-                "\n[[listen]]\nmode = {:?}\naddr = {:?}",
-                l.mode, l.addr
-            )
-            .unwrap();
-            if let Some((interfaces, ports)) = &l.intercept {
-                writeln!(
-                    out,
-                    "intercept = {{ interfaces = {:?}, ports = {:?} }}",
-                    interfaces, ports
-                )
-                .unwrap();
-            }
-            if !l.allow_clients.is_empty() {
-                writeln!(out, "allow_clients = {:?}", l.allow_clients).unwrap();
-            }
+            let mode = toml::Value::String(l.mode.into())
+                .try_into()
+                .unwrap_or_else(|e| panic!("listener mode {:?}: {e}", l.mode));
+            let mut raw = RawListener::new(mode, &l.addr);
+            raw.intercept = l
+                .intercept
+                .clone()
+                .map(|(interfaces, ports)| Intercept { interfaces, ports });
+            raw.allow_clients = l.allow_clients.clone();
+            cfg.listen.push(raw);
         }
-        for (name, addr, extra) in &self.peers {
-            writeln!(out, "\n[[peer]]\nname = {name:?}\naddr = {addr:?}\n{extra}").unwrap();
+        for (name, addr, _) in &self.peers {
+            cfg.peer.push(RawPeer::new(name, addr));
         }
         for (dst, via) in &self.routes {
-            writeln!(out, "\n[[route]]\ndst = {dst:?}\nvia = {via:?}").unwrap();
+            cfg.route.push(RawRoute::new(dst, via));
         }
-        if !self.extra.is_empty() {
-            writeln!(out, "\n{}", self.extra).unwrap();
+        cfg
+    }
+
+    /// The file: [`RelayConfig::raw`] with the raw fragments merged in
+    /// (`top`'s keys, each peer's lines into its table, `extra`'s tables;
+    /// arrays of tables such as `[[route]]` in `extra` come after the
+    /// typed ones).
+    pub fn render(&self, psk_file: &Path) -> String {
+        let mut table =
+            toml::Table::try_from(self.raw(psk_file)).expect("a RawConfig is a TOML table");
+        merge(&mut table, fragment(&self.top));
+        if let Some(toml::Value::Array(peers)) = table.get_mut("peer") {
+            for (peer, (_, _, extra)) in peers.iter_mut().zip(&self.peers) {
+                if let toml::Value::Table(peer) = peer {
+                    merge(peer, fragment(extra));
+                }
+            }
         }
-        out
+        merge(&mut table, fragment(&self.extra));
+        toml::to_string(&table).expect("a TOML table serializes")
     }
 
     /// Ports whose listening sockets mean the relay is ready.
@@ -383,30 +375,31 @@ impl RelayConfig {
     }
 }
 
+/// A raw TOML fragment of a test's config, parsed.
+fn fragment(text: &str) -> toml::Table {
+    text.parse()
+        .unwrap_or_else(|e| panic!("raw config fragment {text:?}: {e}"))
+}
+
+/// Merges `from` into `into`: tables key by key, arrays appended, other
+/// values set.
+fn merge(into: &mut toml::Table, from: toml::Table) {
+    for (key, value) in from {
+        match (into.get_mut(&key), value) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+            (Some(toml::Value::Array(a)), toml::Value::Array(b)) => a.extend(b),
+            (_, value) => {
+                into.insert(key, value);
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Topology
 // ---------------------------------------------------------------------------
 
-/// IPv4 /24 and IPv6 /64 of link `k` in a chain of `relays` relays. Link 0
-/// is client—first relay, link `relays` is last relay—server; the node on the
-/// west end of a link is `.1`/`::1`, the one on the east end `.2`/`::2`.
-fn link_tag(k: usize, relays: usize) -> String {
-    if k == 0 {
-        "1".into()
-    } else if k == relays {
-        "3".into()
-    } else {
-        format!("{}{}", k, k + 1)
-    }
-}
-
-pub fn link_v4(k: usize, relays: usize, host: u8) -> String {
-    format!("10.0.{}.{host}", link_tag(k, relays))
-}
-
-pub fn link_v6(k: usize, relays: usize, host: u8) -> String {
-    format!("fd00:{}::{host}", link_tag(k, relays))
-}
+// Addresses: `splitway_lab::testbed::chain` (link_v4, link_v6).
 
 pub const SERVER_V4: &str = "10.0.3.2";
 pub const SERVER_V6: &str = "fd00:3::2";
@@ -502,89 +495,11 @@ impl Lab {
         lab
     }
 
-    fn node(&self, i: usize) -> &Netns {
-        let n = self.relays.len();
-        if i == 0 {
-            &self.client
-        } else if i == n + 1 {
-            &self.server
-        } else {
-            &self.relays[i - 1]
-        }
-    }
-
     fn wire(&self) {
-        let n = self.relays.len();
-        for k in 0..=n {
-            let (west, east) = (self.node(k), self.node(k + 1));
-            netns::veth(west, EAST_IF, east, WEST_IF).expect("create veth");
-            for (ns, ifname, host) in [(west, EAST_IF, 1u8), (east, WEST_IF, 2u8)] {
-                ns.ip(&[
-                    "addr",
-                    "add",
-                    &format!("{}/24", link_v4(k, n, host)),
-                    "dev",
-                    ifname,
-                ])
-                .expect("add v4 address");
-                ns.ip(&[
-                    "-6",
-                    "addr",
-                    "add",
-                    &format!("{}/64", link_v6(k, n, host)),
-                    "dev",
-                    ifname,
-                    "nodad",
-                ])
-                .expect("add v6 address");
-            }
-        }
-        let ip = |ns: &Netns, args: &[&str]| {
-            ns.ip(args)
-                .unwrap_or_else(|e| panic!("ip {args:?} in {}: {e}", ns.name()))
-        };
-        ip(
-            &self.client,
-            &["route", "add", "default", "via", &link_v4(0, n, 2)],
-        );
-        ip(
-            &self.client,
-            &["-6", "route", "add", "default", "via", &link_v6(0, n, 2)],
-        );
-        ip(
-            &self.server,
-            &["route", "add", "default", "via", &link_v4(n, n, 1)],
-        );
-        ip(
-            &self.server,
-            &["-6", "route", "add", "default", "via", &link_v6(n, n, 1)],
-        );
-        for (r, ns) in self.relays.iter().enumerate() {
-            // Relay r sits between link r (west) and link r+1 (east).
-            for (key, value) in [
-                ("net.ipv4.ip_forward", "1"),
-                ("net.ipv6.conf.all.forwarding", "1"),
-                ("net.ipv4.conf.all.rp_filter", "0"),
-                ("net.ipv4.conf.default.rp_filter", "0"),
-                ("net.ipv4.conf.west.rp_filter", "0"),
-                ("net.ipv4.conf.east.rp_filter", "0"),
-            ] {
-                ns.sysctl(key, value)
-                    .unwrap_or_else(|e| panic!("sysctl {key} in {}: {e}", ns.name()));
-            }
-            if r + 1 < n {
-                let via4 = link_v4(r + 1, n, 2);
-                let via6 = link_v6(r + 1, n, 2);
-                ip(ns, &["route", "add", "10.0.3.0/24", "via", &via4]);
-                ip(ns, &["-6", "route", "add", "fd00:3::/64", "via", &via6]);
-            }
-            if r > 0 {
-                let via4 = link_v4(r, n, 1);
-                let via6 = link_v6(r, n, 1);
-                ip(ns, &["route", "add", "10.0.1.0/24", "via", &via4]);
-                ip(ns, &["-6", "route", "add", "fd00:1::/64", "via", &via6]);
-            }
-        }
+        let mut nodes = vec![&self.client];
+        nodes.extend(&self.relays);
+        nodes.push(&self.server);
+        chain::wire(&nodes).unwrap_or_else(|e| panic!("{e}"));
     }
 
     pub fn rc(&self) -> &Netns {
@@ -967,6 +882,11 @@ pub fn curl_admin(ns: &Netns, path: &str) -> Result<String, String> {
 /// `GET /status` inside a namespace, typed. See [`typed_status`].
 pub fn admin_status(ns: &Netns) -> Result<splitway_api::Status, String> {
     typed_status(&curl_admin(ns, "/status")?)
+}
+
+/// `GET /routes` inside a namespace, typed and checked like [`typed_status`].
+pub fn admin_routes(ns: &Netns) -> Result<splitway_api::RoutesView, String> {
+    typed_answer(&curl_admin(ns, "/routes")?)
 }
 
 /// A `/status` document as [`splitway_api::Status`], checked both ways:

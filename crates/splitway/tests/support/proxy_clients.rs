@@ -1,19 +1,17 @@
 //! Raw clients of the relay's explicit and transparent entry points, for
 //! tests that check each protocol's answer byte by byte.
 
-use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::time::Duration;
+
+use splitway_lab::testbed::proxy as testbed_proxy;
 
 use super::*;
 
 /// SOCKS5 reply 2: connection not allowed by ruleset.
 pub const SOCKS_NOT_ALLOWED: u8 = 2;
 
-pub enum Target<'a> {
-    Ip(SocketAddr),
-    Name(&'a str, u16),
-}
+pub use splitway_lab::testbed::proxy::Target;
 
 /// SOCKS5 CONNECT through rc; returns the reply code and the stream (ready
 /// for tunnel data when the code is 0).
@@ -23,42 +21,8 @@ pub fn socks5(
 ) -> (u8, std::net::TcpStream) {
     let proxy = sock(&format!("{ENTRY_V4}:{SOCKS_PORT}"));
     let mut s = connect_in(client, proxy).expect("connect to the SOCKS5 listener");
-    s.write_all(&[5, 1, 0]).expect("greeting");
-    let mut method = [0u8; 2];
-    s.read_exact(&mut method).expect("method selection");
-    assert_eq!(method, [5, 0], "no-auth selected");
-    let mut req = vec![5, 1, 0];
-    let port = match target {
-        Target::Ip(SocketAddr::V4(a)) => {
-            req.push(1);
-            req.extend_from_slice(&a.ip().octets());
-            a.port()
-        }
-        Target::Ip(SocketAddr::V6(a)) => {
-            req.push(4);
-            req.extend_from_slice(&a.ip().octets());
-            a.port()
-        }
-        Target::Name(host, port) => {
-            req.push(3);
-            req.push(host.len() as u8);
-            req.extend_from_slice(host.as_bytes());
-            port
-        }
-    };
-    req.extend_from_slice(&port.to_be_bytes());
-    s.write_all(&req).expect("request");
-    let mut head = [0u8; 4];
-    s.read_exact(&mut head).expect("reply head");
-    assert_eq!(head[0], 5, "SOCKS version in the reply");
-    let rest = match head[3] {
-        1 => 4 + 2,
-        4 => 16 + 2,
-        other => panic!("unexpected BND.ADDR type {other}"),
-    };
-    let mut bound = vec![0u8; rest];
-    s.read_exact(&mut bound).expect("reply address");
-    (head[1], s)
+    let code = testbed_proxy::socks5(&mut s, target).unwrap_or_else(|e| panic!("{e}"));
+    (code, s)
 }
 
 /// HTTP CONNECT through rc; returns the status and the stream.
@@ -68,25 +32,9 @@ pub fn http_connect(
 ) -> (u16, std::net::TcpStream) {
     let proxy = sock(&format!("{ENTRY_V4}:{HTTP_CONNECT_PORT}"));
     let mut s = connect_in(client, proxy).expect("connect to the HTTP CONNECT listener");
-    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
-        .expect("send CONNECT");
     // Byte by byte: nothing after the head may be consumed here.
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match s.read(&mut byte) {
-            Ok(0) => break,
-            Ok(_) => head.push(byte[0]),
-            Err(e) => panic!("reading the CONNECT response for {target}: {e}"),
-        }
-    }
-    let text = String::from_utf8_lossy(&head);
-    let status = text
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let status = testbed_proxy::http_connect(&mut s, target, 1)
+        .unwrap_or_else(|e| panic!("CONNECT {target}: {e}"));
     (status, s)
 }
 

@@ -8,7 +8,7 @@ use crate::SysError;
 
 /// One observed TCP SYN (SYN set, ACK clear) on a watched interface.
 ///
-/// A hint, not a promise: see the module documentation of [`crate::bpf`].
+/// A hint, not a promise: see the module documentation of [`crate::bpf::syn_watch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SynEvent {
     /// The SYN's source: the connecting client.

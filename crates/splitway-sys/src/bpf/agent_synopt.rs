@@ -16,7 +16,7 @@ use aya::programs::links::FdLink;
 use aya::programs::{CgroupAttachMode, CgroupSockAddr, SockOps};
 use aya::{Ebpf, EbpfLoader};
 
-use super::bpf_err;
+use super::syn_watch::bpf_err;
 use crate::SysError;
 
 static AGENT_OBJECT: &[u8] =

@@ -1,5 +1,5 @@
 //! Congestion controls shipped with splitway as BPF `struct_ops`
-//! (`bpf/cc/*.c`), registered with the kernel while the relay runs and
+//! (`bpf/splitway_cubic.c`, `bpf/splitway_resume.c`), registered with the kernel while the relay runs and
 //! selected per socket with `TCP_CONGESTION` like the kernel's own.
 //!
 //! # Loader
@@ -31,25 +31,11 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use thiserror::Error;
 
-/// A shipped congestion control: its name and compiled object.
-struct Shipped {
-    name: &'static str,
-    /// Name of the `SEC(".struct_ops")` variable, i.e. the libbpf map name.
-    map: &'static str,
-    object: &'static [u8],
-}
+use super::Shipped;
 
-static SHIPPED: &[Shipped] = &[
-    Shipped {
-        name: "splitway_cubic",
-        map: "splitway_cubic_ops",
-        object: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cc/splitway_cubic.o")),
-    },
-    Shipped {
-        name: "splitway_resume",
-        map: "splitway_resume_ops",
-        object: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cc/splitway_resume.o")),
-    },
+static SHIPPED: &[&Shipped] = &[
+    &super::splitway_cubic::PROGRAM,
+    &super::splitway_resume::PROGRAM,
 ];
 
 /// Names of the congestion controls shipped with splitway.

@@ -22,7 +22,7 @@
 
 #include "cubic_core.h"
 
-char _license[] SEC("license") = "Dual BSD/GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 SEC("struct_ops/splitway_cubic_init")
 void BPF_PROG(splitway_cubic_init, struct sock *sk)
@@ -48,24 +48,7 @@ __u32 BPF_PROG(splitway_cubic_ssthresh, struct sock *sk)
 	return cubic_ssthresh(sk);
 }
 
-SEC("struct_ops/splitway_cubic_set_state")
-void BPF_PROG(splitway_cubic_set_state, struct sock *sk, __u8 new_state)
-{
-	cubic_set_state(sk, new_state);
-}
-
-SEC("struct_ops/splitway_cubic_pkts_acked")
-void BPF_PROG(splitway_cubic_pkts_acked, struct sock *sk,
-	      const struct ack_sample *sample)
-{
-	cubic_pkts_acked(sk, sample);
-}
-
-SEC("struct_ops/splitway_cubic_undo_cwnd")
-__u32 BPF_PROG(splitway_cubic_undo_cwnd, struct sock *sk)
-{
-	return cubic_undo_cwnd(sk);
-}
+SW_CUBIC_SHARED_OPS(splitway_cubic)
 
 SEC(".struct_ops")
 struct tcp_congestion_ops splitway_cubic_ops = {

@@ -33,11 +33,10 @@
 // not a measured flight size, which is why only half of it is used.
 
 #include "cubic_core.h"
+#include "parse.h"
 
-char _license[] SEC("license") = "Dual BSD/GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-#define SW_AF_INET 2
-#define SW_AF_INET6 10
 #define RESUME_MIN_CWND 20
 #define RESUME_MAX_AGE_NS (600ULL * 1000000000ULL)
 
@@ -208,24 +207,7 @@ void BPF_PROG(splitway_resume_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 		maybe_resume(sk, sw_ca_priv(sk));
 }
 
-SEC("struct_ops/splitway_resume_set_state")
-void BPF_PROG(splitway_resume_set_state, struct sock *sk, __u8 new_state)
-{
-	cubic_set_state(sk, new_state);
-}
-
-SEC("struct_ops/splitway_resume_pkts_acked")
-void BPF_PROG(splitway_resume_pkts_acked, struct sock *sk,
-	      const struct ack_sample *sample)
-{
-	cubic_pkts_acked(sk, sample);
-}
-
-SEC("struct_ops/splitway_resume_undo_cwnd")
-__u32 BPF_PROG(splitway_resume_undo_cwnd, struct sock *sk)
-{
-	return cubic_undo_cwnd(sk);
-}
+SW_CUBIC_SHARED_OPS(splitway_resume)
 
 SEC(".struct_ops")
 struct tcp_congestion_ops splitway_resume_ops = {

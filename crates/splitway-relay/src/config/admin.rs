@@ -1,0 +1,51 @@
+//! The top level's own keys: unknown keys, `name`, `admin`.
+
+use std::net::SocketAddr;
+
+use super::check::{Checker, valid_name};
+use super::raw::TOP_LEVEL_KEYS;
+use super::types::DEFAULT_ADMIN;
+
+/// Every top-level key that is not a known one.
+pub(super) fn unknown_keys(c: &mut Checker, table: &toml::Table) {
+    for key in table.keys() {
+        if !TOP_LEVEL_KEYS.contains(&key.as_str()) {
+            c.err(
+                key.clone(),
+                format!(
+                    "unknown key (expected one of: {})",
+                    TOP_LEVEL_KEYS.join(", ")
+                ),
+            );
+        }
+    }
+}
+
+pub(super) fn name(c: &mut Checker, table: &toml::Table) -> Option<String> {
+    match table.get("name") {
+        Some(v) => c.section::<String>("name", v).and_then(|n| {
+            if valid_name(&n) {
+                Some(n)
+            } else {
+                c.err("name", format!("`{n}` must be 1-32 of [a-z0-9_-]"));
+                None
+            }
+        }),
+        None => {
+            c.err("name", "missing (a short name for this relay, e.g. \"rc\")");
+            None
+        }
+    }
+}
+
+/// `admin`: an address, `"off"` or empty for none; absent: loopback 9090.
+pub(super) fn admin(c: &mut Checker, table: &toml::Table) -> Option<SocketAddr> {
+    match table.get("admin") {
+        None => Some(DEFAULT_ADMIN.parse().expect("valid default")),
+        Some(v) => match c.section::<String>("admin", v) {
+            Some(s) if s.is_empty() || s == "off" => None,
+            Some(s) => c.socket_addr("admin", &s),
+            None => None,
+        },
+    }
+}

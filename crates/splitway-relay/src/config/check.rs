@@ -1,0 +1,171 @@
+//! The issue collector every section validator writes to, and the value
+//! checks several sections share (addresses, durations, prefixes).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::de::DeserializeOwned;
+
+use super::parse_duration;
+use super::source::Source;
+use super::types::ConfigIssue;
+
+/// Collects issues while walking the file.
+pub(super) struct Checker<'a> {
+    pub issues: Vec<ConfigIssue>,
+    pub source: &'a dyn Source,
+    /// Relative paths inside the file are resolved against it.
+    pub base: &'a Path,
+    /// The kernel's congestion controls, read once per parse.
+    congestion_controls: Option<Vec<String>>,
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(source: &'a dyn Source, base: &'a Path) -> Checker<'a> {
+        Checker {
+            issues: Vec::new(),
+            source,
+            base,
+            congestion_controls: None,
+        }
+    }
+
+    pub fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.issues.push(ConfigIssue {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Whether an issue was recorded under exactly `key`.
+    pub fn has_issue(&self, key: &str) -> bool {
+        self.issues.iter().any(|i| i.key == key)
+    }
+
+    pub fn congestion_controls(&mut self) -> Vec<String> {
+        let source = self.source;
+        self.congestion_controls
+            .get_or_insert_with(|| source.congestion_controls())
+            .clone()
+    }
+
+    /// Deserializes one value, recording a failure under `key`.
+    pub fn section<T: DeserializeOwned>(&mut self, key: &str, value: &toml::Value) -> Option<T> {
+        match T::deserialize(value.clone()) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.err(key, e.message().trim().to_owned());
+                None
+            }
+        }
+    }
+
+    /// An optional table of the file, deserialized; `None` when absent or
+    /// unusable (the latter with its issue recorded).
+    pub fn table<T: DeserializeOwned>(&mut self, table: &toml::Table, key: &str) -> Option<T> {
+        table.get(key).and_then(|v| self.section(key, v))
+    }
+
+    /// An array of tables (`[[listen]]` etc.), each element deserialized alone.
+    pub fn elements<T: DeserializeOwned>(
+        &mut self,
+        table: &toml::Table,
+        key: &str,
+    ) -> Vec<(String, Option<T>)> {
+        match table.get(key) {
+            None => Vec::new(),
+            Some(toml::Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let k = format!("{key}[{i}]");
+                    let parsed = self.section::<T>(&k, v);
+                    (k, parsed)
+                })
+                .collect(),
+            Some(_) => {
+                self.err(key, format!("must be an array of tables ([[{key}]])"));
+                Vec::new()
+            }
+        }
+    }
+
+    pub fn socket_addr(&mut self, key: &str, text: &str) -> Option<SocketAddr> {
+        match text.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.err(
+                    key,
+                    format!("`{text}` is not an IP:port address (IPv6 as [addr]:port)"),
+                );
+                None
+            }
+        }
+    }
+
+    pub fn duration(&mut self, key: &str, text: &str) -> Option<Duration> {
+        match parse_duration(text) {
+            Some(d) => Some(d),
+            None => {
+                self.err(
+                    key,
+                    format!("`{text}` is not a duration (e.g. \"500ms\", \"10s\", \"5m\", \"1h\")"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A prefix without host bits, `None` with the issue recorded.
+    /// `example` completes "is not a prefix (e.g. ...)".
+    pub fn prefix(&mut self, key: &str, text: &str, example: &str) -> Option<IpNet> {
+        match text.parse::<IpNet>() {
+            Ok(n) if n.trunc() != n => {
+                self.err(
+                    key,
+                    format!("`{text}` has host bits set (did you mean {}?)", n.trunc()),
+                );
+                None
+            }
+            Ok(n) => Some(n),
+            Err(_) => {
+                self.err(key, format!("`{text}` is not a prefix (e.g. {example})"));
+                None
+            }
+        }
+    }
+
+    /// A list of prefixes without host bits, each error under `key[i]`.
+    pub fn prefixes(&mut self, key: &str, list: &[String]) -> Vec<IpNet> {
+        list.iter()
+            .enumerate()
+            .filter_map(|(i, text)| {
+                self.prefix(
+                    &format!("{key}[{i}]"),
+                    text,
+                    "10.0.0.0/8, 192.0.2.7/32, ::1/128",
+                )
+            })
+            .collect()
+    }
+
+    /// An interface name as the kernel takes it, else the issue under `key`.
+    pub fn interface(&mut self, key: String, iface: &str) -> bool {
+        let ok = !(iface.is_empty() || iface.len() > 15 || iface.contains(['"', ' ', '/']));
+        if !ok {
+            self.err(key, format!("`{iface}` is not an interface name"));
+        }
+        ok
+    }
+}
+
+/// Relay and peer names: short, lowercase, usable in keys and metrics.
+pub(super) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}

@@ -1,0 +1,76 @@
+//! Socket tuning of a kind of leg: `[direct]`, `[client]`, `[upstream]`
+//! and each `[[peer]]`'s own keys.
+
+use super::check::Checker;
+use super::raw::RawTuning;
+use super::types::LegTuning;
+
+/// `[direct]`, `[client]` or `[upstream]`; defaults when absent or unusable.
+pub(super) fn leg(c: &mut Checker, table: &toml::Table, key: &str) -> LegTuning {
+    c.table::<RawTuning>(table, key)
+        .map(|r| tuning(c, key, r))
+        .unwrap_or_default()
+}
+
+pub(super) fn tuning(c: &mut Checker, key: &str, raw: RawTuning) -> LegTuning {
+    let congestion = raw.congestion.and_then(|cc| congestion(c, key, cc));
+    let mut buf = |name: &str, v: Option<u64>| -> Option<usize> {
+        let v = v?;
+        if !(4096..=1 << 30).contains(&v) {
+            c.err(
+                format!("{key}.{name}"),
+                format!("{v} is outside 4096..=1073741824 bytes"),
+            );
+            None
+        } else {
+            Some(v as usize)
+        }
+    };
+    let sndbuf = buf("sndbuf", raw.sndbuf);
+    let rcvbuf = buf("rcvbuf", raw.rcvbuf);
+    let keepalive = raw.keepalive.and_then(|k| {
+        if k == "off" {
+            Some(None)
+        } else {
+            c.duration(&format!("{key}.keepalive"), &k).map(Some)
+        }
+    });
+    LegTuning {
+        congestion,
+        nodelay: raw.nodelay,
+        sndbuf,
+        rcvbuf,
+        keepalive,
+    }
+}
+
+/// A congestion control this kernel has, or one splitway ships (loaded
+/// when used); any well-formed name when the kernel's list is unknown.
+fn congestion(c: &mut Checker, key: &str, cc: String) -> Option<String> {
+    let available = c.congestion_controls();
+    if cc.is_empty() || cc.len() > 15 || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        c.err(
+            format!("{key}.congestion"),
+            format!("`{cc}` is not a congestion control name"),
+        );
+        None
+    } else if !available.is_empty()
+        && !available.contains(&cc)
+        && !splitway_sys::cc::is_shipped(&cc)
+    {
+        c.err(
+            format!("{key}.congestion"),
+            format!(
+                "`{cc}` is not available on this kernel (available: {}; shipped with splitway: {})",
+                available.join(", "),
+                splitway_sys::cc::shipped_names()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+        None
+    } else {
+        Some(cc)
+    }
+}

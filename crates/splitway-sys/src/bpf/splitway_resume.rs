@@ -1,0 +1,10 @@
+//! `bpf/splitway_resume.c`: CUBIC with Careful Resume per peer (its
+//! `splitway_resume_peers` map), registered by [`super::cc`].
+
+use super::Shipped;
+
+pub(super) static PROGRAM: Shipped = Shipped {
+    name: "splitway_resume",
+    map: "splitway_resume_ops",
+    object: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/splitway_resume.o")),
+};

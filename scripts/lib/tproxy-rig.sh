@@ -1,0 +1,215 @@
+# Shared by scripts/bench-tproxy.sh and scripts/bench-growth.sh (sourced).
+# Four namespaces joined by veth: client C — relay host R — T — server S.
+# The client's traffic to S is routed through R, where a proxy intercepts it
+# with TPROXY; T forwards like a router, and for the relay pair it is the
+# host of the second relay (rs), next to the server. Methods:
+#   direct    the kernel only forwards (no proxy at all);
+#   splitway  one splitway relay on R, its minimal config (tproxy, direct);
+#   haproxy   HAProxy (TCP mode, splice-auto) on R behind the same rule;
+#   pair      splitway rc on R (tproxy, route via rs) and rs on T (peer
+#             listener, direct): the real deployment, two relays.
+# The caller sets P (unique prefix), dir (scratch directory), BIN.
+# shellcheck shell=bash
+C=$P-c R=$P-r T=$P-t S=$P-s
+CIP=10.201.1.1 RIN=10.201.1.2 ROUT=10.201.2.1 TIN=10.201.2.2 TOUT=10.201.3.1 SIP=10.201.3.2
+RELAY_PORT=7000 PEER_PORT=7100
+PORTS="80, 5201, 6379, 11111, 9001, 9002, 9003"
+pids=()
+proxy_pids=()
+
+nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+rig_cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  stop_proxy
+  # Whatever runs in the namespaces (servers are children of `ip netns
+  # exec`, not of this shell) goes with them.
+  for n in $C $R $T $S; do ip netns pids "$n" 2>/dev/null | xargs -r kill 2>/dev/null; done
+  wait 2>/dev/null
+  for n in $C $R $T $S; do
+    for _ in $(seq 50); do [ -z "$(ip netns pids "$n" 2>/dev/null)" ] && break; sleep 0.1; done
+    ip netns del "$n" 2>/dev/null
+  done
+  rm -rf "$dir"
+}
+
+wait_listen() { # ns port
+  for _ in $(seq 100); do
+    nsx "$1" ss -Hltn "sport = :$2" | grep -q . && return 0
+    sleep 0.05
+  done
+  echo "rig: nothing listens on port $2 in $1" >&2
+  return 1
+}
+
+rig_topology() {
+  for n in $C $R $T $S; do ip netns add "$n"; nsx "$n" ip link set lo up; done
+  ip link add vc netns $C type veth peer name vr netns $R
+  ip link add vs netns $R type veth peer name vt netns $T
+  ip link add vu netns $T type veth peer name vd netns $S
+  nsx $C ip addr add $CIP/24 dev vc; nsx $C ip link set vc up
+  # One client source address per method: a proxy's TIME_WAIT sockets in
+  # the relay namespace (transparent, bound to the server's address)
+  # outlive it, and early demux would hand a later SYN on the same 4-tuple
+  # to them.
+  for a in 11 12 13 14; do nsx $C ip addr add 10.201.1.$a/24 dev vc; done
+  nsx $R ip addr add $RIN/24 dev vr; nsx $R ip link set vr up
+  nsx $R ip addr add $ROUT/24 dev vs; nsx $R ip link set vs up
+  nsx $T ip addr add $TIN/24 dev vt; nsx $T ip link set vt up
+  nsx $T ip addr add $TOUT/24 dev vu; nsx $T ip link set vu up
+  nsx $S ip addr add $SIP/24 dev vd; nsx $S ip link set vd up
+  nsx $C ip route add default via $RIN
+  nsx $R ip route add default via $TIN
+  nsx $T ip route add 10.201.1.0/24 via $ROUT
+  nsx $S ip route add default via $TOUT
+  nsx $R sysctl -qw net.ipv4.ip_forward=1
+  nsx $T sysctl -qw net.ipv4.ip_forward=1
+  # TPROXY's local delivery (splitway installs its own nft rule, HAProxy
+  # gets the README's manual one).
+  nsx $R ip rule add fwmark 1 lookup 100
+  nsx $R ip route add local 0.0.0.0/0 dev lo table 100
+  for n in $C $R $T $S; do nsx "$n" sysctl -qw net.ipv4.tcp_tw_reuse=1; done
+}
+
+rig_servers() {
+  cat > "$dir/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log stderr error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  server { listen $SIP:80 backlog=4096; location / { return 200 "ok\n"; } }
+}
+EOF
+  nsx $S nginx -c "$dir/nginx.conf" -e stderr >/dev/null 2>&1 & pids+=($!)
+  nsx $S sockperf sr --tcp -i $SIP -p 11111 >/dev/null 2>&1 & pids+=($!)
+  nsx $S iperf3 -s -p 5201 -B $SIP >/dev/null 2>&1 & pids+=($!)
+  nsx $S redis-server --port 6379 --bind $SIP --save '' --appendonly no --protected-mode no >/dev/null 2>&1 & pids+=($!)
+  nsx $S "$BIN" lab load serve --bind $SIP >/dev/null 2>&1 & pids+=($!)
+  for p in 80 11111 5201 6379 9001 9002 9003; do wait_listen $S $p || return 1; done
+}
+
+rig_configs() {
+  "$BIN" keygen > "$dir/psk.key"
+  cat > "$dir/splitway.toml" <<EOF
+name = "bench"
+[[listen]]
+mode = "tproxy"
+addr = "0.0.0.0:$RELAY_PORT"
+intercept = { interfaces = ["vr"], ports = [$PORTS] }
+[[route]]
+dst = "0.0.0.0/0"
+via = "direct"
+EOF
+  cat > "$dir/rc.toml" <<EOF
+name = "rc"
+psk_file = "psk.key"
+[[listen]]
+mode = "tproxy"
+addr = "0.0.0.0:$RELAY_PORT"
+intercept = { interfaces = ["vr"], ports = [$PORTS] }
+[[peer]]
+name = "rs"
+addr = "$TIN:$PEER_PORT"
+[[route]]
+dst = "0.0.0.0/0"
+via = "rs"
+EOF
+  cat > "$dir/rs.toml" <<EOF
+name = "rs"
+psk_file = "psk.key"
+[[listen]]
+mode = "peer"
+addr = "$TIN:$PEER_PORT"
+allow_clients = ["$ROUT/32"]
+[[route]]
+dst = "0.0.0.0/0"
+via = "direct"
+EOF
+  cat > "$dir/haproxy.cfg" <<EOF
+global
+  # Under RLIMIT_NOFILE 20,000: 2 fds per connection and 2 per pipe.
+  maxconn 9000
+  maxpipes 256
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+  option splice-auto
+listen tproxy
+  bind 0.0.0.0:$RELAY_PORT transparent
+  server origin 0.0.0.0
+EOF
+  cat > "$dir/haproxy.nft" <<EOF
+table inet swbt_haproxy {
+  chain prerouting {
+    type filter hook prerouting priority mangle; policy accept;
+    meta l4proto tcp tcp flags & (fin | syn | rst | ack) != syn socket transparent 1 meta mark set 1 accept
+    meta nfproto ipv4 iifname "vr" tcp dport { $PORTS } tproxy ip to :$RELAY_PORT meta mark set 1 accept
+  }
+}
+EOF
+}
+
+wait_splitway_rules() {
+  # Listening comes before the rules: wait for the intercept table.
+  for _ in $(seq 100); do nsx $R nft list tables | grep -q splitway && return 0; sleep 0.05; done
+  return 1
+}
+
+start_proxy() { # method
+  local src
+  case $1 in direct) src=11 ;; splitway) src=12 ;; haproxy) src=13 ;; pair) src=14 ;; esac
+  nsx $C ip route replace default via $RIN src 10.201.1.$src
+  proxy_pids=()
+  case $1 in
+    direct) ;;
+    splitway)
+      # `ip netns exec` execs the command: $! is the proxy's own pid.
+      ip netns exec $R "$BIN" relay --config "$dir/splitway.toml" >"$dir/splitway.log" 2>&1 &
+      proxy_pids=($!)
+      wait_listen $R $RELAY_PORT || { cat "$dir/splitway.log" >&2; return 1; }
+      wait_splitway_rules
+      ;;
+    pair)
+      ip netns exec $T "$BIN" relay --config "$dir/rs.toml" >"$dir/rs.log" 2>&1 &
+      proxy_pids=($!)
+      wait_listen $T $PEER_PORT || { cat "$dir/rs.log" >&2; return 1; }
+      ip netns exec $R "$BIN" relay --config "$dir/rc.toml" >"$dir/rc.log" 2>&1 &
+      proxy_pids+=($!)
+      wait_listen $R $RELAY_PORT || { cat "$dir/rc.log" >&2; return 1; }
+      wait_splitway_rules
+      ;;
+    haproxy)
+      nsx $R nft -f "$dir/haproxy.nft"
+      ip netns exec $R haproxy -db -f "$dir/haproxy.cfg" >"$dir/haproxy.log" 2>&1 &
+      proxy_pids=($!)
+      wait_listen $R $RELAY_PORT || { cat "$dir/haproxy.log" >&2; return 1; }
+      ;;
+  esac
+}
+
+stop_proxy() {
+  for p in "${proxy_pids[@]}"; do
+    kill "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+  done
+  proxy_pids=()
+  ip netns exec $R nft delete table inet swbt_haproxy 2>/dev/null
+  return 0
+}
+
+proxies_alive() {
+  for p in "${proxy_pids[@]}"; do kill -0 "$p" 2>/dev/null || return 1; done
+}
+
+cpu_ticks() { # pid: utime+stime of the process (all its threads)
+  awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+rss_kb() { # pid
+  awk '/^VmRSS:/ {print $2}' "/proc/$1/status"
+}
