@@ -39,23 +39,19 @@ names_of() { case $1 in pair) echo "pair-rs pair-rc" ;; *) echo "$1" ;; esac; }
 
 cpu_point() { # round method streams
   local r=$1 m=$2 n=$3 bytes v i
-  local -a t0=() t1=() names
+  local -a t0=() names
   read -ra names <<< "$(names_of "$m")"
   for i in "${!proxy_pids[@]}"; do t0[i]=$(cpu_ticks "${proxy_pids[i]}"); done
-  read -r v bytes < <(nsx $C iperf3 -c $SIP -p 5201 -P "$n" -t "$SECS" -J 2>/dev/null |
-    python3 -c 'import json,sys; e=json.load(sys.stdin)["end"]["sum_received"]; print(e["bits_per_second"]/1e9, e["bytes"])')
+  read -r v bytes < <(iperf3_bulk -P "$n")
   echo "$r $m gbit_s $n ${v:-FAIL} Gbit_s"
   [ "$m" = direct ] && return
-  local hz sum=0
-  hz=$(getconf CLK_TCK)
+  local sum=0 d
   for i in "${!proxy_pids[@]}"; do
-    t1[i]=$(cpu_ticks "${proxy_pids[i]}")
-    sum=$((sum + t1[i] - t0[i]))
-    [ "${#proxy_pids[@]}" -gt 1 ] && awk -v d=$((t1[i] - t0[i])) -v hz="$hz" -v b="${bytes:-0}" -v r="$r" -v m="${names[i]}" -v n="$n" \
-      'BEGIN {if (b > 0) printf "%s %s cpu_per_gb %s %.4f cpu_s_per_GB\n", r, m, n, d / hz / (b / 1e9); else printf "%s %s cpu_per_gb %s FAIL cpu_s_per_GB\n", r, m, n}'
+    d=$(($(cpu_ticks "${proxy_pids[i]}") - t0[i]))
+    sum=$((sum + d))
+    [ "${#proxy_pids[@]}" -gt 1 ] && echo "$r ${names[i]} cpu_per_gb $n $(cpu_per_gb "$d" "${bytes:-}") cpu_s_per_GB"
   done
-  awk -v d=$sum -v hz="$hz" -v b="${bytes:-0}" -v r="$r" -v m="$m" -v n="$n" \
-    'BEGIN {if (b > 0) printf "%s %s cpu_per_gb %s %.4f cpu_s_per_GB\n", r, m, n, d / hz / (b / 1e9); else printf "%s %s cpu_per_gb %s FAIL cpu_s_per_GB\n", r, m, n}'
+  echo "$r $m cpu_per_gb $n $(cpu_per_gb "$sum" "${bytes:-}") cpu_s_per_GB"
 }
 
 rss_rows() { # round method x
@@ -104,15 +100,13 @@ memory_sweep() { # round method
 }
 
 setup_point() { # round method rate
-  local r=$1 m=$2 rate=$3 line
-  line=$(nsx $C "$BIN" lab load rate --target $SIP:9003 --rate "$rate" --seconds "$SECS" 2>&1 | grep '^rate=')
-  python3 - "$r" "$m" "$rate" "$line" <<'PY'
-import sys
-r, m, rate, line = sys.argv[1:5]
-kv = dict(f.split("=", 1) for f in line.split()) if line else {}
-for key, unit in (("achieved", "conn_s"), ("p50_us", "us"), ("p99_us", "us"), ("failures", "count")):
-    print(f"{r} {m} setup_{key} {rate} {kv.get(key, 'FAIL')} {unit}")
-PY
+  local r=$1 m=$2 rate=$3 line key unit
+  line=$(setup_rate "$rate" "$SECS")
+  for key in achieved:conn_s p50_us:us p99_us:us failures:count; do
+    unit=${key#*:}
+    key=${key%%:*}
+    echo "$r $m setup_$key $rate $(kv "$line" "$key") $unit"
+  done
 }
 
 {

@@ -48,35 +48,27 @@ measure() { # round method
   v=$(nsx $C redis-benchmark -h $SIP -p 6379 -c 50 -n 200000 -t get -q 2>&1 |
     tr '\r' '\n' | awk '/^GET:/ {print $2}' | tail -1)
   echo "$r $m redis_get_c50 ${v:-FAIL} req_s"
-  local line
-  line=$(nsx $C "$BIN" lab load rate --target $SIP:9003 --rate 1000 --seconds "$SECS" 2>&1 | grep '^rate=')
-  python3 - "$r" "$m" "$line" <<'PY'
-import sys
-r, m, line = sys.argv[1:4]
-kv = dict(f.split("=", 1) for f in line.split()) if line else {}
-ok = kv and kv.get("failures") == "0"
-for key in ("p50_us", "p99_us"):
-    print(f"{r} {m} setup_{key}_at_1000 {kv.get(key, 'FAIL') if ok else 'FAIL'} us")
-PY
+  local line key
+  line=$(setup_rate 1000 "$SECS")
+  for key in p50_us p99_us; do
+    # A run with a failed connection has no valid percentile.
+    v=$(kv "$line" "$key")
+    [ "$(kv "$line" failures)" = 0 ] || v=FAIL
+    echo "$r $m setup_${key}_at_1000 $v us"
+  done
   local -a t0=() names=(rs rc)
-  local i hz d sum=0
+  local i d sum=0
   for i in "${!proxy_pids[@]}"; do t0[i]=$(cpu_ticks "${proxy_pids[i]}"); done
-  read -r v bytes < <(nsx $C iperf3 -c $SIP -p 5201 -t "$SECS" -J 2>/dev/null |
-    python3 -c 'import json,sys; e=json.load(sys.stdin)["end"]["sum_received"]; print(e["bits_per_second"]/1e9, e["bytes"])')
+  read -r v bytes < <(iperf3_bulk)
   echo "$r $m iperf3_bulk ${v:-FAIL} Gbit_s"
   [ "$m" = direct ] && return
-  hz=$(getconf CLK_TCK)
   for i in "${!proxy_pids[@]}"; do
     d=$(($(cpu_ticks "${proxy_pids[i]}") - t0[i]))
     sum=$((sum + d))
     # The pair's relays apart: what each machine of a deployment pays.
-    [ "$m" = pair ] && [ -n "${bytes:-}" ] && awk -v d=$d -v hz="$hz" -v b="$bytes" -v r="$r" -v m="pair-${names[i]}" \
-      'BEGIN {printf "%s %s bulk_cpu %.3f cpu_s_per_GB\n", r, m, d / hz / (b / 1e9)}'
+    [ "$m" = pair ] && echo "$r pair-${names[i]} bulk_cpu $(cpu_per_gb "$d" "${bytes:-}") cpu_s_per_GB"
   done
-  if [ -n "${bytes:-}" ]; then
-    awk -v d=$sum -v hz="$hz" -v b="$bytes" -v r="$r" -v m="$m" \
-      'BEGIN {printf "%s %s bulk_cpu %.3f cpu_s_per_GB\n", r, m, d / hz / (b / 1e9)}'
-  fi
+  echo "$r $m bulk_cpu $(cpu_per_gb "$sum" "${bytes:-}") cpu_s_per_GB"
 }
 
 {

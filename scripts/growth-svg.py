@@ -127,6 +127,8 @@ def main():
     for m in methods:
         p50, p99 = med.get(("setup_p50_us", m), {}), med.get(("setup_p99_us", m), {})
         got = med.get(("setup_achieved", m), {})
+        if not p99:
+            continue  # the pair's relays apart have no setup rows
         lines.append("setup " + m + " " + " ".join(
             f"{x:g}/s:p50={p50.get(x, float('nan')):.0f}us,p99={p99.get(x, float('nan')):.0f}us,got={got.get(x, float('nan')):.0f}"
             for x in sorted(p99)))

@@ -210,6 +210,33 @@ cpu_ticks() { # pid: utime+stime of the process (all its threads)
   awk '{print $14 + $15}' "/proc/$1/stat"
 }
 
+# CPU-seconds per GB from clock ticks of CPU and bytes moved; FAIL without
+# bytes.
+cpu_per_gb() { # ticks bytes
+  awk -v d="$1" -v hz="$(getconf CLK_TCK)" -v b="${2:-0}" \
+    'BEGIN {if (b > 0) printf "%.4f", d / hz / (b / 1e9); else printf "FAIL"}'
+}
+
+# iperf3 from the client to the server for SECS s: "Gbit/s bytes" received.
+iperf3_bulk() { # extra iperf3 arguments
+  nsx $C iperf3 -c $SIP -p 5201 -t "$SECS" -J "$@" 2>/dev/null |
+    python3 -c 'import json,sys; e=json.load(sys.stdin)["end"]["sum_received"]; print(e["bits_per_second"]/1e9, e["bytes"])'
+}
+
+# The built-in open-loop generator from the client: its key=value line.
+setup_rate() { # rate seconds
+  nsx $C "$BIN" lab load rate --target $SIP:9003 --rate "$1" --seconds "$2" 2>&1 | grep '^rate='
+}
+
+# One value of a key=value line, FAIL when the key is missing.
+kv() { # line key
+  local f
+  for f in $1; do
+    [ "${f%%=*}" = "$2" ] && { echo "${f#*=}"; return; }
+  done
+  echo FAIL
+}
+
 rss_kb() { # pid
   awk '/^VmRSS:/ {print $2}' "/proc/$1/status"
 }
