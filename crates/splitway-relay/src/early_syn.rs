@@ -70,6 +70,12 @@ const MARKER_LIFETIME: Duration = Duration::from_secs(1);
 /// Markers are small (a key and a time); they may outnumber legs.
 const MARKERS_PER_LEG: usize = 4;
 
+/// A hit whose leg waited at least this long may have a retransmitted SYN
+/// whose event is still queued behind the accept (no TCP retransmits
+/// sooner than its 200 ms minimum RTO; a first SYN's is 1 s), so it leaves
+/// a marker as a miss does. Faster hits, all of them on a LAN, need none.
+const RETRANSMIT_POSSIBLE_AFTER: Duration = Duration::from_millis(200);
+
 fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
@@ -166,8 +172,20 @@ impl<T> EarlyStarts<T> {
         let previous = shard.remove(&key);
         // A miss: the SYN event is still queued behind this accept (its
         // reader is late) and must not start a leg when it is read, so a
-        // marker stays for a while (within its budget). A hit needs none:
-        // its event was read already.
+        // marker stays for a while (within its budget). A quick hit needs
+        // none: its only SYN's event was read already. A slow one may have
+        // had its SYN retransmitted, and that event may trail the accept.
+        let wants_marker = match &previous {
+            None => true,
+            Some(Entry {
+                slot: Slot::Started(_),
+                born,
+            }) => born.elapsed() >= RETRANSMIT_POSSIBLE_AFTER,
+            Some(Entry {
+                slot: Slot::Accepted,
+                ..
+            }) => false,
+        };
         match &previous {
             Some(Entry {
                 slot: Slot::Accepted,
@@ -183,7 +201,7 @@ impl<T> EarlyStarts<T> {
                     },
                 );
             }
-            None if self.markers.load(Relaxed) < self.budget * MARKERS_PER_LEG => {
+            _ if wants_marker && self.markers.load(Relaxed) < self.budget * MARKERS_PER_LEG => {
                 shard.insert(
                     key,
                     Entry {
@@ -342,5 +360,33 @@ mod tests {
         assert!(early.take(addr(1), dst).is_none());
         assert_eq!(early.counted(EarlySynOutcome::Miss), 100);
         assert!(matches!(early.status(), api::EarlySyn::Dead(d) if d.detector == "dead"));
+    }
+
+    /// A hit that waited long enough for a SYN retransmit leaves a marker,
+    /// so that retransmit's event, read after the accept, starts no second
+    /// leg; a quick hit leaves none.
+    #[test]
+    fn a_slow_hit_leaves_a_marker_for_its_retransmitted_syn() {
+        let early = EarlyStarts::<u8>::new(4, Duration::from_secs(10), &Metrics::new());
+        let dst = SocketAddr::from(([10, 0, 3, 2], 80));
+        assert!(early.start(addr(1), dst, 1).is_some());
+        assert_eq!(early.take(addr(1), dst), Some(1));
+        assert_eq!(
+            early.markers.load(Relaxed),
+            0,
+            "a quick hit leaves no marker"
+        );
+
+        assert!(early.start(addr(2), dst, 2).is_some());
+        let key = (addr(2), dst);
+        let mut shard = early.shard(&key).lock().unwrap();
+        shard.get_mut(&key).unwrap().born -= RETRANSMIT_POSSIBLE_AFTER;
+        drop(shard);
+        assert_eq!(early.take(addr(2), dst), Some(2));
+        assert_eq!(early.markers.load(Relaxed), 1, "a slow hit leaves one");
+        assert!(early.start(addr(2), dst, 3).is_none(), "the late event");
+        assert_eq!(early.counted(EarlySynOutcome::Duplicate), 1);
+        assert_eq!(early.counted(EarlySynOutcome::Started), 2);
+        assert_eq!(early.counted(EarlySynOutcome::Hit), 2);
     }
 }
