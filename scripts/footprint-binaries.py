@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Footprint of splitway binaries side by side: idle RSS (anon / file) after
-start and exec → listening, alternating binaries in every round.
+"""Footprint of splitway binaries side by side: idle RSS (anon / file) and
+PSS after start, and exec → listening, alternating binaries in every round.
 
 Usage: footprint-binaries.py ROUNDS LABEL=BINARY [LABEL=BINARY ...]
 The relay runs the bench's minimal config (one HTTP CONNECT listener, admin
@@ -35,6 +35,12 @@ def status(pid):
             key, _, rest = line.partition(":")
             if key in ("VmRSS", "RssAnon", "RssFile"):
                 out[key] = int(rest.split()[0])
+    # PSS shares each shared-library page among the processes mapping it:
+    # the fair figure when a static binary is compared with a dynamic one.
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                out["Pss"] = int(line.split()[1])
     return out
 
 
@@ -76,12 +82,13 @@ def main():
         for label, b in (bins if r % 2 else bins[::-1]):
             ready, st = one(b, cfg)
             for metric, value, unit in (("ready_ms", f"{ready:.3f}", "ms"), ("rss_kb", st["VmRSS"], "kB"),
-                                        ("rss_anon_kb", st["RssAnon"], "kB"), ("rss_file_kb", st["RssFile"], "kB")):
+                                        ("rss_anon_kb", st["RssAnon"], "kB"), ("rss_file_kb", st["RssFile"], "kB"),
+                                        ("pss_kb", st["Pss"], "kB")):
                 print(f"{r} {label} {metric} {value} {unit}")
                 rows.append((label, metric, float(value)))
     print(f"# load after {open('/proc/loadavg').read().split()[:3]}")
     for label, _ in bins:
-        for metric in ("ready_ms", "rss_kb", "rss_anon_kb", "rss_file_kb"):
+        for metric in ("ready_ms", "rss_kb", "rss_anon_kb", "rss_file_kb", "pss_kb"):
             v = [x for l, m, x in rows if l == label and m == metric]
             extra = f" min {min(v):.3f}" if metric == "ready_ms" else ""
             print(f"# {label} {metric} median {statistics.median(v):.3f}{extra}")

@@ -49,9 +49,10 @@ fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     found
 }
 
-/// Links Debian's libbpf (libbpf-dev) statically, so the binary does not
-/// need libbpf1 at run time; libelf and zlib, which libbpf uses, are linked
-/// dynamically (libelf1, zlib1g). See docs/congestion.md.
+/// Links Debian's libbpf (libbpf-dev) statically, with the libelf and zlib
+/// it uses (libelf-dev, zlib1g-dev ship the archives): the binary needs
+/// neither libbpf1, libelf1 nor zlib1g at run time, and every start skips
+/// loading two shared libraries. See docs/congestion.md.
 fn link_libbpf() {
     println!("cargo:rerun-if-env-changed=SPLITWAY_LIBBPF_DIR");
     let dir = std::env::var("SPLITWAY_LIBBPF_DIR")
@@ -70,8 +71,8 @@ fn link_libbpf() {
         ),
     }
     println!("cargo:rustc-link-lib=static=bpf");
-    println!("cargo:rustc-link-lib=dylib=elf");
-    println!("cargo:rustc-link-lib=dylib=z");
+    println!("cargo:rustc-link-lib=static=elf");
+    println!("cargo:rustc-link-lib=static=z");
 }
 
 fn env(key: &str) -> String {
