@@ -85,6 +85,27 @@ struct {
 	__type(value, __u64);
 } SW_DROPPED SEC(".maps");
 
+// Client prefixes (IPv4 /24, IPv6 /64) whose handshakes complete too quickly
+// for an early start to gain anything (a LAN: the accept follows the SYN by
+// tens of microseconds, and the early start only costs CPU). Their plain
+// SYNs are reported only when the client port is a multiple of
+// SW_NEAR_SAMPLE, so the relay keeps measuring them and takes the prefix
+// out again when its handshakes slow down. Filled by user space.
+struct near_key {
+	__u8 family;   // SW_FAMILY_V4 or SW_FAMILY_V6
+	__u8 _pad[7];
+	__u8 prefix[8]; // the address's first 3 (v4) or 8 (v6) bytes, rest 0
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct near_key);
+	__type(value, __u8);
+} SW_NEAR SEC(".maps");
+
+#define SW_NEAR_SAMPLE 16
+
 // Set by the loader before load: 1 = only ports in SW_PORTS, 0 = every port.
 volatile const __u8 SW_FILTER_PORTS = 1;
 
@@ -140,6 +161,21 @@ static __always_inline void count_dropped(void)
 		*dropped += 1; // per-CPU slot: no other writer, no atomic needed
 }
 
+// A plain SYN from a near prefix that is not one of its samples.
+static __always_inline int near_unsampled(__u8 family, const __u8 *saddr, __u16 sport_be)
+{
+	struct near_key key;
+	if ((bpf_ntohs(sport_be) & (SW_NEAR_SAMPLE - 1)) == 0)
+		return 0;
+	__builtin_memset(&key, 0, sizeof(key));
+	key.family = family;
+	if (family == SW_FAMILY_V4)
+		__builtin_memcpy(key.prefix, saddr, 3);
+	else
+		__builtin_memcpy(key.prefix, saddr, 8);
+	return bpf_map_lookup_elem(&SW_NEAR, &key) != 0;
+}
+
 static __always_inline int is_bare_syn(const struct tcp_min *tcp)
 {
 	return (tcp->flags & (SW_TCP_FLAG_SYN | SW_TCP_FLAG_ACK)) == SW_TCP_FLAG_SYN;
@@ -183,6 +219,8 @@ int syn_watch(struct __sk_buff *skb)
 			opt_len = load_our_option(skb, tcp_offset, &tcp, opts);
 		if (!opt_len && !(bits & PORT_PLAIN))
 			return TC_ACT_UNSPEC;
+		if (!opt_len && near_unsampled(SW_FAMILY_V4, ip.saddr, tcp.source))
+			return TC_ACT_UNSPEC;
 		if (carries_data((__u32)bpf_ntohs(ip.tot_len) - tcp_offset, &tcp))
 			return TC_ACT_UNSPEC;
 		event = bpf_ringbuf_reserve(&SW_EVENTS, sizeof(*event), 0);
@@ -210,6 +248,8 @@ int syn_watch(struct __sk_buff *skb)
 		if (bits & PORT_SYNOPT)
 			opt_len = load_our_option(skb, sizeof(ip6), &tcp, opts);
 		if (!opt_len && !(bits & PORT_PLAIN))
+			return TC_ACT_UNSPEC;
+		if (!opt_len && near_unsampled(SW_FAMILY_V6, ip6.saddr, tcp.source))
 			return TC_ACT_UNSPEC;
 		if (carries_data(bpf_ntohs(ip6.payload_len), &tcp))
 			return TC_ACT_UNSPEC;

@@ -288,6 +288,78 @@ fn ports_outside_the_filter_produce_no_event() {
     assert_eq!(watch.try_next().expect("read ring"), None);
 }
 
+impl Pair {
+    /// Connects from a chosen client port (so a test knows whether the
+    /// SYN is one of a near prefix's samples).
+    fn connect_from(&self, local: SocketAddr, dst: SocketAddr) -> TcpStream {
+        self.client
+            .run_in(move || -> std::io::Result<TcpStream> {
+                let socket = socket2::Socket::new(
+                    socket2::Domain::for_address(dst),
+                    socket2::Type::STREAM,
+                    None,
+                )?;
+                if dst.is_ipv6() {
+                    socket.set_only_v6(true)?;
+                }
+                socket.set_reuse_address(true)?;
+                socket.bind(&local.into())?;
+                socket.connect_timeout(&dst.into(), EVENT_TIMEOUT)?;
+                Ok(socket.into())
+            })
+            .expect("enter client netns")
+            .expect("connect from a chosen port")
+    }
+}
+
+/// A near prefix's SYNs are reported only from client ports that are a
+/// multiple of NEAR_SAMPLE; other prefixes and the other family are not
+/// affected, and taking the prefix out restores every report.
+#[test]
+fn near_prefixes_report_only_their_samples() {
+    use splitway_sys::bpf::NEAR_SAMPLE;
+    require_bpf!();
+    let pair = pair();
+    let l4 = pair.listen(v4(7007));
+    let l6 = pair.listen(v6(7007));
+    let mut watch = pair.watch(&[7007], TcHook::Auto);
+    // Another address of the same /24 (the client's) is what gets marked:
+    // the key is the prefix, not the address.
+    watch
+        .set_near(IpAddr::V4(Ipv4Addr::new(10, 79, 0, 200)), true)
+        .expect("mark the v4 /24 near");
+    let sampled = 40_000 - 40_000 % NEAR_SAMPLE;
+    let _skipped = pair.connect_from(SocketAddr::new(CLIENT_V4.into(), sampled + 1), v4(7007));
+    let _reported = pair.connect_from(SocketAddr::new(CLIENT_V4.into(), sampled), v4(7007));
+    let _v6 = pair.connect_from(SocketAddr::new(CLIENT_V6.into(), sampled + 3), v6(7007));
+    let first = watch.try_next().expect("read ring").expect("the sample");
+    assert_eq!(
+        first.client.port(),
+        sampled,
+        "the unsampled SYN was reported"
+    );
+    let second = watch.try_next().expect("read ring").expect("the v6 SYN");
+    assert_eq!(
+        second.client,
+        SocketAddr::new(CLIENT_V6.into(), sampled + 3)
+    );
+    assert_eq!(watch.try_next().expect("read ring"), None);
+
+    watch
+        .set_near(IpAddr::V4(CLIENT_V4), false)
+        .expect("take the /24 out");
+    watch
+        .set_near(IpAddr::V4(CLIENT_V4), false)
+        .expect("taking it out twice is not an error");
+    let _again = pair.connect_from(SocketAddr::new(CLIENT_V4.into(), sampled + 5), v4(7007));
+    let event = watch
+        .try_next()
+        .expect("read ring")
+        .expect("reported again");
+    assert_eq!(event.client.port(), sampled + 5);
+    drop((l4, l6));
+}
+
 #[test]
 fn empty_port_list_watches_every_port() {
     require_bpf!();

@@ -50,6 +50,7 @@
 mod event;
 
 use std::fs::File;
+use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
@@ -76,11 +77,50 @@ const PROGRAM: &str = "syn_watch";
 const EVENTS_MAP: &str = "SW_EVENTS";
 const PORTS_MAP: &str = "SW_PORTS";
 const DROPPED_MAP: &str = "SW_DROPPED";
+const NEAR_MAP: &str = "SW_NEAR";
 const FILTER_PORTS_GLOBAL: &str = "SW_FILTER_PORTS";
 
 // SW_PORTS value bits, as in bpf/syn_watch.c.
 const PORT_PLAIN: u8 = 1;
 const PORT_SYNOPT: u8 = 2;
+
+/// SYNs from a near prefix ([`SynWatch::set_near`]) are reported only when
+/// the client port is a multiple of this (as `SW_NEAR_SAMPLE` in the C).
+pub const NEAR_SAMPLE: u16 = 16;
+
+/// A client prefix as `SW_NEAR` keys it: IPv4 /24, IPv6 /64 (v4-mapped
+/// addresses count as IPv4).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NearKey {
+    family: u8,
+    _pad: [u8; 7],
+    prefix: [u8; 8],
+}
+// SAFETY: plain-old-data with no implicit padding (1 + 7 + 8 = 16 bytes,
+// align 1), every bit pattern valid.
+unsafe impl aya::Pod for NearKey {}
+
+impl NearKey {
+    fn of(ip: IpAddr) -> NearKey {
+        let mut prefix = [0u8; 8];
+        let family = match ip.to_canonical() {
+            IpAddr::V4(v4) => {
+                prefix[..3].copy_from_slice(&v4.octets()[..3]);
+                4
+            }
+            IpAddr::V6(v6) => {
+                prefix.copy_from_slice(&v6.octets()[..8]);
+                6
+            }
+        };
+        NearKey {
+            family,
+            _pad: [0; 7],
+            prefix,
+        }
+    }
+}
 
 /// Which ports get every SYN reported (interception).
 #[derive(Debug, Clone, Copy)]
@@ -153,6 +193,7 @@ pub struct SynWatch {
     attachments: Vec<Attachment>,
     ring: Ring,
     dropped: PerCpuArray<MapData, u64>,
+    near: BpfHashMap<MapData, NearKey, u8>,
     /// The network namespace `attach` ran in: netlink detaches by ifindex,
     /// which is only meaningful there.
     netns: File,
@@ -223,10 +264,15 @@ impl SynWatch {
             .try_into()
             .map_err(|e| bpf_err(format!("open map {DROPPED_MAP}"), e))?;
 
+        let near: BpfHashMap<MapData, NearKey, u8> = take_map(&mut ebpf, NEAR_MAP)?
+            .try_into()
+            .map_err(|e| bpf_err(format!("open map {NEAR_MAP}"), e))?;
+
         let mut watch = SynWatch {
             attachments: Vec::with_capacity(interfaces.len()),
             ring: Ring::Plain(ring),
             dropped,
+            near,
             netns,
             hook,
             ebpf,
@@ -402,6 +448,27 @@ impl SynWatch {
             runs: info.run_count(),
             run_time_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
         })
+    }
+
+    /// Marks the prefix of `client` (IPv4 /24, IPv6 /64) near, or no longer
+    /// near: plain SYNs from a near prefix are reported only from client
+    /// ports that are a multiple of [`NEAR_SAMPLE`].
+    pub fn set_near(&mut self, client: IpAddr, near: bool) -> Result<(), SysError> {
+        let key = NearKey::of(client);
+        let r = if near {
+            self.near.insert(key, 1, 0)
+        } else {
+            match self.near.remove(&key) {
+                // Already gone: what was asked for.
+                Err(aya::maps::MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+                {
+                    Ok(())
+                }
+                other => other,
+            }
+        };
+        r.map_err(|e| bpf_err(format!("update {NEAR_MAP} for {client}"), e))
     }
 
     /// Events lost because the ring buffer was full (user space too slow),
