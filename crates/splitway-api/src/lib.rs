@@ -127,6 +127,10 @@ api! {
         pub over_budget: u64,
         pub denied: u64,
         pub expired: u64,
+        /// Accepts whose SYN the detector did not report (a near prefix).
+        pub near: u64,
+        /// Client prefixes whose SYNs the detector only samples.
+        pub near_prefixes: u64,
     }
 
     pub struct Accel {

@@ -10,10 +10,17 @@
 //! SYN, so a flood can neither open unbounded next legs nor drain the pool.
 //! Every outcome is counted in `splitway_early_syn_total`, which `/status`
 //! reads back.
+//!
+//! With `early_syn` left on `auto`, the table also learns which client
+//! prefixes gain nothing from it ([`NearClients`]): where the accept
+//! follows the SYN within [`NEAR_BELOW`] (a LAN), the early start is pure
+//! cost (on the TPROXY bench rig, 20 % more CPU per connection and a slower
+//! setup p50), so the detector stops reporting those prefixes' SYNs except
+//! for a sample that keeps measuring them.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -51,6 +58,8 @@ pub struct EarlyStarts<T> {
     metrics: EarlySynMetrics,
     /// The SYN detector feeding this table stopped: nothing new arrives.
     dead: AtomicBool,
+    /// Prefixes whose SYNs the detector samples (auto mode only).
+    near: Option<NearClients>,
     /// `Accepted` markers in the table. They would grow with the miss rate
     /// × their lifetime, so they get a budget of their own
     /// ([`MARKERS_PER_LEG`] × the legs' budget): beyond it a miss leaves
@@ -91,6 +100,29 @@ impl<T> EarlyStarts<T> {
             metrics: metrics.early_syn_metrics(),
             dead: AtomicBool::new(false),
             markers: AtomicUsize::new(0),
+            near: None,
+        }
+    }
+
+    /// Learns near client prefixes (`early_syn = "auto"` with a detector
+    /// that can sample them).
+    pub fn learning_near_clients(mut self) -> Self {
+        self.near = Some(NearClients::default());
+        self
+    }
+
+    /// Changes to the detector's near prefixes decided since the last call:
+    /// (an address in the prefix, near). Each must be confirmed with
+    /// [`EarlyStarts::near_applied`] once the detector has it.
+    pub fn near_changes(&self) -> Vec<(IpAddr, bool)> {
+        self.near.as_ref().map(|n| n.changes()).unwrap_or_default()
+    }
+
+    /// The detector now samples (`near`) or reports every SYN of the
+    /// prefix of `ip`.
+    pub fn near_applied(&self, ip: IpAddr, near: bool) {
+        if let Some(n) = &self.near {
+            n.applied(ip, near);
         }
     }
 
@@ -115,9 +147,15 @@ impl<T> EarlyStarts<T> {
     pub fn start(&self, client: SocketAddr, dst: SocketAddr, leg: T) -> Option<Key> {
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
-        if shard.contains_key(&key) {
+        if let Some(entry) = shard.get(&key) {
             // The leg exists or is no longer needed.
+            let late = matches!(entry.slot, Slot::Accepted);
+            drop(shard);
             self.count(EarlySynOutcome::Duplicate, 1);
+            if late && let Some(near) = &self.near {
+                // Accepted before its SYN was read: no head start at all.
+                near.sample(key.0, Duration::ZERO);
+            }
             return None;
         }
         if self.in_table.load(Relaxed) >= self.budget {
@@ -170,6 +208,16 @@ impl<T> EarlyStarts<T> {
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
         let previous = shard.remove(&key);
+        if previous.is_none()
+            && let Some(near) = &self.near
+            && near.unreported(key.0)
+        {
+            // The detector did not report this SYN: no event will come,
+            // so no marker is needed either.
+            drop(shard);
+            self.count(EarlySynOutcome::Near, 1);
+            return None;
+        }
         // A miss: the SYN event is still queued behind this accept (its
         // reader is late) and must not start a leg when it is read, so a
         // marker stays for a while (within its budget). A quick hit needs
@@ -217,10 +265,13 @@ impl<T> EarlyStarts<T> {
         match previous {
             Some(Entry {
                 slot: Slot::Started(started),
-                ..
+                born,
             }) => {
                 self.in_table.fetch_sub(1, Relaxed);
                 self.count(EarlySynOutcome::Hit, 1);
+                if let Some(near) = &self.near {
+                    near.sample(key.0, born.elapsed());
+                }
                 Some(started)
             }
             _ => {
@@ -288,7 +339,122 @@ impl<T> EarlyStarts<T> {
             over_budget: self.counted(EarlySynOutcome::OverBudget),
             denied: self.counted(EarlySynOutcome::Denied),
             expired: self.counted(EarlySynOutcome::Expired),
+            near: self.counted(EarlySynOutcome::Near),
+            near_prefixes: self.near.as_ref().map_or(0, |n| n.sampled_prefixes()),
         })
+    }
+}
+
+/// Below this head start (accept time − SYN time, smoothed) a prefix is
+/// near: the early start cannot repay its own cost there.
+pub const NEAR_BELOW: Duration = Duration::from_micros(200);
+/// Above this a near prefix is far again (hysteresis against flapping).
+const FAR_ABOVE: Duration = Duration::from_micros(400);
+/// Head starts measured before a prefix may be declared near.
+const NEAR_MIN_SAMPLES: u32 = 16;
+/// Prefixes tracked at most: the detector's map has this many slots.
+const NEAR_MAX_PREFIXES: usize = 4096;
+
+/// The head start early SYN gave each client prefix (IPv4 /24, IPv6 /64),
+/// and which prefixes the detector samples instead of reporting every SYN
+/// (`splitway_sys::bpf::NEAR_SAMPLE`).
+#[derive(Default)]
+struct NearClients {
+    prefixes: Mutex<HashMap<IpAddr, Near>>,
+    /// Decided, not yet confirmed in the detector.
+    pending: Mutex<Vec<(IpAddr, bool)>>,
+    /// Prefixes the detector samples: when 0, accepts skip the lock.
+    sampled: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Near {
+    /// Smoothed head start (weight 1/8 for each new one), nanoseconds.
+    head_start_ns: u64,
+    samples: u32,
+    /// What this table wants the detector to do with the prefix.
+    wanted: bool,
+    /// What the detector does (confirmed by `applied`).
+    sampled: bool,
+}
+
+fn near_prefix(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            IpAddr::from([a, b, c, 0])
+        }
+        IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[8..].fill(0);
+            IpAddr::from(o)
+        }
+    }
+}
+
+impl NearClients {
+    fn sample(&self, client: SocketAddr, head_start: Duration) {
+        let prefix = near_prefix(client.ip());
+        let mut prefixes = self.prefixes.lock().expect("near prefixes lock");
+        if prefixes.len() >= NEAR_MAX_PREFIXES && !prefixes.contains_key(&prefix) {
+            return;
+        }
+        let near = prefixes.entry(prefix).or_default();
+        let ns = u64::try_from(head_start.as_nanos()).unwrap_or(u64::MAX);
+        near.head_start_ns = if near.samples == 0 {
+            ns
+        } else {
+            (near.head_start_ns.saturating_mul(7)).saturating_add(ns) / 8
+        };
+        near.samples = near.samples.saturating_add(1);
+        let smoothed = Duration::from_nanos(near.head_start_ns);
+        let wanted = if near.wanted {
+            smoothed < FAR_ABOVE
+        } else {
+            near.samples >= NEAR_MIN_SAMPLES && smoothed < NEAR_BELOW
+        };
+        if wanted != near.wanted {
+            near.wanted = wanted;
+            drop(prefixes);
+            self.pending
+                .lock()
+                .expect("near changes lock")
+                .push((prefix, wanted));
+        }
+    }
+
+    /// True when the detector did not report this client's SYN: its
+    /// prefix is sampled and its port is not a sample.
+    fn unreported(&self, client: SocketAddr) -> bool {
+        if self.sampled.load(Relaxed) == 0 || client.port() % splitway_sys::bpf::NEAR_SAMPLE == 0 {
+            return false;
+        }
+        let prefixes = self.prefixes.lock().expect("near prefixes lock");
+        prefixes
+            .get(&near_prefix(client.ip()))
+            .is_some_and(|n| n.sampled)
+    }
+
+    fn changes(&self) -> Vec<(IpAddr, bool)> {
+        std::mem::take(&mut *self.pending.lock().expect("near changes lock"))
+    }
+
+    fn applied(&self, ip: IpAddr, sampled: bool) {
+        let mut prefixes = self.prefixes.lock().expect("near prefixes lock");
+        if let Some(near) = prefixes.get_mut(&near_prefix(ip))
+            && near.sampled != sampled
+        {
+            near.sampled = sampled;
+            if sampled {
+                self.sampled.fetch_add(1, Relaxed);
+            } else {
+                self.sampled.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+
+    fn sampled_prefixes(&self) -> u64 {
+        self.sampled.load(Relaxed) as u64
     }
 }
 
@@ -360,6 +526,92 @@ mod tests {
         assert!(early.take(addr(1), dst).is_none());
         assert_eq!(early.counted(EarlySynOutcome::Miss), 100);
         assert!(matches!(early.status(), api::EarlySyn::Dead(d) if d.detector == "dead"));
+    }
+
+    fn near_table() -> EarlyStarts<u8> {
+        EarlyStarts::<u8>::new(64, Duration::from_secs(10), &Metrics::new()).learning_near_clients()
+    }
+
+    /// Ages the entry of (`client`, `dst`) by `by`: a head start.
+    fn age(early: &EarlyStarts<u8>, client: SocketAddr, dst: SocketAddr, by: Duration) {
+        let key = (client, dst);
+        let mut shard = early.shard(&key).lock().unwrap();
+        shard.get_mut(&key).unwrap().born -= by;
+    }
+
+    /// Quick hits make a prefix near after NEAR_MIN_SAMPLES; once the
+    /// detector confirms, unsampled ports' accepts count `near` and leave
+    /// no marker, sampled ones are served as before; slow head starts make
+    /// it far again. Another prefix is never touched.
+    #[test]
+    fn quick_hits_make_a_prefix_near_and_slow_ones_far_again() {
+        let early = near_table();
+        let dst = SocketAddr::from(([10, 0, 3, 2], 80));
+        for port in 1..NEAR_MIN_SAMPLES as u16 {
+            assert!(early.start(addr(port), dst, 0).is_some());
+            assert_eq!(early.take(addr(port), dst), Some(0));
+            assert!(early.near_changes().is_empty(), "too few samples yet");
+        }
+        // A far prefix (10.0.2.0/24, 50 ms head starts) beside it.
+        let far = |port: u16| SocketAddr::from(([10, 0, 2, 9], port));
+        for port in 1..=2 * NEAR_MIN_SAMPLES as u16 {
+            assert!(early.start(far(port), dst, 0).is_some());
+            age(&early, far(port), dst, Duration::from_millis(50));
+            assert_eq!(early.take(far(port), dst), Some(0));
+        }
+        assert!(early.start(addr(100), dst, 0).is_some());
+        assert_eq!(early.take(addr(100), dst), Some(0));
+        let prefix = IpAddr::from([10, 0, 1, 0]);
+        assert_eq!(early.near_changes(), vec![(prefix, true)]);
+        // Not yet in the detector: accepts still expect events.
+        assert!(early.take(addr(101), dst).is_none());
+        assert_eq!(early.counted(EarlySynOutcome::Miss), 1);
+        early.near_applied(prefix, true);
+        assert!(matches!(early.status(), api::EarlySyn::Running(s) if s.near_prefixes == 1));
+
+        let markers = early.markers.load(Relaxed);
+        assert!(early.take(addr(102), dst).is_none());
+        assert_eq!(early.counted(EarlySynOutcome::Near), 1);
+        assert_eq!(early.markers.load(Relaxed), markers, "no marker");
+        assert_eq!(early.counted(EarlySynOutcome::Miss), 1);
+        // A sampled port (a multiple of 16) is reported: a normal miss.
+        assert!(early.take(addr(160), dst).is_none());
+        assert_eq!(early.counted(EarlySynOutcome::Miss), 2);
+        // Its late event: a duplicate, and a zero head start.
+        assert!(early.start(addr(160), dst, 0).is_none());
+        assert_eq!(early.counted(EarlySynOutcome::Duplicate), 1);
+
+        // The prefix's clients move away: sampled SYNs now give 5 ms.
+        let mut changes = Vec::new();
+        for i in 0..32u16 {
+            let port = 16 * (20 + i);
+            assert!(early.start(addr(port), dst, 0).is_some());
+            age(&early, addr(port), dst, Duration::from_millis(5));
+            assert_eq!(early.take(addr(port), dst), Some(0));
+            changes.extend(early.near_changes());
+        }
+        assert_eq!(changes, vec![(prefix, false)]);
+        early.near_applied(prefix, false);
+        assert!(early.take(addr(103), dst).is_none());
+        assert_eq!(
+            early.counted(EarlySynOutcome::Near),
+            1,
+            "reported again: a miss"
+        );
+        assert!(matches!(early.status(), api::EarlySyn::Running(s) if s.near_prefixes == 0));
+    }
+
+    /// Without `learning_near_clients` (`early_syn = true`), nothing is
+    /// ever sampled.
+    #[test]
+    fn explicit_early_syn_never_samples() {
+        let early = EarlyStarts::<u8>::new(64, Duration::from_secs(10), &Metrics::new());
+        let dst = SocketAddr::from(([10, 0, 3, 2], 80));
+        for port in 1..100 {
+            assert!(early.start(addr(port), dst, 0).is_some());
+            assert_eq!(early.take(addr(port), dst), Some(0));
+        }
+        assert!(early.near_changes().is_empty());
     }
 
     /// A hit that waited long enough for a SYN retransmit leaves a marker,

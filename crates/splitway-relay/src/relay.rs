@@ -14,11 +14,11 @@ use splitway_sys::nfqueue::NfQueue;
 use splitway_sys::tproxy::{InterceptSpec, Interception, StrictRules, StrictSpec};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::accel::{self, AccelStatus, HostFacts};
 use crate::admin::{LogControl, RelayAdmin};
-use crate::config::{Config, ListenMode};
+use crate::config::{Config, ListenMode, Switch};
 use crate::error::RelayError;
 use crate::ingress;
 use crate::limits::{ConnLimiter, DESCRIPTOR_RESERVE, descriptor_cap};
@@ -191,14 +191,19 @@ impl Relay {
                         interfaces.join(", "),
                         w.hook()
                     )));
-                    (
-                        Some(Arc::new(EarlyLegs::new(
-                            cfg.accel.early_syn_budget,
-                            cfg.accel.early_syn_expiry,
-                            &metrics,
-                        ))),
-                        Some(w),
-                    )
+                    let early = EarlyLegs::new(
+                        cfg.accel.early_syn_budget,
+                        cfg.accel.early_syn_expiry,
+                        &metrics,
+                    );
+                    // `early_syn = true` starts every leg it can; `auto`
+                    // leaves out the clients it cannot help.
+                    let early = if cfg.accel.requested.early_syn == Switch::Auto {
+                        early.learning_near_clients()
+                    } else {
+                        early
+                    };
+                    (Some(Arc::new(early)), Some(w))
                 }
                 Err(e) => {
                     host.early_syn = Some(Err(format!(
@@ -404,7 +409,18 @@ impl Relay {
                                 break;
                             }
                         },
-                        _ = sweep.tick() => early.sweep(),
+                        _ = sweep.tick() => {
+                            early.sweep();
+                            for (prefix, near) in early.near_changes() {
+                                match watch.set_near(prefix, near) {
+                                    Ok(()) => {
+                                        early.near_applied(prefix, near);
+                                        debug!(%prefix, near, "early SYN: client prefix sampled or reported again");
+                                    }
+                                    Err(e) => warn!(%prefix, error = %e, "early SYN: cannot update near prefixes"),
+                                }
+                            }
+                        }
                         () = stopped(&mut stop) => break,
                     }
                 }
