@@ -426,7 +426,9 @@ impl NearClients {
     /// True when the detector did not report this client's SYN: its
     /// prefix is sampled and its port is not a sample.
     fn unreported(&self, client: SocketAddr) -> bool {
-        if self.sampled.load(Relaxed) == 0 || client.port() % splitway_sys::bpf::NEAR_SAMPLE == 0 {
+        if self.sampled.load(Relaxed) == 0
+            || client.port().is_multiple_of(splitway_sys::bpf::NEAR_SAMPLE)
+        {
             return false;
         }
         let prefixes = self.prefixes.lock().expect("near prefixes lock");
