@@ -32,6 +32,9 @@ use crate::emu::EmuError;
 use crate::report::{git_commit, kernel_release, load_average, utc_now_iso8601};
 use crate::scenario::Scenario;
 use crate::scenario::graph::{Action, GraphScenario};
+use crate::testbed::config::{
+    self as testbed, ListenMode, RawConfig, RawListener, RawPeer, RawRoute, RawVia,
+};
 use crate::topology::EmuOptions;
 use crate::topology::graph::{Graph, GraphHost, LinkSummary, ms};
 
@@ -442,11 +445,8 @@ fn measure(lab: &Lab, g: &GraphScenario) -> Result<Measured, LabError> {
     Ok((median_ms(v), per_path, taken))
 }
 
-fn relay_conf(name: &str, psk: &Path, admin: u16) -> String {
-    format!(
-        "name = {name:?}\npsk_file = {:?}\nadmin = \"127.0.0.1:{admin}\"\n\n",
-        psk.display().to_string()
-    )
+fn relay_conf(name: &str, psk: &Path, admin: u16) -> RawConfig {
+    testbed::relay(name, &format!("127.0.0.1:{admin}"), Some(psk))
 }
 
 /// Polls until `ports` listen in the host's namespace.
@@ -486,12 +486,12 @@ fn wait_listening(proc: &mut Proc, host: &GraphHost, ports: &[u16]) -> Result<()
 fn start_relay(
     host: &GraphHost,
     name: &str,
-    conf: &str,
+    conf: &RawConfig,
     dir: &Path,
     ports: &[u16],
 ) -> Result<Proc, LabError> {
     let path = dir.join(format!("{name}.toml"));
-    write_file(&path, conf.as_bytes())?;
+    write_file(&path, conf.to_toml().as_bytes())?;
     let bin = splitway_binary()?;
     let mut cmd = host.netns().command(&bin.to_string_lossy());
     cmd.arg("relay")
@@ -619,35 +619,31 @@ pub fn run(
     for name in g.paths.peer_hosts() {
         let host = &graph.hosts()[idx(name)];
         let mut conf = relay_conf(name, &psk, ADMIN_PORT);
-        conf.push_str(&format!(
-            "[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\nallow_clients = [\"{chooser_addr}/32\"]\n\n\
-             [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n"
-        ));
+        conf.listen.push(RawListener {
+            allow_clients: vec![format!("{chooser_addr}/32")],
+            ..RawListener::new(ListenMode::Peer, format!("0.0.0.0:{PEER_PORT}"))
+        });
+        conf.route.push(RawRoute::new("0.0.0.0/0", "direct"));
         let proc = start_relay(host, name, &conf, &work.path, &[PEER_PORT, ADMIN_PORT])?;
         relays.push((name.to_owned(), proc));
     }
     // The chooser and one oracle per candidate, in the chooser's namespace.
     let client_addr = graph.hosts()[client].addr();
-    let peer = |p: &str| {
-        format!(
-            "[[peer]]\nname = {p:?}\naddr = \"{}:{PEER_PORT}\"\n\n",
-            graph.hosts()[idx(p)].addr()
-        )
-    };
-    let peers: String = g.paths.peer_hosts().map(peer).collect();
-    let socks = |port: u16| {
-        format!(
-            "[[listen]]\nmode = \"socks5\"\naddr = \"{chooser_addr}:{port}\"\nallow_clients = [\"{client_addr}/32\"]\n\n"
-        )
+    let peer = |p: &str| RawPeer::new(p, format!("{}:{PEER_PORT}", graph.hosts()[idx(p)].addr()));
+    let socks = |port: u16| RawListener {
+        allow_clients: vec![format!("{client_addr}/32")],
+        ..RawListener::new(ListenMode::Socks5, format!("{chooser_addr}:{port}"))
     };
     let chooser_host = &graph.hosts()[chooser];
     let mut conf = relay_conf(&g.paths.relay, &psk, ADMIN_PORT);
-    conf.push_str(&socks(SOCKS_PORT));
-    conf.push_str(&peers);
-    conf.push_str(&format!(
-        "[[route]]\ndst = \"{server_addr}/32\"\nvia = {:?}\n",
-        g.paths.candidates
-    ));
+    conf.listen.push(socks(SOCKS_PORT));
+    conf.peer.extend(g.paths.peer_hosts().map(peer));
+    conf.route.push(RawRoute {
+        dst: format!("{server_addr}/32"),
+        via: RawVia::Many(g.paths.candidates.clone()),
+        proxy_protocol: None,
+        source: None,
+    });
     let chooser_proc = start_relay(
         chooser_host,
         &g.paths.relay,
@@ -661,14 +657,13 @@ pub fn run(
         let (port, admin) = oracle_ports(k);
         let name = format!("oracle-{via}");
         let mut conf = relay_conf(&name, &psk, admin);
-        conf.push_str(&socks(port));
+        conf.listen.push(socks(port));
         // Only its own peer: no pools or legs to the others.
         if via != "direct" {
-            conf.push_str(&peer(via));
+            conf.peer.push(peer(via));
         }
-        conf.push_str(&format!(
-            "[[route]]\ndst = \"{server_addr}/32\"\nvia = {via:?}\n"
-        ));
+        conf.route
+            .push(RawRoute::new(format!("{server_addr}/32"), via.as_str()));
         oracles.push(start_relay(
             chooser_host,
             &name,
