@@ -173,31 +173,25 @@ fn reload_switches_new_connections_to_splitway_cubic() {
     assert!(!registered(), "{CC} still registered after rc exited");
 }
 
-const CHECK_CONFIG: &str = r#"
-name = "rc"
-psk_file = "@PSK@"
-[[listen]]
-mode = "socks5"
-addr = "127.0.0.1:1080"
-[[peer]]
-name = "rs"
-addr = "10.0.12.2:7100"
-congestion = "splitway_cubic"
-[[route]]
-dst = "0.0.0.0/0"
-via = "rs"
-"#;
+/// rc with one peer leg under the shipped congestion control, no admin.
+fn check_config(psk: &std::path::Path) -> RawConfig {
+    let mut cfg = testbed::relay("rc", "", Some(psk));
+    cfg.admin = None;
+    cfg.listen
+        .push(RawListener::new(ListenMode::Socks5, "127.0.0.1:1080"));
+    let mut rs = RawPeer::new("rs", "10.0.12.2:7100");
+    rs.congestion = Some(CC.into());
+    cfg.peer.push(rs);
+    cfg.route.push(RawRoute::new("0.0.0.0/0", "rs"));
+    cfg
+}
 
 fn check(btf: Option<&str>) -> (bool, String) {
     let dir = TempDir::new();
     let psk = dir.join("psk.key");
     write_psk(&psk, 3);
     let path = dir.join("relay.toml");
-    std::fs::write(
-        &path,
-        CHECK_CONFIG.replace("@PSK@", psk.to_str().expect("utf-8")),
-    )
-    .expect("write config");
+    std::fs::write(&path, check_config(&psk).to_toml()).expect("write config");
     let mut cmd = Command::new(SPLITWAY);
     cmd.args(["relay", "--config"]).arg(&path).arg("--check");
     if let Some(btf) = btf {
