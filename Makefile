@@ -27,7 +27,7 @@ lint: import-graph
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 ## import-graph: fails on any import cycle between the files of a crate (after a self-test
-## proving it can fail); `scripts/import-graph.py --graph` prints the graph.
+## proving it can fail) and reports imports pointing up its layer order; `--graph` prints the graph.
 import-graph:
 	python3 scripts/import-graph.py --self-test
 	python3 scripts/import-graph.py

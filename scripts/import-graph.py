@@ -13,6 +13,11 @@ takes a `&Shared`).
     scripts/import-graph.py --crate splitway-relay --graph
     scripts/import-graph.py --root DIR   # another tree (the self-test uses this)
 
+Where `LAYERS` gives a crate's intended layer order (splitway-relay,
+splitway-control), it
+also counts and lists the imports that point upward, from a lower layer to
+a higher one; those are reported, not failed on.
+
 Module declarations (`mod x;`) and a parent's `pub use` of its own submodules'
 items (aliases, unless the parent itself uses the name) are not edges; comments and string literals are ignored; test modules count like any other code (a cycle through tests is
 still a cycle a reader has to follow).
@@ -272,6 +277,71 @@ RULES = [
 ]
 
 
+# Intended layer order of a crate's files, bottom first (a file may import
+# its own layer and those below). Files not listed belong to the layer of
+# their directory's entry (`config/` for config/raw.rs), else are unranked.
+# An import from a lower layer to a higher one is counted as "upward": not
+# an error (make lint does not fail on it), a figure to bring down.
+LAYERS = {
+    "splitway-relay": [
+        # byte helpers, the stop watch, syn-option destinations
+        ["bytes.rs", "shutdown.rs", "syn_dst.rs"],
+        # the config file: raw layer, validators, source, diff
+        ["config/"],
+        # one area each, built from the config, taking no `Shared`; the
+        # typed errors, which wrap some areas' errors
+        [
+            "policy.rs", "tls.rs", "congestion.rs", "tuning.rs", "transparent.rs",
+            "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn.rs",
+            "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs", "pool.rs",
+            "paths.rs", "accel.rs", "error.rs",
+        ],
+        # the snapshot: `Shared` and what it holds
+        ["state.rs"],
+        # what runs per connection or per SYN against a snapshot
+        [
+            "dial.rs", "syn_start.rs", "probe.rs", "proxy_header.rs", "session.rs",
+            "ingress.rs", "strict.rs",
+        ],
+        # operating the relay: reload, the admin handler
+        ["reload.rs", "admin.rs"],
+        ["relay.rs", "lib.rs"],
+    ],
+    "splitway-control": [
+        ["error.rs", "http.rs", "params.rs", "client.rs", "metrics/family.rs"],
+        # one family module per counting area of the relay
+        ["metrics/"],
+        # `Metrics` assembles them
+        ["metrics/mod.rs"],
+        ["admin.rs", "lib.rs"],
+    ],
+}
+
+
+def layer_of(crate_name, rel):
+    """Rank of `rel` in its crate's LAYERS (0 = bottom), or None; a file
+    named itself wins over its directory's entry."""
+    layers = LAYERS.get(crate_name, [])
+    for rank, layer in enumerate(layers):
+        if rel in layer:
+            return rank
+    for rank, layer in enumerate(layers):
+        if any(e.endswith("/") and rel.startswith(e) for e in layer):
+            return rank
+    return None
+
+
+def upward_imports(crate_name, edges):
+    """(importer, imported) pairs that point from a lower layer to a higher one."""
+    out = []
+    for src in sorted(edges):
+        for dst in sorted(edges[src]):
+            a, b = layer_of(crate_name, src), layer_of(crate_name, dst)
+            if a is not None and b is not None and b > a:
+                out.append((src, dst))
+    return out
+
+
 def rule_violations(crate, edges):
     out = []
     for name, rel, pattern, why in RULES:
@@ -375,7 +445,16 @@ def self_test():
     assert run(relay, "splitway-relay") == [], run(relay, "splitway-relay")
     broken = dict(relay, **{"pool.rs": "pub struct Pool;\npub fn f(_: &crate::state::Shared) {}\n"})
     assert len(run(broken, "splitway-relay")) == 2, run(broken, "splitway-relay")
-    print("import-graph: self-test passed (planted cycles and a broken layering rule are found, the clean trees pass)")
+    # The upward count: pool.rs (an area) importing state.rs (above it).
+    with tempfile.TemporaryDirectory() as root:
+        for rel, text in broken.items():
+            path = os.path.join(root, "src", rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        edges = Crate("splitway-relay", os.path.join(root, "src")).graph()
+        assert upward_imports("splitway-relay", edges) == [("pool.rs", "state.rs")], edges
+    print("import-graph: self-test passed (planted cycles, a broken layering rule and an upward import are found, the clean trees pass)")
 
 
 def main():
@@ -402,7 +481,14 @@ def main():
         edges = crate.graph()
         comps = sccs(edges)
         nedges = sum(len(v) for v in edges.values())
-        print(f"{name}: {len(edges)} files, {nedges} imports, {len(comps)} cycle(s)")
+        up = upward_imports(name, edges) if name in LAYERS else None
+        ups = "no layer order" if up is None else f"{len(up)} upward"
+        print(f"{name}: {len(edges)} files, {nedges} imports, {len(comps)} cycle(s), {ups}")
+        unranked = [f for f in sorted(edges) if name in LAYERS and layer_of(name, f) is None]
+        if unranked:
+            print(f"  not in LAYERS: {', '.join(unranked)}")
+        for src, dst in up or []:
+            print(f"  upward: {src} -> {dst}")
         if args.graph:
             for f in sorted(edges):
                 print(f"  {f} -> {', '.join(sorted(edges[f])) or '-'}")

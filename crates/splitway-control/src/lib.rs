@@ -38,7 +38,6 @@ mod error;
 mod http;
 pub mod metrics;
 pub mod params;
-mod path_metrics;
 
 pub use admin::{
     AdminConfig, AdminError, AdminHandler, DEFAULT_CONNECTION_SAMPLE, MAX_CONNECTION_SAMPLE,

@@ -17,6 +17,15 @@ fn server_v4() -> SocketAddr {
     sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
 }
 
+/// `turbo = { initcwnd = 40, initrwnd = 40 }`.
+fn turbo_40() -> RawTurbo {
+    RawTurbo {
+        initcwnd: Some(40),
+        initrwnd: Some(40),
+        buffer: None,
+    }
+}
+
 fn status(lab: &Lab, relay: &str) -> splitway_api::Status {
     admin_status(lab.relay_ns(relay)).unwrap_or_else(|e| panic!("GET /status from {relay}: {e}"))
 }
@@ -79,12 +88,11 @@ fn libc_einprogress() -> i32 {
     115
 }
 
-/// A lab whose relays get extra config lines.
-fn lab_with(extra_rc: &str, extra_rs: &str) -> Lab {
+/// The standard lab with rc's `[accel]` set by `accel`.
+fn lab_with(accel: impl FnOnce(&mut RawAccel)) -> Lab {
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra(extra_rc);
-    configs[1].extra(extra_rs);
+    configs[0].accel(accel);
     lab.start_relays(&configs);
     lab
 }
@@ -109,7 +117,7 @@ fn early(lab: &Lab, outcome: &str) -> f64 {
 fn early_syn_pairs_once_under_syn_retransmit() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
-    let mut lab = lab_with("[accel]\nearly_syn = true", "");
+    let mut lab = lab_with(|a| a.early_syn = Some(true));
     assert_early_syn_up(&lab);
     // Only the first SYN-ACK (numgen starts at 0) is dropped.
     drop_syn_acks(&lab.client, "0-65535", "numgen inc mod 1000000 == 0");
@@ -144,7 +152,10 @@ fn early_syn_pairs_once_under_syn_retransmit() {
 fn early_syn_that_never_completes_expires_and_closes_its_leg() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
-    let mut lab = lab_with("[accel]\nearly_syn = true\nearly_syn_expiry = \"1s\"", "");
+    let mut lab = lab_with(|a| {
+        a.early_syn = Some(true);
+        a.early_syn_expiry = Some("1s".into());
+    });
     assert_early_syn_up(&lab);
     drop_syn_acks(&lab.client, "0-65535", "");
     let server = TestServer::bind(&lab.server, server_v4());
@@ -176,12 +187,12 @@ fn syn_flood_is_bounded_by_the_budget() {
     let _heavy = heavy_lock();
     let deadline = Deadline::after(Duration::from_secs(120));
     let budget = 32u64;
-    let mut lab = lab_with(
-        &format!(
-            "[accel]\nearly_syn = true\npool = true\nearly_syn_budget = {budget}\nearly_syn_expiry = \"2s\""
-        ),
-        "",
-    );
+    let mut lab = lab_with(|a| {
+        a.early_syn = Some(true);
+        a.pool = Some(true);
+        a.early_syn_budget = Some(budget as usize);
+        a.early_syn_expiry = Some("2s".into());
+    });
     assert_early_syn_up(&lab);
     let pool_full = || {
         let st = status(&lab, "rc");
@@ -261,8 +272,8 @@ fn pool_skips_dead_connections_and_refills_after_peer_restart() {
     let deadline = Deadline::after(Duration::from_secs(90));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra("[accel]\npool = true");
-    configs[0].peers[0].2 = "pool = { low = 2, high = 4 }".into();
+    configs[0].accel(|a| a.pool = Some(true));
+    configs[0].peers[0].pool = Some(pool_bounds(2, 4));
     lab.start_relays(&configs);
     let pool_at = |level: u64| {
         move |lab: &Lab| {
@@ -304,8 +315,11 @@ fn turbo_start_on_relay_legs_only() {
     let deadline = Deadline::after(Duration::from_secs(60));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra("[accel]\npool = true\nturbo = { initcwnd = 40, initrwnd = 40 }");
-    configs[1].extra("[accel]\nturbo = { initcwnd = 40, initrwnd = 40 }");
+    configs[0].accel(|a| {
+        a.pool = Some(true);
+        a.turbo = Some(turbo_40());
+    });
+    configs[1].accel(|a| a.turbo = Some(turbo_40()));
     // Upstream relays' prefix known in advance: rs installs the return
     // route at start, before the first pooled connection arrives.
     configs[1].listeners[0].allow_clients = vec!["10.0.12.0/24".into()];
@@ -409,7 +423,7 @@ fn tfo_carries_the_request_in_the_syn_on_client_and_server_legs() {
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     // rc: TFO on its client listener by default (no key). rs: asked for,
     // so its direct legs send the client's bytes in their SYN.
-    configs[1].extra("[accel]\ntfo = true");
+    configs[1].accel(|a| a.tfo = Some(true));
     lab.start_relays(&configs);
     let st = status(&lab, "rc");
     assert_eq!(st.accel["tfo_client"].state, "active", "{st:?}");
@@ -465,7 +479,7 @@ fn turbo_route_of_a_peer_removed_by_reload_goes_with_it() {
     let deadline = Deadline::after(Duration::from_secs(30));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra("[accel]\nturbo = { initcwnd = 40, initrwnd = 40 }");
+    configs[0].accel(|a| a.turbo = Some(turbo_40()));
     lab.start_relays(&configs);
     let rs_ip = lab
         .peer_addr(1)
@@ -490,7 +504,7 @@ fn turbo_route_of_a_peer_removed_by_reload_goes_with_it() {
     let mut without = RelayConfig::new("rc");
     without.listeners = configs[0].listeners.clone();
     without.route("0.0.0.0/0", "direct");
-    without.extra("[accel]\nturbo = { initcwnd = 40, initrwnd = 40 }");
+    without.accel(|a| a.turbo = Some(turbo_40()));
     std::fs::write(lab.config_path("rc"), without.render(&lab.psk_path)).expect("write config");
     let out = lab.ctl("rc", &["reload"]);
     assert!(out.status.success(), "ctl reload: {out:?}");

@@ -88,7 +88,7 @@ fn splitway_cubic_runs_on_its_leg_and_is_gone_after_sigkill() {
     let deadline = Deadline::after(Duration::from_secs(90));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].2 = format!("congestion = \"{CC}\"");
+    configs[0].peers[0].congestion = Some(CC.into());
     let default_before = host_default();
     lab.start_relays(&configs);
     assert!(registered(), "rc should have registered {CC} at start");
@@ -137,7 +137,7 @@ fn reload_switches_new_connections_to_splitway_cubic() {
     let deadline = Deadline::after(Duration::from_secs(90));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].2 = "congestion = \"reno\"".into();
+    configs[0].peers[0].congestion = Some("reno".into());
     lab.start_relays(&configs);
     assert!(
         !registered(),
@@ -150,7 +150,7 @@ fn reload_switches_new_connections_to_splitway_cubic() {
         "before the reload rc → rs should run reno:\n{ss}"
     );
 
-    configs[0].peers[0].2 = format!("congestion = \"{CC}\"");
+    configs[0].peers[0].congestion = Some(CC.into());
     std::fs::write(lab.config_path("rc"), configs[0].render(&lab.psk_path)).expect("write");
     let out = lab.ctl("rc", &["reload"]);
     assert!(
@@ -173,31 +173,25 @@ fn reload_switches_new_connections_to_splitway_cubic() {
     assert!(!registered(), "{CC} still registered after rc exited");
 }
 
-const CHECK_CONFIG: &str = r#"
-name = "rc"
-psk_file = "@PSK@"
-[[listen]]
-mode = "socks5"
-addr = "127.0.0.1:1080"
-[[peer]]
-name = "rs"
-addr = "10.0.12.2:7100"
-congestion = "splitway_cubic"
-[[route]]
-dst = "0.0.0.0/0"
-via = "rs"
-"#;
+/// rc with one peer leg under the shipped congestion control, no admin.
+fn check_config(psk: &std::path::Path) -> RawConfig {
+    let mut cfg = testbed::relay("rc", "", Some(psk));
+    cfg.admin = None;
+    cfg.listen
+        .push(RawListener::new(ListenMode::Socks5, "127.0.0.1:1080"));
+    let mut rs = RawPeer::new("rs", "10.0.12.2:7100");
+    rs.congestion = Some(CC.into());
+    cfg.peer.push(rs);
+    cfg.route.push(RawRoute::new("0.0.0.0/0", "rs"));
+    cfg
+}
 
 fn check(btf: Option<&str>) -> (bool, String) {
     let dir = TempDir::new();
     let psk = dir.join("psk.key");
     write_psk(&psk, 3);
     let path = dir.join("relay.toml");
-    std::fs::write(
-        &path,
-        CHECK_CONFIG.replace("@PSK@", psk.to_str().expect("utf-8")),
-    )
-    .expect("write config");
+    std::fs::write(&path, check_config(&psk).to_toml()).expect("write config");
     let mut cmd = Command::new(SPLITWAY);
     cmd.args(["relay", "--config"]).arg(&path).arg("--check");
     if let Some(btf) = btf {
@@ -266,9 +260,9 @@ fn splitway_resume_starts_the_next_leg_to_a_peer_from_the_last_window() {
     );
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].2 = format!("congestion = \"{RESUME}\"");
+    configs[0].peers[0].congestion = Some(RESUME.into());
     // Fresh legs only: pooled legs would be open before the first transfer.
-    configs[0].extra("[accel]\npool = false");
+    configs[0].accel(|a| a.pool = Some(false));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
 
@@ -383,9 +377,9 @@ fn splitway_resume_resumes_a_pooled_leg_at_its_first_send_after_idle() {
     );
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].2 = format!("congestion = \"{RESUME}\"");
+    configs[0].peers[0].congestion = Some(RESUME.into());
     // Pooled legs (the default): opened and authenticated before use.
-    configs[0].extra("[accel]\npool = true");
+    configs[0].accel(|a| a.pool = Some(true));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
 
@@ -422,9 +416,9 @@ fn a_second_relay_shares_the_registration_and_takes_over_when_the_first_dies() {
     let deadline = Deadline::after(Duration::from_secs(90));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].2 = format!("congestion = \"{CC}\"");
+    configs[0].peers[0].congestion = Some(CC.into());
     let plain_rs = configs[1].clone();
-    configs[1].extra(&format!("[direct]\ncongestion = \"{CC}\""));
+    configs[1].tuning(Leg::Direct, |t| t.congestion = Some(CC.into()));
     // rs starts first and registers; rc finds the name taken.
     lab.start_relays(&configs);
     let status = String::from_utf8_lossy(&lab.ctl("rc", &["status"]).stdout).into_owned();

@@ -76,6 +76,8 @@ fn check_accepts_a_good_config() {
 
 #[test]
 fn check_lists_every_error_by_key() {
+    // TOML text on purpose: unknown keys and malformed values are what a
+    // typed RawConfig cannot express.
     let bad = r#"
 name = "rc"
 psk_file = "@PSK@"
@@ -148,6 +150,7 @@ fn relay(path: &Path, check: bool) -> std::process::Output {
 fn a_bad_config_exits_with_ex_config() {
     let dir = TempDir::new();
     let path = dir.join("bad.toml");
+    // Text on purpose: an unknown key cannot be typed.
     std::fs::write(&path, "name = \"rc\"\nbogus_key = 1\n").expect("write");
     for check in [true, false] {
         let out = relay(&path, check);

@@ -272,8 +272,8 @@ fn peer_unreachable_then_back() {
     let deadline = Deadline::after(Duration::from_secs(if long_mode() { 600 } else { 60 }));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra("[accel]\npool = true");
-    configs[0].peers[0].2 = "pool = { low = 2, high = 4 }".into();
+    configs[0].accel(|a| a.pool = Some(true));
+    configs[0].peers[0].pool = Some(pool_bounds(2, 4));
     lab.start_relays(&configs);
     wait_until(deadline, "pool filled", || {
         (rc_pool(&lab).level >= 4).then_some(())
@@ -352,8 +352,8 @@ fn refusals_through_three_relays_and_pooled_legs() {
     let mut lab = Lab::chain(&["rc", "rm", "rs"]);
     let mut configs = lab.default_configs(&[SERVER_PORT, REFUSED_PORT], false);
     for cfg in &mut configs[..2] {
-        cfg.extra("[accel]\npool = true");
-        cfg.peers[0].2 = "pool = { low = 2, high = 4 }".into();
+        cfg.accel(|a| a.pool = Some(true));
+        cfg.peers[0].pool = Some(pool_bounds(2, 4));
     }
     lab.start_relays(&configs);
     wait_until(deadline, "pools filled", || {

@@ -119,9 +119,11 @@ fn congestion_control_is_applied_per_leg() {
     // The namespaces' default is bbr; ask for two other algorithms so that
     // only the relay's setsockopt can explain what ss shows.
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].2 = "congestion = \"cubic\"".into();
-    configs[0].extra("[client]\ncongestion = \"reno\"");
-    configs[1].extra("[direct]\ncongestion = \"reno\"\n[upstream]\ncongestion = \"reno\"");
+    configs[0].peers[0].congestion = Some("cubic".into());
+    configs[0].tuning(Leg::Client, |t| t.congestion = Some("reno".into()));
+    configs[1]
+        .tuning(Leg::Direct, |t| t.congestion = Some("reno".into()))
+        .tuning(Leg::Upstream, |t| t.congestion = Some("reno".into()));
     lab.start_relays(&configs);
     let default_cc = output(
         lab.rc()
@@ -180,7 +182,7 @@ fn idle_connections_are_closed() {
     let deadline = Deadline::after(Duration::from_secs(60));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra("[timeouts]\nidle = \"1s\"");
+    configs[0].timeouts(|t| t.idle = Some("1s".into()));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
     let mut client = connect_in(&lab.client, server_v4()).expect("connect");

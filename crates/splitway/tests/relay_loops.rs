@@ -119,7 +119,7 @@ fn a_routing_loop_through_two_transparent_relays_dies_out() {
         .map(|(name, interfaces)| {
             let mut cfg = RelayConfig::new(name);
             cfg.listen_intercept(
-                "tproxy",
+                ListenMode::Tproxy,
                 &format!("0.0.0.0:{TPROXY_PORT}"),
                 interfaces,
                 &[SERVER_PORT],
@@ -275,12 +275,12 @@ fn near_the_open_file_limit_new_connections_are_shed_and_open_ones_go_on() {
 
 /// A config where rc would refuse the client (`allow_clients`) and starts
 /// legs at the SYN (`accel`).
-fn refusing_lab(accel: &str) -> (Lab, TestServer) {
+fn refusing_lab(accel: impl FnOnce(&mut RawAccel)) -> (Lab, TestServer) {
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     configs[0].listeners[0].allow_clients = vec!["10.0.99.0/24".into()];
     // No pool: its legs would be accepted by rs whatever the client did.
-    configs[0].extra(&format!("{accel}\npool = false"));
+    configs[0].accel(accel).accel(|a| a.pool = Some(false));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_addr());
     (lab, server)
@@ -326,7 +326,7 @@ fn a_refused_clients_syn_dials_nothing_with_early_syn() {
     if !netns_usable() {
         return;
     }
-    let (lab, server) = refusing_lab("[accel]\nearly_syn = true");
+    let (lab, server) = refusing_lab(|a| a.early_syn = Some(true));
     let status = admin_status(lab.rc()).expect("status");
     assert!(status.early_syn.is_some(), "detector attached: {status:?}");
     assert_refused_without_dialing(&lab, &server, ("splitway_early_syn_total", "denied"));
@@ -337,6 +337,6 @@ fn a_refused_clients_syn_dials_nothing_in_strict_mode() {
     if !netns_usable() {
         return;
     }
-    let (lab, server) = refusing_lab("[accel]\nstrict = true");
+    let (lab, server) = refusing_lab(|a| a.strict = Some(true));
     assert_refused_without_dialing(&lab, &server, ("splitway_strict_syn_total", "denied"));
 }

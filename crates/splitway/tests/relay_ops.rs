@@ -202,8 +202,8 @@ fn pool_watermarks_follow_ctl_set_while_a_transfer_runs() {
     let deadline = Deadline::after(Duration::from_secs(120));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].2 = "pool = { low = 2, high = 2 }".into();
-    configs[0].extra("[accel]\npool = true");
+    configs[0].peers[0].pool = Some(pool_bounds(2, 2));
+    configs[0].accel(|a| a.pool = Some(true));
     lab.start_relays(&configs);
     let level = |lab: &Lab| -> (u64, u64, u64) {
         let st = status(lab, "rc");
@@ -278,7 +278,7 @@ fn reload_applies_routes_to_new_connections_and_refuses_a_bad_file() {
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     // rc starts without a route to the server's IPv6 subnet.
-    configs[0].routes.retain(|(dst, _)| dst != "fd00:3::/64");
+    configs[0].routes.retain(|r| r.dst != "fd00:3::/64");
     lab.start_relays(&configs);
     let server4 = TestServer::bind(&lab.server, server_v4());
     let server6 = TestServer::bind(&lab.server, server_v6());
@@ -302,7 +302,7 @@ fn reload_applies_routes_to_new_connections_and_refuses_a_bad_file() {
 
     // SIGHUP with the route removed again: new connections are refused,
     // the one opened under the previous config carries on.
-    configs[0].routes.retain(|(dst, _)| dst != "fd00:3::/64");
+    configs[0].routes.retain(|r| r.dst != "fd00:3::/64");
     rewrite(&lab, "rc", &configs[0]);
     lab.signal_relay("rc", "HUP");
     wait_generation(&lab, "rc", 2, deadline);
@@ -313,6 +313,8 @@ fn reload_applies_routes_to_new_connections_and_refuses_a_bad_file() {
     exchange(&mut v6, &server6, 256 * 1024, 6);
 
     // A bad file is refused with every error, and changes nothing.
+    // Appended as text on purpose: the misspelt key (`max_conections`)
+    // is what a typed config cannot express.
     let good = std::fs::read_to_string(lab.config_path("rc")).expect("read config");
     std::fs::write(
         lab.config_path("rc"),
@@ -342,8 +344,8 @@ fn psk_rotation_by_reload_keeps_connections_working() {
     let deadline = Deadline::after(Duration::from_secs(120));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].2 = "pool = { low = 2, high = 2 }".into();
-    configs[0].extra("[accel]\npool = true");
+    configs[0].peers[0].pool = Some(pool_bounds(2, 2));
+    configs[0].accel(|a| a.pool = Some(true));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
     let old = paused_tproxy(&lab, &server, 8 * MIB);
@@ -354,7 +356,7 @@ fn psk_rotation_by_reload_keeps_connections_working() {
 
     // rs (the listener) takes the new key and still accepts the old one.
     configs[1].psk_file = Some(new_key.clone());
-    configs[1].top = format!("psk_file_previous = {:?}\n", old_key.display().to_string());
+    configs[1].psk_file_previous = Some(old_key.clone());
     rewrite(&lab, "rs", &configs[1]);
     let out = ctl_ok(&lab, "rs", &["reload"]);
     assert!(out.contains("psk_file"), "ctl reload output:\n{out}");
@@ -371,7 +373,7 @@ fn psk_rotation_by_reload_keeps_connections_working() {
     });
 
     // rs drops the old key: only the new one works from now on.
-    configs[1].top.clear();
+    configs[1].psk_file_previous = None;
     rewrite(&lab, "rs", &configs[1]);
     ctl_ok(&lab, "rs", &["reload"]);
     for seed in 0..3 {
@@ -430,8 +432,8 @@ fn admin_answers_round_trip_through_the_api_types() {
     let deadline = Deadline::after(Duration::from_secs(120));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].2 = "pool = { low = 2, high = 2 }".into();
-    configs[0].extra("[accel]\npool = true");
+    configs[0].peers[0].pool = Some(pool_bounds(2, 2));
+    configs[0].accel(|a| a.pool = Some(true));
     lab.start_relays(&configs);
     let status = wait_until(deadline, "waiting for rc's pool to fill", || {
         let st = admin_status(lab.rc()).expect("typed /status");
@@ -486,7 +488,7 @@ fn metrics_parse_and_count_what_was_done() {
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     // rs counts one accepted peer leg per connection: none pooled ahead.
-    configs[0].extra("[accel]\npool = false");
+    configs[0].accel(|a| a.pool = Some(false));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
     let sizes = [MIB, 3 * MIB + 7, 12_345];

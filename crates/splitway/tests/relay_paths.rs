@@ -43,7 +43,7 @@ fn lab() -> Lab {
     );
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     // rc: both relays are candidates for the server's subnet.
-    configs[0] = rc_config(&lab, "[\"rs1\", \"rs2\"]");
+    configs[0] = rc_config(&lab, via_list(&["rs1", "rs2"]));
     // rs1 dials the server itself (its kernel routes through rs2).
     let rs1 = &mut configs[1];
     rs1.routes.clear();
@@ -54,14 +54,14 @@ fn lab() -> Lab {
 }
 
 /// rc: a SOCKS5 entry, both relays as peers, the server's subnet routed
-/// `via` (TOML: a string or a list).
-fn rc_config(lab: &Lab, via: &str) -> RelayConfig {
+/// `via` (a string or a list).
+fn rc_config(lab: &Lab, via: RawVia) -> RelayConfig {
     let mut rc = RelayConfig::new("rc");
-    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listen(ListenMode::Socks5, &format!("{ENTRY_V4}:{SOCKS_PORT}"));
     rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
     rc.peer("rs1", &lab.peer_addr(1));
     rc.peer("rs2", &lab.peer_addr(2));
-    rc.extra(&format!("[[route]]\ndst = \"10.0.3.0/24\"\nvia = {via}\n"));
+    rc.raw_route(route_via("10.0.3.0/24", via));
     rc
 }
 
@@ -330,11 +330,11 @@ fn a_100ms_degradation_moves_new_connections_and_the_choice_is_held() {
     );
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     let mut rc = RelayConfig::new("rc");
-    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listen(ListenMode::Socks5, &format!("{ENTRY_V4}:{SOCKS_PORT}"));
     rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
     rc.peer("rs1", &format!("10.0.98.2:{PEER_PORT}"));
     rc.peer("rs2", &format!("10.0.99.2:{PEER_PORT}"));
-    rc.extra("[[route]]\ndst = \"10.0.3.0/24\"\nvia = [\"rs1\", \"rs2\"]\n");
+    rc.raw_route(route_via("10.0.3.0/24", via_list(&["rs1", "rs2"])));
     configs[0] = rc;
     configs[1].routes.clear();
     configs[1].peers.clear();
@@ -422,14 +422,14 @@ fn a_reload_changes_candidates_and_probing_follows() {
         let doc = admin_routes(lab.rc()).expect("GET /routes");
         doc.routes[0].clone()
     };
-    let reload = |lab: &mut Lab, via: &str| {
+    let reload = |lab: &mut Lab, via: RawVia| {
         let cfg = rc_config(lab, via);
         std::fs::write(lab.config_path("rc"), cfg.render(&lab.psk_path)).expect("write config");
         lab.signal_relay("rc", "HUP");
     };
 
     // New order: rs2 first, so new connections start there.
-    reload(&mut lab, "[\"rs2\", \"rs1\"]");
+    reload(&mut lab, via_list(&["rs2", "rs1"]));
     wait_until(
         Deadline::after(Duration::from_secs(10)),
         "the reloaded candidates",
@@ -440,7 +440,7 @@ fn a_reload_changes_candidates_and_probing_follows() {
     assert_eq!(route(&lab).chosen, "rs2");
 
     // One candidate: nothing to choose, nothing probed.
-    reload(&mut lab, "\"rs1\"");
+    reload(&mut lab, RawVia::One("rs1".into()));
     wait_until(
         Deadline::after(Duration::from_secs(10)),
         "the single-candidate route",
@@ -475,7 +475,7 @@ const PROBE_SETTLE: Duration = Duration::from_millis(2000);
 fn emulated_lab(
     rtt1: Duration,
     rtt2: Duration,
-    via: &str,
+    via: RawVia,
 ) -> (
     Lab,
     splitway_lab::emu::LinkHandle,
@@ -486,11 +486,11 @@ fn emulated_lab(
     let to_rs2 = emulated_link(&lab.relays[0], &lab.relays[2], 99, rtt2);
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     let mut rc = RelayConfig::new("rc");
-    rc.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listen(ListenMode::Socks5, &format!("{ENTRY_V4}:{SOCKS_PORT}"));
     rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
     rc.peer("rs1", &format!("10.0.98.2:{PEER_PORT}"));
     rc.peer("rs2", &format!("10.0.99.2:{PEER_PORT}"));
-    rc.extra(&format!("[[route]]\ndst = \"10.0.3.0/24\"\nvia = {via}\n"));
+    rc.raw_route(route_via("10.0.3.0/24", via));
     configs[0] = rc;
     configs[1].routes.clear();
     configs[1].peers.clear();
@@ -556,7 +556,7 @@ fn loss_on_the_chosen_leg_moves_new_connections() {
     let (lab, to_rs1, to_rs2) = emulated_lab(
         Duration::from_millis(10),
         Duration::from_millis(30),
-        "[\"rs1\", \"rs2\"]",
+        via_list(&["rs1", "rs2"]),
     );
     let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
     wait_until(
@@ -660,7 +660,7 @@ fn direct_is_measured_and_chosen_when_it_is_best() {
     let (lab, to_rs1, to_rs2) = emulated_lab(
         Duration::from_millis(30),
         Duration::from_millis(30),
-        "[\"rs1\", \"direct\"]",
+        via_list(&["rs1", "direct"]),
     );
     let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
     // rc's source address towards the server: what the server sees direct.

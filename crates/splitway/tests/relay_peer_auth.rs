@@ -96,7 +96,7 @@ fn unauthenticated_peers_are_refused_and_counted() {
     let deadline = Deadline::after(Duration::from_secs(60));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[1].extra("[timeouts]\nhandshake = \"1s\"");
+    configs[1].timeouts(|t| t.handshake = Some("1s".into()));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
     let peer = sock(&lab.peer_addr(1));

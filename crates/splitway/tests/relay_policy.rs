@@ -70,7 +70,7 @@ fn per_client_limit_refuses_the_extra_connection() {
     let deadline = Deadline::after(Duration::from_secs(60));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra("[limits]\nper_client = 2");
+    configs[0].limits(|l| l.per_client = Some(2));
     lab.start_relays(&configs);
     let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
     let server = TestServer::bind(&lab.server, dst);
@@ -120,7 +120,7 @@ fn peer_listener_accepts_previous_key_during_rollover() {
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     // rc still has the old key; rs has the new one and accepts the old.
     configs[0].psk_file = Some(old_key.clone());
-    configs[1].top = format!("psk_file_previous = {:?}\n", old_key.display().to_string());
+    configs[1].psk_file_previous = Some(old_key.clone());
     lab.start_relays(&configs);
     let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
     let server = TestServer::bind(&lab.server, dst);

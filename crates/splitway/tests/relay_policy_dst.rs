@@ -36,14 +36,18 @@ fn first_relay_refuses_denied_destinations_and_ports_before_any_relay_leg() {
     ));
     add_denied_server_address(&lab);
     let mut configs = lab.default_configs(&[SERVER_PORT, REFUSED_PORT, RANGE_PORT], false);
-    configs[0].extra(
-        "[policy]\n\
-         allow_destinations = [\"10.0.3.0/24\"]\n\
-         deny_destinations = [\"10.0.3.3/32\"]\n\
-         allow_ports = [5001, \"5100-5110\", 9090]\n\
-         # rs's accepted legs below count relay legs: none pooled.\n\
-         [accel]\npool = false",
-    );
+    configs[0]
+        .policy(|p| {
+            p.allow_destinations = Some(vec!["10.0.3.0/24".into()]);
+            p.deny_destinations = Some(vec!["10.0.3.3/32".into()]);
+            p.allow_ports = Some(vec![
+                toml::Value::Integer(5001),
+                toml::Value::String("5100-5110".into()),
+                toml::Value::Integer(9090),
+            ]);
+        })
+        // rs's accepted legs below count relay legs: none pooled.
+        .accel(|a| a.pool = Some(false));
     lab.start_relays(&configs);
     let allowed = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
     let in_range = sock(&format!("{SERVER_V4}:{RANGE_PORT}"));
@@ -142,8 +146,11 @@ fn downstream_relay_enforces_its_own_policy() {
     // loopback to rs: only rs's policy stands in the way.
     configs[0]
         .route("127.0.0.0/8", "rs")
-        .extra("[policy]\nallow_local_destinations = true");
-    configs[1].extra("[policy]\ndeny_destinations = [\"10.0.3.3/32\"]\nallow_ports = [5001, 9090]");
+        .policy(|p| p.allow_local_destinations = Some(true));
+    configs[1].policy(|p| {
+        p.deny_destinations = Some(vec!["10.0.3.3/32".into()]);
+        p.allow_ports = Some(vec![toml::Value::Integer(5001), toml::Value::Integer(9090)]);
+    });
     lab.start_relays(&configs);
     let allowed = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
     let denied_dst = sock(&format!("{DENIED_V4}:{SERVER_PORT}"));

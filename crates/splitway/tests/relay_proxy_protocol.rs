@@ -83,17 +83,18 @@ fn curl(lab: &Lab, args: &[&str], url: &str, to: &str) {
     );
 }
 
-/// Replaces a relay config's routes with raw `[[route]]` tables.
-fn raw_routes(cfg: &mut RelayConfig, tables: &[&str]) {
-    cfg.routes.clear();
-    for t in tables {
-        cfg.extra(&format!("[[route]]\n{t}"));
+/// A `[[route]]` with its `proxy_protocol` and `source` keys.
+fn pp_route(dst: &str, via: &str, proxy_protocol: Option<&str>, source: Option<&str>) -> RawRoute {
+    RawRoute {
+        proxy_protocol: proxy_protocol.map(str::to_owned),
+        source: source.map(str::to_owned),
+        ..RawRoute::new(dst, via)
     }
 }
 
 #[test]
 fn nginx_logs_the_client_through_a_chain_v1_and_v2() {
-    nginx_through_chain("", "", true);
+    nginx_through_chain(None, RawAccel::default(), true);
 }
 
 /// The same with every leg accelerator on: the first relay starts legs at
@@ -101,14 +102,24 @@ fn nginx_logs_the_client_through_a_chain_v1_and_v2() {
 #[test]
 fn nginx_logs_the_client_with_early_syn_pool_and_zero_rtt() {
     nginx_through_chain(
-        "early_syn = true\npool = true\nzero_rtt = true",
-        "zero_rtt = true",
+        Some(RawAccel {
+            early_syn: Some(true),
+            pool: Some(true),
+            zero_rtt: Some(true),
+            ..RawAccel::default()
+        }),
+        RawAccel {
+            zero_rtt: Some(true),
+            ..RawAccel::default()
+        },
         false,
     );
 }
 
-/// `ipv6`: an IPv6 client and server too (a dual-stack transparent listener).
-fn nginx_through_chain(rc_accel: &str, rs_accel: &str, ipv6: bool) {
+/// `rc_accel`: rc's `[accel]`, if any; `rs_accel`: rs's, to which `tfo`
+/// is added. `ipv6`: an IPv6 client and server too (a dual-stack
+/// transparent listener).
+fn nginx_through_chain(rc_accel: Option<RawAccel>, rs_accel: RawAccel, ipv6: bool) {
     require_netns!();
     if !installed("nginx", "nginx-light") {
         return;
@@ -119,24 +130,23 @@ fn nginx_through_chain(rc_accel: &str, rs_accel: &str, ipv6: bool) {
         .ip(&["addr", "add", &format!("{SERVER2_V4}/24"), "dev", WEST_IF])
         .expect("second server address");
     let mut configs = lab.default_configs(&[80], ipv6);
-    raw_routes(
-        &mut configs[1],
-        &[
-            &format!("dst = \"{SERVER_V4}/32\"\nvia = \"direct\"\nproxy_protocol = \"v1\""),
-            &format!("dst = \"{SERVER2_V4}/32\"\nvia = \"direct\"\nproxy_protocol = \"v2\""),
-            "dst = \"::/0\"\nvia = \"direct\"\nproxy_protocol = \"v2\"",
-        ],
-    );
+    configs[1].routes = vec![
+        pp_route(&format!("{SERVER_V4}/32"), "direct", Some("v1"), None),
+        pp_route(&format!("{SERVER2_V4}/32"), "direct", Some("v2"), None),
+        pp_route("::/0", "direct", Some("v2"), None),
+    ];
     // The header rides the SYN when TFO is on (its sysctl is per
     // namespace; 0-RTT relay legs need it too).
     for ns in [lab.rc(), lab.rs(), &lab.server] {
         ns.sysctl("net.ipv4.tcp_fastopen", "3")
             .expect("tcp_fastopen");
     }
-    configs[1].extra(&format!("[accel]\ntfo = true\n{rs_accel}"));
-    if !rc_accel.is_empty() {
-        configs[0].extra(&format!("[accel]\n{rc_accel}"));
-    }
+    configs[1].sections.accel = Some(RawAccel {
+        tfo: Some(true),
+        ..rs_accel
+    });
+    let accelerated = rc_accel.is_some();
+    configs[0].sections.accel = rc_accel;
     lab.start_relays(&configs);
     let status = admin_status(lab.rs()).expect("rs /status");
     let versions: Vec<_> = status
@@ -219,7 +229,7 @@ fn nginx_through_chain(rc_accel: &str, rs_accel: &str, ipv6: bool) {
             .unwrap_or_else(|| panic!("{version}: no client port in {line}"));
         assert_ne!(port, 0, "{version}: {line}");
     }
-    if !rc_accel.is_empty() {
+    if accelerated {
         // The accelerated paths were taken: every transparent connection
         // went through early-SYN pairing, and legs to rs were pooled or
         // 0-RTT. Whether a leg was started at the SYN ("hit") or at accept
@@ -268,22 +278,23 @@ fn haproxy_send_proxy_v2_in_front_of_the_first_relay() {
     // The SOCKS5 listener trusts HAProxy for headers and allows only the
     // client the header names: were the socket's address used, HAProxy
     // (10.0.1.1) would be refused.
-    configs[0].listeners.retain(|l| l.mode != "socks5");
-    configs[0].extra(&format!(
-        "[[listen]]\nmode = \"socks5\"\naddr = \"{ENTRY_V4}:{SOCKS_PORT}\"\n\
-         allow_clients = [\"{UNTRUSTED_V4}/32\"]\naccept_proxy_protocol = [\"{balancer}/32\"]"
-    ));
-    raw_routes(
-        &mut configs[1],
-        &["dst = \"0.0.0.0/0\"\nvia = \"direct\"\nproxy_protocol = \"v2\""],
-    );
+    configs[0]
+        .listeners
+        .retain(|l| l.mode != ListenMode::Socks5);
+    configs[0].listener(RawListener {
+        allow_clients: vec![format!("{UNTRUSTED_V4}/32")],
+        accept_proxy_protocol: vec![format!("{balancer}/32")],
+        ..RawListener::new(ListenMode::Socks5, format!("{ENTRY_V4}:{SOCKS_PORT}"))
+    });
+    configs[1].routes = vec![pp_route("0.0.0.0/0", "direct", Some("v2"), None)];
     // rs's peer listener also takes headers, from a balancer that is not
     // there: rc is an untrusted source that sends none, and its dialer
     // waits for rs's challenge before speaking, which must still work.
     configs[1].listeners.clear();
-    configs[1].extra(&format!(
-        "[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\naccept_proxy_protocol = [\"192.0.2.0/24\"]"
-    ));
+    configs[1].listener(RawListener {
+        accept_proxy_protocol: vec!["192.0.2.0/24".into()],
+        ..RawListener::new(ListenMode::Peer, format!("0.0.0.0:{PEER_PORT}"))
+    });
     lab.start_relays(&configs);
     start_nginx(&mut lab, &[SERVER_V4]);
     let served = write_random_file(&lab.dir.join("www/file"), 2 * MIB + 5, 0x4A9);
@@ -377,15 +388,13 @@ fn haproxy_send_proxy_v2_in_front_of_a_peer_listener() {
     let balanced = format!("{rs_west}:7101");
     let mut configs = lab.default_configs(&[80], false);
     // rc dials the balancer instead of rs.
-    configs[0].peers[0].1 = balanced.clone();
+    configs[0].peers[0].addr = balanced.clone();
     configs[1].listeners.clear();
-    configs[1].extra(&format!(
-        "[[listen]]\nmode = \"peer\"\naddr = \"127.0.0.1:{PEER_PORT}\"\naccept_proxy_protocol = [\"127.0.0.1/32\"]"
-    ));
-    raw_routes(
-        &mut configs[1],
-        &["dst = \"0.0.0.0/0\"\nvia = \"direct\"\nproxy_protocol = \"v1\""],
-    );
+    configs[1].listener(RawListener {
+        accept_proxy_protocol: vec!["127.0.0.1/32".into()],
+        ..RawListener::new(ListenMode::Peer, format!("127.0.0.1:{PEER_PORT}"))
+    });
+    configs[1].routes = vec![pp_route("0.0.0.0/0", "direct", Some("v1"), None)];
     let haproxy_cfg = lab.dir.join("haproxy-rs.cfg");
     std::fs::write(
         &haproxy_cfg,
@@ -467,13 +476,10 @@ fn source_client_server_socket_peer_is_the_client() {
     let deadline = Deadline::after(Duration::from_secs(90));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], true);
-    raw_routes(
-        &mut configs[1],
-        &[
-            "dst = \"0.0.0.0/0\"\nvia = \"direct\"\nsource = \"client\"",
-            "dst = \"::/0\"\nvia = \"direct\"\nsource = \"client\"",
-        ],
-    );
+    configs[1].routes = vec![
+        pp_route("0.0.0.0/0", "direct", None, Some("client")),
+        pp_route("::/0", "direct", None, Some("client")),
+    ];
     // `--check` probes IP_TRANSPARENT and prints the policy routing the
     // replies need: install exactly that on the last relay.
     let check_cfg = lab.dir.join("rs-check.toml");
@@ -564,11 +570,11 @@ fn check_refuses_reveal_keys_on_peer_routes() {
     require_netns!();
     let lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    raw_routes(
-        &mut configs[0],
-        &["dst = \"10.0.3.0/24\"\nvia = \"rs\"\nsource = \"client\"\nproxy_protocol = \"v1\""],
-    );
-    configs[0].extra("[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:7100\"\naccept_proxy_protocol = [\"10.0.0.1/8\"]");
+    configs[0].routes = vec![pp_route("10.0.3.0/24", "rs", Some("v1"), Some("client"))];
+    configs[0].listener(RawListener {
+        accept_proxy_protocol: vec!["10.0.0.1/8".into()],
+        ..RawListener::new(ListenMode::Peer, "0.0.0.0:7100")
+    });
     let path = lab.dir.join("rc-check.toml");
     std::fs::write(&path, configs[0].render(&lab.psk_path)).expect("write config");
     let out = output(
@@ -653,16 +659,13 @@ fn forged_lying_and_slow_headers_are_refused() {
     let mut cfg = RelayConfig::new("rc");
     // The relay writes a PROXY header to the server too: the address a
     // balancer's header carried is the one the server learns.
-    raw_routes(
-        &mut cfg,
-        &["dst = \"0.0.0.0/0\"\nvia = \"direct\"\nproxy_protocol = \"v1\""],
-    );
-    cfg.extra(&format!(
-        "[[listen]]\nmode = \"socks5\"\naddr = \"{entry}:{SOCKS_PORT}\"\n\
-         allow_clients = [\"192.0.2.0/24\", \"{UNTRUSTED_V4}/32\"]\n\
-         accept_proxy_protocol = [\"{trusted}/32\"]\n\
-         [timeouts]\nhandshake = \"2s\""
-    ));
+    cfg.routes = vec![pp_route("0.0.0.0/0", "direct", Some("v1"), None)];
+    cfg.listener(RawListener {
+        allow_clients: vec!["192.0.2.0/24".into(), format!("{UNTRUSTED_V4}/32")],
+        accept_proxy_protocol: vec![format!("{trusted}/32")],
+        ..RawListener::new(ListenMode::Socks5, format!("{entry}:{SOCKS_PORT}"))
+    })
+    .timeouts(|t| t.handshake = Some("2s".into()));
     lab.start_relays(&[cfg]);
     let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
     let relay: SocketAddr = sock(&format!("{entry}:{SOCKS_PORT}"));

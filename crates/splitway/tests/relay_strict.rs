@@ -28,11 +28,9 @@ fn strict_lab(relays: &[&str]) -> Lab {
 fn strict_lab_with_connect_timeout(relays: &[&str], connect: &str) -> Lab {
     let mut lab = Lab::chain(relays);
     let mut configs = lab.default_configs(&[SERVER_PORT, REFUSED_PORT, BLACKHOLE_PORT], false);
-    configs[0].extra(&format!(
-        "[accel]\nstrict = true\n\n[timeouts]\nconnect = {connect:?}"
-    ));
-    for cfg in &mut configs[1..] {
-        cfg.extra(&format!("[timeouts]\nconnect = {connect:?}"));
+    configs[0].accel(|a| a.strict = Some(true));
+    for cfg in &mut configs {
+        cfg.timeouts(|t| t.connect = Some(connect.into()));
     }
     lab.start_relays(&configs);
     lab
@@ -190,9 +188,9 @@ fn strict_rules_removed_on_exit_and_a_second_strict_relay_refuses_to_start() {
     // A second strict relay in the namespace finds the queue taken: it
     // must refuse to start, say why, and leave none of its rules.
     let mut second = RelayConfig::new("second");
-    second.listen_intercept("tproxy", "0.0.0.0:7001", &[WEST_IF], &[5011]);
+    second.listen_intercept(ListenMode::Tproxy, "0.0.0.0:7001", &[WEST_IF], &[5011]);
     second.route("0.0.0.0/0", "direct");
-    second.extra("[accel]\nstrict = true");
+    second.accel(|a| a.strict = Some(true));
     let path = lab.dir.join("second.toml");
     std::fs::write(
         &path,
@@ -269,17 +267,29 @@ fn strict_ttfb_cost_one_relay() {
         LinkSpec::symmetric(Duration::from_millis(40)),
     ]);
     let topo = Topology::build(&spec, "swtstrict").expect("build chain");
-    let r1 = |accel: &str| {
+    let r1 = |accel: Option<RawAccel>| {
         let mut cfg = entry_config();
         cfg.route("0.0.0.0/0", "direct");
-        cfg.extra(accel);
+        cfg.sections.accel = accel;
         vec![Some(cfg)]
     };
     let modes = vec![
         ("e2e", vec![None]),
-        ("split", r1("")),
-        ("split+early_syn", r1("[accel]\nearly_syn = true")),
-        ("strict", r1("[accel]\nstrict = true")),
+        ("split", r1(None)),
+        (
+            "split+early_syn",
+            r1(Some(RawAccel {
+                early_syn: Some(true),
+                ..RawAccel::default()
+            })),
+        ),
+        (
+            "strict",
+            r1(Some(RawAccel {
+                strict: Some(true),
+                ..RawAccel::default()
+            })),
+        ),
     ];
     measure_ttfb(&topo, "client-r1 20 ms, r1-server 40 ms RTT", &modes);
 }
@@ -299,21 +309,36 @@ fn strict_ttfb_cost_relay_chain() {
     let topo = Topology::build(&spec, "swtstrict").expect("build chain");
     let r2_addr = topo.host("r2").left_addr().expect("r2 address");
     let server_net = format!("{}/32", topo.server().left_addr().expect("server address"));
-    let chain = |accel: &str| {
+    let chain = |accel: RawAccel| {
         let mut r1 = entry_config();
         r1.peer("r2", &format!("{r2_addr}:{PEER_PORT}"));
         r1.route(&server_net, "r2");
-        r1.extra(&format!("[accel]\npool = true\n{accel}"));
+        r1.sections.accel = Some(RawAccel {
+            pool: Some(true),
+            ..accel
+        });
         let mut r2 = RelayConfig::new("r2");
-        r2.listen("peer", &format!("0.0.0.0:{PEER_PORT}"));
+        r2.listen(ListenMode::Peer, &format!("0.0.0.0:{PEER_PORT}"));
         r2.route("0.0.0.0/0", "direct");
         vec![Some(r1), Some(r2)]
     };
     let modes = vec![
         ("e2e", vec![None, None]),
-        ("split+pool", chain("")),
-        ("split+early_syn+pool", chain("early_syn = true")),
-        ("strict+pool", chain("strict = true")),
+        ("split+pool", chain(RawAccel::default())),
+        (
+            "split+early_syn+pool",
+            chain(RawAccel {
+                early_syn: Some(true),
+                ..RawAccel::default()
+            }),
+        ),
+        (
+            "strict+pool",
+            chain(RawAccel {
+                strict: Some(true),
+                ..RawAccel::default()
+            }),
+        ),
     ];
     measure_ttfb(
         &topo,
@@ -326,7 +351,7 @@ fn strict_ttfb_cost_relay_chain() {
 fn entry_config() -> RelayConfig {
     let mut cfg = RelayConfig::new("r1");
     cfg.listen_intercept(
-        "tproxy",
+        ListenMode::Tproxy,
         &format!("0.0.0.0:{TPROXY_PORT}"),
         &["wan-l"],
         &[SERVER_PORT],

@@ -128,10 +128,10 @@ fn agent_destination_rides_the_syn_through_a_syn_option_listener() {
     let mut lab = Lab::chain(&["rc"]);
     let relay_addr = format!("{ENTRY_V4}:{SYNOPT_PORT}");
     let mut cfg = RelayConfig::new("rc");
-    cfg.listen("syn-option", &relay_addr);
+    cfg.listen(ListenMode::SynOption, &relay_addr);
     cfg.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
     cfg.route("0.0.0.0/0", "direct");
-    cfg.extra(&format!("[policy]\nallow_ports = [{SERVER_PORT}]"));
+    cfg.policy(|p| p.allow_ports = Some(vec![toml::Value::Integer(SERVER_PORT.into())]));
     lab.start_relays(&[cfg]);
 
     let server = TestServer::bind(&lab.server, sock(&format!("0.0.0.0:{SERVER_PORT}")));
@@ -313,10 +313,14 @@ fn ipv6_indexed_option_fits_and_full_form_goes_direct() {
     let mut lab = Lab::chain(&["rc"]);
     let relay_addr = format!("[fd00:1::2]:{SYNOPT_PORT}");
     let mut cfg = RelayConfig::new("rc");
-    cfg.listen("syn-option", &relay_addr);
+    cfg.listen(ListenMode::SynOption, &relay_addr);
     cfg.listeners[0].allow_clients = vec!["fd00:1::/64".into()];
     cfg.route("::/0", "direct");
-    cfg.extra("[[listen]]\nmode = \"syn-option\"\naddr = \"[fd00:1::2]:7201\"\nallow_clients = [\"fd00:1::/64\"]\nsyn_option_prefixes = [\"5=fd00:3::/64\"]");
+    cfg.listener(RawListener {
+        allow_clients: vec!["fd00:1::/64".into()],
+        syn_option_prefixes: vec!["5=fd00:3::/64".into()],
+        ..RawListener::new(ListenMode::SynOption, "[fd00:1::2]:7201")
+    });
     lab.start_relays(&[cfg]);
     let server = TestServer::bind(&lab.server, sock(&format!("[::]:{SERVER_PORT}")));
     let pins = AgentPins(PathBuf::from(format!(
@@ -456,7 +460,7 @@ fn syn_cookies_lose_the_option_and_the_relay_refuses_cleanly() {
         .expect("sysctl tcp_syncookies");
     let relay_addr = format!("{ENTRY_V4}:{SYNOPT_PORT}");
     let mut cfg = RelayConfig::new("rc");
-    cfg.listen("syn-option", &relay_addr);
+    cfg.listen(ListenMode::SynOption, &relay_addr);
     cfg.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
     cfg.route("0.0.0.0/0", "direct");
     lab.start_relays(&[cfg]);
@@ -515,7 +519,7 @@ fn a_stripped_option_is_refused_and_the_agent_falls_back_to_direct() {
     let mut lab = Lab::chain(&["rc"]);
     let relay_addr = format!("{ENTRY_V4}:{SYNOPT_PORT}");
     let mut cfg = RelayConfig::new("rc");
-    cfg.listen("syn-option", &relay_addr);
+    cfg.listen(ListenMode::SynOption, &relay_addr);
     cfg.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
     cfg.route("0.0.0.0/0", "direct");
     lab.start_relays(&[cfg]);
@@ -703,11 +707,14 @@ fn early_syn_dials_at_the_syn_for_a_watched_syn_option_listener() {
     let closed_addr = format!("{ENTRY_V4}:{}", SYNOPT_PORT + 1);
     let mut cfg = RelayConfig::new("rc");
     cfg.route("0.0.0.0/0", "direct");
-    cfg.extra(&format!(
-        "[[listen]]\nmode = \"syn-option\"\naddr = \"{relay_addr}\"\nallow_clients = [\"10.0.1.0/24\"]\nwatch = [\"{WEST_IF}\"]\n\n\
-         [[listen]]\nmode = \"syn-option\"\naddr = \"{closed_addr}\"\nallow_clients = [\"192.0.2.0/24\"]\nwatch = [\"{WEST_IF}\"]\n\n\
-         [accel]\npool = false\n"
-    ));
+    for (addr, allow) in [(&relay_addr, "10.0.1.0/24"), (&closed_addr, "192.0.2.0/24")] {
+        cfg.listener(RawListener {
+            allow_clients: vec![allow.into()],
+            watch: vec![WEST_IF.into()],
+            ..RawListener::new(ListenMode::SynOption, addr.as_str())
+        });
+    }
+    cfg.accel(|a| a.pool = Some(false));
     lab.start_relays(&[cfg]);
     let status = admin_status(lab.relay_ns("rc")).expect("relay status");
     assert!(

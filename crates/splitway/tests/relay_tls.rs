@@ -54,13 +54,13 @@ impl Pki {
         Pki { ca }
     }
 
-    fn section(&self, dir: &Path, tag: &str, relay: &str) -> String {
-        format!(
-            "[tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\n",
-            dir.join(format!("{tag}-{relay}.pem")).display().to_string(),
-            dir.join(format!("{tag}-{relay}.key")).display().to_string(),
-            self.ca.display().to_string()
-        )
+    /// The `[tls]` section of `relay`, with the certificate `tag` signed.
+    fn section(&self, dir: &Path, tag: &str, relay: &str) -> RawTls {
+        RawTls {
+            cert: dir.join(format!("{tag}-{relay}.pem")).display().to_string(),
+            key: dir.join(format!("{tag}-{relay}.key")).display().to_string(),
+            ca: self.ca.display().to_string(),
+        }
     }
 }
 
@@ -76,34 +76,29 @@ fn tls_configs(lab: &Lab, pki: &Pki, plain_dialer: bool) -> Vec<RelayConfig> {
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     let n = configs.len();
     for (r, cfg) in configs.iter_mut().enumerate() {
-        let mut extra = pki.section(dir, "good", &lab.relay_names[r]);
+        cfg.sections.tls = Some(pki.section(dir, "good", &lab.relay_names[r]));
         if r + 1 < n && !plain_dialer {
-            cfg.peers[0].2.push_str("tls = true\n");
+            cfg.peers[0].tls = Some(true);
         }
-        if r > 0 {
-            // The harness renders listeners without a `tls` key: the peer
-            // listener is written out here instead.
-            cfg.listeners.retain(|l| l.mode != "peer");
-            extra.push_str(&format!(
-                "\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\ntls = true\n"
-            ));
+        for l in &mut cfg.listeners {
+            if l.mode == ListenMode::Peer {
+                l.tls = Some(true);
+            }
         }
-        cfg.extra(&extra);
     }
     configs
 }
 
-fn tls_lab(plain_dialer: bool, extra_rc: &str) -> (Lab, Pki, TestServer) {
+/// `rc_accel`: rc's `[accel]`, if any.
+fn tls_lab(plain_dialer: bool, rc_accel: Option<RawAccel>) -> (Lab, Pki, TestServer) {
     let mut lab = Lab::two_relays();
     let pki = Pki::create(lab.dir.path(), "good", &["rc", "rs"]);
     let mut configs = tls_configs(&lab, &pki, plain_dialer);
-    if !extra_rc.is_empty() {
-        configs[0].extra(extra_rc);
-    }
+    configs[0].sections.accel = rc_accel;
     if plain_dialer {
         // Both ends wait for the other to speak first (PSK Challenge vs
         // ClientHello): rs gives up after its handshake timeout.
-        configs[1].extra("[timeouts]\nhandshake = \"1s\"");
+        configs[1].timeouts(|t| t.handshake = Some("1s".into()));
     }
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
@@ -118,7 +113,7 @@ fn tls_legs_carry_100mib_both_ways_intact() {
     require_netns!();
     let _heavy = heavy_lock();
     let deadline = Deadline::after(Duration::from_secs(120));
-    let (mut lab, _pki, server) = tls_lab(false, "");
+    let (mut lab, _pki, server) = tls_lab(false, None);
     transfer_client_to_server(&lab.client, &server, server_v4(), 100 * MIB, LAST_RELAY_V4);
     deadline.remaining("client→server 100 MiB over TLS");
     transfer_server_to_client(&lab.client, &server, server_v4(), 100 * MIB, LAST_RELAY_V4);
@@ -180,7 +175,7 @@ fn a_middle_relay_pumps_tls_to_tls() {
 fn tls_legs_half_close_in_both_directions() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
-    let (mut lab, _pki, server) = tls_lab(false, "");
+    let (mut lab, _pki, server) = tls_lab(false, None);
 
     // Client half-closes first (close_notify + FIN on the TLS leg), then
     // still receives the response the server sends only after EOF.
@@ -236,7 +231,7 @@ fn tls_legs_half_close_in_both_directions() {
 fn resets_cross_tls_legs_as_resets() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
-    let (mut lab, _pki, server) = tls_lab(false, "");
+    let (mut lab, _pki, server) = tls_lab(false, None);
 
     // Server aborts: the client sees ECONNRESET, not a clean EOF.
     let mut client = connect_in(&lab.client, server_v4()).expect("connect");
@@ -279,7 +274,13 @@ fn resets_cross_tls_legs_as_resets() {
 fn pooled_legs_are_tls_too() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
-    let (mut lab, _pki, server) = tls_lab(false, "[accel]\npool = true");
+    let (mut lab, _pki, server) = tls_lab(
+        false,
+        Some(RawAccel {
+            pool: Some(true),
+            ..RawAccel::default()
+        }),
+    );
     let pool = [("peer", "rs"), ("event", "refilled")];
     lab.wait_counter("rc", "splitway_pool_events_total", &pool, 1.0, deadline);
     transfer_client_to_server(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
@@ -332,7 +333,12 @@ fn peers_without_a_certificate_from_the_ca_are_refused() {
     // before its connect() returned; the challenge waits for rs's timeout).
     let (mut lab, pki, server) = tls_lab(
         true,
-        "[accel]\npool = false\nearly_syn = false\nzero_rtt = false",
+        Some(RawAccel {
+            pool: Some(false),
+            early_syn: Some(false),
+            zero_rtt: Some(false),
+            ..RawAccel::default()
+        }),
     );
     let peer = sock(&lab.peer_addr(1));
 
@@ -400,7 +406,7 @@ fn peers_without_a_certificate_from_the_ca_are_refused() {
 #[test]
 fn the_dialer_sends_tls_on_the_wire() {
     require_netns!();
-    let (mut lab, _pki, _server) = tls_lab(false, "");
+    let (mut lab, _pki, _server) = tls_lab(false, None);
     // Replace rs by a bare listener and look at rc's first bytes: a TLS
     // handshake record (ClientHello), never the plaintext PSK Response.
     lab.stop_relay("rs");
@@ -429,6 +435,8 @@ fn bad_tls_files_are_config_errors_with_their_key() {
     write_psk(&dir.join("psk.key"), 3);
     std::fs::write(dir.join("garbage.pem"), "not PEM at all\n").expect("write");
     let p = |name: &str| dir.join(name).display().to_string();
+    // TOML text on purpose: the cases include unknown keys and wrong
+    // types, which a typed config cannot express.
     let check = |tls: &str, peer_extra: &str| -> Vec<String> {
         let text = format!(
             "name = \"rc\"\npsk_file = \"psk.key\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:7100\"\ntls = true\n[[peer]]\nname = \"rs\"\naddr = \"10.0.0.2:7100\"\ntls = true\n{peer_extra}\n{tls}"

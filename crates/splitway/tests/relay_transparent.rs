@@ -58,13 +58,13 @@ fn transparent_all_sizes_both_directions() {
     lab.assert_relays_alive();
 }
 
-fn transfer_100mib_with_data_path(data_path: &str) {
+fn transfer_100mib_with_data_path(data_path: DataPath) {
     let _heavy = heavy_lock();
     let deadline = Deadline::after(Duration::from_secs(90));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     for cfg in &mut configs {
-        cfg.extra(&format!("[forwarding]\ndata_path = {data_path:?}"));
+        cfg.data_path(data_path);
     }
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
@@ -76,8 +76,8 @@ fn transfer_100mib_with_data_path(data_path: &str) {
     // splice everything but what arrived with the connection's first
     // read, which is copied (header, early data).
     let (used, unused) = match data_path {
-        "copy" => ("copy", "splice"),
-        _ => ("splice", "copy"),
+        DataPath::Copy => ("copy", "splice"),
+        DataPath::Auto | DataPath::Splice => ("splice", "copy"),
     };
     for relay in ["rc", "rs"] {
         let metrics = lab.metrics(relay);
@@ -111,19 +111,19 @@ fn transfer_100mib_with_data_path(data_path: &str) {
 #[test]
 fn transparent_100mib_auto_data_path_switches_to_splice() {
     require_netns!();
-    transfer_100mib_with_data_path("auto");
+    transfer_100mib_with_data_path(DataPath::Auto);
 }
 
 #[test]
 fn transparent_100mib_copy_data_path() {
     require_netns!();
-    transfer_100mib_with_data_path("copy");
+    transfer_100mib_with_data_path(DataPath::Copy);
 }
 
 #[test]
 fn transparent_100mib_splice_data_path() {
     require_netns!();
-    transfer_100mib_with_data_path("splice");
+    transfer_100mib_with_data_path(DataPath::Splice);
 }
 
 /// TPROXY rules installed by hand (as kernel-facts.md describes) instead of
@@ -253,7 +253,7 @@ fn routing_loop_is_cut_by_ttl() {
     let deadline = Deadline::after(Duration::from_secs(60));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].listen("peer", &format!("0.0.0.0:{PEER_PORT}"));
+    configs[0].listen(ListenMode::Peer, &format!("0.0.0.0:{PEER_PORT}"));
     configs[1].routes.clear();
     configs[1].peer("rc", &format!("10.0.12.1:{PEER_PORT}"));
     configs[1].route("0.0.0.0/0", "rc");

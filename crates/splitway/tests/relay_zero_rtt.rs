@@ -56,7 +56,7 @@ fn by_default_every_fresh_leg_opens_with_the_hello_even_without_tfo() {
         assert!(out.status.success(), "sysctl tcp_fastopen: {out:?}");
     }
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra("[accel]\npool = false");
+    configs[0].accel(|a| a.pool = Some(false));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
     const LEGS: u64 = 4;
@@ -122,7 +122,10 @@ fn hello_rides_the_syn_between_relays_and_every_byte_arrives() {
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     // Explicitly on, and no pool: every leg is a fresh one.
     for c in &mut configs {
-        c.extra("[accel]\nzero_rtt = true\npool = false");
+        c.accel(|a| {
+            a.zero_rtt = Some(true);
+            a.pool = Some(false);
+        });
     }
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
@@ -173,9 +176,12 @@ fn a_peer_without_zero_rtt_is_redialed_with_the_challenge() {
     let mut lab = Lab::two_relays();
     enable_fast_open(lab.rc());
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].extra("[accel]\nzero_rtt = true\npool = false");
+    configs[0].accel(|a| {
+        a.zero_rtt = Some(true);
+        a.pool = Some(false);
+    });
     // An rs that does not take Hellos (as an older version would not).
-    configs[1].extra("[accel]\nzero_rtt = false");
+    configs[1].accel(|a| a.zero_rtt = Some(false));
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
     transfer_server_to_client(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
@@ -244,7 +250,7 @@ fn replayed_and_stale_hellos_are_refused_before_anything_is_dialed() {
     let mut lab = Lab::two_relays();
     enable_fast_open(lab.rs());
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[1].extra("[accel]\nzero_rtt = true");
+    configs[1].accel(|a| a.zero_rtt = Some(true));
     lab.start_relays(&configs);
     let psk = Psk::from_hex(&std::fs::read_to_string(&lab.psk_path).expect("read psk"))
         .expect("valid psk");

@@ -32,8 +32,11 @@ use crate::emu::EmuError;
 use crate::report::{git_commit, kernel_release, load_average, utc_now_iso8601};
 use crate::scenario::Scenario;
 use crate::scenario::graph::{Action, GraphScenario};
+use crate::testbed::config::{
+    self as testbed, ListenMode, RawConfig, RawListener, RawPeer, RawRoute, RawVia,
+};
 use crate::topology::EmuOptions;
-use crate::topology::graph::{Graph, GraphHost, ms};
+use crate::topology::graph::{Graph, GraphHost, LinkSummary, ms};
 
 const NETNS_PREFIX: &str = "swpath";
 const SERVER_PORT: u16 = 80;
@@ -320,13 +323,14 @@ struct PhaseResult {
     ttfb_ms: f64,
     oracle_ttfb_ms: f64,
     oracle_path: String,
-    per_path_ttfb_ms: serde_json::Map<String, serde_json::Value>,
+    /// `None` (null): the path failed every sample of the phase.
+    per_path_ttfb_ms: BTreeMap<String, Option<f64>>,
     switch_s: Option<f64>,
     /// Paths the adaptive relay's steady-state connections took, as the
     /// server saw them.
     paths_taken: BTreeMap<String, u64>,
     flips: u64,
-    probes_per_s: serde_json::Map<String, serde_json::Value>,
+    probes_per_s: BTreeMap<String, f64>,
     /// Through the adaptive relay, switch window included.
     failed_connections: u64,
     missed: Vec<String>,
@@ -441,11 +445,8 @@ fn measure(lab: &Lab, g: &GraphScenario) -> Result<Measured, LabError> {
     Ok((median_ms(v), per_path, taken))
 }
 
-fn relay_conf(name: &str, psk: &Path, admin: u16) -> String {
-    format!(
-        "name = {name:?}\npsk_file = {:?}\nadmin = \"127.0.0.1:{admin}\"\n\n",
-        psk.display().to_string()
-    )
+fn relay_conf(name: &str, psk: &Path, admin: u16) -> RawConfig {
+    testbed::relay(name, &format!("127.0.0.1:{admin}"), Some(psk))
 }
 
 /// Polls until `ports` listen in the host's namespace.
@@ -485,12 +486,12 @@ fn wait_listening(proc: &mut Proc, host: &GraphHost, ports: &[u16]) -> Result<()
 fn start_relay(
     host: &GraphHost,
     name: &str,
-    conf: &str,
+    conf: &RawConfig,
     dir: &Path,
     ports: &[u16],
 ) -> Result<Proc, LabError> {
     let path = dir.join(format!("{name}.toml"));
-    write_file(&path, conf.as_bytes())?;
+    write_file(&path, conf.to_toml().as_bytes())?;
     let bin = splitway_binary()?;
     let mut cmd = host.netns().command(&bin.to_string_lossy());
     cmd.arg("relay")
@@ -618,35 +619,31 @@ pub fn run(
     for name in g.paths.peer_hosts() {
         let host = &graph.hosts()[idx(name)];
         let mut conf = relay_conf(name, &psk, ADMIN_PORT);
-        conf.push_str(&format!(
-            "[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:{PEER_PORT}\"\nallow_clients = [\"{chooser_addr}/32\"]\n\n\
-             [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n"
-        ));
+        conf.listen.push(RawListener {
+            allow_clients: vec![format!("{chooser_addr}/32")],
+            ..RawListener::new(ListenMode::Peer, format!("0.0.0.0:{PEER_PORT}"))
+        });
+        conf.route.push(RawRoute::new("0.0.0.0/0", "direct"));
         let proc = start_relay(host, name, &conf, &work.path, &[PEER_PORT, ADMIN_PORT])?;
         relays.push((name.to_owned(), proc));
     }
     // The chooser and one oracle per candidate, in the chooser's namespace.
     let client_addr = graph.hosts()[client].addr();
-    let peer = |p: &str| {
-        format!(
-            "[[peer]]\nname = {p:?}\naddr = \"{}:{PEER_PORT}\"\n\n",
-            graph.hosts()[idx(p)].addr()
-        )
-    };
-    let peers: String = g.paths.peer_hosts().map(peer).collect();
-    let socks = |port: u16| {
-        format!(
-            "[[listen]]\nmode = \"socks5\"\naddr = \"{chooser_addr}:{port}\"\nallow_clients = [\"{client_addr}/32\"]\n\n"
-        )
+    let peer = |p: &str| RawPeer::new(p, format!("{}:{PEER_PORT}", graph.hosts()[idx(p)].addr()));
+    let socks = |port: u16| RawListener {
+        allow_clients: vec![format!("{client_addr}/32")],
+        ..RawListener::new(ListenMode::Socks5, format!("{chooser_addr}:{port}"))
     };
     let chooser_host = &graph.hosts()[chooser];
     let mut conf = relay_conf(&g.paths.relay, &psk, ADMIN_PORT);
-    conf.push_str(&socks(SOCKS_PORT));
-    conf.push_str(&peers);
-    conf.push_str(&format!(
-        "[[route]]\ndst = \"{server_addr}/32\"\nvia = {:?}\n",
-        g.paths.candidates
-    ));
+    conf.listen.push(socks(SOCKS_PORT));
+    conf.peer.extend(g.paths.peer_hosts().map(peer));
+    conf.route.push(RawRoute {
+        dst: format!("{server_addr}/32"),
+        via: RawVia::Many(g.paths.candidates.clone()),
+        proxy_protocol: None,
+        source: None,
+    });
     let chooser_proc = start_relay(
         chooser_host,
         &g.paths.relay,
@@ -660,14 +657,13 @@ pub fn run(
         let (port, admin) = oracle_ports(k);
         let name = format!("oracle-{via}");
         let mut conf = relay_conf(&name, &psk, admin);
-        conf.push_str(&socks(port));
+        conf.listen.push(socks(port));
         // Only its own peer: no pools or legs to the others.
         if via != "direct" {
-            conf.push_str(&peer(via));
+            conf.peer.push(peer(via));
         }
-        conf.push_str(&format!(
-            "[[route]]\ndst = \"{server_addr}/32\"\nvia = {via:?}\n"
-        ));
+        conf.route
+            .push(RawRoute::new(format!("{server_addr}/32"), via.as_str()));
         oracles.push(start_relay(
             chooser_host,
             &name,
@@ -750,11 +746,11 @@ pub fn run(
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .ok_or_else(|| err(&g.paths.relay, "no candidate path works in this phase"))?;
         let elapsed = end_counts.at.duration_since(start_counts.at).as_secs_f64();
-        let mut probes_per_s = serde_json::Map::new();
+        let mut probes_per_s = BTreeMap::new();
         let mut missed = Vec::new();
         for ((peer, a), (_, b)) in start_counts.probes.iter().zip(&end_counts.probes) {
             let n = b.saturating_sub(*a);
-            probes_per_s.insert(peer.clone(), serde_json::json!(n as f64 / elapsed));
+            probes_per_s.insert(peer.clone(), n as f64 / elapsed);
             // One a second: a phase of E seconds holds at most floor(E) + 1.
             if n as f64 > elapsed.floor() + 1.0 {
                 missed.push(format!("{n} probes to {peer} in {elapsed:.1} s"));
@@ -790,10 +786,7 @@ pub fn run(
             ttfb_ms,
             oracle_ttfb_ms,
             oracle_path,
-            per_path_ttfb_ms: per_path
-                .into_iter()
-                .map(|(p, m)| (p, serde_json::json!(m)))
-                .collect(),
+            per_path_ttfb_ms: per_path.into_iter().collect(),
             switch_s: switch,
             paths_taken,
             flips,
@@ -810,36 +803,40 @@ pub fn run(
     drop(relays);
 
     let met = phases.iter().all(|p| p.missed.is_empty());
-    let doc = serde_json::json!({
-        "scenario": scenario.name,
-        "origin": scenario.origin,
-        "date": started_at,
-        "commit": git_commit(),
-        "kernel": kernel_release(),
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).ok(),
-        "load_before": load_before,
-        "load_after": load_average(),
-        "loss_seed": loss_seed,
-        "hosts": g.spec.hosts,
-        "links": links,
-        "relay": g.paths.relay,
-        "candidates": g.paths.candidates,
-        "samples_per_median": g.paths.samples,
-        "request_bytes": REQUEST,
-        "response_bytes": g.paths.response_bytes,
-        "flips": totals.flips,
-        "probes_per_s_per_peer": totals.probes.iter().map(|(p, n)| (p.clone(), serde_json::json!(*n as f64 / run_s))).collect::<serde_json::Map<_, _>>(),
-        "phases": phases,
-        "targets": {
-            "switch_s": SWITCH_TARGET_S,
-            "ttfb_over_oracle": TTFB_TARGET,
-            "probes_per_s_per_peer": 1.0,
-            "met": met,
+    let report = PathReport {
+        scenario: &scenario.name,
+        origin: &scenario.origin,
+        date: started_at,
+        commit: git_commit(),
+        kernel: kernel_release(),
+        cpus: std::thread::available_parallelism().map(|n| n.get()).ok(),
+        load_before,
+        load_after: load_average(),
+        loss_seed,
+        hosts: &g.spec.hosts,
+        links,
+        relay: &g.paths.relay,
+        candidates: &g.paths.candidates,
+        samples_per_median: g.paths.samples,
+        request_bytes: REQUEST,
+        response_bytes: g.paths.response_bytes,
+        flips: totals.flips,
+        probes_per_s_per_peer: totals
+            .probes
+            .iter()
+            .map(|(p, n)| (p.clone(), *n as f64 / run_s))
+            .collect(),
+        phases: &phases,
+        targets: Targets {
+            switch_s: SWITCH_TARGET_S,
+            ttfb_over_oracle: TTFB_TARGET,
+            probes_per_s_per_peer: 1.0,
+            met,
         },
-    });
-    println!("{}", render(scenario, &doc, &phases));
+    };
+    println!("{}", render(scenario, &report));
     if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&doc)
+        let text = report_json(&report)
             .map_err(|e| LabError::io("serialize the path report", std::io::Error::other(e)))?;
         write_file(path, text.as_bytes())?;
         println!("JSON: {}", path.display());
@@ -854,20 +851,57 @@ pub fn run(
     }
 }
 
-fn render(scenario: &Scenario, doc: &serde_json::Value, phases: &[PhaseResult]) -> String {
+/// The JSON file of a run (`--json`), read by `relay_paths_lab` and kept
+/// in lab-results/.
+#[derive(Debug, serde::Serialize)]
+struct PathReport<'a> {
+    scenario: &'a str,
+    origin: &'a str,
+    date: String,
+    commit: String,
+    kernel: String,
+    cpus: Option<usize>,
+    load_before: String,
+    load_after: String,
+    loss_seed: Option<u64>,
+    hosts: &'a [String],
+    links: Vec<LinkSummary>,
+    relay: &'a str,
+    candidates: &'a [String],
+    samples_per_median: usize,
+    request_bytes: usize,
+    response_bytes: u64,
+    flips: u64,
+    probes_per_s_per_peer: BTreeMap<String, f64>,
+    phases: &'a [PhaseResult],
+    targets: Targets,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Targets {
+    switch_s: f64,
+    ttfb_over_oracle: f64,
+    probes_per_s_per_peer: f64,
+    met: bool,
+}
+
+/// The report's text. Through `serde_json::Value`, whose objects sort their
+/// keys (no `preserve_order`): the files keep the alphabetical key order
+/// they had when the report was built with `json!`.
+fn report_json(report: &PathReport<'_>) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&serde_json::to_value(report)?)
+}
+
+fn render(scenario: &Scenario, report: &PathReport<'_>) -> String {
+    let phases = report.phases;
     let mut out = format!(
         "{}: {}\ncommit {}  kernel {}  load {} -> {}\n\n",
         scenario.name,
         scenario.description.trim(),
-        doc["commit"]
-            .as_str()
-            .unwrap_or("?")
-            .chars()
-            .take(12)
-            .collect::<String>(),
-        doc["kernel"].as_str().unwrap_or("?"),
-        doc["load_before"].as_str().unwrap_or("?"),
-        doc["load_after"].as_str().unwrap_or("?"),
+        report.commit.chars().take(12).collect::<String>(),
+        report.kernel,
+        report.load_before,
+        report.load_after,
     );
     out.push_str(&format!(
         "{:<18} {:>7} {:<15} {:>9} {:>9} {:<8} {:>6} {:>8} {:>6} {:>7}  {}\n",
@@ -884,11 +918,7 @@ fn render(scenario: &Scenario, doc: &serde_json::Value, phases: &[PhaseResult]) 
         "verdict"
     ));
     for p in phases {
-        let max_probe = p
-            .probes_per_s
-            .values()
-            .filter_map(serde_json::Value::as_f64)
-            .fold(0.0, f64::max);
+        let max_probe = p.probes_per_s.values().copied().fold(0.0, f64::max);
         out.push_str(&format!(
             "{:<18} {:>7} {:<15} {:>9.1} {:>9.1} {:<8} {:>+6.1} {:>8} {:>6} {:>7.2}  {}\n",
             p.phase,
@@ -914,6 +944,123 @@ fn render(scenario: &Scenario, doc: &serde_json::Value, phases: &[PhaseResult]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The keys, in the order of the files in lab-results/ (written when
+    /// the report was a `json!` value), which scripts and
+    /// `relay_paths_lab` read.
+    #[test]
+    fn report_keys_are_those_of_the_recorded_files() {
+        let phase = PhaseResult {
+            phase: "detour".into(),
+            event: None,
+            applied_at_s: None,
+            since_last_flip_s: None,
+            chosen_before: "direct".into(),
+            chosen: "rs1".into(),
+            ttfb_ms: 97.3,
+            oracle_ttfb_ms: 97.0,
+            oracle_path: "rs1".into(),
+            per_path_ttfb_ms: [("direct".into(), Some(406.3)), ("rs2".into(), None)].into(),
+            switch_s: Some(0.2),
+            paths_taken: [("rs1".into(), 9)].into(),
+            flips: 1,
+            probes_per_s: [("rs1".into(), 0.9)].into(),
+            failed_connections: 0,
+            missed: Vec::new(),
+        };
+        let hosts = vec!["client".to_owned(), "rc".to_owned()];
+        let report = PathReport {
+            scenario: "path-choice",
+            origin: "issue #20",
+            date: "2026-11-24T23:55:59Z".into(),
+            commit: "e084b71".into(),
+            kernel: "6.18".into(),
+            cpus: Some(2),
+            load_before: "0.10".into(),
+            load_after: "0.20".into(),
+            loss_seed: None,
+            hosts: &hosts,
+            links: Vec::new(),
+            relay: "rc",
+            candidates: &hosts,
+            samples_per_median: 3,
+            request_bytes: REQUEST,
+            response_bytes: 1024,
+            flips: 1,
+            probes_per_s_per_peer: [("rs1".into(), 0.9)].into(),
+            phases: std::slice::from_ref(&phase),
+            targets: Targets {
+                switch_s: SWITCH_TARGET_S,
+                ttfb_over_oracle: TTFB_TARGET,
+                probes_per_s_per_peer: 1.0,
+                met: true,
+            },
+        };
+        let text = report_json(&report).expect("serializes");
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("parses");
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            v.as_object().expect("an object").keys().cloned().collect()
+        };
+        assert_eq!(
+            keys(&doc),
+            [
+                "candidates",
+                "commit",
+                "cpus",
+                "date",
+                "flips",
+                "hosts",
+                "kernel",
+                "links",
+                "load_after",
+                "load_before",
+                "loss_seed",
+                "origin",
+                "phases",
+                "probes_per_s_per_peer",
+                "relay",
+                "request_bytes",
+                "response_bytes",
+                "samples_per_median",
+                "scenario",
+                "targets",
+            ]
+        );
+        assert_eq!(
+            keys(&doc["phases"][0]),
+            [
+                "applied_at_s",
+                "chosen",
+                "chosen_before",
+                "event",
+                "failed_connections",
+                "flips",
+                "missed",
+                "oracle_path",
+                "oracle_ttfb_ms",
+                "paths_taken",
+                "per_path_ttfb_ms",
+                "phase",
+                "probes_per_s",
+                "since_last_flip_s",
+                "switch_s",
+                "ttfb_ms",
+            ]
+        );
+        assert_eq!(
+            keys(&doc["targets"]),
+            [
+                "met",
+                "probes_per_s_per_peer",
+                "switch_s",
+                "ttfb_over_oracle"
+            ]
+        );
+        // A failed path is null, as `json!(None::<f64>)` wrote it.
+        assert!(doc["phases"][0]["per_path_ttfb_ms"]["rs2"].is_null());
+        // Keys come out sorted in the text itself, not only once parsed.
+        assert!(text.find("\"candidates\"") < text.find("\"scenario\""));
+    }
 
     #[test]
     fn patterns_differ_by_seed_and_are_stable() {

@@ -22,8 +22,11 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use sha2::{Digest as _, Sha256};
-use splitway_lab::testbed::config::{
-    self as testbed, Intercept, RawConfig, RawListener, RawPeer, RawRoute,
+#[allow(unused_imports)]
+pub use splitway_lab::testbed::config::{
+    self as testbed, DataPath, Intercept, ListenMode, RawAccel, RawConfig, RawForwarding,
+    RawLimits, RawListener, RawPeer, RawPolicy, RawPool, RawRoute, RawTimeouts, RawTls, RawTuning,
+    RawTurbo, RawVia,
 };
 use splitway_lab::testbed::{chain, probe};
 use splitway_sys::netns::{self, Netns};
@@ -232,31 +235,23 @@ pub fn write_psk(path: &Path, seed: u64) {
 // Relay configuration
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
-pub struct ListenerSpec {
-    pub mode: &'static str,
-    pub addr: String,
-    /// (interfaces, ports) for relay-installed TPROXY interception.
-    pub intercept: Option<(Vec<String>, Vec<u16>)>,
-    /// `allow_clients` prefixes (empty: key omitted).
-    pub allow_clients: Vec<String>,
-}
-
-/// One relay's TOML config, rendered by [`RelayConfig::render`].
+/// One relay's config file, typed: built from the relay's own
+/// [`RawConfig`] layer, so a misspelt key or section is a compile error.
+/// Rendered by [`RelayConfig::render`].
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
     pub name: String,
-    pub listeners: Vec<ListenerSpec>,
-    /// (name, addr, extra TOML lines inside the table)
-    pub peers: Vec<(String, String, String)>,
-    /// (dst, via)
-    pub routes: Vec<(String, String)>,
-    /// Raw TOML tables appended at the end (`[timeouts]`, `[forwarding]`, ...).
-    pub extra: String,
+    pub listeners: Vec<RawListener>,
+    pub peers: Vec<RawPeer>,
+    pub routes: Vec<RawRoute>,
+    /// The file's other tables (`[accel]`, `[timeouts]`, `[policy]`, ...);
+    /// its name, admin, key and list fields are ignored (set by
+    /// [`RelayConfig::raw`] from the fields above).
+    pub sections: RawConfig,
     /// Key file other than the lab's shared one.
     pub psk_file: Option<PathBuf>,
-    /// Raw top-level TOML lines, rendered before any table.
-    pub top: String,
+    /// `psk_file_previous`: the key still accepted during a rotation.
+    pub psk_file_previous: Option<PathBuf>,
     /// Open-file limit (soft and hard) to start the relay under.
     pub nofile: Option<u64>,
 }
@@ -268,102 +263,121 @@ impl RelayConfig {
             listeners: Vec::new(),
             peers: Vec::new(),
             routes: Vec::new(),
-            extra: String::new(),
+            sections: RawConfig::default(),
             psk_file: None,
-            top: String::new(),
+            psk_file_previous: None,
             nofile: None,
         }
     }
 
-    pub fn listen(&mut self, mode: &'static str, addr: &str) -> &mut Self {
-        self.listeners.push(ListenerSpec {
-            mode,
-            addr: addr.to_owned(),
-            intercept: None,
-            allow_clients: Vec::new(),
-        });
+    pub fn listen(&mut self, mode: ListenMode, addr: &str) -> &mut Self {
+        self.listener(RawListener::new(mode, addr))
+    }
+
+    /// A listener with more than its mode and address set.
+    pub fn listener(&mut self, listener: RawListener) -> &mut Self {
+        self.listeners.push(listener);
         self
     }
 
     pub fn listen_intercept(
         &mut self,
-        mode: &'static str,
+        mode: ListenMode,
         addr: &str,
         interfaces: &[&str],
         ports: &[u16],
     ) -> &mut Self {
-        self.listeners.push(ListenerSpec {
-            mode,
-            addr: addr.to_owned(),
-            intercept: Some((
-                interfaces.iter().map(|s| s.to_string()).collect(),
-                ports.to_vec(),
-            )),
-            allow_clients: Vec::new(),
-        });
-        self
+        self.listener(RawListener {
+            intercept: Some(Intercept {
+                interfaces: interfaces.iter().map(|s| s.to_string()).collect(),
+                ports: ports.to_vec(),
+            }),
+            ..RawListener::new(mode, addr)
+        })
     }
 
     pub fn peer(&mut self, name: &str, addr: &str) -> &mut Self {
-        self.peers
-            .push((name.to_owned(), addr.to_owned(), String::new()));
+        self.peers.push(RawPeer::new(name, addr));
         self
     }
 
     pub fn route(&mut self, dst: &str, via: &str) -> &mut Self {
-        self.routes.push((dst.to_owned(), via.to_owned()));
+        self.routes.push(RawRoute::new(dst, via));
         self
     }
 
-    pub fn extra(&mut self, toml: &str) -> &mut Self {
-        self.extra.push_str(toml);
-        self.extra.push('\n');
+    /// A route with more than its destination and one hop set.
+    pub fn raw_route(&mut self, route: RawRoute) -> &mut Self {
+        self.routes.push(route);
         self
     }
 
-    /// The typed part of the config: name, key, admin, listeners, peers
-    /// and routes (not the raw `top`, `extra` and peer lines).
+    /// Edits `[accel]` (created empty if absent).
+    pub fn accel(&mut self, edit: impl FnOnce(&mut RawAccel)) -> &mut Self {
+        edit(self.sections.accel.get_or_insert_default());
+        self
+    }
+
+    /// Edits `[timeouts]` (created empty if absent).
+    pub fn timeouts(&mut self, edit: impl FnOnce(&mut RawTimeouts)) -> &mut Self {
+        edit(self.sections.timeouts.get_or_insert_default());
+        self
+    }
+
+    /// Edits `[policy]` (created empty if absent).
+    pub fn policy(&mut self, edit: impl FnOnce(&mut RawPolicy)) -> &mut Self {
+        edit(self.sections.policy.get_or_insert_default());
+        self
+    }
+
+    /// Edits `[limits]` (created empty if absent).
+    pub fn limits(&mut self, edit: impl FnOnce(&mut RawLimits)) -> &mut Self {
+        edit(self.sections.limits.get_or_insert_default());
+        self
+    }
+
+    /// Sets `[forwarding] data_path`.
+    pub fn data_path(&mut self, data_path: DataPath) -> &mut Self {
+        self.sections.forwarding = Some(RawForwarding {
+            data_path: Some(data_path),
+        });
+        self
+    }
+
+    /// Edits the tuning of one leg kind: `[client]`, `[direct]` or
+    /// `[upstream]` (created empty if absent).
+    pub fn tuning(&mut self, leg: Leg, edit: impl FnOnce(&mut RawTuning)) -> &mut Self {
+        let section = match leg {
+            Leg::Client => &mut self.sections.client,
+            Leg::Direct => &mut self.sections.direct,
+            Leg::Upstream => &mut self.sections.upstream,
+        };
+        edit(section.get_or_insert_default());
+        self
+    }
+
+    /// The whole file as a value.
     pub fn raw(&self, psk_file: &Path) -> RawConfig {
         let psk_file = self.psk_file.as_deref().unwrap_or(psk_file);
-        let mut cfg = testbed::relay(&self.name, "127.0.0.1:9090", Some(psk_file));
-        for l in &self.listeners {
-            let mode = toml::Value::String(l.mode.into())
-                .try_into()
-                .unwrap_or_else(|e| panic!("listener mode {:?}: {e}", l.mode));
-            let mut raw = RawListener::new(mode, &l.addr);
-            raw.intercept = l
-                .intercept
-                .clone()
-                .map(|(interfaces, ports)| Intercept { interfaces, ports });
-            raw.allow_clients = l.allow_clients.clone();
-            cfg.listen.push(raw);
+        let base = testbed::relay(&self.name, "127.0.0.1:9090", Some(psk_file));
+        RawConfig {
+            name: base.name,
+            admin: base.admin,
+            psk_file: base.psk_file,
+            psk_file_previous: self
+                .psk_file_previous
+                .as_ref()
+                .map(|p| p.display().to_string()),
+            listen: self.listeners.clone(),
+            peer: self.peers.clone(),
+            route: self.routes.clone(),
+            ..self.sections.clone()
         }
-        for (name, addr, _) in &self.peers {
-            cfg.peer.push(RawPeer::new(name, addr));
-        }
-        for (dst, via) in &self.routes {
-            cfg.route.push(RawRoute::new(dst, via));
-        }
-        cfg
     }
 
-    /// The file: [`RelayConfig::raw`] with the raw fragments merged in
-    /// (`top`'s keys, each peer's lines into its table, `extra`'s tables;
-    /// arrays of tables such as `[[route]]` in `extra` come after the
-    /// typed ones).
+    /// The file's text.
     pub fn render(&self, psk_file: &Path) -> String {
-        let mut table =
-            toml::Table::try_from(self.raw(psk_file)).expect("a RawConfig is a TOML table");
-        merge(&mut table, fragment(&self.top));
-        if let Some(toml::Value::Array(peers)) = table.get_mut("peer") {
-            for (peer, (_, _, extra)) in peers.iter_mut().zip(&self.peers) {
-                if let toml::Value::Table(peer) = peer {
-                    merge(peer, fragment(extra));
-                }
-            }
-        }
-        merge(&mut table, fragment(&self.extra));
-        toml::to_string(&table).expect("a TOML table serializes")
+        self.raw(psk_file).to_toml()
     }
 
     /// Ports whose listening sockets mean the relay is ready.
@@ -375,23 +389,38 @@ impl RelayConfig {
     }
 }
 
-/// A raw TOML fragment of a test's config, parsed.
-fn fragment(text: &str) -> toml::Table {
-    text.parse()
-        .unwrap_or_else(|e| panic!("raw config fragment {text:?}: {e}"))
+/// Which legs a tuning table applies to.
+#[derive(Debug, Clone, Copy)]
+pub enum Leg {
+    /// `[client]`: accepted client connections.
+    Client,
+    /// `[direct]`: dials to destinations.
+    Direct,
+    /// `[upstream]`: accepted peer legs.
+    Upstream,
 }
 
-/// Merges `from` into `into`: tables key by key, arrays appended, other
-/// values set.
-fn merge(into: &mut toml::Table, from: toml::Table) {
-    for (key, value) in from {
-        match (into.get_mut(&key), value) {
-            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
-            (Some(toml::Value::Array(a)), toml::Value::Array(b)) => a.extend(b),
-            (_, value) => {
-                into.insert(key, value);
-            }
-        }
+/// `via = [a, b, ...]`: candidates in order.
+pub fn via_list(names: &[&str]) -> RawVia {
+    RawVia::Many(names.iter().map(|n| n.to_string()).collect())
+}
+
+/// A route to `dst` through `via`.
+pub fn route_via(dst: &str, via: RawVia) -> RawRoute {
+    RawRoute {
+        dst: dst.to_owned(),
+        via,
+        proxy_protocol: None,
+        source: None,
+    }
+}
+
+/// A peer's `pool = { low, high }`.
+pub fn pool_bounds(low: usize, high: usize) -> RawPool {
+    RawPool {
+        low: Some(low),
+        high: Some(high),
+        idle: None,
     }
 }
 
@@ -530,20 +559,23 @@ impl Lab {
                 if r == 0 {
                     let any = if ipv6 { "[::]" } else { "0.0.0.0" };
                     cfg.listen_intercept(
-                        "tproxy",
+                        ListenMode::Tproxy,
                         &format!("{any}:{TPROXY_PORT}"),
                         &[WEST_IF],
                         ports,
                     );
-                    cfg.listen("socks5", &format!("{ENTRY_V4}:{SOCKS_PORT}"));
-                    cfg.listen("http-connect", &format!("{ENTRY_V4}:{HTTP_CONNECT_PORT}"));
+                    cfg.listen(ListenMode::Socks5, &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+                    cfg.listen(
+                        ListenMode::HttpConnect,
+                        &format!("{ENTRY_V4}:{HTTP_CONNECT_PORT}"),
+                    );
                     // Explicit proxies accept loopback only unless told otherwise.
                     let n = cfg.listeners.len();
                     for l in &mut cfg.listeners[n - 2..] {
                         l.allow_clients = vec!["10.0.1.0/24".into()];
                     }
                 } else {
-                    cfg.listen("peer", &format!("0.0.0.0:{PEER_PORT}"));
+                    cfg.listen(ListenMode::Peer, &format!("0.0.0.0:{PEER_PORT}"));
                 }
                 if r + 1 < n {
                     let next = &self.relay_names[r + 1];

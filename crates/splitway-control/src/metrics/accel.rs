@@ -1,0 +1,91 @@
+//! `accel_state`: set by the relay's acceleration bookkeeping
+//! (`splitway-relay`'s `accel`, `state` and `reload`) whenever an
+//! acceleration starts, stops or turns out unavailable.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::family::{label_enum, series};
+
+label_enum! {
+    /// An acceleration whose effective state is exported.
+    pub enum AccelName {
+        EarlySyn => "early_syn",
+        Strict => "strict",
+        Pool => "pool",
+        ZeroRtt => "zero_rtt",
+        /// TCP Fast Open on the legs to and from peer relays.
+        TfoPeer => "tfo_peer",
+        /// TCP Fast Open accepted on client-facing listeners.
+        TfoClient => "tfo_client",
+        /// TCP Fast Open on direct legs to servers.
+        TfoServer => "tfo_server",
+        TurboStart => "turbo_start",
+    }
+}
+
+label_enum! {
+    /// What an acceleration is doing right now.
+    pub enum AccelState {
+        /// Switched off (explicitly, or nothing to apply it to).
+        Off => "off",
+        /// Running.
+        Active => "active",
+        /// Asked for (or auto) but this host cannot run it; `ctl status`
+        /// says why.
+        Unavailable => "unavailable",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AccelLabels {
+    accel: AccelName,
+    state: AccelState,
+}
+
+/// The `accel_state` gauges: 1 on each acceleration's current state.
+#[derive(Clone, Debug)]
+pub struct AccelMetrics {
+    state: [[Gauge; AccelState::COUNT]; AccelName::COUNT],
+}
+
+impl AccelMetrics {
+    /// Declares the family in `registry`, every acceleration off.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let family = Family::<AccelLabels, Gauge>::default();
+        registry.register(
+            "accel_state",
+            "Effective state of each acceleration: 1 on the state it is in, 0 on the others",
+            family.clone(),
+        );
+        AccelMetrics {
+            state: AccelName::ALL.map(|accel| {
+                let gauges = series(&family, AccelState::ALL, |state| AccelLabels {
+                    accel,
+                    state,
+                });
+                // Until the relay says otherwise, everything is off.
+                gauges[AccelState::Off.index()].set(1);
+                gauges
+            }),
+        }
+    }
+
+    /// Records the state `accel` is in now.
+    pub fn set(&self, accel: AccelName, state: AccelState) {
+        for (s, g) in AccelState::ALL.iter().zip(&self.state[accel.index()]) {
+            g.set(i64::from(*s == state));
+        }
+    }
+
+    /// The state last recorded for `accel`.
+    pub fn get(&self, accel: AccelName) -> AccelState {
+        AccelState::ALL
+            .into_iter()
+            .zip(&self.state[accel.index()])
+            .find(|(_, g)| g.get() == 1)
+            .map_or(AccelState::Off, |(s, _)| s)
+    }
+}

@@ -1,0 +1,70 @@
+//! `early_syn_total`: counted by the early-SYN table (`splitway-relay`'s
+//! `early_syn`), which also reads the counts back for `/status`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use super::family::{CounterU64, label_enum, series};
+
+label_enum! {
+    /// What became of a client SYN seen by the early-SYN detector.
+    pub enum EarlySynOutcome {
+        /// The next leg was started at the SYN.
+        Started => "started",
+        /// The accepted connection found its early-started leg.
+        Hit => "hit",
+        /// The accepted connection found none; its leg started at accept.
+        Miss => "miss",
+        /// A retransmitted SYN whose leg was already started.
+        Duplicate => "duplicate",
+        /// Refused by the early-start budget (SYN flood protection).
+        OverBudget => "over_budget",
+        /// The client never completed its handshake; the leg was closed.
+        Expired => "expired",
+        /// The client would be refused at accept (`allow_clients`,
+        /// `[limits]`): no leg was started for its SYN.
+        Denied => "denied",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EarlySynLabels {
+    outcome: EarlySynOutcome,
+}
+
+/// The `early_syn_total` series (handles into the registry), held by the
+/// early-SYN table that counts them; `/status` reads them back.
+#[derive(Clone, Debug)]
+pub struct EarlySynMetrics {
+    outcomes: [CounterU64; EarlySynOutcome::COUNT],
+}
+
+impl EarlySynMetrics {
+    /// Declares the family in `registry`, every outcome at zero.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let family = Family::<EarlySynLabels, CounterU64>::default();
+        registry.register(
+            "early_syn",
+            "Client SYNs seen by the early-SYN detector, by outcome",
+            family.clone(),
+        );
+        EarlySynMetrics {
+            outcomes: series(&family, EarlySynOutcome::ALL, |outcome| EarlySynLabels {
+                outcome,
+            }),
+        }
+    }
+
+    /// Counts `n` early-SYN outcomes.
+    pub fn count(&self, outcome: EarlySynOutcome, n: u64) {
+        if n > 0 {
+            self.outcomes[outcome.index()].inc_by(n);
+        }
+    }
+
+    /// `early_syn_total{outcome}` so far.
+    pub fn get(&self, outcome: EarlySynOutcome) -> u64 {
+        self.outcomes[outcome.index()].get()
+    }
+}

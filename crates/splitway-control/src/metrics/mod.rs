@@ -1,0 +1,469 @@
+//! The relay's Prometheus metrics.
+//!
+//! Every label value is a closed Rust enum (or, for `peer`, a name taken from
+//! the configuration), so the number of series is fixed by the code and the
+//! config, never by traffic. Addresses never become label values.
+//!
+//! All enum-labelled series are created up front and their handles kept in
+//! arrays indexed by the enum, so a hot-path update is one atomic add: no
+//! hashing, no lock, no allocation. Creating them up front also exports every
+//! series as `0` from the first scrape, which `rate()` needs.
+//!
+//! Each family is declared (name, help, labels) in the submodule of the
+//! relay area that counts it, as a handle type with a `register` function;
+//! [`Metrics::new`] only assembles them into one registry. They live here,
+//! not in `splitway-relay`, because the admin server serves the registry
+//! and this crate must not depend on the relay.
+
+use std::fmt;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+
+/// Prefix of every metric name this crate exports.
+pub const METRIC_PREFIX: &str = "splitway";
+
+mod accel;
+mod connections;
+mod early_syn;
+mod family;
+mod forward;
+mod paths;
+mod peer;
+mod pool;
+mod proxy_protocol;
+mod strict;
+
+pub use accel::{AccelMetrics, AccelName, AccelState};
+pub use connections::{
+    ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
+};
+pub use early_syn::{EarlySynMetrics, EarlySynOutcome};
+pub use forward::{Direction, ForwardMetrics, Leg, Path};
+pub use paths::PathMetrics;
+pub use peer::{
+    AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics, ZeroRttOutcome,
+};
+pub use pool::{PoolEvent, PoolMetrics};
+pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
+pub use strict::{StrictMetrics, StrictOutcome};
+
+/// The relay's metrics registry. Create once, share as `Arc<Metrics>`.
+///
+/// Exported families (all prefixed `splitway_`), by the submodule that
+/// declares them:
+///
+/// | name | type | labels | declared in |
+/// | --- | --- | --- | --- |
+/// | `connections_accepted_total` | counter | `mode` | `connections` |
+/// | `connections_active` | gauge | `mode` | `connections` |
+/// | `connections_closed_total` | counter | `mode`, `reason` | `connections` |
+/// | `denied_total` | counter | `reason` | `connections` |
+/// | `accept_errors_total` | counter | `mode` | `connections` |
+/// | `setup_seconds` | histogram | `mode` | `connections` |
+/// | `peer_auth_failures_total` | counter | `reason` | `peer` |
+/// | `peer_connect_failures_total` | counter | `peer` (config names) | `peer` |
+/// | `zero_rtt_total` | counter | `outcome` | `peer` |
+/// | `peer_handshakes_total` | counter | `side`, `handshake` | `peer` |
+/// | `forwarded_bytes_total` | counter | `direction`, `path` | `forward` |
+/// | `leg_sent_bytes_total` | counter | `leg`, `direction` | `forward` |
+/// | `data_path_chosen_total` | counter | `path` | `forward` |
+/// | `early_syn_total` | counter | `outcome` | `early_syn` |
+/// | `accel_state` | gauge (1 for the current state, else 0) | `accel`, `state` | `accel` |
+/// | `strict_syn_total` | counter | `outcome` | `strict` |
+/// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
+/// | `pool_events_total` | counter | `peer`, `event` | `pool` |
+/// | `pool_level` | gauge | `peer` | `pool` |
+/// | `path_*` | see [`PathMetrics`] | `route`, `candidate`, `peer` | `paths` |
+pub struct Metrics {
+    registry: Registry,
+    connections: ConnectionMetrics,
+    peers: PeerMetrics,
+    forward: ForwardMetrics,
+    early_syn: EarlySynMetrics,
+    accel: AccelMetrics,
+    strict: StrictMetrics,
+    proxy_protocol: ProxyProtocolMetrics,
+    pools: pool::PoolFamilies,
+    paths: PathMetrics,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates the registry with every family registered and every
+    /// enum-labelled series present at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(METRIC_PREFIX);
+        // Handles are Arc-backed: a clone updates the series in the registry.
+        Self {
+            connections: ConnectionMetrics::register(&mut registry),
+            peers: PeerMetrics::register(&mut registry),
+            forward: ForwardMetrics::register(&mut registry),
+            early_syn: EarlySynMetrics::register(&mut registry),
+            accel: AccelMetrics::register(&mut registry),
+            strict: StrictMetrics::register(&mut registry),
+            proxy_protocol: ProxyProtocolMetrics::register(&mut registry),
+            pools: pool::PoolFamilies::register(&mut registry),
+            paths: PathMetrics::register(&mut registry),
+            registry,
+        }
+    }
+
+    /// The path-choice series.
+    pub fn paths(&self) -> &PathMetrics {
+        &self.paths
+    }
+
+    /// Counts a connection accepted in `mode`.
+    pub fn accepted(&self, mode: Mode) {
+        self.connections.accepted(mode);
+    }
+
+    /// Counts a connection as active in `mode` until the guard is dropped.
+    pub fn active(&self, mode: Mode) -> ActiveGuard {
+        self.connections.active(mode)
+    }
+
+    /// Counts a connection in `mode` closed for `reason`.
+    pub fn closed(&self, mode: Mode, reason: CloseReason) {
+        self.connections.closed(mode, reason);
+    }
+
+    /// Counts a connection refused by policy or limits. The caller also
+    /// counts it closed with [`CloseReason::NotAllowed`].
+    pub fn denied(&self, reason: DenyReason) {
+        self.connections.denied(reason);
+    }
+
+    /// Counts a failed `accept()` on a listener of `mode`.
+    pub fn accept_error(&self, mode: Mode) {
+        self.connections.accept_error(mode);
+    }
+
+    /// Counts a failed peer authentication.
+    pub fn auth_failure(&self, reason: AuthFailureReason) {
+        self.peers.auth_failure(reason);
+    }
+
+    /// Adds `n` bytes forwarded in `direction` over `path`.
+    pub fn bytes(&self, direction: Direction, path: Path, n: u64) {
+        self.forward.bytes(direction, path, n);
+    }
+
+    /// Adds `n` bytes written to a leg of kind `leg` in `direction`.
+    ///
+    /// Counted where the relay writes, so every forwarded byte is counted
+    /// once per leg it leaves on: on a client relay, `{leg="peer",
+    /// direction="to_server"}` is the upload carried over the long haul and
+    /// `{leg="client", direction="to_client"}` the download delivered.
+    pub fn leg_bytes(&self, leg: Leg, direction: Direction, n: u64) {
+        self.forward.leg_bytes(leg, direction, n);
+    }
+
+    /// Counts one connection direction that moved data over `path`.
+    pub fn data_path_chosen(&self, path: Path) {
+        self.forward.data_path_chosen(path);
+    }
+
+    /// Records the time from accept until the next leg was connected.
+    pub fn observe_setup(&self, mode: Mode, elapsed: Duration) {
+        self.connections.observe_setup(mode, elapsed);
+    }
+
+    /// Creates the `peer_connect_failures_total` and pool series for a
+    /// configured peer at zero, so they are exported before the first event.
+    ///
+    /// `peer` must be a peer name from the configuration (see [`PeerLabels`]).
+    pub fn register_peer(&self, peer: &str) {
+        self.peers.register_peer(peer);
+        let _pool = self.pools.for_peer(peer);
+    }
+
+    /// Counts a failed connect to the configured peer named `peer`.
+    ///
+    /// `peer` must be a peer name from the configuration (see [`PeerLabels`]).
+    /// Allocates a label set: failures are off the hot path.
+    pub fn peer_connect_failure(&self, peer: &str) {
+        self.peers.connect_failure(peer);
+    }
+
+    /// The early-SYN series, for the table that counts them.
+    pub fn early_syn_metrics(&self) -> EarlySynMetrics {
+        self.early_syn.clone()
+    }
+
+    /// Counts a 0-RTT Hello outcome.
+    pub fn zero_rtt(&self, outcome: ZeroRttOutcome) {
+        self.peers.zero_rtt(outcome);
+    }
+
+    /// Counts how a peer leg was authenticated.
+    pub fn peer_handshake(&self, side: LegSide, handshake: PeerHandshake) {
+        self.peers.handshake(side, handshake);
+    }
+
+    /// Records the state `accel` is in now.
+    pub fn set_accel_state(&self, accel: AccelName, state: AccelState) {
+        self.accel.set(accel, state);
+    }
+
+    /// The state last recorded for `accel`.
+    pub fn accel_state(&self, accel: AccelName) -> AccelState {
+        self.accel.get(accel)
+    }
+
+    /// Counts a strict-mode verdict.
+    pub fn strict_syn(&self, outcome: StrictOutcome) {
+        self.strict.count(outcome);
+    }
+
+    /// Counts a connection refused for its PROXY protocol header.
+    pub fn proxy_refused(&self, reason: ProxyRefusal) {
+        self.proxy_protocol.refused(reason);
+    }
+
+    /// Counts `n` pool events for the configured peer `peer`.
+    pub fn pool_event(&self, peer: &str, event: PoolEvent, n: u64) {
+        if n > 0 {
+            self.pools.event(peer, event, n);
+        }
+    }
+
+    /// The pool series of the configured peer `peer`, resolved once for
+    /// a pool that updates them on every connection it hands out.
+    pub fn pool_metrics(&self, peer: &str) -> PoolMetrics {
+        self.pools.for_peer(peer)
+    }
+
+    /// Sets the pool level gauge of the configured peer `peer`.
+    pub fn pool_level(&self, peer: &str, level: usize) {
+        self.pools.set_level(peer, level);
+    }
+
+    /// Current `connections_active{mode}` value.
+    pub fn active_count(&self, mode: Mode) -> i64 {
+        self.connections.active_count(mode)
+    }
+
+    /// Renders the registry in the OpenMetrics text format (ends with
+    /// `# EOF`); serve it with [`OPENMETRICS_CONTENT_TYPE`].
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing to a String cannot fail, and every metric type registered
+        // here (u64 counters, i64 gauges, histograms) encodes infallibly, so
+        // an error here is a broken invariant, not a runtime condition.
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding infallible metrics into a String failed");
+        out
+    }
+}
+
+/// Content type of [`Metrics::encode`]'s output.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn metrics_is_send_and_sync() {
+        assert_send_sync::<Metrics>();
+        assert_send_sync::<ActiveGuard>();
+    }
+
+    #[test]
+    fn label_values_are_snake_case_and_unique() {
+        fn check(values: &[&str]) {
+            for value in values {
+                assert!(
+                    value
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                    "{value} is not snake_case"
+                );
+            }
+            let mut sorted = values.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(
+                sorted.len(),
+                values.len(),
+                "duplicate label value in {values:?}"
+            );
+        }
+        check(&Mode::ALL.map(Mode::as_str));
+        check(&CloseReason::ALL.map(CloseReason::as_str));
+        check(&AuthFailureReason::ALL.map(AuthFailureReason::as_str));
+        check(&DenyReason::ALL.map(DenyReason::as_str));
+        check(&Direction::ALL.map(Direction::as_str));
+        check(&Path::ALL.map(Path::as_str));
+        check(&Leg::ALL.map(Leg::as_str));
+        assert_eq!(Mode::HttpConnect.to_string(), "http_connect");
+        assert_eq!(CloseReason::COUNT, 15);
+        assert_eq!(AuthFailureReason::COUNT, 8);
+    }
+
+    #[test]
+    fn index_matches_position_in_all() {
+        for (position, mode) in Mode::ALL.into_iter().enumerate() {
+            assert_eq!(mode.index(), position);
+        }
+        for (position, reason) in CloseReason::ALL.into_iter().enumerate() {
+            assert_eq!(reason.index(), position);
+        }
+    }
+
+    /// Every family's name, type, unit and help text, byte for byte: they
+    /// are declared across the submodules, and dashboards, the README and
+    /// the integration tests read them.
+    #[test]
+    fn family_metadata_is_unchanged() {
+        let text = Metrics::new().encode();
+        let mut meta: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("# ") && *l != "# EOF")
+            .collect();
+        meta.sort_unstable();
+        let expected = [
+            "# HELP splitway_accel_state Effective state of each acceleration: 1 on the state it is in, 0 on the others.",
+            "# HELP splitway_accept_errors Failed accept() calls (e.g. out of file descriptors), by listener mode.",
+            "# HELP splitway_connections_accepted Connections accepted, by how they arrived.",
+            "# HELP splitway_connections_active Connections currently being relayed.",
+            "# HELP splitway_connections_closed Connections closed, by mode and reason.",
+            "# HELP splitway_data_path_chosen Connection directions that moved data, by data path.",
+            "# HELP splitway_denied Connections refused by access policy or connection limits, by reason.",
+            "# HELP splitway_early_syn Client SYNs seen by the early-SYN detector, by outcome.",
+            "# HELP splitway_forwarded_bytes Bytes forwarded, by direction and data path.",
+            "# HELP splitway_leg_sent_bytes Bytes the relay wrote to its legs, by leg kind and direction.",
+            "# HELP splitway_path_choices New connections on a multi-candidate route, by route index and the candidate taken.",
+            "# HELP splitway_path_flips Changes of a route's chosen candidate, by route index and cause (failure, better).",
+            "# HELP splitway_path_probes_answered Path probes this relay answered for upstream relays.",
+            "# HELP splitway_path_probes_sent Path probes sent to each peer relay, by outcome.",
+            "# HELP splitway_peer_auth_failures Peer relay authentication failures, by reason.",
+            "# HELP splitway_peer_connect_failures Failed connects to a configured peer relay, by peer name.",
+            "# HELP splitway_peer_handshakes Peer legs by how they were authenticated, on the dialing and the accepting end.",
+            "# HELP splitway_pool_events Connection pool events, by peer name and event.",
+            "# HELP splitway_pool_level Idle authenticated connections in each peer's pool.",
+            "# HELP splitway_proxy_protocol_refused Connections refused by a listener with accept_proxy_protocol, by reason.",
+            "# HELP splitway_setup_seconds Time from accept until the next leg is connected.",
+            "# HELP splitway_strict_syn Client SYNs held by strict mode, by verdict.",
+            "# HELP splitway_zero_rtt 0-RTT peer Hellos, by outcome (dialer and acceptor side).",
+            "# TYPE splitway_accel_state gauge",
+            "# TYPE splitway_accept_errors counter",
+            "# TYPE splitway_connections_accepted counter",
+            "# TYPE splitway_connections_active gauge",
+            "# TYPE splitway_connections_closed counter",
+            "# TYPE splitway_data_path_chosen counter",
+            "# TYPE splitway_denied counter",
+            "# TYPE splitway_early_syn counter",
+            "# TYPE splitway_forwarded_bytes counter",
+            "# TYPE splitway_leg_sent_bytes counter",
+            "# TYPE splitway_path_choices counter",
+            "# TYPE splitway_path_flips counter",
+            "# TYPE splitway_path_probes_answered counter",
+            "# TYPE splitway_path_probes_sent counter",
+            "# TYPE splitway_peer_auth_failures counter",
+            "# TYPE splitway_peer_connect_failures counter",
+            "# TYPE splitway_peer_handshakes counter",
+            "# TYPE splitway_pool_events counter",
+            "# TYPE splitway_pool_level gauge",
+            "# TYPE splitway_proxy_protocol_refused counter",
+            "# TYPE splitway_setup_seconds histogram",
+            "# TYPE splitway_strict_syn counter",
+            "# TYPE splitway_zero_rtt counter",
+            "# UNIT splitway_leg_sent_bytes bytes",
+            "# UNIT splitway_setup_seconds seconds",
+        ];
+        assert_eq!(meta, expected);
+    }
+
+    #[test]
+    fn active_guard_decrements_on_drop() {
+        let metrics = Metrics::new();
+        let first = metrics.active(Mode::Socks5);
+        let second = metrics.active(Mode::Socks5);
+        assert_eq!(metrics.active_count(Mode::Socks5), 2);
+        assert_eq!(metrics.active_count(Mode::Tproxy), 0);
+        drop(first);
+        assert_eq!(metrics.active_count(Mode::Socks5), 1);
+        drop(second);
+        assert_eq!(metrics.active_count(Mode::Socks5), 0);
+    }
+
+    #[test]
+    fn encode_names_every_family_and_ends_with_eof() {
+        let metrics = Metrics::new();
+        metrics.register_peer("tokyo");
+        let text = metrics.encode();
+        for family in [
+            "splitway_connections_accepted_total{mode=\"http_connect\"} 0",
+            "splitway_connections_active{mode=\"peer\"} 0",
+            "splitway_connections_closed_total{mode=\"tproxy\",reason=\"ttl_exceeded\"} 0",
+            "splitway_peer_auth_failures_total{reason=\"bad_mac\"} 0",
+            "splitway_denied_total{reason=\"port\"} 0",
+            "splitway_accept_errors_total{mode=\"socks5\"} 0",
+            "splitway_forwarded_bytes_total{direction=\"to_client\",path=\"splice\"} 0",
+            "splitway_data_path_chosen_total{path=\"copy\"} 0",
+            "splitway_setup_seconds_count{mode=\"socks5\"} 0",
+            "splitway_peer_connect_failures_total{peer=\"tokyo\"} 0",
+            "# UNIT splitway_setup_seconds seconds",
+            "splitway_leg_sent_bytes_total{leg=\"direct\",direction=\"to_server\"} 0",
+            "splitway_early_syn_total{outcome=\"hit\"} 0",
+            "splitway_pool_events_total{peer=\"tokyo\",event=\"miss\"} 0",
+            "splitway_pool_level{peer=\"tokyo\"} 0",
+        ] {
+            assert!(text.contains(family), "missing {family:?} in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn denials_and_accept_errors_land_in_their_series_only() {
+        let metrics = Metrics::new();
+        metrics.denied(DenyReason::Port);
+        metrics.denied(DenyReason::Port);
+        metrics.denied(DenyReason::Downstream);
+        metrics.accept_error(Mode::Peer);
+        let text = metrics.encode();
+        for line in [
+            "splitway_denied_total{reason=\"port\"} 2",
+            "splitway_denied_total{reason=\"downstream\"} 1",
+            "splitway_denied_total{reason=\"destination\"} 0",
+            "splitway_accept_errors_total{mode=\"peer\"} 1",
+            "splitway_accept_errors_total{mode=\"tproxy\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn leg_bytes_land_in_their_series_only() {
+        let metrics = Metrics::new();
+        metrics.leg_bytes(Leg::Peer, Direction::ToServer, 1000);
+        metrics.leg_bytes(Leg::Peer, Direction::ToServer, 24);
+        metrics.leg_bytes(Leg::Client, Direction::ToClient, 7);
+        let text = metrics.encode();
+        for line in [
+            "splitway_leg_sent_bytes_total{leg=\"peer\",direction=\"to_server\"} 1024",
+            "splitway_leg_sent_bytes_total{leg=\"client\",direction=\"to_client\"} 7",
+            "splitway_leg_sent_bytes_total{leg=\"peer\",direction=\"to_client\"} 0",
+            "splitway_leg_sent_bytes_total{leg=\"direct\",direction=\"to_server\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+    }
+}

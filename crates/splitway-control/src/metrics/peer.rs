@@ -1,0 +1,190 @@
+//! Peer-leg families: authentication failures and handshakes on either end
+//! (`splitway-relay`'s `peer` and `dial`), connect failures to configured
+//! peers, and 0-RTT Hello outcomes.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use super::family::{CounterU64, label_enum, series};
+
+label_enum! {
+    /// Why a peer relay's authentication was rejected.
+    pub enum AuthFailureReason {
+        /// The header did not start with the protocol magic.
+        BadMagic => "bad_magic",
+        /// Unsupported protocol version.
+        BadVersion => "bad_version",
+        /// The MAC did not verify.
+        BadMac => "bad_mac",
+        /// Verified, but refused (e.g. stale timestamp, replay, unknown key).
+        Rejected => "rejected",
+        /// The header was structurally invalid.
+        Malformed => "malformed",
+        /// The peer did not send its header in time.
+        Timeout => "timeout",
+        /// The peer closed before completing its header.
+        Closed => "closed",
+        /// The TLS handshake failed (no TLS, or a certificate not signed
+        /// by the configured CA).
+        Tls => "tls",
+    }
+}
+
+label_enum! {
+    /// What became of a 0-RTT peer Hello (`[accel] zero_rtt`), on either end.
+    pub enum ZeroRttOutcome {
+        /// Dialer: the Hello went out in the SYN or right after the handshake.
+        Sent => "sent",
+        /// Dialer: the peer refused the Hello (stale, full, or no 0-RTT
+        /// there); the leg was redialed with the challenge handshake.
+        Fallback => "fallback",
+        /// Acceptor: verified and fresh; the next leg started.
+        Accepted => "accepted",
+        /// Acceptor: outside the time window or older than this process.
+        Stale => "stale",
+        /// Acceptor: a nonce seen before (a replayed SYN).
+        Replay => "replay",
+        /// Acceptor: the replay window was full.
+        Full => "full",
+    }
+}
+
+label_enum! {
+    /// Which end of a peer leg counted its handshake.
+    pub enum LegSide {
+        /// This relay dialed the leg (upstream end).
+        Dial => "dial",
+        /// This relay accepted the leg (downstream end).
+        Accept => "accept",
+    }
+}
+
+label_enum! {
+    /// How a peer leg was authenticated before its Header was acted on.
+    pub enum PeerHandshake {
+        /// A 0-RTT Hello that rode the TCP Fast Open SYN.
+        HelloSyn => "hello_syn",
+        /// A 0-RTT Hello in the first segment after the handshake.
+        Hello => "hello",
+        /// The version-1 challenge–response on a fresh leg (a Hello
+        /// refused, 0-RTT off, or a TLS leg).
+        Challenge => "challenge",
+        /// A pooled connection, authenticated in advance (dialer only).
+        Pooled => "pooled",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AuthFailureLabels {
+    reason: AuthFailureReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ZeroRttLabels {
+    outcome: ZeroRttOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandshakeLabels {
+    side: LegSide,
+    handshake: PeerHandshake,
+}
+
+/// Label set of `splitway_peer_connect_failures_total`.
+///
+/// `peer` must be a peer NAME from the configuration, never an address or any
+/// other value derived from traffic: the config is what bounds this label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    /// Configured peer name.
+    pub peer: String,
+}
+
+/// `peer_auth_failures_total`, `peer_connect_failures_total`,
+/// `zero_rtt_total` and `peer_handshakes_total`.
+#[derive(Clone, Debug)]
+pub struct PeerMetrics {
+    auth_failures: [CounterU64; AuthFailureReason::COUNT],
+    connect_failures: Family<PeerLabels, CounterU64>,
+    zero_rtt: [CounterU64; ZeroRttOutcome::COUNT],
+    handshakes: [[CounterU64; PeerHandshake::COUNT]; LegSide::COUNT],
+}
+
+impl PeerMetrics {
+    /// Declares the four families in `registry`, every enum-labelled
+    /// series at zero (`peer`-labelled ones appear per configured peer).
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let auth_family = Family::<AuthFailureLabels, CounterU64>::default();
+        registry.register(
+            "peer_auth_failures",
+            "Peer relay authentication failures, by reason",
+            auth_family.clone(),
+        );
+        let connect_failures = Family::<PeerLabels, CounterU64>::default();
+        registry.register(
+            "peer_connect_failures",
+            "Failed connects to a configured peer relay, by peer name",
+            connect_failures.clone(),
+        );
+        let zero_rtt_family = Family::<ZeroRttLabels, CounterU64>::default();
+        registry.register(
+            "zero_rtt",
+            "0-RTT peer Hellos, by outcome (dialer and acceptor side)",
+            zero_rtt_family.clone(),
+        );
+        let handshake_family = Family::<HandshakeLabels, CounterU64>::default();
+        registry.register(
+            "peer_handshakes",
+            "Peer legs by how they were authenticated, on the dialing and the accepting end",
+            handshake_family.clone(),
+        );
+        PeerMetrics {
+            auth_failures: series(&auth_family, AuthFailureReason::ALL, |reason| {
+                AuthFailureLabels { reason }
+            }),
+            connect_failures,
+            zero_rtt: series(&zero_rtt_family, ZeroRttOutcome::ALL, |outcome| {
+                ZeroRttLabels { outcome }
+            }),
+            handshakes: LegSide::ALL.map(|side| {
+                series(&handshake_family, PeerHandshake::ALL, |handshake| {
+                    HandshakeLabels { side, handshake }
+                })
+            }),
+        }
+    }
+
+    /// Counts a failed peer authentication.
+    pub fn auth_failure(&self, reason: AuthFailureReason) {
+        self.auth_failures[reason.index()].inc();
+    }
+
+    /// Creates the configured peer's connect-failure series at zero.
+    pub fn register_peer(&self, peer: &str) {
+        // The guard only reads; creating the series is the point.
+        let _series = self.connect_failures.get_or_create(&PeerLabels {
+            peer: peer.to_owned(),
+        });
+    }
+
+    /// Counts a failed connect to the configured peer named `peer`
+    /// (allocates a label set: failures are off the hot path).
+    pub fn connect_failure(&self, peer: &str) {
+        self.connect_failures
+            .get_or_create(&PeerLabels {
+                peer: peer.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a 0-RTT Hello outcome.
+    pub fn zero_rtt(&self, outcome: ZeroRttOutcome) {
+        self.zero_rtt[outcome.index()].inc();
+    }
+
+    /// Counts how a peer leg was authenticated.
+    pub fn handshake(&self, side: LegSide, handshake: PeerHandshake) {
+        self.handshakes[side.index()][handshake.index()].inc();
+    }
+}

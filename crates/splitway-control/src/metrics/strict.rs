@@ -1,0 +1,65 @@
+//! `strict_syn_total`: counted by strict mode (`splitway-relay`'s `strict`)
+//! for each client SYN it held.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use super::family::{CounterU64, label_enum, series};
+
+label_enum! {
+    /// What strict mode did with a client SYN it held (NFQUEUE verdicts).
+    pub enum StrictOutcome {
+        /// The next leg reached the server: the SYN went on to the listener.
+        Released => "released",
+        /// The server (or a downstream relay's server) refused: reset.
+        Refused => "refused",
+        /// Our or a downstream relay's policy refused the destination: reset.
+        Denied => "denied",
+        /// The next leg timed out: the SYN was dropped.
+        Timeout => "timeout",
+        /// The server or a relay was unreachable: the SYN was dropped.
+        Unreachable => "unreachable",
+        /// A retransmitted SYN whose first copy is still held: dropped.
+        Duplicate => "duplicate",
+        /// A retransmitted SYN of a connection already released: let through.
+        Retransmit => "retransmit",
+        /// Beyond the pending-SYN budget (a flood): dropped.
+        OverBudget => "over_budget",
+        /// Not a TCP packet we could read: let through.
+        Unparsed => "unparsed",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StrictLabels {
+    outcome: StrictOutcome,
+}
+
+/// The `strict_syn_total` series.
+#[derive(Clone, Debug)]
+pub struct StrictMetrics {
+    outcomes: [CounterU64; StrictOutcome::COUNT],
+}
+
+impl StrictMetrics {
+    /// Declares the family in `registry`, every verdict at zero.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let family = Family::<StrictLabels, CounterU64>::default();
+        registry.register(
+            "strict_syn",
+            "Client SYNs held by strict mode, by verdict",
+            family.clone(),
+        );
+        StrictMetrics {
+            outcomes: series(&family, StrictOutcome::ALL, |outcome| StrictLabels {
+                outcome,
+            }),
+        }
+    }
+
+    /// Counts a strict-mode verdict.
+    pub fn count(&self, outcome: StrictOutcome) {
+        self.outcomes[outcome.index()].inc();
+    }
+}
