@@ -12,11 +12,12 @@
 //! reads back.
 //!
 //! With `early_syn` left on `auto`, the table also learns which client
-//! prefixes gain nothing from it ([`NearClients`]): where the accept
-//! follows the SYN within [`NEAR_BELOW`] (a LAN), the early start is pure
-//! cost (on the TPROXY bench rig, 20 % more CPU per connection and a slower
-//! setup p50), so the detector stops reporting those prefixes' SYNs except
-//! for a sample that keeps measuring them.
+//! prefixes gain nothing from it ([`NearClients`]). The head start of an
+//! early leg is the client's handshake round trip (SYN to the ACK that lets
+//! accept return); where that is under [`NEAR_BELOW`] (a LAN), the early
+//! start is pure cost (on the TPROXY bench rig, 20 % more CPU per
+//! connection and a slower setup p50), so the detector stops reporting
+//! those prefixes' SYNs except for a sample that keeps measuring them.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -118,6 +119,24 @@ impl<T> EarlyStarts<T> {
         self.near.as_ref().map(|n| n.changes()).unwrap_or_default()
     }
 
+    /// Whether the accepted connection of `client` (a plain TPROXY one)
+    /// should report its handshake round trip: near clients are being
+    /// learned and the detector reported its SYN.
+    pub fn wants_client_rtt(&self, client: SocketAddr) -> bool {
+        self.near
+            .as_ref()
+            .is_some_and(|n| !n.unreported(canonical(client)))
+    }
+
+    /// The handshake round trip of an accepted client (the kernel's first
+    /// RTT sample of the socket: SYN-ACK to ACK), i.e. the head start an
+    /// early leg gets for that client.
+    pub fn client_rtt(&self, client: SocketAddr, rtt: Duration) {
+        if let Some(n) = &self.near {
+            n.sample(canonical(client), rtt);
+        }
+    }
+
     /// The detector now samples (`near`) or reports every SYN of the
     /// prefix of `ip`.
     pub fn near_applied(&self, ip: IpAddr, near: bool) {
@@ -147,15 +166,10 @@ impl<T> EarlyStarts<T> {
     pub fn start(&self, client: SocketAddr, dst: SocketAddr, leg: T) -> Option<Key> {
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
-        if let Some(entry) = shard.get(&key) {
+        if shard.contains_key(&key) {
             // The leg exists or is no longer needed.
-            let late = matches!(entry.slot, Slot::Accepted);
             drop(shard);
             self.count(EarlySynOutcome::Duplicate, 1);
-            if late && let Some(near) = &self.near {
-                // Accepted before its SYN was read: no head start at all.
-                near.sample(key.0, Duration::ZERO);
-            }
             return None;
         }
         if self.in_table.load(Relaxed) >= self.budget {
@@ -265,13 +279,10 @@ impl<T> EarlyStarts<T> {
         match previous {
             Some(Entry {
                 slot: Slot::Started(started),
-                born,
+                ..
             }) => {
                 self.in_table.fetch_sub(1, Relaxed);
                 self.count(EarlySynOutcome::Hit, 1);
-                if let Some(near) = &self.near {
-                    near.sample(key.0, born.elapsed());
-                }
                 Some(started)
             }
             _ => {
@@ -345,12 +356,12 @@ impl<T> EarlyStarts<T> {
     }
 }
 
-/// Below this head start (accept time − SYN time, smoothed) a prefix is
-/// near: the early start cannot repay its own cost there.
+/// Below this head start (the client's handshake round trip, smoothed) a
+/// prefix is near: the early start cannot repay its own cost there.
 pub const NEAR_BELOW: Duration = Duration::from_micros(200);
 /// Above this a near prefix is far again (hysteresis against flapping).
 const FAR_ABOVE: Duration = Duration::from_micros(400);
-/// Head starts measured before a prefix may be declared near.
+/// Round trips measured before a prefix may be declared near.
 const NEAR_MIN_SAMPLES: u32 = 16;
 /// Prefixes tracked at most: the detector's map has this many slots.
 const NEAR_MAX_PREFIXES: usize = 4096;
@@ -534,35 +545,33 @@ mod tests {
         EarlyStarts::<u8>::new(64, Duration::from_secs(10), &Metrics::new()).learning_near_clients()
     }
 
-    /// Ages the entry of (`client`, `dst`) by `by`: a head start.
-    fn age(early: &EarlyStarts<u8>, client: SocketAddr, dst: SocketAddr, by: Duration) {
-        let key = (client, dst);
-        let mut shard = early.shard(&key).lock().unwrap();
-        shard.get_mut(&key).unwrap().born -= by;
-    }
+    const LAN: Duration = Duration::from_micros(60);
 
-    /// Quick hits make a prefix near after NEAR_MIN_SAMPLES; once the
-    /// detector confirms, unsampled ports' accepts count `near` and leave
-    /// no marker, sampled ones are served as before; slow head starts make
-    /// it far again. Another prefix is never touched.
+    /// Quick handshakes make a prefix near after NEAR_MIN_SAMPLES; once the
+    /// detector confirms, unsampled ports' accepts count `near`, leave no
+    /// marker and report no round trip, sampled ones are served as before;
+    /// slow round trips make it far again. Another prefix is never touched.
     #[test]
-    fn quick_hits_make_a_prefix_near_and_slow_ones_far_again() {
+    fn quick_handshakes_make_a_prefix_near_and_slow_ones_far_again() {
         let early = near_table();
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         for port in 1..NEAR_MIN_SAMPLES as u16 {
-            assert!(early.start(addr(port), dst, 0).is_some());
-            assert_eq!(early.take(addr(port), dst), Some(0));
+            assert!(early.wants_client_rtt(addr(port)));
+            early.client_rtt(addr(port), LAN);
             assert!(early.near_changes().is_empty(), "too few samples yet");
         }
-        // A far prefix (10.0.2.0/24, 50 ms head starts) beside it.
-        let far = |port: u16| SocketAddr::from(([10, 0, 2, 9], port));
+        // A far prefix (10.0.2.0/24, 50 ms round trips) beside it.
         for port in 1..=2 * NEAR_MIN_SAMPLES as u16 {
-            assert!(early.start(far(port), dst, 0).is_some());
-            age(&early, far(port), dst, Duration::from_millis(50));
-            assert_eq!(early.take(far(port), dst), Some(0));
+            early.client_rtt(
+                SocketAddr::from(([10, 0, 2, 9], port)),
+                Duration::from_millis(50),
+            );
         }
-        assert!(early.start(addr(100), dst, 0).is_some());
-        assert_eq!(early.take(addr(100), dst), Some(0));
+        // v4-mapped is the same client.
+        early.client_rtt(
+            SocketAddr::new("::ffff:10.0.1.77".parse().unwrap(), 100),
+            LAN,
+        );
         let prefix = IpAddr::from([10, 0, 1, 0]);
         assert_eq!(early.near_changes(), vec![(prefix, true)]);
         // Not yet in the detector: accepts still expect events.
@@ -573,23 +582,26 @@ mod tests {
 
         let markers = early.markers.load(Relaxed);
         assert!(early.take(addr(102), dst).is_none());
+        assert!(!early.wants_client_rtt(addr(102)));
         assert_eq!(early.counted(EarlySynOutcome::Near), 1);
         assert_eq!(early.markers.load(Relaxed), markers, "no marker");
         assert_eq!(early.counted(EarlySynOutcome::Miss), 1);
-        // A sampled port (a multiple of 16) is reported: a normal miss.
-        assert!(early.take(addr(160), dst).is_none());
-        assert_eq!(early.counted(EarlySynOutcome::Miss), 2);
-        // Its late event: a duplicate, and a zero head start.
-        assert!(early.start(addr(160), dst, 0).is_none());
-        assert_eq!(early.counted(EarlySynOutcome::Duplicate), 1);
+        // A sampled port (a multiple of 16) is reported: started, hit.
+        assert!(early.start(addr(160), dst, 7).is_some());
+        assert_eq!(early.take(addr(160), dst), Some(7));
+        assert!(early.wants_client_rtt(addr(160)));
+        // The far prefix is untouched.
+        assert!(
+            early
+                .take(SocketAddr::from(([10, 0, 2, 9], 999)), dst)
+                .is_none()
+        );
+        assert_eq!(early.counted(EarlySynOutcome::Near), 1);
 
-        // The prefix's clients move away: sampled SYNs now give 5 ms.
+        // The prefix's clients move away: 5 ms round trips.
         let mut changes = Vec::new();
-        for i in 0..32u16 {
-            let port = 16 * (20 + i);
-            assert!(early.start(addr(port), dst, 0).is_some());
-            age(&early, addr(port), dst, Duration::from_millis(5));
-            assert_eq!(early.take(addr(port), dst), Some(0));
+        for i in 0..4u16 {
+            early.client_rtt(addr(16 * (20 + i)), Duration::from_millis(5));
             changes.extend(early.near_changes());
         }
         assert_eq!(changes, vec![(prefix, false)]);
@@ -612,6 +624,8 @@ mod tests {
         for port in 1..100 {
             assert!(early.start(addr(port), dst, 0).is_some());
             assert_eq!(early.take(addr(port), dst), Some(0));
+            assert!(!early.wants_client_rtt(addr(port)));
+            early.client_rtt(addr(port), LAN);
         }
         assert!(early.near_changes().is_empty());
     }

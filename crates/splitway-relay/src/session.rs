@@ -189,6 +189,17 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         }
         _ => None,
     };
+    if let (Some(early), ListenMode::Tproxy) = (&shared.early, inbound.mode)
+        && early.wants_client_rtt(inbound.client)
+        && let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream)
+        && info.rtt_us > 0
+    {
+        // 0: no sample (the SYN-ACK was retransmitted).
+        early.client_rtt(
+            inbound.client,
+            std::time::Duration::from_micros(u64::from(info.rtt_us)),
+        );
+    }
     // A transparent connection whose original destination is one of our
     // own listeners was not intercepted at all (a port scan, a health
     // check reaching the TPROXY port): refused whatever the route says.

@@ -25,6 +25,10 @@ label_enum! {
         /// The client would be refused at accept (`allow_clients`,
         /// `[limits]`): no leg was started for its SYN.
         Denied => "denied",
+        /// The client's prefix is near (its accepts follow its SYNs within
+        /// 200 µs): the detector did not report this SYN, whose leg
+        /// started at accept.
+        Near => "near",
     }
 }
 
