@@ -356,12 +356,14 @@ impl<T> EarlyStarts<T> {
     }
 }
 
-/// Below this head start (the client's handshake round trip, smoothed) a
-/// prefix is near: the early start cannot repay its own cost there.
+/// Below this head start (the client's handshake round trip, its recent
+/// minimum) a prefix is near: the early start cannot repay its own cost
+/// there.
 pub const NEAR_BELOW: Duration = Duration::from_micros(200);
 /// Above this a near prefix is far again (hysteresis against flapping).
 const FAR_ABOVE: Duration = Duration::from_micros(400);
-/// Round trips measured before a prefix may be declared near.
+/// Round trips measured before a prefix may be declared near, and the
+/// window of the minimum.
 const NEAR_MIN_SAMPLES: u32 = 16;
 /// Prefixes tracked at most: the detector's map has this many slots.
 const NEAR_MAX_PREFIXES: usize = 4096;
@@ -378,15 +380,48 @@ struct NearClients {
     sampled: AtomicUsize,
 }
 
-#[derive(Default)]
+/// A prefix's round trips: the minimum over the last one or two windows
+/// of [`NEAR_MIN_SAMPLES`]. The minimum, not a mean: queueing on a busy
+/// host inflates single samples by milliseconds, the path's floor stays.
 struct Near {
-    /// Smoothed head start (weight 1/8 for each new one), nanoseconds.
-    head_start_ns: u64,
+    window_min_ns: u64,
+    previous_min_ns: u64,
+    in_window: u32,
     samples: u32,
     /// What this table wants the detector to do with the prefix.
     wanted: bool,
     /// What the detector does (confirmed by `applied`).
     sampled: bool,
+}
+
+impl Default for Near {
+    fn default() -> Self {
+        Near {
+            window_min_ns: u64::MAX,
+            previous_min_ns: u64::MAX,
+            in_window: 0,
+            samples: 0,
+            wanted: false,
+            sampled: false,
+        }
+    }
+}
+
+impl Near {
+    fn add(&mut self, ns: u64) {
+        self.window_min_ns = self.window_min_ns.min(ns);
+        self.in_window += 1;
+        self.samples = self.samples.saturating_add(1);
+        if self.in_window == NEAR_MIN_SAMPLES {
+            self.previous_min_ns = self.window_min_ns;
+            self.window_min_ns = u64::MAX;
+            self.in_window = 0;
+        }
+    }
+
+    fn min_rtt(&self) -> Duration {
+        Duration::from_nanos(self.window_min_ns.min(self.previous_min_ns))
+    }
 }
 
 fn near_prefix(ip: IpAddr) -> IpAddr {
@@ -404,25 +439,18 @@ fn near_prefix(ip: IpAddr) -> IpAddr {
 }
 
 impl NearClients {
-    fn sample(&self, client: SocketAddr, head_start: Duration) {
+    fn sample(&self, client: SocketAddr, rtt: Duration) {
         let prefix = near_prefix(client.ip());
         let mut prefixes = self.prefixes.lock().expect("near prefixes lock");
         if prefixes.len() >= NEAR_MAX_PREFIXES && !prefixes.contains_key(&prefix) {
             return;
         }
         let near = prefixes.entry(prefix).or_default();
-        let ns = u64::try_from(head_start.as_nanos()).unwrap_or(u64::MAX);
-        near.head_start_ns = if near.samples == 0 {
-            ns
-        } else {
-            (near.head_start_ns.saturating_mul(7)).saturating_add(ns) / 8
-        };
-        near.samples = near.samples.saturating_add(1);
-        let smoothed = Duration::from_nanos(near.head_start_ns);
+        near.add(u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX));
         let wanted = if near.wanted {
-            smoothed < FAR_ABOVE
+            near.min_rtt() < FAR_ABOVE
         } else {
-            near.samples >= NEAR_MIN_SAMPLES && smoothed < NEAR_BELOW
+            near.samples >= NEAR_MIN_SAMPLES && near.min_rtt() < NEAR_BELOW
         };
         if wanted != near.wanted {
             near.wanted = wanted;
@@ -598,9 +626,13 @@ mod tests {
         );
         assert_eq!(early.counted(EarlySynOutcome::Near), 1);
 
-        // The prefix's clients move away: 5 ms round trips.
+        // One slow handshake (a busy host) is not a move.
+        early.client_rtt(addr(16 * 19), Duration::from_millis(30));
+        assert!(early.near_changes().is_empty());
+        // The prefix's clients move away: 5 ms round trips, until the
+        // window minimum (two windows at most) has forgotten the LAN.
         let mut changes = Vec::new();
-        for i in 0..4u16 {
+        for i in 0..2 * NEAR_MIN_SAMPLES as u16 {
             early.client_rtt(addr(16 * (20 + i)), Duration::from_millis(5));
             changes.extend(early.near_changes());
         }
