@@ -88,9 +88,9 @@ struct {
 // Client prefixes (IPv4 /24, IPv6 /64) whose handshakes complete too quickly
 // for an early start to gain anything (a LAN: the accept follows the SYN by
 // tens of microseconds, and the early start only costs CPU). Their plain
-// SYNs are reported only when the client port is a multiple of
-// SW_NEAR_SAMPLE, so the relay keeps measuring them and takes the prefix
-// out again when its handshakes slow down. Filled by user space.
+// SYNs are reported only for one client port in SW_NEAR_SAMPLE, so the relay keeps measuring them and takes the prefix
+// out again when its handshakes slow down (a sample: bits 1-4 of the port
+// all 0, one connection in 16). Filled by user space.
 struct near_key {
 	__u8 family;   // SW_FAMILY_V4 or SW_FAMILY_V6
 	__u8 _pad[7];
@@ -165,7 +165,8 @@ static __always_inline void count_dropped(void)
 static __always_inline int near_unsampled(__u8 family, const __u8 *saddr, __u16 sport_be)
 {
 	struct near_key key;
-	if ((bpf_ntohs(sport_be) & (SW_NEAR_SAMPLE - 1)) == 0)
+	// Bits 1-4: connect() picks even ports, consecutive ones 2 apart.
+	if (((bpf_ntohs(sport_be) >> 1) & (SW_NEAR_SAMPLE - 1)) == 0)
 		return 0;
 	__builtin_memset(&key, 0, sizeof(key));
 	key.family = family;

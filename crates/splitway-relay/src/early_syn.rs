@@ -114,7 +114,8 @@ impl<T> EarlyStarts<T> {
 
     /// Changes to the detector's near prefixes decided since the last call:
     /// (an address in the prefix, near). Each must be confirmed with
-    /// [`EarlyStarts::near_applied`] once the detector has it.
+    /// [`EarlyStarts::near_applied`] once the detector has it. Cheap when
+    /// there are none (one atomic load).
     pub fn near_changes(&self) -> Vec<(IpAddr, bool)> {
         self.near.as_ref().map(|n| n.changes()).unwrap_or_default()
     }
@@ -376,6 +377,8 @@ struct NearClients {
     prefixes: Mutex<HashMap<IpAddr, Near>>,
     /// Decided, not yet confirmed in the detector.
     pending: Mutex<Vec<(IpAddr, bool)>>,
+    /// `pending` is not empty: the detector's reader looks after each event.
+    changed: AtomicBool,
     /// Prefixes the detector samples: when 0, accepts skip the lock.
     sampled: AtomicUsize,
 }
@@ -459,15 +462,14 @@ impl NearClients {
                 .lock()
                 .expect("near changes lock")
                 .push((prefix, wanted));
+            self.changed.store(true, Relaxed);
         }
     }
 
     /// True when the detector did not report this client's SYN: its
     /// prefix is sampled and its port is not a sample.
     fn unreported(&self, client: SocketAddr) -> bool {
-        if self.sampled.load(Relaxed) == 0
-            || client.port().is_multiple_of(splitway_sys::bpf::NEAR_SAMPLE)
-        {
+        if self.sampled.load(Relaxed) == 0 || splitway_sys::bpf::near_sample(client.port()) {
             return false;
         }
         let prefixes = self.prefixes.lock().expect("near prefixes lock");
@@ -477,6 +479,9 @@ impl NearClients {
     }
 
     fn changes(&self) -> Vec<(IpAddr, bool)> {
+        if !self.changed.swap(false, Relaxed) {
+            return Vec::new();
+        }
         std::mem::take(&mut *self.pending.lock().expect("near changes lock"))
     }
 

@@ -409,19 +409,17 @@ impl Relay {
                                 break;
                             }
                         },
-                        _ = sweep.tick() => {
-                            early.sweep();
-                            for (prefix, near) in early.near_changes() {
-                                match watch.set_near(prefix, near) {
-                                    Ok(()) => {
-                                        early.near_applied(prefix, near);
-                                        debug!(%prefix, near, "early SYN: client prefix sampled or reported again");
-                                    }
-                                    Err(e) => warn!(%prefix, error = %e, "early SYN: cannot update near prefixes"),
-                                }
-                            }
-                        }
+                        _ = sweep.tick() => early.sweep(),
                         () = stopped(&mut stop) => break,
+                    }
+                    for (prefix, near) in early.near_changes() {
+                        match watch.set_near(prefix, near) {
+                            Ok(()) => {
+                                early.near_applied(prefix, near);
+                                debug!(%prefix, near, "early SYN: client prefix sampled or reported again");
+                            }
+                            Err(e) => warn!(%prefix, error = %e, "early SYN: cannot update near prefixes"),
+                        }
                     }
                 }
                 // Dropping the watch detaches the BPF program.

@@ -312,12 +312,12 @@ impl Pair {
     }
 }
 
-/// A near prefix's SYNs are reported only from client ports that are a
-/// multiple of NEAR_SAMPLE; other prefixes and the other family are not
+/// A near prefix's SYNs are reported only from sample ports (bits 1-4 of
+/// the port 0); other prefixes and the other family are not
 /// affected, and taking the prefix out restores every report.
 #[test]
 fn near_prefixes_report_only_their_samples() {
-    use splitway_sys::bpf::NEAR_SAMPLE;
+    use splitway_sys::bpf::near_sample;
     require_bpf!();
     let pair = pair();
     let l4 = pair.listen(v4(7007));
@@ -328,8 +328,9 @@ fn near_prefixes_report_only_their_samples() {
     watch
         .set_near(IpAddr::V4(Ipv4Addr::new(10, 79, 0, 200)), true)
         .expect("mark the v4 /24 near");
-    let sampled = 40_000 - 40_000 % NEAR_SAMPLE;
-    let _skipped = pair.connect_from(SocketAddr::new(CLIENT_V4.into(), sampled + 1), v4(7007));
+    let sampled = 40_000;
+    assert!(near_sample(sampled) && near_sample(sampled + 1) && !near_sample(sampled + 2));
+    let _skipped = pair.connect_from(SocketAddr::new(CLIENT_V4.into(), sampled + 2), v4(7007));
     let _reported = pair.connect_from(SocketAddr::new(CLIENT_V4.into(), sampled), v4(7007));
     let _v6 = pair.connect_from(SocketAddr::new(CLIENT_V6.into(), sampled + 3), v6(7007));
     let first = watch.try_next().expect("read ring").expect("the sample");

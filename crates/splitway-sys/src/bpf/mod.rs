@@ -17,7 +17,8 @@ mod splitway_resume;
 pub mod syn_watch;
 
 pub use syn_watch::{
-    NEAR_SAMPLE, PlainPorts, ProgramStats, SynEvent, SynWatch, TcHook, TcpOptions, monotonic_now_ns,
+    NEAR_SAMPLE, PlainPorts, ProgramStats, SynEvent, SynWatch, TcHook, TcpOptions,
+    monotonic_now_ns, near_sample,
 };
 
 /// A shipped congestion control: its name and compiled object, declared

@@ -84,9 +84,16 @@ const FILTER_PORTS_GLOBAL: &str = "SW_FILTER_PORTS";
 const PORT_PLAIN: u8 = 1;
 const PORT_SYNOPT: u8 = 2;
 
-/// SYNs from a near prefix ([`SynWatch::set_near`]) are reported only when
-/// the client port is a multiple of this (as `SW_NEAR_SAMPLE` in the C).
+/// SYNs from a near prefix ([`SynWatch::set_near`]) are reported for one
+/// client port in this many (as `SW_NEAR_SAMPLE` in the C).
 pub const NEAR_SAMPLE: u16 = 16;
+
+/// Whether a near prefix's SYN from `client_port` is reported: bits 1-4
+/// all 0, because connect() picks even ports, consecutive ones 2 apart (a
+/// test of the low bits would sample one in 8, or none).
+pub fn near_sample(client_port: u16) -> bool {
+    (client_port >> 1).is_multiple_of(NEAR_SAMPLE)
+}
 
 /// A client prefix as `SW_NEAR` keys it: IPv4 /24, IPv6 /64 (v4-mapped
 /// addresses count as IPv4).
@@ -452,7 +459,7 @@ impl SynWatch {
 
     /// Marks the prefix of `client` (IPv4 /24, IPv6 /64) near, or no longer
     /// near: plain SYNs from a near prefix are reported only from client
-    /// ports that are a multiple of [`NEAR_SAMPLE`].
+    /// ports for which [`near_sample`] holds.
     pub fn set_near(&mut self, client: IpAddr, near: bool) -> Result<(), SysError> {
         let key = NearKey::of(client);
         let r = if near {
