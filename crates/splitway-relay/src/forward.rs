@@ -520,7 +520,15 @@ impl<'a> Pump<'a> {
         // A read shorter than the buffer emptied the receive queue (TCP
         // hands over all it holds up to the length asked for): no FIONREAD,
         // which would be one syscall more per message for a known "no".
-        let more = n == buf.len() && more_queued(self.src);
+        // But if the source's FIN is in already, the next read is the EOF
+        // whose half-close follows at once: sent with MSG_MORE, these last
+        // bytes leave in one segment with that FIN (a response and its
+        // close: one segment and one ACK fewer per connection).
+        let more = if n == buf.len() {
+            more_queued(self.src)
+        } else {
+            read_closed(self.src)
+        };
         Ok(Some(PumpState::Copying {
             buf,
             sent: 0,
@@ -564,6 +572,14 @@ impl<'a> Pump<'a> {
         splitway_sys::sock::shutdown_write(self.dst).map_err(|e| self.wr(e))?;
         Ok(PumpState::Done)
     }
+}
+
+/// Whether the kernel has told the runtime that `s` received its peer's FIN
+/// (EPOLLRDHUP), without a syscall: the readiness the runtime already holds.
+fn read_closed(s: &TcpStream) -> bool {
+    let mut ready = pin!(s.ready(Interest::READABLE));
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    matches!(ready.as_mut().poll(&mut cx), Poll::Ready(Ok(r)) if r.is_read_closed())
 }
 
 impl Future for Pump<'_> {
