@@ -25,7 +25,9 @@ rig_cleanup() {
   # Whatever runs in the namespaces (servers are children of `ip netns
   # exec`, not of this shell) goes with them.
   for n in $C $R $T $S; do ip netns pids "$n" 2>/dev/null | xargs -r kill 2>/dev/null; done
-  wait 2>/dev/null
+  # Only our own children: a bare `wait` also waits for a caller's process
+  # substitution (`exec > >(tee …)`), which ends only after this shell does.
+  [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}" 2>/dev/null
   for n in $C $R $T $S; do
     for _ in $(seq 50); do [ -z "$(ip netns pids "$n" 2>/dev/null)" ] && break; sleep 0.1; done
     ip netns del "$n" 2>/dev/null
