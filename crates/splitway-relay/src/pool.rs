@@ -202,7 +202,21 @@ impl PeerPool {
                     });
                 }
                 let mut failed = false;
-                while let Some(r) = dials.join_next().await {
+                loop {
+                    // A dial to a dead peer whose SYNs are dropped waits out
+                    // the connect timeout; stopping does not: the JoinSet's
+                    // drop aborts the dials.
+                    let r = tokio::select! {
+                        r = dials.join_next() => match r {
+                            Some(r) => r,
+                            None => break,
+                        },
+                        () = stopped(&mut stop) => {
+                            self.idle.lock().expect("pool lock").clear();
+                            info!(peer = %self.peer.name, "pool stopped with dials in flight");
+                            return;
+                        }
+                    };
                     match r {
                         Ok(Ok(c)) => {
                             self.idle.lock().expect("pool lock").push_back(c);

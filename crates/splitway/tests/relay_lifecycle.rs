@@ -91,6 +91,77 @@ fn intercept_rules_are_removed_on_sigterm() {
 }
 
 /// Text of `ss -tin` for established sockets matching `filter`.
+/// The next relay dies and its host drops every new SYN to it (a dead
+/// peer, not a refusing one): the entry relay's pool refills hang in
+/// connect. SIGTERM still ends the relay at once instead of after the
+/// connect timeout (it waited ≥ 7 s, longer than `stop_relay`'s 5 s).
+#[test]
+fn sigterm_is_not_held_by_pool_dials_to_a_dead_peer() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], false);
+    lab.start_relays(&configs);
+    let pool_level = |lab: &Lab| {
+        admin_status(lab.relay_ns("rc"))
+            .ok()
+            .and_then(|st| Some((st.peers.first()?.pool.as_ref()?.level, st)))
+    };
+    wait_until(deadline, "rc's pool filled", || {
+        pool_level(&lab).and_then(|(level, _)| (level > 0).then_some(()))
+    });
+    let port = PEER_PORT.to_string();
+    for args in [
+        vec!["add", "table", "inet", "swdead"],
+        vec![
+            "add",
+            "chain",
+            "inet",
+            "swdead",
+            "input",
+            "{ type filter hook input priority 0; }",
+        ],
+        vec![
+            "add",
+            "rule",
+            "inet",
+            "swdead",
+            "input",
+            "tcp",
+            "dport",
+            &port,
+            "tcp",
+            "flags",
+            "&",
+            "(syn|ack)",
+            "==",
+            "syn",
+            "drop",
+        ],
+    ] {
+        let ok = lab
+            .relay_ns("rs")
+            .command("nft")
+            .args(&args)
+            .status()
+            .expect("run nft");
+        assert!(ok.success(), "nft {args:?}");
+    }
+    lab.kill_relay("rs");
+    // The pooled legs die with rs; the refills' SYNs go unanswered.
+    wait_until(deadline, "rc's pool emptied and refilling", || {
+        pool_level(&lab).and_then(|(level, _)| (level == 0).then_some(()))
+    });
+    let started = Instant::now();
+    let status = lab.stop_relay("rc");
+    let took = started.elapsed();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "rc did not exit on SIGTERM within 5 s ({status:?})"
+    );
+    assert!(took < Duration::from_secs(3), "rc took {took:?} to exit");
+}
+
 fn ss_info(ns: &Netns, filter: &str) -> String {
     let out = output(
         ns.command("ss")
