@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use splitway_api as api;
 use splitway_control::metrics::{EarlySynMetrics, EarlySynOutcome, Metrics};
+use splitway_sys::bpf::{near_prefix, near_sample};
 
 use crate::config::{Config, ListenMode};
 
@@ -121,15 +122,6 @@ impl<T> EarlyStarts<T> {
         self.near.as_ref().map(|n| n.changes()).unwrap_or_default()
     }
 
-    /// Whether the accepted connection of `client` (a plain TPROXY one)
-    /// should report its handshake round trip: near clients are being
-    /// learned and the detector reported its SYN.
-    pub fn wants_client_rtt(&self, client: SocketAddr) -> bool {
-        self.near
-            .as_ref()
-            .is_some_and(|n| !n.unreported(canonical(client)))
-    }
-
     /// The handshake round trip of an accepted client (the kernel's first
     /// RTT sample of the socket: SYN-ACK to ACK), i.e. the head start an
     /// early leg gets for that client.
@@ -217,9 +209,19 @@ impl<T> EarlyStarts<T> {
 
     /// The accepted connection's early-started leg, if any.
     pub fn take(&self, client: SocketAddr, dst: SocketAddr) -> Option<T> {
+        self.take_reporting(client, dst).leg
+    }
+
+    /// [`EarlyStarts::take`] for a plain TPROXY accept, which also says
+    /// whether to report the connection's handshake round trip
+    /// ([`EarlyStarts::client_rtt`]).
+    pub fn take_reporting(&self, client: SocketAddr, dst: SocketAddr) -> Taken<T> {
         // No detector, no early legs: accepts are not misses of it either.
         if self.dead.load(Relaxed) {
-            return None;
+            return Taken {
+                leg: None,
+                wants_rtt: false,
+            };
         }
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
@@ -232,24 +234,16 @@ impl<T> EarlyStarts<T> {
             // so no marker is needed either.
             drop(shard);
             self.count(EarlySynOutcome::Near, 1);
-            return None;
+            return Taken {
+                leg: None,
+                wants_rtt: false,
+            };
         }
         // A miss: the SYN event is still queued behind this accept (its
         // reader is late) and must not start a leg when it is read, so a
         // marker stays for a while (within its budget). A quick hit needs
         // none: its only SYN's event was read already. A slow one may have
         // had its SYN retransmitted, and that event may trail the accept.
-        let wants_marker = match &previous {
-            None => true,
-            Some(Entry {
-                slot: Slot::Started(_),
-                born,
-            }) => born.elapsed() >= RETRANSMIT_POSSIBLE_AFTER,
-            Some(Entry {
-                slot: Slot::Accepted,
-                ..
-            }) => false,
-        };
         match &previous {
             Some(Entry {
                 slot: Slot::Accepted,
@@ -265,7 +259,11 @@ impl<T> EarlyStarts<T> {
                     },
                 );
             }
-            _ if wants_marker && self.markers.load(Relaxed) < self.budget * MARKERS_PER_LEG => {
+            Some(Entry {
+                slot: Slot::Started(_),
+                born,
+            }) if born.elapsed() < RETRANSMIT_POSSIBLE_AFTER => {}
+            _ if self.markers.load(Relaxed) < self.budget * MARKERS_PER_LEG => {
                 shard.insert(
                     key,
                     Entry {
@@ -278,7 +276,7 @@ impl<T> EarlyStarts<T> {
             _ => {}
         }
         drop(shard);
-        match previous {
+        let leg = match previous {
             Some(Entry {
                 slot: Slot::Started(started),
                 ..
@@ -291,6 +289,10 @@ impl<T> EarlyStarts<T> {
                 self.count(EarlySynOutcome::Miss, 1);
                 None
             }
+        };
+        Taken {
+            leg,
+            wants_rtt: self.near.is_some(),
         }
     }
 
@@ -356,6 +358,15 @@ impl<T> EarlyStarts<T> {
             near_prefixes: self.near.as_ref().map_or(0, |n| n.sampled_prefixes()),
         })
     }
+}
+
+/// What [`EarlyStarts::take_reporting`] found for an accept.
+pub struct Taken<T> {
+    /// The leg started at the SYN, if any.
+    pub leg: Option<T>,
+    /// Near clients are being learned and the detector reported this SYN:
+    /// the connection's handshake round trip is a sample.
+    pub wants_rtt: bool,
 }
 
 /// Below this head start (the client's handshake round trip, its recent
@@ -428,20 +439,6 @@ impl Near {
     }
 }
 
-fn near_prefix(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => {
-            let [a, b, c, _] = v4.octets();
-            IpAddr::from([a, b, c, 0])
-        }
-        IpAddr::V6(v6) => {
-            let mut o = v6.octets();
-            o[8..].fill(0);
-            IpAddr::from(o)
-        }
-    }
-}
-
 impl NearClients {
     fn sample(&self, client: SocketAddr, rtt: Duration) {
         let prefix = near_prefix(client.ip());
@@ -470,7 +467,7 @@ impl NearClients {
     /// True when the detector did not report this client's SYN: its
     /// prefix is sampled and its port is not a sample.
     fn unreported(&self, client: SocketAddr) -> bool {
-        if self.sampled.load(Relaxed) == 0 || splitway_sys::bpf::near_sample(client.port()) {
+        if self.sampled.load(Relaxed) == 0 || near_sample(client.port()) {
             return false;
         }
         let prefixes = self.prefixes.lock().expect("near prefixes lock");
@@ -590,7 +587,7 @@ mod tests {
         let early = near_table();
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         for port in 1..NEAR_MIN_SAMPLES as u16 {
-            assert!(early.wants_client_rtt(addr(port)));
+            assert!(early.take_reporting(addr(port), dst).wants_rtt);
             early.client_rtt(addr(port), LAN);
             assert!(early.near_changes().is_empty(), "too few samples yet");
         }
@@ -610,20 +607,27 @@ mod tests {
         assert_eq!(early.near_changes(), vec![(prefix, true)]);
         // Not yet in the detector: accepts still expect events.
         assert!(early.take(addr(101), dst).is_none());
-        assert_eq!(early.counted(EarlySynOutcome::Miss), 1);
+        assert_eq!(
+            early.counted(EarlySynOutcome::Miss),
+            NEAR_MIN_SAMPLES as u64
+        );
         early.near_applied(prefix, true);
         assert!(matches!(early.status(), api::EarlySyn::Running(s) if s.near_prefixes == 1));
 
         let markers = early.markers.load(Relaxed);
-        assert!(early.take(addr(102), dst).is_none());
-        assert!(!early.wants_client_rtt(addr(102)));
+        let unreported = early.take_reporting(addr(102), dst);
+        assert!(unreported.leg.is_none() && !unreported.wants_rtt);
         assert_eq!(early.counted(EarlySynOutcome::Near), 1);
         assert_eq!(early.markers.load(Relaxed), markers, "no marker");
-        assert_eq!(early.counted(EarlySynOutcome::Miss), 1);
-        // A sampled port (a multiple of 16) is reported: started, hit.
+        assert_eq!(
+            early.counted(EarlySynOutcome::Miss),
+            NEAR_MIN_SAMPLES as u64
+        );
+        // A sampled port (bits 1-4 zero) is reported: started, hit.
         assert!(early.start(addr(160), dst, 7).is_some());
-        assert_eq!(early.take(addr(160), dst), Some(7));
-        assert!(early.wants_client_rtt(addr(160)));
+        let sampled = early.take_reporting(addr(160), dst);
+        assert_eq!(sampled.leg, Some(7));
+        assert!(sampled.wants_rtt);
         // The far prefix is untouched.
         assert!(
             early
@@ -661,8 +665,9 @@ mod tests {
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         for port in 1..100 {
             assert!(early.start(addr(port), dst, 0).is_some());
-            assert_eq!(early.take(addr(port), dst), Some(0));
-            assert!(!early.wants_client_rtt(addr(port)));
+            let taken = early.take_reporting(addr(port), dst);
+            assert_eq!(taken.leg, Some(0));
+            assert!(!taken.wants_rtt);
             early.client_rtt(addr(port), LAN);
         }
         assert!(early.near_changes().is_empty());

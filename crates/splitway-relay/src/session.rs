@@ -178,7 +178,18 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     }
     let early_start = match (&shared.early, &inbound.dst) {
         (Some(early), Destination::Ip(dst)) if inbound.mode == ListenMode::Tproxy => {
-            early.take(inbound.client, *dst)
+            let taken = early.take_reporting(inbound.client, *dst);
+            // 0: no sample (the SYN-ACK was retransmitted).
+            if taken.wants_rtt
+                && let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream)
+                && info.rtt_us > 0
+            {
+                early.client_rtt(
+                    inbound.client,
+                    std::time::Duration::from_micros(u64::from(info.rtt_us)),
+                );
+            }
+            taken.leg
         }
         // Paired by (client, the option's destination), as the SYN was.
         (Some(early), Destination::Ip(dst))
@@ -189,17 +200,6 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         }
         _ => None,
     };
-    if let (Some(early), ListenMode::Tproxy) = (&shared.early, inbound.mode)
-        && early.wants_client_rtt(inbound.client)
-        && let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream)
-        && info.rtt_us > 0
-    {
-        // 0: no sample (the SYN-ACK was retransmitted).
-        early.client_rtt(
-            inbound.client,
-            std::time::Duration::from_micros(u64::from(info.rtt_us)),
-        );
-    }
     // A transparent connection whose original destination is one of our
     // own listeners was not intercepted at all (a port scan, a health
     // check reaching the TPROXY port): refused whatever the route says.

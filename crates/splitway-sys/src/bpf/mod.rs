@@ -18,7 +18,7 @@ pub mod syn_watch;
 
 pub use syn_watch::{
     NEAR_SAMPLE, PlainPorts, ProgramStats, SynEvent, SynWatch, TcHook, TcpOptions,
-    monotonic_now_ns, near_sample,
+    monotonic_now_ns, near_prefix, near_sample,
 };
 
 /// A shipped congestion control: its name and compiled object, declared

@@ -108,12 +108,30 @@ struct NearKey {
 // align 1), every bit pattern valid.
 unsafe impl aya::Pod for NearKey {}
 
+/// The near prefix (`SW_NEAR`'s unit) that `ip` belongs to, as an address
+/// with the host bits zero: IPv4 /24, IPv6 /64; v4-mapped addresses count
+/// as IPv4.
+pub fn near_prefix(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            IpAddr::from([a, b, c, 0])
+        }
+        IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[8..].fill(0);
+            IpAddr::from(o)
+        }
+    }
+}
+
 impl NearKey {
     fn of(ip: IpAddr) -> NearKey {
         let mut prefix = [0u8; 8];
-        let family = match ip.to_canonical() {
+        // The host bits are zero, so whole leading bytes are the C's key.
+        let family = match near_prefix(ip) {
             IpAddr::V4(v4) => {
-                prefix[..3].copy_from_slice(&v4.octets()[..3]);
+                prefix[..4].copy_from_slice(&v4.octets());
                 4
             }
             IpAddr::V6(v6) => {
