@@ -181,7 +181,7 @@ impl PeerPool {
     pub async fn maintain(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut backoff = MIN_BACKOFF;
         info!(peer = %self.peer.name, low = self.low(), high = self.high(), "pool started");
-        loop {
+        'maintain: loop {
             self.sweep();
             let want = self.needs_refill();
             if want > 0 {
@@ -211,11 +211,7 @@ impl PeerPool {
                             Some(r) => r,
                             None => break,
                         },
-                        () = stopped(&mut stop) => {
-                            self.idle.lock().expect("pool lock").clear();
-                            info!(peer = %self.peer.name, "pool stopped with dials in flight");
-                            return;
-                        }
+                        () = stopped(&mut stop) => break 'maintain,
                     };
                     match r {
                         Ok(Ok(c)) => {

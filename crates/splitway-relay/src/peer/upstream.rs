@@ -27,6 +27,18 @@ pub struct PeerLeg {
     pub tls: Option<TlsLeg>,
 }
 
+/// Writes `data` to the relay leg to `peer`; a failure is that peer's
+/// (`op` says what was being sent).
+async fn send(io: LegIo<'_>, peer: &str, op: &'static str, data: &[u8]) -> Result<(), ConnError> {
+    io.write_all(data)
+        .await
+        .map_err(|source| ConnError::PeerIo {
+            peer: peer.to_owned(),
+            op,
+            source,
+        })
+}
+
 /// Opens a tuned connection to `peer`. `turbo_buffer` is turbo-start's
 /// buffer size for peers whose config sets none. With `fast_open`, connect
 /// returns at once when a TFO cookie is cached and the first write leaves in
@@ -173,13 +185,7 @@ pub async fn dial(
     let (dialer, mut out) = answer_challenge(io, peer, psk, timeouts).await?;
     header.encode(&mut out);
     out.extend_from_slice(early_data);
-    io.write_all(&out)
-        .await
-        .map_err(|source| ConnError::PeerIo {
-            peer: peer.name.clone(),
-            op: "send header",
-            source,
-        })?;
+    send(io, &peer.name, "send header", &out).await?;
     metrics.peer_handshake(LegSide::Dial, PeerHandshake::Challenge);
     Ok(PeerLeg {
         stream,
@@ -230,13 +236,7 @@ async fn dial_hello(
         .map_err(|e| ConnError::Internal(format!("hello for {}: {e}", peer.name)))?;
     out.extend_from_slice(early_data);
     let io = LegIo::new(&stream, None);
-    io.write_all(&out)
-        .await
-        .map_err(|source| ConnError::PeerIo {
-            peer: peer.name.clone(),
-            op: "send hello",
-            source,
-        })?;
+    send(io, &peer.name, "send hello", &out).await?;
     let (proof, buf) = read_proof(io, &mut dialer, &peer.name, timeouts).await?;
     match proof {
         Ok(()) => Ok(PeerLeg {
@@ -310,13 +310,7 @@ pub async fn dial_pooled(
     let tls = secure(&stream, peer, timeouts).await?;
     let io = LegIo::new(&stream, tls.as_ref());
     let (mut dialer, response) = answer_challenge(io, peer, psk, timeouts).await?;
-    io.write_all(&response)
-        .await
-        .map_err(|source| ConnError::PeerIo {
-            peer: peer.name.clone(),
-            op: "send response",
-            source,
-        })?;
+    send(io, &peer.name, "send response", &response).await?;
     let (proof, buf) = read_proof(io, &mut dialer, &peer.name, timeouts).await?;
     proof.map_err(|e| proof_error(&peer.name, e))?;
     if !buf.is_empty() {
@@ -353,14 +347,8 @@ impl Pooled {
         let mut out = Vec::new();
         header.encode(&mut out);
         out.extend_from_slice(early_data);
-        LegIo::new(&self.stream, self.tls.as_ref())
-            .write_all(&out)
-            .await
-            .map_err(|source| ConnError::PeerIo {
-                peer: peer.to_owned(),
-                op: "send header on pooled connection",
-                source,
-            })?;
+        let io = LegIo::new(&self.stream, self.tls.as_ref());
+        send(io, peer, "send header on pooled connection", &out).await?;
         Ok(PeerLeg {
             stream: self.stream,
             peer: peer.to_owned(),
