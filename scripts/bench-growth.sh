@@ -27,11 +27,7 @@ out="bench-results/growth-$stamp.txt"
 mkdir -p bench-results
 # shellcheck source=scripts/lib/tproxy-rig.sh
 source scripts/lib/tproxy-rig.sh
-trap rig_cleanup EXIT
-
-rig_topology
-rig_configs
-rig_servers || exit 1
+rig_up || exit 1
 
 # Rows for every proxy process of the method: `pair` reports rc and rs
 # apart (method pair-rc, pair-rs) and their sum (pair).

@@ -18,8 +18,7 @@ echo "# bench-tproxy-variants $(date -u +%FT%TZ), commit $(git rev-parse --short
 echo "# columns: round variant ab_req_s cpu_us_per_conn segs_per_conn(in=out) early-SYN outcomes per conn | setup p50/p99 us at 1,000/s"
 dir=$(mktemp -d /tmp/$P.XXXX)
 source scripts/lib/tproxy-rig.sh
-trap rig_cleanup EXIT
-rig_topology; rig_configs; rig_servers || exit 1
+rig_up || exit 1
 cp $dir/splitway.toml $dir/default.toml
 { cat $dir/splitway.toml; printf '[accel]\nearly_syn = false\n'; } > $dir/noes.toml
 { cat $dir/splitway.toml; printf '[accel]\nearly_syn = true\n'; } > $dir/es-on.toml

@@ -31,10 +31,7 @@ out="bench-results/tproxy-bench-$(date -u +%Y%m%dT%H%M%SZ).txt"
 mkdir -p bench-results
 # shellcheck source=scripts/lib/tproxy-rig.sh
 source scripts/lib/tproxy-rig.sh
-trap rig_cleanup EXIT
-rig_topology
-rig_configs
-rig_servers || exit 1
+rig_up || exit 1
 
 measure() { # round method
   local r=$1 m=$2 v t0 t1 bytes

@@ -35,6 +35,12 @@ rig_cleanup() {
   rm -rf "$dir"
 }
 
+# The whole rig, removed again when the caller's shell exits.
+rig_up() {
+  trap rig_cleanup EXIT
+  rig_topology && rig_configs && rig_servers
+}
+
 wait_listen() { # ns port
   for _ in $(seq 100); do
     nsx "$1" ss -Hltn "sport = :$2" | grep -q . && return 0
