@@ -1,6 +1,9 @@
-//! Socket activation (systemd's `LISTEN_FDS` protocol): listening sockets a
-//! service manager opened for us arrive as fds 3, 4, … with `LISTEN_FDS`
-//! saying how many and `LISTEN_PID` saying which process they are for.
+//! The service manager's two protocols. Socket activation (`LISTEN_FDS`):
+//! listening sockets a service manager opened for us arrive as fds 3, 4, …
+//! with `LISTEN_FDS` saying how many and `LISTEN_PID` saying which process
+//! they are for. Readiness (`NOTIFY_SOCKET`, `Type=notify`): the relay says
+//! `READY=1` once its listeners listen, so `systemctl start` returns when
+//! connections are accepted rather than at exec.
 
 use std::net::TcpListener;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -117,4 +120,83 @@ fn adopt(fd: RawFd) -> Result<Inherited, SysError> {
         fd,
         listener: TcpListener::from(owned),
     })
+}
+
+/// Sends `state` (newline-separated `KEY=VALUE` lines, e.g. `READY=1`) to
+/// the service manager's `NOTIFY_SOCKET`. Returns whether one was set; no
+/// socket is not an error (the relay was not started by systemd).
+pub fn notify(state: &str) -> Result<bool, SysError> {
+    match std::env::var_os("NOTIFY_SOCKET") {
+        Some(path) => notify_to(&path, state).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+/// [`notify`] to a given `NOTIFY_SOCKET` value.
+pub fn notify_to(path: &std::ffi::OsStr, state: &str) -> Result<(), SysError> {
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path);
+    let fail = |e: std::io::Error| SysError::io(format!("NOTIFY_SOCKET={path:?}: {state:?}"), e);
+    // `@name` is a Linux abstract socket; anything else is a file path.
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name),
+        None => SocketAddr::from_pathname(path),
+    }
+    .map_err(fail)?;
+    let socket = UnixDatagram::unbound().map_err(fail)?;
+    let sent = socket.send_to_addr(state.as_bytes(), &addr).map_err(fail)?;
+    if sent != state.len() {
+        return Err(SysError::Internal(format!(
+            "NOTIFY_SOCKET: sent {sent} of {} bytes of {state:?}",
+            state.len()
+        )));
+    }
+    Ok(())
+}
+
+/// `MONOTONIC_USEC=…`, the clock systemd compares a reload's start with.
+pub fn monotonic_usec() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
+    // exists on Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notify_reaches_an_abstract_and_a_path_socket() {
+        use std::os::linux::net::SocketAddrExt as _;
+        use std::os::unix::net::{SocketAddr, UnixDatagram};
+        let name = format!("splitway-notify-test-{}", std::process::id());
+        let abstract_rx =
+            UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap())
+                .unwrap();
+        let dir = std::env::temp_dir().join(format!("{name}.d"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("notify");
+        let path_rx = UnixDatagram::bind(&path).unwrap();
+        let mut buf = [0u8; 64];
+        notify_to(format!("@{name}").as_ref(), "READY=1").unwrap();
+        let n = abstract_rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+        notify_to(path.as_os_str(), "STOPPING=1").unwrap();
+        let n = path_rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"STOPPING=1");
+        let err = notify_to(dir.join("absent").as_os_str(), "READY=1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("NOTIFY_SOCKET") && err.contains("absent"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

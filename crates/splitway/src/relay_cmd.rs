@@ -157,20 +157,38 @@ pub fn run(
         let reloads = tokio::spawn(async move {
             while hup.recv().await.is_some() {
                 info!("SIGHUP: reloading the config");
+                notify_service_manager(&format!(
+                    "RELOADING=1\nMONOTONIC_USEC={}",
+                    splitway_sys::activation::monotonic_usec()
+                ));
                 let reloader = reloader.clone();
                 // The reloader logs the outcome (changes or every error).
-                let _ = tokio::task::spawn_blocking(move || reloader.reload()).await;
+                if let Err(e) = tokio::task::spawn_blocking(move || reloader.reload()).await {
+                    warn!(error = %e, "the config reload did not finish");
+                }
+                notify_service_manager("READY=1");
             }
         });
+        // Listeners listen and signals are handled: `systemctl start`
+        // (Type=notify) returns now, and a reload from here on is applied.
+        notify_service_manager("READY=1");
         let shutdown = async move {
             tokio::select! {
                 _ = term.recv() => info!("SIGTERM"),
                 _ = int.recv() => info!("SIGINT"),
             }
+            notify_service_manager("STOPPING=1");
         };
         let result = relay.run(shutdown, drain).await;
         reloads.abort();
         result?;
         Ok::<_, anyhow::Error>(ExitCode::SUCCESS)
     })
+}
+
+/// Tells systemd (`NOTIFY_SOCKET`) the relay's state; without one, nothing.
+fn notify_service_manager(state: &str) {
+    if let Err(e) = splitway_sys::activation::notify(state) {
+        warn!(error = %e, "telling the service manager {state:?} failed");
+    }
 }

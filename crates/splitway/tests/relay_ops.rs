@@ -603,3 +603,80 @@ fn socket_activation_serves_through_the_inherited_listener() {
     let mut client = socks_connect(&lab, server_v4()).expect("SOCKS5 through the inherited socket");
     exchange(&mut client, &server, 2 * MIB, 9);
 }
+
+/// One `NOTIFY_SOCKET` datagram, or a panic naming what was awaited.
+fn next_notification(socket: &std::os::unix::net::UnixDatagram, what: &str) -> String {
+    let mut buf = [0u8; 256];
+    let n = socket
+        .recv(&mut buf)
+        .unwrap_or_else(|e| panic!("waiting for {what} on NOTIFY_SOCKET: {e}"));
+    text(&buf[..n])
+}
+
+#[test]
+fn the_service_manager_hears_ready_reloading_and_stopping() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], false);
+    lab.restart_relay("rs", &configs[1]);
+    let config_path = lab.config_path("rc");
+    std::fs::write(&config_path, configs[0].render(&lab.psk_path)).expect("write config");
+    // A path socket: abstract ones are per network namespace.
+    let notify_path = lab.dir.join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("bind NOTIFY_SOCKET");
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let stderr = std::fs::File::create(lab.dir.join("rc-notify.log")).expect("log file");
+    let child = lab
+        .rc()
+        .command(SPLITWAY)
+        .args(["relay", "--config"])
+        .arg(&config_path)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn splitway relay");
+    let pid = child.id().to_string();
+    lab.adopt(child);
+    let kill = |signal: &str| {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    };
+
+    // READY=1 only once the listeners listen: the SOCKS5 port and the
+    // admin API answer the moment it arrives, with no retry.
+    assert_eq!(next_notification(&notify, "READY=1"), "READY=1");
+    let server = TestServer::bind(&lab.server, server_v4());
+    let mut client = socks_connect(&lab, server_v4()).expect("SOCKS5 right after READY=1");
+    exchange(&mut client, &server, 256 * 1024, 3);
+    drop(client);
+    curl_admin(lab.rc(), "/status").expect("admin API right after READY=1");
+
+    // A reload is bracketed: RELOADING=1 with the monotonic clock, then
+    // READY=1 once the new generation runs.
+    let before = status(&lab, "rc").config_generation;
+    kill("HUP");
+    let reloading = next_notification(&notify, "RELOADING=1");
+    let usec: u64 = reloading
+        .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("not a reload notification: {reloading:?}"));
+    assert!(usec > 0, "{reloading:?}");
+    assert_eq!(
+        next_notification(&notify, "READY=1 after the reload"),
+        "READY=1"
+    );
+    assert_eq!(status(&lab, "rc").config_generation, before + 1);
+
+    kill("TERM");
+    assert_eq!(next_notification(&notify, "STOPPING=1"), "STOPPING=1");
+    wait_until(deadline, "waiting for rc to stop after SIGTERM", || {
+        curl_admin(lab.rc(), "/status").is_err().then_some(())
+    });
+}
