@@ -41,7 +41,19 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run a relay (or validate its config with --check).
-    #[command(long_about = "Run a relay from a TOML config file.\n\n\
+    #[command(long_about = RELAY_LONG_ABOUT)]
+    Relay(RelayArgs),
+    /// Print a new random pre-shared key (hex) for relay-to-relay authentication.
+    Keygen,
+    /// Emulated WAN in network namespaces: every configuration measured against the model.
+    Lab(Box<splitway_lab::cli::LabArgs>),
+    Ctl(ctl::CtlArgs),
+    Agent(agent::AgentArgs),
+    Bypass(bypass::BypassArgs),
+}
+
+const RELAY_ABOUT: &str = "Run a relay (or validate its config with --check).";
+const RELAY_LONG_ABOUT: &str = "Run a relay from a TOML config file.\n\n\
 With --check, validate the file and print every error (each naming its key), then exit: \
 0 if valid, 78 (EX_CONFIG) if not; `splitway relay` itself also exits 78 on an invalid \
 config, so a service manager can stop retrying (RestartPreventExitStatus=78). SIGINT/SIGTERM stop accepting and let open connections finish for \
@@ -50,25 +62,40 @@ a restart (routes, peers, pools, keys, limits, timeouts, tuning, client ACLs); a
 file changes nothing and its errors are logged (`splitway ctl reload` does the same and \
 prints the outcome). Listening sockets passed by systemd socket activation (LISTEN_FDS) are \
 used for the [[listen]] entries with their addresses. Log verbosity follows RUST_LOG \
-(default: info) and can be changed live: `splitway ctl set log.level debug`.")]
-    Relay {
-        /// The relay's config file (TOML).
-        #[arg(long, short)]
-        config: PathBuf,
-        /// Validate the config and exit.
-        #[arg(long)]
-        check: bool,
-        /// How long open connections may finish after a shutdown signal.
-        #[arg(long, default_value = "30s", value_parser = splitway_control::params::duration_arg)]
-        drain_timeout: Duration,
-    },
-    /// Print a new random pre-shared key (hex) for relay-to-relay authentication.
-    Keygen,
-    /// Emulated WAN in network namespaces: every configuration measured against the model.
-    Lab(Box<splitway_lab::cli::LabArgs>),
-    Ctl(ctl::CtlArgs),
-    Agent(agent::AgentArgs),
-    Bypass(bypass::BypassArgs),
+(default: info) and can be changed live: `splitway ctl set log.level debug`.";
+
+/// `splitway relay`'s arguments.
+#[derive(clap::Args)]
+struct RelayArgs {
+    /// The relay's config file (TOML).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// Validate the config and exit.
+    #[arg(long)]
+    check: bool,
+    /// How long open connections may finish after a shutdown signal.
+    #[arg(long, default_value = "30s", value_parser = splitway_control::params::duration_arg)]
+    drain_timeout: Duration,
+}
+
+/// `splitway relay …` parsed on its own: what a service manager runs at
+/// every start. `Cli` builds every subcommand's arguments before parsing
+/// (lab, ctl, bypass: about 200 KB of code, run once, that an idle relay
+/// would keep mapped); this builds only the relay's.
+#[derive(Parser)]
+#[command(
+    name = "splitway relay",
+    bin_name = "splitway relay",
+    version,
+    about = RELAY_ABOUT,
+    long_about = RELAY_LONG_ABOUT
+)]
+struct RelayCli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(flatten)]
+    relay: RelayArgs,
 }
 
 /// The log filter, changeable while the relay runs (`log.level`).
@@ -149,14 +176,22 @@ fn init_logging(format: LogFormat) -> Arc<LogFilter> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let log = init_logging(cli.log_format);
-    let result = match cli.command {
-        Command::Relay {
+    let mut args = std::env::args_os();
+    let relay_only = args.nth(1).is_some_and(|a| a == "relay");
+    let (log_format, command) = if relay_only {
+        let cli = RelayCli::parse_from(std::iter::once("splitway relay".into()).chain(args));
+        (cli.log_format, Command::Relay(cli.relay))
+    } else {
+        let cli = Cli::parse();
+        (cli.log_format, cli.command)
+    };
+    let log = init_logging(log_format);
+    let result = match command {
+        Command::Relay(RelayArgs {
             config,
             check,
             drain_timeout,
-        } => relay_cmd::run(&config, check, drain_timeout, log),
+        }) => relay_cmd::run(&config, check, drain_timeout, log),
         Command::Keygen => keygen(),
         Command::Ctl(args) => ctl::run(args),
         Command::Agent(args) => agent::run(args),

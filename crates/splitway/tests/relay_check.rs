@@ -249,3 +249,45 @@ fn check_says_what_each_acceleration_will_do_here() {
         "{text}"
     );
 }
+
+/// `splitway relay` has its own parser (the fast path a service manager
+/// runs); it must take what the full command line takes, in either place.
+#[test]
+fn the_relay_command_line_is_the_same_on_its_own_parser() {
+    let dir = TempDir::new();
+    let psk = dir.join("psk.key");
+    write_psk(&psk, 9);
+    let path = dir.join("relay.toml");
+    std::fs::write(
+        &path,
+        good().to_toml().replace("@PSK@", psk.to_str().unwrap()),
+    )
+    .unwrap();
+    let path = path.to_str().unwrap();
+    for args in [
+        vec!["relay", "--config", path, "--check"],
+        vec!["relay", "-c", path, "--check", "--drain-timeout", "5s"],
+        vec!["relay", "--log-format", "json", "--config", path, "--check"],
+        vec!["--log-format", "json", "relay", "--config", path, "--check"],
+    ] {
+        let out = output(Command::new(SPLITWAY).args(&args));
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("valid ("),
+            "{args:?}: {out:?}"
+        );
+    }
+    let help = output(Command::new(SPLITWAY).args(["relay", "--help"]));
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(
+        help.contains("RestartPreventExitStatus=78") && help.contains("--drain-timeout"),
+        "{help}"
+    );
+    for bad in [
+        vec!["relay"],
+        vec!["relay", "--config", path, "--drain-timeout", "soon"],
+        vec!["relay", "--config", path, "--what"],
+    ] {
+        let out = output(Command::new(SPLITWAY).args(&bad));
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+    }
+}
