@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bench-bypass bench-tproxy bench-growth
+.PHONY: startup-order footprint demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bench-bypass bench-tproxy bench-growth
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -21,6 +21,23 @@ build:
 
 release:
 	$(CARGO) build --release -p splitway
+
+## startup-order: re-trace which functions an idle relay runs (4 KB pages,
+## scripts/lib/pagetouch.c) and rewrite crates/splitway/startup-order.txt,
+## the link order of release builds (crates/splitway/build.rs). Run after
+## changes to start-up code; running it twice refines the order.
+startup-order: deps release
+	python3 scripts/startup-order.py target/release/splitway
+
+## footprint: idle RSS/PSS and exec -> READY=1 of the release binary with
+## and without the startup order, alternating, 20 rounds (bench-results/).
+footprint: deps release
+	cp target/release/splitway target/splitway-ordered
+	SPLITWAY_NO_STARTUP_ORDER=1 $(CARGO) build --release -p splitway
+	cp target/release/splitway target/splitway-unordered
+	$(CARGO) build --release -p splitway
+	cc -O2 -o target/listen-floor scripts/lib/listen-floor.c
+	python3 scripts/footprint-binaries.py 20 ordered=target/splitway-ordered unordered=target/splitway-unordered floor=target/listen-floor | tee bench-results/footprint-$$(date -u +%Y%m%dT%H%M%SZ).txt
 
 lint: import-graph
 	$(CARGO) fmt --all -- --check
