@@ -37,6 +37,7 @@ footprint: deps release
 	cp target/release/splitway target/splitway-unordered
 	$(CARGO) build --release -p splitway
 	cc -O2 -o target/listen-floor scripts/lib/listen-floor.c
+	python3 scripts/startup-order.py --coverage target/splitway-ordered
 	python3 scripts/footprint-binaries.py 20 ordered=target/splitway-ordered unordered=target/splitway-unordered floor=target/listen-floor | tee bench-results/footprint-$$(date -u +%Y%m%dT%H%M%SZ).txt
 
 lint: import-graph

@@ -15,6 +15,8 @@ follow (they may have run too: only a page's first touch is seen). Running
 this again on a binary built with the order refines it.
 
 Usage: startup-order.py [BINARY] [--out FILE]   (default target/release/splitway)
+       startup-order.py --coverage BINARY     how many of the file's names BINARY
+                                              still has (a stale file places fewer)
 Traced, each until idle and then through a few connections: the footprint
 config (HTTP CONNECT + admin, route direct) on loopback, and the README's
 minimal rs (peer listener) and rc (TPROXY on eth0, SOCKS5, HTTP CONNECT, a peer)
@@ -230,6 +232,13 @@ def order(binary, traces):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--connect":
         connect_requests(int(sys.argv[2]), sys.argv[3], 20)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--coverage":
+        names = [n for n in open(os.path.join(ROOT, "crates/splitway/startup-order.txt")).read().split()]
+        have = {s[2] for s in symbols(sys.argv[2])[1]}
+        found = sum(n in have for n in names)
+        print(f"# startup-order.txt: {found} of {len(names)} names in {sys.argv[2]} "
+              f"({100 * found / max(1, len(names)):.0f} %)")
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--echo":
         echo_server(socket.create_server(("127.0.0.1", int(sys.argv[2]))))
