@@ -7,7 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::family::{label_enum, series};
+use super::family::{declare, label_enum, series};
 
 label_enum! {
     /// An acceleration whose effective state is exported.
@@ -54,11 +54,10 @@ pub struct AccelMetrics {
 impl AccelMetrics {
     /// Declares the family in `registry`, every acceleration off.
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let family = Family::<AccelLabels, Gauge>::default();
-        registry.register(
+        let family: Family<AccelLabels, Gauge> = declare(
+            registry,
             "accel_state",
             "Effective state of each acceleration: 1 on the state it is in, 0 on the others",
-            family.clone(),
         );
         AccelMetrics {
             state: AccelName::ALL.map(|accel| {

@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::family::{CounterU64, label_enum, series};
+use super::family::{CounterU64, declare, label_enum, series};
 
 /// Upper bounds (seconds) of the `setup_seconds` histogram buckets: a
 /// 1-2.5-5 ladder (exponential per decade) from 50 µs to 10 s. Chosen over
@@ -152,35 +152,30 @@ impl ConnectionMetrics {
     /// Declares the six families in `registry`, every series at zero.
     pub(crate) fn register(registry: &mut Registry) -> Self {
         // prometheus-client appends `_total` to counter names itself.
-        let accepted_family = Family::<ModeLabels, CounterU64>::default();
-        registry.register(
+        let accepted_family: Family<ModeLabels, CounterU64> = declare(
+            registry,
             "connections_accepted",
             "Connections accepted, by how they arrived",
-            accepted_family.clone(),
         );
-        let active_family = Family::<ModeLabels, Gauge>::default();
-        registry.register(
+        let active_family: Family<ModeLabels, Gauge> = declare(
+            registry,
             "connections_active",
             "Connections currently being relayed",
-            active_family.clone(),
         );
-        let closed_family = Family::<ClosedLabels, CounterU64>::default();
-        registry.register(
+        let closed_family: Family<ClosedLabels, CounterU64> = declare(
+            registry,
             "connections_closed",
             "Connections closed, by mode and reason",
-            closed_family.clone(),
         );
-        let denied_family = Family::<DeniedLabels, CounterU64>::default();
-        registry.register(
+        let denied_family: Family<DeniedLabels, CounterU64> = declare(
+            registry,
             "denied",
             "Connections refused by access policy or connection limits, by reason",
-            denied_family.clone(),
         );
-        let accept_errors_family = Family::<ModeLabels, CounterU64>::default();
-        registry.register(
+        let accept_errors_family: Family<ModeLabels, CounterU64> = declare(
+            registry,
             "accept_errors",
             "Failed accept() calls (e.g. out of file descriptors), by listener mode",
-            accept_errors_family.clone(),
         );
         let setup_family: SetupHistogramFamily =
             Family::new_with_constructor(new_setup_histogram as fn() -> Histogram);

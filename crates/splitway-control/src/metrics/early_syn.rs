@@ -5,7 +5,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, label_enum, series};
+use super::family::{CounterU64, declare, label_enum, series};
 
 label_enum! {
     /// What became of a client SYN seen by the early-SYN detector.
@@ -47,11 +47,10 @@ pub struct EarlySynMetrics {
 impl EarlySynMetrics {
     /// Declares the family in `registry`, every outcome at zero.
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let family = Family::<EarlySynLabels, CounterU64>::default();
-        registry.register(
+        let family: Family<EarlySynLabels, CounterU64> = declare(
+            registry,
             "early_syn",
             "Client SYNs seen by the early-SYN detector, by outcome",
-            family.clone(),
         );
         EarlySynMetrics {
             outcomes: series(&family, EarlySynOutcome::ALL, |outcome| EarlySynLabels {

@@ -79,3 +79,18 @@ where
 {
     values.map(|v| family.get_or_create(&labels(v)).clone())
 }
+
+/// Creates a metric (family) and declares it in `registry` under `name`
+/// with `help`; returns the handle the relay counts through.
+pub(crate) fn declare<M>(
+    registry: &mut prometheus_client::registry::Registry,
+    name: &str,
+    help: &str,
+) -> M
+where
+    M: prometheus_client::registry::Metric + Clone + Default,
+{
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
+}

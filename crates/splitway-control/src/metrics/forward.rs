@@ -5,7 +5,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::family::{CounterU64, label_enum, series};
+use super::family::{CounterU64, declare, label_enum, series};
 
 label_enum! {
     /// Which way relayed bytes flowed.
@@ -70,11 +70,10 @@ pub struct ForwardMetrics {
 impl ForwardMetrics {
     /// Declares the three families in `registry`, every series at zero.
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let bytes_family = Family::<BytesLabels, CounterU64>::default();
-        registry.register(
+        let bytes_family: Family<BytesLabels, CounterU64> = declare(
+            registry,
             "forwarded_bytes",
             "Bytes forwarded, by direction and data path",
-            bytes_family.clone(),
         );
         let leg_bytes_family = Family::<LegBytesLabels, CounterU64>::default();
         registry.register_with_unit(
@@ -83,11 +82,10 @@ impl ForwardMetrics {
             Unit::Bytes,
             leg_bytes_family.clone(),
         );
-        let path_family = Family::<PathLabels, CounterU64>::default();
-        registry.register(
+        let path_family: Family<PathLabels, CounterU64> = declare(
+            registry,
             "data_path_chosen",
             "Connection directions that moved data, by data path",
-            path_family.clone(),
         );
         ForwardMetrics {
             forwarded_bytes: Direction::ALL.map(|direction| {

@@ -6,7 +6,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, label_enum, series};
+use super::family::{CounterU64, declare, label_enum, series};
 
 label_enum! {
     /// Why a peer relay's authentication was rejected.
@@ -115,29 +115,25 @@ impl PeerMetrics {
     /// Declares the four families in `registry`, every enum-labelled
     /// series at zero (`peer`-labelled ones appear per configured peer).
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let auth_family = Family::<AuthFailureLabels, CounterU64>::default();
-        registry.register(
+        let auth_family: Family<AuthFailureLabels, CounterU64> = declare(
+            registry,
             "peer_auth_failures",
             "Peer relay authentication failures, by reason",
-            auth_family.clone(),
         );
-        let connect_failures = Family::<PeerLabels, CounterU64>::default();
-        registry.register(
+        let connect_failures: Family<PeerLabels, CounterU64> = declare(
+            registry,
             "peer_connect_failures",
             "Failed connects to a configured peer relay, by peer name",
-            connect_failures.clone(),
         );
-        let zero_rtt_family = Family::<ZeroRttLabels, CounterU64>::default();
-        registry.register(
+        let zero_rtt_family: Family<ZeroRttLabels, CounterU64> = declare(
+            registry,
             "zero_rtt",
             "0-RTT peer Hellos, by outcome (dialer and acceptor side)",
-            zero_rtt_family.clone(),
         );
-        let handshake_family = Family::<HandshakeLabels, CounterU64>::default();
-        registry.register(
+        let handshake_family: Family<HandshakeLabels, CounterU64> = declare(
+            registry,
             "peer_handshakes",
             "Peer legs by how they were authenticated, on the dialing and the accepting end",
-            handshake_family.clone(),
         );
         PeerMetrics {
             auth_failures: series(&auth_family, AuthFailureReason::ALL, |reason| {

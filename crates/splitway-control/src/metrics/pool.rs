@@ -7,7 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, label_enum, series};
+use super::family::{CounterU64, declare, label_enum, series};
 use super::peer::PeerLabels;
 
 label_enum! {
@@ -45,17 +45,15 @@ impl PoolFamilies {
     /// Declares both families in `registry` (series appear per peer, with
     /// [`PoolFamilies::for_peer`]).
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let events = Family::<PoolEventLabels, CounterU64>::default();
-        registry.register(
+        let events: Family<PoolEventLabels, CounterU64> = declare(
+            registry,
             "pool_events",
             "Connection pool events, by peer name and event",
-            events.clone(),
         );
-        let level = Family::<PeerLabels, Gauge>::default();
-        registry.register(
+        let level: Family<PeerLabels, Gauge> = declare(
+            registry,
             "pool_level",
             "Idle authenticated connections in each peer's pool",
-            level.clone(),
         );
         PoolFamilies { events, level }
     }

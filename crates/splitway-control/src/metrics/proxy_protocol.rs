@@ -6,7 +6,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, label_enum, series};
+use super::family::{CounterU64, declare, label_enum, series};
 
 label_enum! {
     /// Why a listener with `accept_proxy_protocol` refused a connection.
@@ -41,11 +41,10 @@ pub struct ProxyProtocolMetrics {
 impl ProxyProtocolMetrics {
     /// Declares the family in `registry`, every reason at zero.
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let family = Family::<ProxyRefusalLabels, CounterU64>::default();
-        registry.register(
+        let family: Family<ProxyRefusalLabels, CounterU64> = declare(
+            registry,
             "proxy_protocol_refused",
             "Connections refused by a listener with accept_proxy_protocol, by reason",
-            family.clone(),
         );
         ProxyProtocolMetrics {
             refused: series(&family, ProxyRefusal::ALL, |reason| ProxyRefusalLabels {

@@ -5,7 +5,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, label_enum, series};
+use super::family::{CounterU64, declare, label_enum, series};
 
 label_enum! {
     /// What strict mode did with a client SYN it held (NFQUEUE verdicts).
@@ -45,11 +45,10 @@ pub struct StrictMetrics {
 impl StrictMetrics {
     /// Declares the family in `registry`, every verdict at zero.
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let family = Family::<StrictLabels, CounterU64>::default();
-        registry.register(
+        let family: Family<StrictLabels, CounterU64> = declare(
+            registry,
             "strict_syn",
             "Client SYNs held by strict mode, by verdict",
-            family.clone(),
         );
         StrictMetrics {
             outcomes: series(&family, StrictOutcome::ALL, |outcome| StrictLabels {
