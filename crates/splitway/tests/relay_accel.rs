@@ -204,12 +204,7 @@ fn syn_flood_is_bounded_by_the_budget() {
     // The server answers real requests and lets early legs of flood SYNs
     // (which never carry a byte) close by themselves.
     let server = TestServer::bind(&lab.server, server_v4());
-    let serving = server.serve_forever(|mut s| {
-        let mut req = [0u8; 2];
-        if s.read_exact(&mut req).is_ok() && &req == b"GO" {
-            let _ = send_pattern(&mut s, MIB, 7);
-        }
-    });
+    let serving = serve_go(&server, MIB, 7);
 
     // Flood from local ports 40000-41999, whose SYN-ACKs are dropped.
     drop_syn_acks(&lab.client, "40000-41999", "");
@@ -255,12 +250,7 @@ fn syn_flood_is_bounded_by_the_budget() {
 }
 
 fn real_request(client: &Netns, dst: SocketAddr) {
-    let mut c = connect_in(client, dst).expect("real client connects");
-    c.write_all(b"GO").expect("request");
-    c.shutdown(std::net::Shutdown::Write).expect("half-close");
-    let got = recv_all(&mut c).expect("response");
-    let want = send_pattern(&mut std::io::sink(), MIB, 7).expect("digest");
-    assert_eq!(got, want, "real client's response");
+    go_request(client, dst, MIB, 7);
 }
 
 /// The next relay restarts: every pooled connection at the entry relay is

@@ -6,11 +6,9 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use splitway_sys::netns::Netns;
 use support::*;
 
 fn server_v4() -> SocketAddr {
@@ -27,15 +25,6 @@ fn early_stats(lab: &Lab) -> splitway_api::EarlySynStats {
     }
 }
 
-fn request(client: &Netns, dst: SocketAddr, len: u64) {
-    let mut c = connect_in(client, dst).expect("client connects");
-    c.write_all(b"GO").expect("request");
-    c.shutdown(std::net::Shutdown::Write).expect("half-close");
-    let got = recv_all(&mut c).expect("response");
-    let want = send_pattern(&mut std::io::sink(), len, 9).expect("digest");
-    assert_eq!(got, want, "response bytes");
-}
-
 #[test]
 fn auto_early_syn_samples_a_lan_client_prefix_and_starts_nothing_twice() {
     require_netns!();
@@ -47,24 +36,19 @@ fn auto_early_syn_samples_a_lan_client_prefix_and_starts_nothing_twice() {
 
     const LEN: u64 = 64 * 1024;
     let server = TestServer::bind(&lab.server, server_v4());
-    let serving = server.serve_forever(|mut s| {
-        let mut req = [0u8; 2];
-        if s.read_exact(&mut req).is_ok() && &req == b"GO" {
-            let _ = send_pattern(&mut s, LEN, 9);
-        }
-    });
+    let serving = serve_go(&server, LEN, 9);
 
     // Enough quick hits to decide; the detector learns it at the next
     // sweep (every 500 ms).
     let mut made = 0u64;
     wait_until(deadline, "the client's /24 sampled", || {
-        request(&lab.client, server_v4(), LEN);
+        go_request(&lab.client, server_v4(), LEN, 9);
         made += 1;
         (early_stats(&lab).near_prefixes == 1).then_some(())
     });
     let before = early_stats(&lab);
     for _ in 0..64 {
-        request(&lab.client, server_v4(), LEN);
+        go_request(&lab.client, server_v4(), LEN, 9);
     }
     made += 64;
     let after = early_stats(&lab);

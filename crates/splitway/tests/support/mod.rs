@@ -1116,6 +1116,29 @@ impl TestServer {
     }
 }
 
+/// Serves requests of `b"GO"` with `len` pattern bytes of `seed` each;
+/// connections that send anything else (early legs that never carry a
+/// byte) are closed without an answer.
+pub fn serve_go(server: &TestServer, len: u64, seed: u64) -> ServeGuard {
+    server.serve_forever(move |mut s| {
+        let mut req = [0u8; 2];
+        if s.read_exact(&mut req).is_ok() && &req == b"GO" {
+            let _ = send_pattern(&mut s, len, seed);
+        }
+    })
+}
+
+/// One request to a [`serve_go`] server at `dst` from `client`: `GO`, a
+/// half-close, and the whole response checked against the pattern.
+pub fn go_request(client: &Netns, dst: SocketAddr, len: u64, seed: u64) {
+    let mut c = connect_in(client, dst).expect("client connects");
+    c.write_all(b"GO").expect("request");
+    c.shutdown(std::net::Shutdown::Write).expect("half-close");
+    let got = recv_all(&mut c).expect("response");
+    let want = send_pattern(&mut io::sink(), len, seed).expect("digest");
+    assert_eq!(got, want, "response bytes");
+}
+
 /// Stops a [`TestServer::serve_forever`] loop when dropped.
 pub struct ServeGuard {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
