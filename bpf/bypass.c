@@ -4,18 +4,42 @@
 //
 // A cgroup sock_ops program puts each established TCP socket of the cgroup
 // into BYP_SOCKS, keyed by its own 4-tuple as seen from that socket. An
-// sk_msg program on that sockhash redirects what a socket sends straight into
-// its peer's receive queue (bpf_msg_redirect_hash with BPF_F_INGRESS), where
-// the peer is the socket whose key is the sender's key mirrored.
+// sk_msg program on that sockhash decides, for every send, whether it goes
+// straight into the peer's receive queue (bpf_msg_redirect_hash with
+// BPF_F_INGRESS) or over plain TCP.
 //
-// Ordering: a socket's sends take ONE path for the socket's whole life. The
-// path is decided at its first sendmsg: redirect if the peer is in the map at
-// that moment, else plain TCP forever. Both ends are inserted at ESTABLISHED,
-// before the application can write, so the first sendmsg sees every byte of
-// that direction; a direction never mixes the two paths, so redirected bytes
-// can never overtake TCP bytes written before the peer was paired (the
-// hazard in ../shared/bpf-facts.md). FIN and RST still travel over TCP; the
-// receiver's tcp_bpf recvmsg drains redirected data before it reports EOF.
+// The rule: a send is redirected only when everything this socket sent
+// before it has been read by the peer's application with recvmsg (and at
+// least one byte has: proof that the reader uses recvmsg, the only reader
+// that sees redirected data). Otherwise it goes over TCP. Why this is safe
+// and bounded:
+// - Order. The receiver's tcp_bpf recvmsg drains redirected data before the
+//   TCP receive queue. TCP bytes queued behind redirected ones are therefore
+//   read in order; redirected bytes could overtake TCP bytes still unread,
+//   and the rule never lets that happen (nothing is unread at a redirect).
+// - Memory. At most one send's worth (one sk_msg, bounded by the sender's
+//   send buffer) is redirected and unread per direction; everything beyond
+//   goes over TCP, whose windows and buffers block the sender as usual. A
+//   reader that stops reading stops a writer exactly as without the bypass.
+// - Readers that never recvmsg (splice, TCP_ZEROCOPY_RECEIVE) are never fed
+//   a redirected byte: nothing they read is counted, so the rule never holds.
+//
+// Request/response traffic is quiescent at every request and response, so
+// it takes the redirect path. A stream is not: its sends go over TCP, and
+// TCP through tcp_bpf's sendmsg is slower than plain TCP. So a connection
+// that sent UNPAIR_AFTER bytes over TCP since its last redirect leaves the
+// sockhash for good (both ends), back to the plain TCP stack, at its next
+// ACK (sock_ops; an sk_msg program may not delete from a sockhash). Leaving drops
+// whatever redirected data is still queued, so it happens only once no
+// redirect can start (each direction's `closed`, set under the same lock
+// the redirect decision takes) and every redirected byte has been read.
+//
+// "Read" is counted by a raw tracepoint on sock_recv_length (the kernel has
+// no fentry here): bytes returned by each recvmsg, MSG_PEEK excluded, added
+// to BYP_CONSUMED under the reading socket's cookie. What was sent toward a
+// socket is in its BYP_FLOW entry, written by its peer; the peer finds the
+// cookie once in BYP_COOKIES. A stale count only ever lags, which keeps a
+// send on TCP. FIN and RST always travel over TCP.
 //
 // Addresses are keyed as IPv6, IPv4 as v4-mapped (::ffff:a.b.c.d), so an
 // IPv4 socket pairs with a v4-mapped IPv6 peer. Loopback keys also carry the
@@ -46,15 +70,35 @@ struct bypass_key {
 	__u64 netns;        // netns cookie for loopback, 0 for routable
 };
 
-// Per-socket path decision for what the socket sends.
-#define PATH_UNDECIDED 0
-#define PATH_REDIRECT 1
-#define PATH_TCP 2
-
+// Per socket.
 struct sock_state {
-	__u32 path;
-	__u32 pad;
+	__u64 cookie;      // this socket's cookie (its BYP_FLOW and BYP_COOKIES entries)
+	__u64 peer_cookie; // the peer's, once found in BYP_COOKIES (0: not yet)
+	__u64 tcp_run;     // bytes sent over TCP since its last redirect
+	__u32 leave;       // drained for leaving the sockhash: sock_ops removes it
+	__u32 left;        // removed
 };
+
+// What was sent toward a socket (BYP_FLOW, keyed by the receiver's cookie;
+// written by its peer under `lock`, and `closed` also by the receiver).
+struct flow {
+	struct bpf_spin_lock lock;
+	__u32 closed;    // no redirect into this socket any more (unpairing)
+	__u64 sent;      // bytes sent toward it since pairing, both paths
+	__u64 redir_end; // `sent` just after the last redirected send
+};
+
+// A connection that sent this much over TCP since its last redirect is a
+// stream: it leaves the sockhash (see the header).
+#define UNPAIR_AFTER (1u << 20)
+
+// Offsets of sock_common.skc_cookie and sock.sk_user_data, from the
+// kernel's BTF (set by the loader).
+volatile const __u32 COOKIE_OFF = 0;
+volatile const __u32 USER_DATA_OFF = 0;
+
+#define SW_MSG_PEEK 2
+#define SW_TCP_CLOSE 7
 
 // Policy, index 0 of BYP_POLICY.
 #define POLICY_ENABLED (1u << 0)
@@ -72,12 +116,15 @@ enum {
 	ST_EXCLUDED_POLICY,    // established sockets the policy left alone
 	ST_EXCLUDED_EARLY,     // data moved before ESTABLISHED (TFO): not paired
 	ST_INSERT_FAILED,      // storage or sockhash insert failed: not paired
-	ST_DIR_REDIRECT,       // socket directions decided "redirect"
-	ST_DIR_TCP,            // decided "TCP": peer not paired at first send
-	ST_MSGS_REDIRECTED,    // sendmsg calls redirected
-	ST_BYTES_REDIRECTED,   // bytes redirected
-	ST_REDIRECT_MISSES,    // redirect-path send found no peer (peer gone)
+	ST_MSGS_TCP,           // sends over TCP: the peer had not read all before it
+	ST_BYTES_TCP,          // their bytes
+	ST_MSGS_REDIRECTED,    // sends redirected
+	ST_BYTES_REDIRECTED,   // their bytes
+	ST_REDIRECT_MISSES,    // redirect found no peer (it closed): over TCP
 	ST_NO_STATE,           // send on a mapped socket without state (TCP)
+	ST_NO_PEER,            // sends over TCP because the peer is not paired
+	ST_READS_COUNTED,      // recvmsg calls counted on paired sockets
+	ST_UNPAIRED,           // connections that left the sockhash as streams
 	ST_COUNT,
 };
 
@@ -94,6 +141,34 @@ struct {
 	__type(key, int);
 	__type(value, struct sock_state);
 } BYP_STATE SEC(".maps");
+
+// Paired socket's own key -> its cookie, for the peer to find its BYP_FLOW.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct bypass_key);
+	__type(value, __u64);
+} BYP_COOKIES SEC(".maps");
+
+// Receiving socket's cookie -> what was sent toward it (struct flow). A plain
+// hash: a spin lock cannot live in an LRU map.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct flow);
+} BYP_FLOW SEC(".maps");
+
+// Receiving socket's cookie -> bytes its application read with recvmsg.
+// Apart from BYP_FLOW because tracing programs may not touch a map whose
+// values hold a spin lock. LRU: an entry lost to eviction only keeps that
+// direction on TCP (nothing but sock_ops creates one).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} BYP_CONSUMED SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -179,10 +254,93 @@ static __always_inline int policy_allows(const struct policy *pol, const struct 
 	return 1;
 }
 
+// The key of a socket as it sees itself; 0 on an unknown family.
+static __always_inline int sockops_key(struct bpf_sock_ops *skops, struct bypass_key *k)
+{
+	__u32 family = skops->family;
+	if (family == SW_AF_INET) {
+		set_v4(k->local_ip, skops->local_ip4);
+		set_v4(k->remote_ip, skops->remote_ip4);
+	} else if (family == SW_AF_INET6) {
+		k->local_ip[0] = RD(skops->local_ip6[0]);
+		k->local_ip[1] = RD(skops->local_ip6[1]);
+		k->local_ip[2] = RD(skops->local_ip6[2]);
+		k->local_ip[3] = RD(skops->local_ip6[3]);
+		k->remote_ip[0] = RD(skops->remote_ip6[0]);
+		k->remote_ip[1] = RD(skops->remote_ip6[1]);
+		k->remote_ip[2] = RD(skops->remote_ip6[2]);
+		k->remote_ip[3] = RD(skops->remote_ip6[3]);
+	} else {
+		return 0;
+	}
+	k->local_port = skops->local_port & 0xffff;
+	k->remote_port = bpf_ntohl(skops->remote_port) & 0xffff;
+	finish_key(k, bpf_get_netns_cookie(skops));
+	return 1;
+}
+
+// A paired socket closed: drop its entries (its sockhash entry goes by
+// itself). Only its own: a new connection on the same 4-tuple may already
+// have replaced the BYP_COOKIES entry.
+static __always_inline void forget(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	if (!sk)
+		return;
+	struct sock_state *st = bpf_sk_storage_get(&BYP_STATE, sk, 0, 0);
+	if (!st || !st->cookie)
+		return;
+	bpf_map_delete_elem(&BYP_FLOW, &st->cookie);
+	bpf_map_delete_elem(&BYP_CONSUMED, &st->cookie);
+	struct bypass_key k = {};
+	if (sockops_key(skops, &k)) {
+		__u64 *c = bpf_map_lookup_elem(&BYP_COOKIES, &k);
+		if (c && *c == st->cookie)
+			bpf_map_delete_elem(&BYP_COOKIES, &k);
+	}
+	st->cookie = 0;
+}
+
+// A connection marked to leave (see unpair) goes: both ends out of the
+// sockhash, back to the plain TCP stack. At an ACK, so in softirq with the
+// socket locked; sock_ops may delete from a sockhash, sk_msg may not.
+static __always_inline void leave(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	if (!sk)
+		return;
+	struct sock_state *st = bpf_sk_storage_get(&BYP_STATE, sk, 0, 0);
+	if (!st || !st->leave || st->left)
+		return;
+	struct bypass_key k = {}, peer = {};
+	if (!sockops_key(skops, &k))
+		return;
+	mirror(&k, &peer);
+	st->left = 1;
+	bpf_map_delete_elem(&BYP_SOCKS, &peer);
+	// Both ends may get here; the one whose own entry goes counts it.
+	if (bpf_map_delete_elem(&BYP_SOCKS, &k) == 0)
+		count(ST_UNPAIRED, 1);
+	// Nothing reads the counts any more: no recvmsg of these sockets costs
+	// the read counter a hit, and no ACK this callback.
+	bpf_map_delete_elem(&BYP_CONSUMED, &st->cookie);
+	bpf_map_delete_elem(&BYP_CONSUMED, &st->peer_cookie);
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~BPF_SOCK_OPS_RTT_CB_FLAG);
+}
+
 SEC("sockops")
 int bypass_sockops(struct bpf_sock_ops *skops)
 {
 	__u32 op = skops->op;
+	if (op == BPF_SOCK_OPS_STATE_CB) {
+		if (skops->args[1] == SW_TCP_CLOSE)
+			forget(skops);
+		return 1;
+	}
+	if (op == BPF_SOCK_OPS_RTT_CB) {
+		leave(skops);
+		return 1;
+	}
 	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		return 1;
 
@@ -192,32 +350,13 @@ int bypass_sockops(struct bpf_sock_ops *skops)
 		return 1;
 
 	struct bypass_key k = {};
-	__u32 family = skops->family;
-	if (family == SW_AF_INET) {
-		set_v4(k.local_ip, skops->local_ip4);
-		set_v4(k.remote_ip, skops->remote_ip4);
-	} else if (family == SW_AF_INET6) {
-		k.local_ip[0] = RD(skops->local_ip6[0]);
-		k.local_ip[1] = RD(skops->local_ip6[1]);
-		k.local_ip[2] = RD(skops->local_ip6[2]);
-		k.local_ip[3] = RD(skops->local_ip6[3]);
-		k.remote_ip[0] = RD(skops->remote_ip6[0]);
-		k.remote_ip[1] = RD(skops->remote_ip6[1]);
-		k.remote_ip[2] = RD(skops->remote_ip6[2]);
-		k.remote_ip[3] = RD(skops->remote_ip6[3]);
-	} else {
+	if (!sockops_key(skops, &k))
 		return 1;
-	}
-	k.local_port = skops->local_port & 0xffff;
-	k.remote_port = bpf_ntohl(skops->remote_port) & 0xffff;
-	finish_key(&k, bpf_get_netns_cookie(skops));
-
 	if (!policy_allows(pol, &k)) {
 		count(ST_EXCLUDED_POLICY, 1);
 		return 1;
 	}
-	// TCP Fast Open: data crossed before ESTABLISHED, over TCP. Pairing
-	// could let redirected bytes overtake it, so leave the socket alone.
+	// TCP Fast Open: data crossed before ESTABLISHED, uncounted by `sent`.
 	if (skops->data_segs_in != 0 || skops->data_segs_out != 0) {
 		count(ST_EXCLUDED_EARLY, 1);
 		return 1;
@@ -225,19 +364,67 @@ int bypass_sockops(struct bpf_sock_ops *skops)
 	struct bpf_sock *sk = skops->sk;
 	if (!sk)
 		return 1;
-	struct sock_state init = {.path = PATH_UNDECIDED};
-	struct sock_state *st = bpf_sk_storage_get(&BYP_STATE, sk, &init, BPF_SK_STORAGE_GET_F_CREATE);
+	struct sock_state *st = bpf_sk_storage_get(&BYP_STATE, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count(ST_INSERT_FAILED, 1);
 		return 1;
 	}
-	st->path = PATH_UNDECIDED;
-	if (bpf_sock_hash_update(skops, &BYP_SOCKS, &k, BPF_ANY) != 0) {
+	__u64 cookie = bpf_get_socket_cookie(skops);
+	struct flow fresh = {};
+	__u64 none = 0;
+	st->cookie = cookie;
+	st->peer_cookie = 0;
+	st->tcp_run = 0;
+	st->leave = 0;
+	st->left = 0;
+	// The flow entries and the cookie first: once in the sockhash, the peer
+	// may look for them.
+	if (bpf_map_update_elem(&BYP_FLOW, &cookie, &fresh, BPF_ANY) != 0 ||
+	    bpf_map_update_elem(&BYP_CONSUMED, &cookie, &none, BPF_ANY) != 0 ||
+	    bpf_map_update_elem(&BYP_COOKIES, &k, &cookie, BPF_ANY) != 0 ||
+	    bpf_sock_hash_update(skops, &BYP_SOCKS, &k, BPF_ANY) != 0) {
+		forget(skops);
 		count(ST_INSERT_FAILED, 1);
 		return 1;
 	}
+	// STATE: forget the entries at close. RTT: every ACK, where a stream
+	// leaves the sockhash (a redirected request/response has no ACKs).
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG |
+						 BPF_SOCK_OPS_RTT_CB_FLAG);
 	count(ST_PAIRED, 1);
 	return 1;
+}
+
+static __always_inline __u64 consumed_by(__u64 cookie)
+{
+	__u64 *c = bpf_map_lookup_elem(&BYP_CONSUMED, &cookie);
+	return c ? *(volatile __u64 *)c : 0;
+}
+
+// Closes redirects into `f`'s socket; returns the end of the last one.
+static __always_inline __u64 close_flow(struct flow *f)
+{
+	bpf_spin_lock(&f->lock);
+	f->closed = 1;
+	__u64 end = f->redir_end;
+	bpf_spin_unlock(&f->lock);
+	return end;
+}
+
+// One step of leaving the sockhash (see the header): close redirects both
+// ways; once every redirected byte has been read, mark the connection to
+// leave. sk_msg may not delete from a sockhash; sock_ops does it at the next
+// ACK (RTT_CB).
+static __always_inline void unpair(struct sock_state *st, struct flow *to_peer)
+{
+	struct flow *to_me = bpf_map_lookup_elem(&BYP_FLOW, &st->cookie);
+	if (!to_me)
+		return;
+	__u64 peer_end = close_flow(to_peer);
+	__u64 my_end = close_flow(to_me);
+	if (consumed_by(st->peer_cookie) < peer_end || consumed_by(st->cookie) < my_end)
+		return;
+	st->leave = 1;
 }
 
 SEC("sk_msg")
@@ -251,8 +438,9 @@ int bypass_msg(struct sk_msg_md *msg)
 		count(ST_NO_STATE, 1);
 		return SK_PASS;
 	}
-	if (st->path == PATH_TCP)
+	if (st->leave)
 		return SK_PASS;
+	__u32 size = msg->size;
 
 	struct bypass_key k = {};
 	if (msg->family == SW_AF_INET) {
@@ -273,36 +461,82 @@ int bypass_msg(struct sk_msg_md *msg)
 	k.local_port = msg->local_port & 0xffff;
 	k.remote_port = bpf_ntohl(msg->remote_port) & 0xffff;
 	finish_key(&k, bpf_get_netns_cookie(msg));
-
 	struct bypass_key peer = {};
 	mirror(&k, &peer);
-	__u32 size = msg->size;
 
-	if (st->path == PATH_UNDECIDED) {
-		// Decide once, for the socket's life: see the header comment.
+	if (!st->peer_cookie) {
+		__u64 *c = bpf_map_lookup_elem(&BYP_COOKIES, &peer);
+		if (!c) {
+			count(ST_NO_PEER, 1);
+			return SK_PASS;
+		}
+		st->peer_cookie = *c;
+	}
+	__u64 peer_cookie = st->peer_cookie;
+	struct flow *f = bpf_map_lookup_elem(&BYP_FLOW, &peer_cookie);
+	if (!f) {
+		count(ST_NO_PEER, 1);
+		return SK_PASS;
+	}
+	__u64 consumed = consumed_by(peer_cookie);
+	// Decide under the lock the unpairing side closes with: a redirect is
+	// either counted in redir_end before `closed`, or sees `closed`.
+	int redirect = 0, closed;
+	bpf_spin_lock(&f->lock);
+	closed = f->closed;
+	__u64 sent = f->sent;
+	// Everything sent so far was read (and something was): see the header.
+	if (!closed && sent != 0 && consumed == sent) {
+		redirect = 1;
+		f->redir_end = sent + size;
+	}
+	f->sent = sent + size;
+	bpf_spin_unlock(&f->lock);
+
+	if (redirect) {
+		st->tcp_run = 0;
 		if (bpf_msg_redirect_hash(msg, &BYP_SOCKS, &peer, BPF_F_INGRESS) == SK_PASS) {
-			st->path = PATH_REDIRECT;
-			count(ST_DIR_REDIRECT, 1);
 			count(ST_MSGS_REDIRECTED, 1);
 			count(ST_BYTES_REDIRECTED, size);
 			return SK_PASS;
 		}
-		st->path = PATH_TCP;
-		count(ST_DIR_TCP, 1);
+		// The peer left the map: it closed (or was reset), so nothing it
+		// has not read can still be delivered; TCP gives the sender the
+		// error a closed peer gives.
+		count(ST_REDIRECT_MISSES, 1);
 		return SK_PASS;
 	}
-
-	// PATH_REDIRECT.
-	if (bpf_msg_redirect_hash(msg, &BYP_SOCKS, &peer, BPF_F_INGRESS) == SK_PASS) {
-		count(ST_MSGS_REDIRECTED, 1);
-		count(ST_BYTES_REDIRECTED, size);
-		return SK_PASS;
-	}
-	// The peer left the map: it closed (or was reset), so nothing it has
-	// not read can still be delivered; plain TCP gives the sender the
-	// same error a closed peer gives.
-	count(ST_REDIRECT_MISSES, 1);
+	count(ST_MSGS_TCP, 1);
+	count(ST_BYTES_TCP, size);
+	st->tcp_run += size;
+	if (closed || st->tcp_run >= UNPAIR_AFTER)
+		unpair(st, f);
 	return SK_PASS;
+}
+
+// Every recvmsg on the host ends here (sock_recvmsg_nosec); only sockets with
+// a BYP_CONSUMED entry are counted. args: struct sock *sk, int ret, int flags.
+SEC("raw_tracepoint/sock_recv_length")
+int bypass_recv(struct bpf_raw_tracepoint_args *ctx)
+{
+	int ret = (int)ctx->args[1];
+	int flags = (int)ctx->args[2];
+	if (ret <= 0 || (flags & SW_MSG_PEEK))
+		return 0;
+	// A socket in a sockhash has its psock in sk_user_data; nearly every
+	// other socket has none, and leaves after this one read.
+	__u64 psock = 0, cookie = 0;
+	void *sk = (void *)ctx->args[0];
+	if (bpf_probe_read_kernel(&psock, sizeof(psock), sk + USER_DATA_OFF) != 0 || psock == 0)
+		return 0;
+	if (bpf_probe_read_kernel(&cookie, sizeof(cookie), sk + COOKIE_OFF) != 0 || cookie == 0)
+		return 0;
+	__u64 *consumed = bpf_map_lookup_elem(&BYP_CONSUMED, &cookie);
+	if (!consumed)
+		return 0;
+	__sync_fetch_and_add(consumed, (__u64)ret);
+	count(ST_READS_COUNTED, 1);
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

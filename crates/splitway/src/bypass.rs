@@ -107,17 +107,24 @@ pub fn run(args: BypassArgs) -> anyhow::Result<ExitCode> {
             let c = &st.counters;
             println!("paired sockets:        {}", st.paired_sockets);
             println!("sockets paired (total): {}", c.sockets_paired);
-            println!("bytes redirected:      {}", c.bytes_redirected);
-            println!("messages redirected:   {}", c.messages_redirected);
-            println!("directions redirected: {}", c.directions_redirected);
             println!(
-                "fallbacks:             {} directions on TCP (peer not paired at first send), \
-                 {} excluded by policy, {} early data, {} insert failures, {} sends to a closed peer",
-                c.directions_tcp,
-                c.excluded_by_policy,
-                c.excluded_early_data,
-                c.insert_failed,
-                c.redirect_misses
+                "redirected:            {} bytes in {} sends",
+                c.bytes_redirected, c.messages_redirected
+            );
+            println!(
+                "over TCP:              {} bytes in {} sends (the reader had not read all before \
+                 them), {} sends with no paired peer",
+                c.bytes_tcp, c.messages_tcp, c.sends_without_peer
+            );
+            println!("reads counted:         {}", c.reads_counted);
+            println!(
+                "streams unpaired:      {} (back to plain TCP after 1 MiB over TCP)",
+                c.unpaired_streams
+            );
+            println!(
+                "not paired:            {} excluded by policy, {} early data, {} insert failures; \
+                 {} sends to a closed peer",
+                c.excluded_by_policy, c.excluded_early_data, c.insert_failed, c.redirect_misses
             );
             for d in &st.draining {
                 println!(

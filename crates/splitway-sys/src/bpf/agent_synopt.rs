@@ -141,6 +141,10 @@ pub fn enable(
     disable(pin_dir)?;
     let cgroup_dir = std::fs::File::open(cgroup)
         .map_err(|e| SysError::io(format!("open cgroup {}", cgroup.display()), e))?;
+    if pin_dir.starts_with(super::BPFFS) {
+        super::ensure_bpffs()
+            .map_err(|e| SysError::io(format!("mount a bpf filesystem at {}", super::BPFFS), e))?;
+    }
     std::fs::create_dir_all(pin_dir)
         .map_err(|e| SysError::io(format!("create {}", pin_dir.display()), e))?;
     let result = attach_and_pin(pin_dir, &cgroup_dir, &values, cfg);

@@ -13,13 +13,11 @@
 //! (with its sk_msg program) is kept, renamed under `draining-<n>/`, and is
 //! released by a later `disable` or `status` once its last socket closed.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, SockHash};
 use aya::programs::links::FdLink;
-use aya::programs::{CgroupAttachMode, SkMsg, SockOps};
+use aya::programs::{CgroupAttachMode, RawTracePoint, SkMsg, SockOps};
 use aya::{Ebpf, EbpfLoader};
 
 /// The compiled program, built by `build.rs` from `bpf/bypass.c`.
@@ -31,13 +29,14 @@ pub const PIN_DIR: &str = "/sys/fs/bpf/splitway/bypass";
 pub const STATE_FILE: &str = "/run/splitway/bypass.cgroup";
 
 const LINK_PIN: &str = "sockops_link";
+/// The raw tracepoint that counts what paired sockets' readers consumed.
+const RECV_LINK_PIN: &str = "recv_link";
 const SOCKS_PIN: &str = "socks";
 const POLICY_PIN: &str = "policy";
 const PORTS_PIN: &str = "ports";
 const STATS_PIN: &str = "stats";
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 const POLICY_ENABLED: u32 = 1 << 0;
 const POLICY_LOOPBACK_ONLY: u32 = 1 << 1;
@@ -62,7 +61,9 @@ pub enum BypassError {
         #[source]
         source: std::io::Error,
     },
-    #[error("no bpf filesystem at /sys/fs/bpf (mount -t bpf bpf /sys/fs/bpf)")]
+    #[error(
+        "no bpf filesystem at /sys/fs/bpf, and mounting one failed (mount -t bpf bpf /sys/fs/bpf)"
+    )]
     NoBpfFs,
     #[error("kernel refused BPF ({op}): {detail}; this needs root (CAP_BPF and CAP_NET_ADMIN)")]
     Permission { op: String, detail: String },
@@ -72,6 +73,8 @@ pub enum BypassError {
     OtherCgroup { current: String },
     #[error("at most {MAX_PORTS} ports, got {0}")]
     TooManyPorts(usize),
+    #[error("kernel BTF: {0}")]
+    Btf(String),
     #[error("internal: {0}")]
     Internal(String),
 }
@@ -117,21 +120,30 @@ pub struct Counters {
     pub excluded_by_policy: u64,
     /// Sockets with data before ESTABLISHED (TCP Fast Open): never paired.
     pub excluded_early_data: u64,
-    /// Storage or sockhash insertion failed: the socket stays plain TCP.
+    /// Storage or map insertion failed: the socket stays plain TCP.
     pub insert_failed: u64,
-    /// Socket send directions that took the redirect path.
-    pub directions_redirected: u64,
-    /// Fallbacks: send directions that stayed on TCP because the peer was
-    /// not paired at the first send (or is not in the cgroup/policy).
-    pub directions_tcp: u64,
-    /// sendmsg calls redirected.
+    /// Sends over TCP between paired sockets: the peer's application had not
+    /// yet read everything sent before (a stream, or a stalled reader), or
+    /// had read nothing with recvmsg yet.
+    pub messages_tcp: u64,
+    /// Their bytes.
+    pub bytes_tcp: u64,
+    /// Sends redirected into the peer's receive queue.
     pub messages_redirected: u64,
-    /// Bytes redirected.
+    /// Their bytes.
     pub bytes_redirected: u64,
-    /// Sends on a redirect-path socket whose peer had left the map (closed).
+    /// Redirects whose peer had left the map (closed): sent over TCP.
     pub redirect_misses: u64,
-    /// Sends on a mapped socket without path state (should stay 0).
+    /// Sends on a mapped socket without state (should stay 0).
     pub no_state: u64,
+    /// Sends over TCP because the peer is not paired (outside the cgroup or
+    /// the policy).
+    pub sends_without_peer: u64,
+    /// recvmsg calls counted on paired sockets.
+    pub reads_counted: u64,
+    /// Connections that left the sockhash for plain TCP because they
+    /// streamed (1 MiB over TCP since their last redirect).
+    pub unpaired_streams: u64,
 }
 
 impl Counters {
@@ -142,12 +154,15 @@ impl Counters {
             excluded_by_policy: at(1),
             excluded_early_data: at(2),
             insert_failed: at(3),
-            directions_redirected: at(4),
-            directions_tcp: at(5),
+            messages_tcp: at(4),
+            bytes_tcp: at(5),
             messages_redirected: at(6),
             bytes_redirected: at(7),
             redirect_misses: at(8),
             no_state: at(9),
+            sends_without_peer: at(10),
+            reads_counted: at(11),
+            unpaired_streams: at(12),
         }
     }
 }
@@ -201,27 +216,9 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
-fn fs_magic(path: &Path) -> std::io::Result<i64> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let mut st: libc::statfs = unsafe_zeroed_statfs();
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statfs.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86_64, u32 elsewhere
-    Ok(st.f_type as i64)
-}
-
-fn unsafe_zeroed_statfs() -> libc::statfs {
-    // SAFETY: statfs is a plain C struct of integers; all-zero is valid.
-    unsafe { std::mem::zeroed() }
-}
-
 /// Checks that `path` is a cgroup v2 directory.
 pub fn check_cgroup(path: &Path) -> Result<(), BypassError> {
-    let magic = fs_magic(path).map_err(|source| BypassError::Cgroup {
+    let magic = super::fs_magic(path).map_err(|source| BypassError::Cgroup {
         path: path.to_owned(),
         source,
     })?;
@@ -241,10 +238,7 @@ fn pin_dir() -> PathBuf {
 }
 
 fn ensure_pin_dir() -> Result<(), BypassError> {
-    match fs_magic(Path::new("/sys/fs/bpf")) {
-        Ok(BPF_FS_MAGIC) => {}
-        _ => return Err(BypassError::NoBpfFs),
-    }
+    super::ensure_bpffs().map_err(|_| BypassError::NoBpfFs)?;
     std::fs::create_dir_all(pin_dir()).map_err(|e| kernel(&format!("mkdir {PIN_DIR}"), e))
 }
 
@@ -386,10 +380,17 @@ pub fn enable(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassErr
     }
 
     // A half-done earlier enable (crash between pins): start clean.
-    remove_pins(&[SOCKS_PIN, POLICY_PIN, PORTS_PIN, STATS_PIN])?;
+    remove_pins(&[RECV_LINK_PIN, SOCKS_PIN, POLICY_PIN, PORTS_PIN, STATS_PIN])?;
     let result = load_and_attach(&cgroup, policy);
     if result.is_err() {
-        let _cleanup = remove_pins(&[LINK_PIN, SOCKS_PIN, POLICY_PIN, PORTS_PIN, STATS_PIN]);
+        let _cleanup = remove_pins(&[
+            LINK_PIN,
+            RECV_LINK_PIN,
+            SOCKS_PIN,
+            POLICY_PIN,
+            PORTS_PIN,
+            STATS_PIN,
+        ]);
         return result;
     }
     if let Some(dir) = Path::new(STATE_FILE).parent() {
@@ -401,18 +402,22 @@ pub fn enable(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassErr
 }
 
 fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassError> {
+    let (cookie_off, user_data_off) = sock_offsets()?;
     let mut ebpf: Ebpf = EbpfLoader::new()
+        .override_global("COOKIE_OFF", &cookie_off, true)
+        .override_global("USER_DATA_OFF", &user_data_off, true)
         .load(BYPASS_OBJECT)
         .map_err(|e| kernel("load bypass.o", e))?;
-    // Load both programs before taking maps out of `ebpf`: a taken map is
+    // Load every program before taking maps out of `ebpf`: a taken map is
     // closed when dropped, and a program loaded later would name a dead fd.
-    for name in ["bypass_msg", "bypass_sockops"] {
+    for name in ["bypass_msg", "bypass_sockops", "bypass_recv"] {
         let prog = ebpf
             .program_mut(name)
             .ok_or_else(|| BypassError::Internal(format!("bypass.o has no {name}")))?;
         match prog {
             aya::programs::Program::SkMsg(p) => p.load(),
             aya::programs::Program::SockOps(p) => p.load(),
+            aya::programs::Program::RawTracePoint(p) => p.load(),
             _ => {
                 return Err(BypassError::Internal(format!(
                     "{name} has an unexpected type"
@@ -461,6 +466,24 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
     // The map holds the attachment; dropping the link would detach it.
     std::mem::forget(msg_link);
 
+    // The read counter before sock_ops: a socket paired before it ran would
+    // lag behind its reads and stay on TCP for good.
+    let recv: &mut RawTracePoint = ebpf
+        .program_mut("bypass_recv")
+        .ok_or_else(|| BypassError::Internal("bypass.o has no bypass_recv".into()))?
+        .try_into()
+        .map_err(|e| kernel("bypass_recv type", e))?;
+    let recv_id = recv
+        .attach("sock_recv_length")
+        .map_err(|e| kernel("attach raw tracepoint sock_recv_length", e))?;
+    let recv_link: FdLink = recv
+        .take_link(recv_id)
+        .map_err(|e| kernel("raw tracepoint link", e))?
+        .into();
+    recv_link
+        .pin(dir.join(RECV_LINK_PIN))
+        .map_err(|e| kernel("pin raw tracepoint link", e))?;
+
     let cg = std::fs::File::open(cgroup).map_err(|source| BypassError::Cgroup {
         path: cgroup.to_owned(),
         source,
@@ -482,6 +505,26 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
         .pin(dir.join(LINK_PIN))
         .map_err(|e| kernel("pin sock_ops link", e))?;
     Ok(EnableOutcome::Enabled)
+}
+
+/// Where the kernel keeps a socket's cookie (`sock_common.skc_cookie`) and
+/// its psock (`sock.sk_user_data`): the read counter skips sockets without a
+/// psock and finds a paired socket's entry by its cookie.
+fn sock_offsets() -> Result<(u32, u32), BypassError> {
+    let btf = std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| {
+        BypassError::Btf(format!(
+            "/sys/kernel/btf/vmlinux: {e} (needs CONFIG_DEBUG_INFO_BTF)"
+        ))
+    })?;
+    let at = |strukt, member| {
+        super::btf::member_offset(&btf, strukt, member).map_err(|e| BypassError::Btf(e.to_string()))
+    };
+    // sock_common is struct sock's first member (checked, not assumed).
+    let common = at("sock", "__sk_common")?;
+    Ok((
+        common + at("sock_common", "skc_cookie")?,
+        at("sock", "sk_user_data")?,
+    ))
 }
 
 fn remove_pins(names: &[&str]) -> Result<(), BypassError> {
@@ -550,8 +593,11 @@ pub fn disable() -> Result<DisableOutcome, BypassError> {
         return Ok(DisableOutcome::NotEnabled);
     }
     let was_enabled = dir.join(LINK_PIN).exists() || dir.join(SOCKS_PIN).exists();
-    // Unpinning the link (the only reference) detaches sock_ops.
-    remove_pins(&[LINK_PIN, POLICY_PIN, PORTS_PIN])?;
+    // Unpinning the links (their only references) detaches sock_ops and the
+    // read counter. Paired sockets left draining then send over TCP: a
+    // direction without read counts never meets the redirect rule, and TCP
+    // after redirected data is read in order.
+    remove_pins(&[LINK_PIN, RECV_LINK_PIN, POLICY_PIN, PORTS_PIN])?;
     let socks = dir.join(SOCKS_PIN);
     if socks.exists() {
         if count_socks(&socks)? == 0 {

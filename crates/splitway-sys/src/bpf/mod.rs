@@ -5,16 +5,21 @@
 //! | --- | --- | --- |
 //! | `syn_watch` | tc ingress (TCX or cls_bpf) | [`syn_watch`] (aya) |
 //! | `agent_synopt` | cgroup connect4/connect6, sock_ops | [`agent_synopt`] (aya) |
-//! | `bypass` | cgroup sock_ops, sk_msg | [`bypass`] (aya) |
+//! | `bypass` | cgroup sock_ops, sk_msg, raw tracepoint `sock_recv_length` | [`bypass`] (aya; [`btf`] finds the one kernel field it reads) |
 //! | `splitway_cubic` | struct_ops `tcp_congestion_ops` | [`splitway_cubic`], via [`cc`] (libbpf) |
 //! | `splitway_resume` | struct_ops `tcp_congestion_ops` | [`splitway_resume`], via [`cc`] (libbpf) |
 
 pub mod agent_synopt;
+pub mod btf;
 pub mod bypass;
 pub mod cc;
 mod splitway_cubic;
 mod splitway_resume;
 pub mod syn_watch;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::Path;
 
 pub use syn_watch::{
     NEAR_SAMPLE, PlainPorts, ProgramStats, SynEvent, SynWatch, TcHook, TcpOptions,
@@ -30,4 +35,48 @@ struct Shipped {
     /// Name of the `SEC(".struct_ops")` variable, i.e. the libbpf map name.
     map: &'static str,
     object: &'static [u8],
+}
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+/// Where pinned programs and maps live.
+pub const BPFFS: &str = "/sys/fs/bpf";
+
+/// The filesystem type (`statfs` magic) of `path`.
+pub(crate) fn fs_magic(path: &Path) -> std::io::Result<i64> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: statfs is a plain C struct of integers; all-zero is valid.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statfs.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86_64, u32 elsewhere
+    Ok(st.f_type as i64)
+}
+
+/// Makes sure [`BPFFS`] is a bpf filesystem, mounting one there when it is
+/// not (as bpftool does before pinning): systemd mounts it at boot, a bare
+/// VM or container often has none, and pins on any other filesystem fail.
+pub fn ensure_bpffs() -> std::io::Result<()> {
+    let dir = Path::new(BPFFS);
+    if fs_magic(dir)? == BPF_FS_MAGIC {
+        return Ok(());
+    }
+    let (src, target, fstype, data) = (c"bpf", c"/sys/fs/bpf", c"bpf", c"mode=0700");
+    // SAFETY: every argument is a valid NUL-terminated string literal.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            data.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -589,6 +589,14 @@ fn run_hold(args: &TortureArgs) -> anyhow::Result<ExitCode> {
         let (mut c, mut s) = pair(args, family)?;
         let cd = data(u64::from(i) * 2, args.max_bytes);
         let sd = data(u64::from(i) * 2 + 1, args.max_bytes);
+        // One byte each way, read with recvmsg: the bypass redirects a send
+        // only once the reader has read everything before it with recvmsg
+        // (bpf/bypass.c), so the held half below is redirected.
+        for (w, r) in [(&c, &s), (&s, &c)] {
+            (&*w).write_all(b"!")?;
+            let mut one = [0u8; 1];
+            (&*r).read_exact(&mut one)?;
+        }
         // First half each way, left unread across `disable`.
         c.write_all(&cd[..half])?;
         s.write_all(&sd[..half])?;
