@@ -124,7 +124,10 @@ clean:
 ## both ways, RST, pairing race; every byte sha256-checked) plus disable with
 ## live connections; make test runs the same test with 60 trials.
 bypass-long: deps
-	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_BYPASS_TRIALS=1000 $(CARGO) test -p splitway --test bypass -- --nocapture
+	out=bench-results/bypass-long-$$(date -u +%Y%m%dT%H%M%SZ).txt; \
+	{ echo "# make bypass-long $$(date -u +%FT%TZ), commit $$(git rev-parse --short HEAD)$$(git diff --quiet || echo -dirty), kernel $$(uname -r), load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	  SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_BYPASS_TRIALS=1000 $(CARGO) test -p splitway --test bypass -- --nocapture 2>&1; } | tee "$$out"; \
+	grep -q "test result: ok" "$$out"
 
 ## bypass-probes: the sk_msg-redirect hazards on this kernel (splice, FIONREAD,
 ## backpressure, blocking readers), paired vs plain; bench-results/bypass-probes-*.txt.

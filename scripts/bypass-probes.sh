@@ -28,6 +28,9 @@ plain() { "$BIN" bypass torture "$@" 2>&1; }
     echo "## splice/FIONREAD, $fam, paired:"; in_cg --mode splice --family "$fam"
     echo "## splice/FIONREAD, $fam, plain:"; plain --mode splice --family "$fam"
   done
+  echo "## splice/FIONREAD after one byte read with recv (a recv-then-splice reader), paired:"
+  in_cg --mode splice --warm
+  echo "## the same, plain:"; plain --mode splice --warm
   echo "## backpressure (receiver never reads, nonblocking sender, cap 4 GB), paired:"
   in_cg --mode backpressure --cap-bytes 4000000000
   echo "## backpressure, plain:"; plain --mode backpressure

@@ -166,9 +166,41 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
     assert!(after.counters.messages_redirected > before.counters.messages_redirected);
     assert!(after.counters.reads_counted > before.counters.reads_counted);
     eprintln!(
-        "{summary:?}; sends redirected {}, over TCP {}",
+        "{}; sends redirected {}, over TCP {}",
+        String::from_utf8_lossy(out.stdout.split(|&b| b == b'\n').next().unwrap_or(&[])),
         after.counters.messages_redirected - before.counters.messages_redirected,
         after.counters.messages_tcp - before.counters.messages_tcp
+    );
+
+    // Request/response, a stream in the middle, request/response again:
+    // the exchanges take the redirect path, the stream makes each connection
+    // leave the sockhash, the rest runs on plain TCP; every byte checked.
+    let before = status();
+    let out = torture_in(&cg.0, &["--mode", "ping-pong", "--trials", "6"])
+        .output()
+        .expect("ping-pong");
+    assert!(
+        out.status.success(),
+        "ping-pong failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = status();
+    let redirected = after.counters.messages_redirected - before.counters.messages_redirected;
+    // 6 connections x 80 exchanges x 2 directions = 960 sends; the first of
+    // each direction goes over TCP, the 40 after the stream too.
+    assert!(
+        redirected >= 400,
+        "only {redirected} sends redirected: {after:?}"
+    );
+    assert_eq!(
+        after.counters.unpaired_streams - before.counters.unpaired_streams,
+        6,
+        "{after:?}"
+    );
+    eprintln!(
+        "{}; sends redirected {redirected}",
+        String::from_utf8_lossy(&out.stdout).trim()
     );
 
     // Only one end in the cgroup: an echo server in this (test) process, a

@@ -37,6 +37,10 @@ pub struct TortureArgs {
     /// Bytes --mode backpressure tries to queue behind a reader that never reads.
     #[arg(long, default_value_t = 1 << 30)]
     cap_bytes: u64,
+    /// --mode splice: first one byte each way read with recvmsg, as a reader
+    /// that reads with recv before it splices (the relay, HAProxy).
+    #[arg(long)]
+    warm: bool,
     /// How the trial's readers and writers wait: blocking threads (one
     /// reader and one writer thread per socket), or tokio (epoll).
     #[arg(long, value_enum, default_value_t = Io::Tokio)]
@@ -75,6 +79,10 @@ enum Mode {
     /// (run outside the cgroup, so only this end is paired); every byte
     /// must come back.
     EchoClient,
+    /// Request/response on --trials connections (epoll): 40 exchanges of
+    /// random sizes, a 2-3 MiB upload that makes the connection leave the
+    /// sockhash, 40 more exchanges on plain TCP, then a half-close each way.
+    PingPong,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -466,6 +474,12 @@ enum Report {
         bytes_checked: u64,
         errors: u32,
     },
+    PingPong {
+        connections: u32,
+        bytes_checked: u64,
+        seconds: f64,
+        errors: u32,
+    },
 }
 
 /// What one `splice` call took: a byte count, or its error.
@@ -542,6 +556,11 @@ fn run_backpressure(args: &TortureArgs) -> anyhow::Result<ExitCode> {
 
 fn run_splice(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     let (mut client, server) = pair(args, args.family[0])?;
+    if args.warm {
+        client.write_all(b"!")?;
+        let mut one = [0u8; 1];
+        (&server).read_exact(&mut one)?;
+    }
     let payload = data(9, 4096);
     client.write_all(&payload)?;
     // Wait (bounded) for the bytes to become visible to FIONREAD.
@@ -703,5 +722,112 @@ pub fn run(args: TortureArgs) -> anyhow::Result<ExitCode> {
         Mode::Splice => run_splice(&args),
         Mode::Hold => run_hold(&args),
         Mode::EchoClient => run_echo_client(&args),
+        Mode::PingPong => run_ping_pong(&args),
     }
+}
+
+/// One side's script of a ping-pong connection: what it sends and what it
+/// must receive, in turn. Both sides derive the same sizes from the seed.
+fn ping_pong_script(seed: u64) -> Vec<(usize, usize)> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut turns: Vec<(usize, usize)> = (0..80)
+        .map(|_| (rng.gen_range(1..=65536), rng.gen_range(1..=65536)))
+        .collect();
+    // The upload in the middle: a stream, answered by one byte.
+    turns.insert(40, (rng.gen_range((2 << 20)..=(3 << 20)), 1));
+    turns
+}
+
+async fn ping_pong_conn(
+    client: TcpStream,
+    server: TcpStream,
+    seed: u64,
+    timeout: Duration,
+) -> anyhow::Result<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    client.set_nonblocking(true)?;
+    server.set_nonblocking(true)?;
+    let mut c = tokio::net::TcpStream::from_std(client)?;
+    let mut s = tokio::net::TcpStream::from_std(server)?;
+    let turns = ping_pong_script(seed);
+    let mut checked = 0u64;
+    let work = async {
+        for (i, &(up, down)) in turns.iter().enumerate() {
+            let request = data(seed ^ (2 * i as u64 + 1), up);
+            let response = data(seed ^ (2 * i as u64 + 2), down);
+            // The whole request in one write, read back whole on the other end.
+            let (w, r) = tokio::join!(c.write_all(&request), async {
+                let mut got = vec![0u8; up];
+                s.read_exact(&mut got).await.map(|_| got)
+            });
+            w.with_context(|| format!("turn {i}: client write"))?;
+            let got = r.with_context(|| format!("turn {i}: server read"))?;
+            if hex(&got) != hex(&request) {
+                bail!("turn {i}: the server got other bytes than the {up} sent");
+            }
+            s.write_all(&response)
+                .await
+                .with_context(|| format!("turn {i}: server write"))?;
+            let mut back = vec![0u8; down];
+            c.read_exact(&mut back)
+                .await
+                .with_context(|| format!("turn {i}: client read"))?;
+            if hex(&back) != hex(&response) {
+                bail!("turn {i}: the client got other bytes than the {down} sent");
+            }
+            checked += (up + down) as u64;
+        }
+        // Half-close each way: the client's FIN first, the server answers
+        // after reading EOF, then its own FIN.
+        c.shutdown().await.context("client shutdown")?;
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest)
+            .await
+            .context("server read to EOF")?;
+        if !rest.is_empty() {
+            bail!("server read {} bytes after the last turn", rest.len());
+        }
+        let tail = data(seed ^ 0xfeed, 4096);
+        s.write_all(&tail).await.context("server tail")?;
+        s.shutdown().await.context("server shutdown")?;
+        let mut got = Vec::new();
+        c.read_to_end(&mut got)
+            .await
+            .context("client read to EOF")?;
+        if hex(&got) != hex(&tail) {
+            bail!(
+                "the client got {} bytes after its FIN, not the 4096 sent",
+                got.len()
+            );
+        }
+        anyhow::Ok(checked + 4096)
+    };
+    tokio::time::timeout(timeout, work)
+        .await
+        .context("ping-pong timed out")?
+}
+
+fn run_ping_pong(args: &TortureArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let timeout = Duration::from_secs(args.timeout_secs.max(30));
+    let started = Instant::now();
+    let mut checked = 0u64;
+    for i in 0..args.trials {
+        let family = args.family[i as usize % args.family.len()];
+        let (client, server) = pair(args, family)?;
+        let seed = args.seed.wrapping_mul(1000).wrapping_add(u64::from(i));
+        checked += rt
+            .block_on(ping_pong_conn(client, server, seed, timeout))
+            .with_context(|| format!("connection {i} ({family:?})"))?;
+    }
+    Report::PingPong {
+        connections: args.trials,
+        bytes_checked: checked,
+        seconds: started.elapsed().as_secs_f64(),
+        errors: 0,
+    }
+    .print()
 }
