@@ -19,9 +19,13 @@ each send straight into the peer's receive queue. Both ends must be in the cgrou
 The links and maps are pinned under /sys/fs/bpf/splitway/bypass/, so they outlive the \
 command. All three commands are idempotent. disable never drops a byte: sockets already \
 paired keep their path until they close (status lists them as draining).\n\n\
+A send is redirected only when the peer's application has read everything sent before it; \
+otherwise it goes over TCP (in order, with TCP's backpressure), and a connection that streams \
+leaves the sockhash for plain TCP.\n\n\
 Limits measured on this kernel are in docs/bypass.md: do not pair traffic whose reader \
-uses splice(2), io_uring or FIONREAD, or whose receiver may stop reading (no backpressure); \
-use --ports to pair only the services known to be safe."
+relies on FIONREAD, reads with blocking calls while another thread writes, or reads with \
+recv and then splice(2) (the relay, HAProxy); use --ports to pair only the services known \
+to be safe."
 )]
 pub struct BypassArgs {
     #[command(subcommand)]
@@ -41,9 +45,10 @@ enum BypassCommand {
         /// Pair only connections with either port in this list.
         #[arg(long, value_delimiter = ',', required_unless_present = "any_port")]
         ports: Vec<u16>,
-        /// Pair every port. Not the default: on kernels measured so far the
-        /// redirect path has no backpressure and breaks splice and blocking
-        /// readers (docs/bypass.md), so pairing is opt-in per service.
+        /// Pair every port. Not the default: on this kernel a paired socket
+        /// misreports FIONREAD and breaks blocking readers with a writer
+        /// thread and recv-then-splice readers (docs/bypass.md), so pairing
+        /// is opt-in per service.
         #[arg(long, conflicts_with = "ports")]
         any_port: bool,
     },
