@@ -2,7 +2,8 @@
 # Does a local client of the relay's HTTP CONNECT listener survive being
 # paired by `splitway bypass`? Download (relay reads the server, writes the
 # client) and upload (relay reads the client: recv first, splice once a read
-# fills 16 KiB) of 4 MB, plain vs the client<->relay connection paired.
+# fills 16 KiB, unless the bypass may pair its sockets) of 4 MB, plain vs the
+# client<->relay connection paired.
 # Output: bench-results/bypass-relay-*.txt. Needs root.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,13 +12,17 @@ mount=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
 cg="$mount/splitway-bypass-relay-$$"; mkdir "$cg"
 tmp=$(mktemp -d); out="bench-results/bypass-relay-$(date -u +%Y%m%dT%H%M%SZ).txt"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; "$BIN" bypass disable >/dev/null 2>&1; rmdir "$cg" 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; xargs -r kill <"$cg/cgroup.procs" 2>/dev/null; wait 2>/dev/null; "$BIN" bypass disable >/dev/null 2>&1; rmdir "$cg" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 incg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
+# In the background, with $! the program's own pid (sh execs it), so that
+# cleanup kills the relay itself and not a subshell.
+incg_bg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@" & }
 printf 'name = "byp"\n[[listen]]\nmode = "http-connect"\naddr = "127.0.0.1:23180"\n[[route]]\ndst = "0.0.0.0/0"\nvia = "direct"\n' > "$tmp/relay.toml"
 head -c 4000000 /dev/urandom > "$tmp/blob"; want=$(sha256sum "$tmp/blob" | cut -c1-16)
 (cd "$tmp" && exec python3 -m http.server 23181 --bind 127.0.0.1 >/dev/null 2>&1) & pids+=($!)
-incg "$BIN" relay -c "$tmp/relay.toml" >"$tmp/relay.log" 2>&1 & pids+=($!)
+if ss -Hltn "sport = :23180" | grep -q .; then echo "bypass-relay-probe: port 23180 in use" >&2; exit 1; fi
+incg_bg "$BIN" relay -c "$tmp/relay.toml" >"$tmp/relay.log" 2>&1; pids+=($!)
 for _ in $(seq 50); do ss -ltn | grep -q ':23180 ' && ss -ltn | grep -q ':23181 ' && break; sleep 0.1; done
 run() {
   for i in 1 2 3; do

@@ -347,6 +347,15 @@ impl<'a> Pump<'a> {
         activity: &'a Activity,
         counters: &'a DirCounters,
     ) -> Self {
+        // `data_path = "splice"` splices from the first byte: not from a
+        // socket the bypass may have paired (see fill_buf).
+        let data_path = if data_path == DataPath::Splice
+            && splitway_sys::bpf::bypass::may_pair_this_process()
+        {
+            DataPath::Copy
+        } else {
+            data_path
+        };
         let state = if prefix.is_empty() {
             PumpState::Reading
         } else {
@@ -514,8 +523,16 @@ impl<'a> Pump<'a> {
             return self.eof().map(Some);
         }
         if n == buf.len() && self.data_path == DataPath::Auto {
-            // Bulk data is queued: zero-copy pays from here on.
-            self.use_splice = true;
+            // Bulk data is queued: zero-copy pays from here on, unless
+            // `splitway bypass` may have paired the source, whose redirected
+            // bytes splice(2) cannot see (docs/bypass.md, "The relay"). Asked
+            // here, once per direction that turns bulk: a socket is paired at
+            // its handshake or never, so a bypass enabled later cannot pair it.
+            if splitway_sys::bpf::bypass::may_pair_this_process() {
+                self.data_path = DataPath::Copy;
+            } else {
+                self.use_splice = true;
+            }
         }
         // A read shorter than the buffer emptied the receive queue (TCP
         // hands over all it holds up to the length asked for): no FIONREAD,

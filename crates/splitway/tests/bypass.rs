@@ -211,6 +211,9 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
     // IPv6): the keys carry no netns cookie, so the ends pair.
     veth_trials(&cg.0);
 
+    // The relay in the cgroup, its HTTP CONNECT client paired with it.
+    relay_in_the_cgroup(&cg.0);
+
     // disable with live connections: 8 connections hold unread redirected
     // data across `disable`, then finish; every byte must arrive.
     let before = status();
@@ -320,6 +323,99 @@ fn veth_trials(cgroup: &Path) {
         );
         assert!(after.counters.bytes_redirected > before.counters.bytes_redirected);
     }
+}
+
+/// A relay started inside the bypass cgroup, with a client there too: the
+/// client<->relay connections are paired. The relay reads a client with recv
+/// until a read fills its buffer, then would splice, which cannot see
+/// redirected bytes (the upload stalled at 81,920 of 4,000,000 bytes,
+/// bench-results/bypass-relay-20261127T062341Z.txt); it must notice the
+/// bypass and stay on recv/send. Uploads of up to 3 MB echoed back through
+/// it, every byte compared, and some of the client's sends redirected.
+fn relay_in_the_cgroup(cgroup: &Path) {
+    let echo_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind echo");
+    let echo_addr = echo_listener.local_addr().expect("addr").to_string();
+    let echo = std::thread::spawn(move || {
+        for _ in 0..5 {
+            let (s, _) = echo_listener.accept().expect("accept");
+            let mut r = s.try_clone().expect("clone");
+            let mut w = s;
+            std::io::copy(&mut r, &mut w).expect("echo copy");
+            w.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        }
+    });
+    // A free port for the relay: bind, read it, release.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let dir = tempdir();
+    let config = dir.join("relay.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"byp\"\nadmin = \"off\"\n[[listen]]\nmode = \"http-connect\"\n\
+             addr = \"127.0.0.1:{port}\"\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n"
+        ),
+    )
+    .expect("write relay config");
+    let mut relay = Command::new("sh")
+        .arg("-c")
+        .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
+        .arg(cgroup)
+        .arg(BIN)
+        .args(["relay", "-c"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start relay");
+    let relay_addr = format!("127.0.0.1:{port}");
+    // Ready when it accepts (this probe connection is outside the cgroup).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(&relay_addr).is_err() {
+        assert!(std::time::Instant::now() < deadline, "relay did not listen");
+        std::thread::yield_now();
+    }
+    let before = status();
+    let out = torture_in(
+        cgroup,
+        &[
+            "--mode",
+            "echo-client",
+            "--trials",
+            "5",
+            "--max-bytes",
+            "3000000",
+            "--connect",
+            &echo_addr,
+            "--via-connect",
+            &relay_addr,
+        ],
+    )
+    .output()
+    .expect("echo client via the relay");
+    let after = status();
+    let _ = relay.kill();
+    let _ = relay.wait();
+    assert!(
+        out.status.success(),
+        "echo through the relay failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    echo.join().expect("echo thread");
+    assert!(
+        after.counters.messages_redirected > before.counters.messages_redirected,
+        "no send to or from the relay was redirected: {after:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn tempdir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("splitway-bypass-relay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
 }
 
 fn one_end_paired(cgroup: &Path) {

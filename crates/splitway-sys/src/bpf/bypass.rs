@@ -667,6 +667,39 @@ pub fn status() -> Result<Status, BypassError> {
     })
 }
 
+/// Whether this process's sockets may be paired by the bypass: it is
+/// enabled on a cgroup that holds this process, or a sockhash of an earlier
+/// enable is still draining (its cgroup is no longer recorded, so any
+/// process may own its sockets). A stat when the bypass is off; a few small
+/// reads when on. A process that splices must not splice from a paired
+/// socket: redirected data is invisible to splice(2) (docs/bypass.md).
+pub fn may_pair_this_process() -> bool {
+    let dir = pin_dir();
+    if !dir.exists() {
+        return false;
+    }
+    if !draining_dirs().is_empty() {
+        return true;
+    }
+    if !dir.join(LINK_PIN).exists() {
+        return false;
+    }
+    let (Some(bypass_cgroup), Some(mount)) = (read_state_cgroup(), cgroup2_mount()) else {
+        // Enabled, but where is unknown: assume here.
+        return true;
+    };
+    // The v2 line of /proc/self/cgroup is "0::/path/under/the/mount".
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("0::")
+                    .map(|p| mount.join(p.trim_start_matches('/')))
+            })
+        });
+    own.is_none_or(|own| own.starts_with(Path::new(&bypass_cgroup)))
+}
+
 /// Counters of a drained-or-draining sockhash directory (for tests).
 pub fn draining_counters(d: &Draining) -> Result<Counters, BypassError> {
     read_counters(&d.pin.join(STATS_PIN))

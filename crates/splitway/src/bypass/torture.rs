@@ -56,6 +56,10 @@ pub struct TortureArgs {
     /// The echo server for --mode echo-client.
     #[arg(long)]
     connect: Option<SocketAddr>,
+    /// --mode echo-client: reach the echo server through this HTTP CONNECT
+    /// proxy (a splitway relay), so the paired connection is the relay's.
+    #[arg(long)]
+    via_connect: Option<SocketAddr>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -688,8 +692,13 @@ fn run_echo_client(args: &TortureArgs) -> anyhow::Result<ExitCode> {
         let seeds: [u64; 2] = rng.r#gen();
         let timeout = Duration::from_secs(args.timeout_secs);
         let copy = sent.clone();
+        let via = args.via_connect;
         let got = rt.block_on(async move {
-            let (r, w) = tokio::net::TcpStream::connect(to).await?.into_split();
+            let stream = match via {
+                None => tokio::net::TcpStream::connect(to).await?,
+                Some(proxy) => http_connect(proxy, to).await?,
+            };
+            let (r, w) = stream.into_split();
             let reader = tokio::spawn(async_read(r, seeds[0], rc));
             let _w =
                 tokio::time::timeout(timeout, async_write(w, copy, seeds[1], wc, true)).await??;
@@ -710,6 +719,32 @@ fn run_echo_client(args: &TortureArgs) -> anyhow::Result<ExitCode> {
         errors: 0,
     }
     .print()
+}
+
+/// A tunnel to `to` through the HTTP CONNECT proxy at `proxy`: the request,
+/// then the reply read byte by byte up to its blank line, so that nothing of
+/// the tunnel is read with it.
+async fn http_connect(proxy: SocketAddr, to: SocketAddr) -> anyhow::Result<tokio::net::TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(proxy)
+        .await
+        .with_context(|| format!("connect to the proxy {proxy}"))?;
+    s.write_all(format!("CONNECT {to} HTTP/1.1\r\nHost: {to}\r\n\r\n").as_bytes())
+        .await?;
+    let mut reply = Vec::new();
+    while !reply.ends_with(b"\r\n\r\n") {
+        if reply.len() > 4096 {
+            bail!("the proxy's reply has no end");
+        }
+        reply.push(s.read_u8().await.context("the proxy's reply")?);
+    }
+    if !reply.starts_with(b"HTTP/1.1 200") {
+        bail!(
+            "the proxy refused: {}",
+            String::from_utf8_lossy(&reply).trim()
+        );
+    }
+    Ok(s)
 }
 
 pub fn run(args: TortureArgs) -> anyhow::Result<ExitCode> {
