@@ -24,8 +24,8 @@ otherwise it goes over TCP (in order, with TCP's backpressure), and a connection
 leaves the sockhash for plain TCP.\n\n\
 Limits measured on this kernel are in docs/bypass.md: do not pair traffic whose reader \
 relies on FIONREAD, reads with blocking calls while another thread writes, or reads with \
-recv and then splice(2) (the relay, HAProxy); use --ports to pair only the services known \
-to be safe."
+recv and then splice(2) (HAProxy; a splitway relay notices and stops splicing); use --ports \
+to pair only the services known to be safe."
 )]
 pub struct BypassArgs {
     #[command(subcommand)]
