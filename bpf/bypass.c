@@ -98,7 +98,14 @@ volatile const __u32 COOKIE_OFF = 0;
 volatile const __u32 USER_DATA_OFF = 0;
 
 #define SW_MSG_PEEK 2
+#define SW_MSG_ERRQUEUE 0x2000
+#define SW_TCP_ESTABLISHED 1
 #define SW_TCP_CLOSE 7
+#define SW_TCP_CLOSE_WAIT 8
+
+// peer_cookie of a socket whose first send found no paired peer: no
+// BYP_FLOW entry has this key, so every send of it goes over TCP.
+#define NO_PEER_COOKIE (~0ULL)
 
 // Policy, index 0 of BYP_POLICY.
 #define POLICY_ENABLED (1u << 0)
@@ -154,6 +161,9 @@ struct {
 // hash: a spin lock cannot live in an LRU map.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	// Not preallocated: a deleted element is freed after RCU, not reused
+	// at once under a program that still holds it.
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 65536);
 	__type(key, __u64);
 	__type(value, struct flow);
@@ -381,8 +391,11 @@ int bypass_sockops(struct bpf_sock_ops *skops)
 	// may look for them.
 	if (bpf_map_update_elem(&BYP_FLOW, &cookie, &fresh, BPF_ANY) != 0 ||
 	    bpf_map_update_elem(&BYP_CONSUMED, &cookie, &none, BPF_ANY) != 0 ||
-	    bpf_map_update_elem(&BYP_COOKIES, &k, &cookie, BPF_ANY) != 0 ||
-	    bpf_sock_hash_update(skops, &BYP_SOCKS, &k, BPF_ANY) != 0) {
+	    // NOEXIST: a routable key carries no netns cookie, so two namespaces
+	    // holding the same addresses could otherwise replace each other's
+	    // entries (and drop a paired socket's unread data with its psock).
+	    bpf_map_update_elem(&BYP_COOKIES, &k, &cookie, BPF_NOEXIST) != 0 ||
+	    bpf_sock_hash_update(skops, &BYP_SOCKS, &k, BPF_NOEXIST) != 0) {
 		forget(skops);
 		count(ST_INSERT_FAILED, 1);
 		return 1;
@@ -466,11 +479,10 @@ int bypass_msg(struct sk_msg_md *msg)
 
 	if (!st->peer_cookie) {
 		__u64 *c = bpf_map_lookup_elem(&BYP_COOKIES, &peer);
-		if (!c) {
-			count(ST_NO_PEER, 1);
-			return SK_PASS;
-		}
-		st->peer_cookie = *c;
+		// A send that finds no peer is counted nowhere the peer's reads
+		// are compared with: from then on the counts could agree while
+		// that send is unread. So this socket stays on TCP for good.
+		st->peer_cookie = c ? *c : NO_PEER_COOKIE;
 	}
 	__u64 peer_cookie = st->peer_cookie;
 	struct flow *f = bpf_map_lookup_elem(&BYP_FLOW, &peer_cookie);
@@ -478,6 +490,11 @@ int bypass_msg(struct sk_msg_md *msg)
 		count(ST_NO_PEER, 1);
 		return SK_PASS;
 	}
+	// tcp_bpf's sendmsg does not check for a shut-down send side: after
+	// shutdown(SHUT_WR) a redirect would deliver data behind the FIN.
+	// Over TCP the send fails with EPIPE, as without the bypass.
+	__u32 state = sk->state;
+	int open = state == SW_TCP_ESTABLISHED || state == SW_TCP_CLOSE_WAIT;
 	__u64 consumed = consumed_by(peer_cookie);
 	// Decide under the lock the unpairing side closes with: a redirect is
 	// either counted in redir_end before `closed`, or sees `closed`.
@@ -486,7 +503,7 @@ int bypass_msg(struct sk_msg_md *msg)
 	closed = f->closed;
 	__u64 sent = f->sent;
 	// Everything sent so far was read (and something was): see the header.
-	if (!closed && sent != 0 && consumed == sent) {
+	if (open && !closed && sent != 0 && consumed == sent) {
 		redirect = 1;
 		f->redir_end = sent + size;
 	}
@@ -521,7 +538,9 @@ int bypass_recv(struct bpf_raw_tracepoint_args *ctx)
 {
 	int ret = (int)ctx->args[1];
 	int flags = (int)ctx->args[2];
-	if (ret <= 0 || (flags & SW_MSG_PEEK))
+	// Peeks consume nothing; error-queue reads (timestamps, IP_RECVERR)
+	// return no stream bytes.
+	if (ret <= 0 || (flags & (SW_MSG_PEEK | SW_MSG_ERRQUEUE)))
 		return 0;
 	// A socket in a sockhash has its psock in sk_user_data; nearly every
 	// other socket has none, and leaves after this one read.
