@@ -22,28 +22,20 @@ if [ "${FORCE:-0}" != 1 ] && awk -v l="$load" -v m="$MAX_LOAD" 'BEGIN{exit !(l >
   echo "bench-bypass: load average $load >= $MAX_LOAD; not a quiet window (FORCE=1 to run anyway)" >&2
   exit 2
 fi
-mount=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
-cg="$mount/splitway-bypass-bench-$$"
-mkdir "$cg"
+# shellcheck source=lib/bypass-cg.sh
+. scripts/lib/bypass-cg.sh
+bypass_cg_up bypass-bench
 out="bench-results/bypass-bench-$(date -u +%Y%m%dT%H%M%SZ).txt"
 P_SOCKPERF=23111 P_REDIS=23112 P_IPERF=23113
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  # Everything still in the cgroup (a server that outlived its pid, a
-  # client cut short) goes too, so that no server of this run answers the
-  # next run's clients from outside its cgroup.
-  xargs -r kill <"$cg/cgroup.procs" 2>/dev/null
+  # Everything still in the cgroup (a client cut short) goes too, so that no
+  # server of this run answers the next run's clients from outside it.
+  bypass_cg_down
   wait 2>/dev/null
-  # (cgroup files report size 0, so read it rather than test -s.)
-  for _ in $(seq 50); do [ -z "$(cat "$cg/cgroup.procs" 2>/dev/null)" ] && break; sleep 0.1; done
-  "$BIN" bypass disable >/dev/null 2>&1
-  rmdir "$cg" 2>/dev/null || echo "bench-bypass: $cg still holds processes" >&2
 }
 trap cleanup EXIT
-incg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
-# In the background, with $! the program's own pid (sh execs it).
-incg_bg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@" & }
 
 {
   echo "# bench-bypass $(date -u +%FT%TZ)"

@@ -8,16 +8,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/splitway}
-mount=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
-cg="$mount/splitway-bypass-relay-$$"; mkdir "$cg"
+# shellcheck source=lib/bypass-cg.sh
+. scripts/lib/bypass-cg.sh
+bypass_cg_up bypass-relay
 tmp=$(mktemp -d); out="bench-results/bypass-relay-$(date -u +%Y%m%dT%H%M%SZ).txt"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; xargs -r kill <"$cg/cgroup.procs" 2>/dev/null; wait 2>/dev/null; "$BIN" bypass disable >/dev/null 2>&1; rmdir "$cg" 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; bypass_cg_down; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-incg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
-# In the background, with $! the program's own pid (sh execs it), so that
-# cleanup kills the relay itself and not a subshell.
-incg_bg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@" & }
 printf 'name = "byp"\n[[listen]]\nmode = "http-connect"\naddr = "127.0.0.1:23180"\n[[route]]\ndst = "0.0.0.0/0"\nvia = "direct"\n' > "$tmp/relay.toml"
 head -c 4000000 /dev/urandom > "$tmp/blob"; want=$(sha256sum "$tmp/blob" | cut -c1-16)
 (cd "$tmp" && exec python3 -m http.server 23181 --bind 127.0.0.1 >/dev/null 2>&1) & pids+=($!)

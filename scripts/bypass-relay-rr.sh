@@ -9,14 +9,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/splitway}
 ROUNDS=${ROUNDS:-3}; N=${N:-20000}
-mount=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
-cg="$mount/splitway-bypass-relay-rr-$$"; mkdir "$cg"
+# shellcheck source=lib/bypass-cg.sh
+. scripts/lib/bypass-cg.sh
+bypass_cg_up bypass-relay-rr
 tmp=$(mktemp -d); out="bench-results/bypass-relay-rr-$(date -u +%Y%m%dT%H%M%SZ).txt"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; xargs -r kill <"$cg/cgroup.procs" 2>/dev/null; wait 2>/dev/null; "$BIN" bypass disable >/dev/null 2>&1; rmdir "$cg" 2>/dev/null; rm -rf "$tmp"; }
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; bypass_cg_down; wait 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
-incg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
-incg_bg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@" & }
 for p in 23190 23191; do
   if ss -Hltn "sport = :$p" | grep -q .; then echo "bypass-relay-rr: port $p in use" >&2; exit 1; fi
 done

@@ -333,17 +333,7 @@ fn veth_trials(cgroup: &Path) {
 /// bypass and stay on recv/send. Uploads of up to 3 MB echoed back through
 /// it, every byte compared, and some of the client's sends redirected.
 fn relay_in_the_cgroup(cgroup: &Path) {
-    let echo_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind echo");
-    let echo_addr = echo_listener.local_addr().expect("addr").to_string();
-    let echo = std::thread::spawn(move || {
-        for _ in 0..5 {
-            let (s, _) = echo_listener.accept().expect("accept");
-            let mut r = s.try_clone().expect("clone");
-            let mut w = s;
-            std::io::copy(&mut r, &mut w).expect("echo copy");
-            w.shutdown(std::net::Shutdown::Write).expect("shutdown");
-        }
-    });
+    let (echo_addr, echo) = echo_server(5);
     // A free port for the relay: bind, read it, release.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -418,19 +408,25 @@ fn tempdir() -> PathBuf {
     dir
 }
 
-fn one_end_paired(cgroup: &Path) {
+/// An echo server in this (test) process, outside the bypass cgroup, for
+/// `connections` connections: std::io::copy until EOF, then FIN.
+fn echo_server(connections: usize) -> (String, std::thread::JoinHandle<()>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind echo");
     let addr = listener.local_addr().expect("addr").to_string();
     let echo = std::thread::spawn(move || {
-        for _ in 0..10 {
+        for _ in 0..connections {
             let (s, _) = listener.accept().expect("accept");
             let mut r = s.try_clone().expect("clone");
             let mut w = s;
-            // Plain sockets (not paired): std::io::copy until EOF, then FIN.
             std::io::copy(&mut r, &mut w).expect("echo copy");
             w.shutdown(std::net::Shutdown::Write).expect("shutdown");
         }
     });
+    (addr, echo)
+}
+
+fn one_end_paired(cgroup: &Path) {
+    let (addr, echo) = echo_server(10);
     let before = status();
     let out = torture_in(
         cgroup,
