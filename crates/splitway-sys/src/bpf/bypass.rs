@@ -401,6 +401,17 @@ pub fn enable(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassErr
     Ok(EnableOutcome::Enabled)
 }
 
+/// The loaded program `name` of bypass.o, as its type.
+fn program<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P, BypassError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| BypassError::Internal(format!("bypass.o has no {name}")))?
+        .try_into()
+        .map_err(|e| kernel(&format!("{name} type"), e))
+}
+
 fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassError> {
     let (cookie_off, user_data_off) = sock_offsets()?;
     let mut ebpf: Ebpf = EbpfLoader::new()
@@ -452,11 +463,7 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
         SockHash::try_from(socks_map).map_err(|e| kernel("sockhash", e))?;
 
     // sk_msg first, so a socket is never in the map without it.
-    let msg: &mut SkMsg = ebpf
-        .program_mut("bypass_msg")
-        .ok_or_else(|| BypassError::Internal("bypass.o has no bypass_msg".into()))?
-        .try_into()
-        .map_err(|e| kernel("bypass_msg type", e))?;
+    let msg: &mut SkMsg = program(&mut ebpf, "bypass_msg")?;
     let msg_link_id = msg
         .attach(socks.fd())
         .map_err(|e| kernel("attach sk_msg to sockhash", e))?;
@@ -468,11 +475,7 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
 
     // The read counter before sock_ops: a socket paired before it ran would
     // lag behind its reads and stay on TCP for good.
-    let recv: &mut RawTracePoint = ebpf
-        .program_mut("bypass_recv")
-        .ok_or_else(|| BypassError::Internal("bypass.o has no bypass_recv".into()))?
-        .try_into()
-        .map_err(|e| kernel("bypass_recv type", e))?;
+    let recv: &mut RawTracePoint = program(&mut ebpf, "bypass_recv")?;
     let recv_id = recv
         .attach("sock_recv_length")
         .map_err(|e| kernel("attach raw tracepoint sock_recv_length", e))?;
@@ -488,11 +491,7 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
         path: cgroup.to_owned(),
         source,
     })?;
-    let ops: &mut SockOps = ebpf
-        .program_mut("bypass_sockops")
-        .ok_or_else(|| BypassError::Internal("bypass.o has no bypass_sockops".into()))?
-        .try_into()
-        .map_err(|e| kernel("bypass_sockops type", e))?;
+    let ops: &mut SockOps = program(&mut ebpf, "bypass_sockops")?;
     let id = ops
         // A cgroup bpf_link is always multi-attach; link_create wants flags 0.
         .attach(&cg, CgroupAttachMode::Single)

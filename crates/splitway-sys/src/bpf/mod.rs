@@ -5,7 +5,7 @@
 //! | --- | --- | --- |
 //! | `syn_watch` | tc ingress (TCX or cls_bpf) | [`syn_watch`] (aya) |
 //! | `agent_synopt` | cgroup connect4/connect6, sock_ops | [`agent_synopt`] (aya) |
-//! | `bypass` | cgroup sock_ops, sk_msg, raw tracepoint `sock_recv_length` | [`bypass`] (aya; [`btf`] finds the one kernel field it reads) |
+//! | `bypass` | cgroup sock_ops, sk_msg, raw tracepoint `sock_recv_length` | [`bypass`] (aya; [`btf`] finds the two `struct sock` fields its read counter reads) |
 //! | `splitway_cubic` | struct_ops `tcp_congestion_ops` | [`splitway_cubic`], via [`cc`] (libbpf) |
 //! | `splitway_resume` | struct_ops `tcp_congestion_ops` | [`splitway_resume`], via [`cc`] (libbpf) |
 

@@ -140,6 +140,14 @@ fn pair(args: &TortureArgs, family: Family) -> anyhow::Result<(TcpStream, TcpStr
     Ok((client, server))
 }
 
+/// The event loop the epoll-side modes run on (two workers, like a server).
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
 fn data(seed: u64, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     StdRng::seed_from_u64(seed).fill(&mut v[..]);
@@ -219,10 +227,7 @@ fn trial(i: u32, args: &TortureArgs, rng: &mut StdRng) -> anyhow::Result<Outcome
     let tag = format!("trial {i} ({family:?}, c->s {c_len} B, s->c {s_len} B, rst {rst})");
 
     if args.io == Io::Tokio {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?;
+        let rt = runtime()?;
         let spec = AsyncSpec {
             c_data,
             s_data,
@@ -631,10 +636,7 @@ fn run_hold(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     std::io::stdin().read_line(&mut line)?;
     // The rest over epoll (tokio): blocking readers are unsafe on paired
     // sockets (docs/bypass.md).
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     let mut checked = 0u64;
     for (i, (c, s, cd, sd)) in conns.into_iter().enumerate() {
         let spec = (cd, sd);
@@ -679,10 +681,7 @@ fn run_echo_client(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     let Some(to) = args.connect else {
         bail!("--mode echo-client needs --connect");
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut checked = 0u64;
     for i in 0..args.trials {
@@ -843,10 +842,7 @@ async fn ping_pong_conn(
 }
 
 fn run_ping_pong(args: &TortureArgs) -> anyhow::Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     let timeout = Duration::from_secs(args.timeout_secs.max(30));
     let started = Instant::now();
     let mut checked = 0u64;
