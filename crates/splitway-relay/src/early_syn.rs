@@ -407,6 +407,13 @@ struct Near {
     wanted: bool,
     /// What the detector does (confirmed by `applied`).
     sampled: bool,
+    /// When the detector began sampling the prefix. SYNs it reported just
+    /// before may have events still queued behind their accepts, so for
+    /// [`MARKER_LIFETIME`] accepts are treated as reported (a miss leaves
+    /// a marker). Without this, such a late event started a leg nobody
+    /// took, and its server saw a connection that sat for the expiry and
+    /// was reset (a CI failure of `many_concurrent_connections`).
+    sampled_since: Instant,
 }
 
 impl Default for Near {
@@ -418,6 +425,7 @@ impl Default for Near {
             samples: 0,
             wanted: false,
             sampled: false,
+            sampled_since: Instant::now(),
         }
     }
 }
@@ -465,7 +473,8 @@ impl NearClients {
     }
 
     /// True when the detector did not report this client's SYN: its
-    /// prefix is sampled and its port is not a sample.
+    /// prefix has been sampled for longer than an event can trail its
+    /// accept, and its port is not a sample.
     fn unreported(&self, client: SocketAddr) -> bool {
         if self.sampled.load(Relaxed) == 0 || near_sample(client.port()) {
             return false;
@@ -473,7 +482,7 @@ impl NearClients {
         let prefixes = self.prefixes.lock().expect("near prefixes lock");
         prefixes
             .get(&near_prefix(client.ip()))
-            .is_some_and(|n| n.sampled)
+            .is_some_and(|n| n.sampled && n.sampled_since.elapsed() >= MARKER_LIFETIME)
     }
 
     fn changes(&self) -> Vec<(IpAddr, bool)> {
@@ -490,6 +499,7 @@ impl NearClients {
         {
             near.sampled = sampled;
             if sampled {
+                near.sampled_since = Instant::now();
                 self.sampled.fetch_add(1, Relaxed);
             } else {
                 self.sampled.fetch_sub(1, Relaxed);
@@ -613,6 +623,7 @@ mod tests {
         );
         early.near_applied(prefix, true);
         assert!(matches!(early.status(), api::EarlySyn::Running(s) if s.near_prefixes == 1));
+        sampled_for_a_while(&early, prefix);
 
         let markers = early.markers.load(Relaxed);
         let unreported = early.take_reporting(addr(102), dst);
@@ -655,6 +666,48 @@ mod tests {
             "reported again: a miss"
         );
         assert!(matches!(early.status(), api::EarlySyn::Running(s) if s.near_prefixes == 0));
+    }
+
+    /// Backdates the detector's sampling of `prefix` past the time a SYN
+    /// event reported before it can trail its accept.
+    fn sampled_for_a_while(early: &EarlyStarts<u8>, prefix: IpAddr) {
+        let near = early.near.as_ref().expect("learning");
+        let mut prefixes = near.prefixes.lock().unwrap();
+        let n = prefixes.get_mut(&prefix).expect("prefix known");
+        n.sampled_since -= MARKER_LIFETIME;
+    }
+
+    /// Just after the detector starts sampling a prefix, an accept may
+    /// belong to a SYN it reported before, whose event is still queued:
+    /// the accept leaves a marker, so that event starts no leg (the
+    /// `many_concurrent_connections` CI failure: a leg nobody took, its
+    /// server connection reset at the expiry). Later, accepts of the
+    /// prefix's unsampled ports leave none.
+    #[test]
+    fn an_event_reported_before_sampling_began_starts_no_leg() {
+        let early = near_table();
+        let dst = SocketAddr::from(([10, 0, 3, 2], 80));
+        for port in 1..=NEAR_MIN_SAMPLES as u16 {
+            early.client_rtt(addr(port), LAN);
+        }
+        let prefix = IpAddr::from([10, 0, 1, 0]);
+        assert_eq!(early.near_changes(), vec![(prefix, true)]);
+        early.near_applied(prefix, true);
+
+        // The SYN of port 101 was reported before the detector changed;
+        // its accept runs first, then its event is read.
+        assert!(early.take(addr(101), dst).is_none());
+        assert_eq!(early.counted(EarlySynOutcome::Miss), 1);
+        assert_eq!(early.counted(EarlySynOutcome::Near), 0);
+        assert!(early.start(addr(101), dst, 1).is_none(), "the late event");
+        assert_eq!(early.counted(EarlySynOutcome::Started), 0);
+        assert_eq!(early.counted(EarlySynOutcome::Duplicate), 1);
+
+        sampled_for_a_while(&early, prefix);
+        let markers = early.markers.load(Relaxed);
+        assert!(early.take(addr(102), dst).is_none());
+        assert_eq!(early.counted(EarlySynOutcome::Near), 1);
+        assert_eq!(early.markers.load(Relaxed), markers, "no marker");
     }
 
     /// Without `learning_near_clients` (`early_syn = true`), nothing is

@@ -851,8 +851,21 @@ impl Lab {
         self.helpers_running.push(child);
     }
 
-    /// Prints every relay's output (used on failure).
+    /// Prints every relay's output (used on failure): first, for all
+    /// relays, the lines that usually explain a failure (warnings, errors,
+    /// connections that did not complete), since CI shows only the head
+    /// and tail of a failure's output.
     pub fn dump_logs(&self) {
+        eprintln!("===== unusual relay log lines =====");
+        for p in &self.relays_running {
+            for line in p.stderr().lines().filter(|l| {
+                l.contains(" WARN ")
+                    || l.contains(" ERROR ")
+                    || (l.contains(" closed ") && !l.contains("reason=\"completed\""))
+            }) {
+                eprintln!("[{}] {line}", p.name);
+            }
+        }
         for p in &self.relays_running {
             let text = p.stderr();
             // The harness's own admin polling would crowd out everything else.
