@@ -74,12 +74,41 @@ pub async fn write_all(dst: &TcpStream, mut data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// One non-blocking recv on `s`, like `TcpStream::try_read`, except that a
+/// read shorter than `buf` also tells the runtime the socket is drained:
+/// TCP hands over all it holds up to the length asked for, so the next
+/// wait parks instead of making a recv that returns EAGAIN (one syscall
+/// per message and direction; tokio's own poll_read does the same). Bytes
+/// that arrive after the readiness was sampled raise a new event, which
+/// this does not clear. `drains` is [`short_read_drains`].
+pub(crate) fn try_read_draining(s: &TcpStream, buf: &mut [u8], drains: bool) -> io::Result<usize> {
+    let mut got = 0;
+    match s.try_io(Interest::READABLE, || {
+        got = splitway_sys::sock::recv(s, buf)?;
+        if drains && got > 0 && got < buf.len() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(got)
+    }) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
+        other => other,
+    }
+}
+
+/// Whether a short read proves a socket of this process drained: not
+/// where `splitway bypass` may have paired it, since a tcp_bpf read returns
+/// redirected bytes alone even with TCP bytes queued behind them
+/// (docs/bypass.md, "The relay").
+pub(crate) fn short_read_drains() -> bool {
+    !splitway_sys::bpf::bypass::may_pair_this_process_recently()
+}
+
 /// Reads what is already queued on `s`, without waiting. An error (a reset)
 /// is returned: the kernel reports it once, so it must not be swallowed.
 pub(crate) fn take_ready_bytes(s: &TcpStream, into: &mut Vec<u8>) -> io::Result<()> {
     const MAX: usize = 16 * 1024;
     let mut buf = [0u8; MAX];
-    match s.try_read(&mut buf) {
+    match try_read_draining(s, &mut buf, short_read_drains()) {
         Ok(n) => {
             // n == 0 (EOF) is seen again by forwarding.
             into.extend_from_slice(&buf[..n]);

@@ -29,7 +29,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::bytes::{give_buf, more_queued, take_buf};
+use crate::bytes::{give_buf, more_queued, short_read_drains, take_buf, try_read_draining};
 use crate::config::DataPath;
 use crate::error::ConnError;
 
@@ -307,6 +307,8 @@ struct Pump<'a> {
     dst_side: Side,
     data_path: DataPath,
     use_splice: bool,
+    /// `bytes::short_read_drains`, asked once per direction.
+    short_read_drains: bool,
     activity: &'a Activity,
     counters: &'a DirCounters,
     state: PumpState,
@@ -371,6 +373,7 @@ impl<'a> Pump<'a> {
             dst_side,
             data_path,
             use_splice: data_path == DataPath::Splice,
+            short_read_drains: short_read_drains(),
             activity,
             counters,
             state,
@@ -510,7 +513,7 @@ impl<'a> Pump<'a> {
     /// all; at EOF the half-close is forwarded and the pump is done.
     fn fill_buf(&mut self) -> Result<Option<PumpState>, PumpError> {
         let mut buf = take_buf();
-        let n = match self.src.try_read(&mut buf) {
+        let n = match try_read_draining(self.src, &mut buf, self.short_read_drains) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 give_buf(buf);
@@ -534,10 +537,9 @@ impl<'a> Pump<'a> {
                 self.use_splice = true;
             }
         }
-        // A read shorter than the buffer emptied the receive queue (TCP
-        // hands over all it holds up to the length asked for): no FIONREAD,
-        // which would be one syscall more per message for a known "no".
-        // But if the source's FIN is in already, the next read is the EOF
+        // After a short read nothing is queued (try_read_draining): no FIONREAD, which
+        // would be one syscall more per message for a known "no". But if
+        // the source's FIN is in already, the next read is the EOF
         // whose half-close follows at once: sent with MSG_MORE, these last
         // bytes leave in one segment with that FIN (a response and its
         // close: one segment and one ACK fewer per connection).

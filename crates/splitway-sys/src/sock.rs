@@ -353,6 +353,25 @@ pub fn peek_now(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// Non-blocking recv (MSG_DONTWAIT) into `buf`; `Ok(0)` is the peer's FIN.
+pub fn recv(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: buf is a valid writable slice of buf.len() bytes for the
+    // duration of the call; recv writes at most that many.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// Non-blocking send. With `more`, the kernel may hold a partial segment
 /// back for the write that follows (MSG_MORE), so a burst forwarded in
 /// chunks leaves as full segments instead of one short segment per chunk.

@@ -14,6 +14,9 @@
 //! released by a later `disable` or `status` once its last socket closed.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, SockHash};
 use aya::programs::links::FdLink;
@@ -698,6 +701,32 @@ pub fn may_pair_this_process() -> bool {
         });
     own.is_none_or(|own| own.starts_with(Path::new(&bypass_cgroup)))
 }
+
+/// [`may_pair_this_process`] as of at most [`MAY_PAIR_STALE`] ago: for
+/// per-connection decisions, where the stat would be a syscall per
+/// connection. Only connections set up within that time after a
+/// `bypass enable` covering this process can be paired unseen.
+pub fn may_pair_this_process_recently() -> bool {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    // Milliseconds since BASE of the last answer, plus one (0: never asked).
+    static ASKED_AT: AtomicU64 = AtomicU64::new(0);
+    static ANSWER: AtomicBool = AtomicBool::new(true);
+    let now = u64::try_from(BASE.get_or_init(Instant::now).elapsed().as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    let asked = ASKED_AT.load(Ordering::Acquire);
+    let stale = u64::try_from(MAY_PAIR_STALE.as_millis()).unwrap_or(u64::MAX);
+    if asked == 0 || now.saturating_sub(asked) >= stale {
+        let answer = may_pair_this_process();
+        ANSWER.store(answer, Ordering::Release);
+        ASKED_AT.store(now, Ordering::Release);
+        return answer;
+    }
+    ANSWER.load(Ordering::Acquire)
+}
+
+/// How old [`may_pair_this_process_recently`]'s answer may be.
+pub const MAY_PAIR_STALE: Duration = Duration::from_secs(1);
 
 /// Counters of a drained-or-draining sockhash directory (for tests).
 pub fn draining_counters(d: &Draining) -> Result<Counters, BypassError> {
