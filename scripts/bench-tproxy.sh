@@ -9,7 +9,9 @@
 #   haproxy   HAProxy (TCP mode, splice-auto) intercepts it with the same
 #             TPROXY rule and forwards to the original destination;
 #   pair      splitway rc intercepts it and forwards over a relay leg to rs
-#             on T (the real deployment); CPU is reported per relay.
+#             on T (the real deployment); CPU is reported per relay;
+#   baseline  (only when METHODS names it) the splitway method with the
+#             binary BIN_BASELINE: an earlier build, before/after in one run.
 # Third-party tools from Debian, run in the client namespace against servers
 # in the server namespace: sockperf ping-pong 64 B (one connection),
 # ab against nginx (a new connection per request), iperf3 bulk (the proxy's
@@ -38,10 +40,21 @@ measure() { # round method
   v=$(nsx $C sockperf pp --tcp -i $SIP -p 11111 -m 64 -t "$SECS" 2>&1 |
     awk '/Summary: Latency is/ {print $5}')
   echo "$r $m sockperf_pp_64B ${v:-FAIL} usec_half_rtt"
+  local -a ab_t0=()
+  local i
+  for i in "${!proxy_pids[@]}"; do ab_t0[i]=$(cpu_ticks "${proxy_pids[i]}"); done
   nsx $C ab -q -n "$AB_REQUESTS" -c 8 "http://$SIP/" >"$dir/ab.out" 2>&1
   v=$(awk '/Requests per second/ {print $4} /Failed requests/ {f=$3} END {if (f > 0) print "FAILED:" f}' "$dir/ab.out" | tr '\n' ' ')
   [ -n "$v" ] || sed 's/^/# ab: /' "$dir/ab.out" | tail -3 >&2
   echo "$r $m ab_new_conn_c8 ${v:-FAIL} req_s"
+  if [ "$m" != direct ]; then
+    # The proxies' CPU (all relays of the method) per ab connection.
+    local ab_ticks=0
+    for i in "${!proxy_pids[@]}"; do
+      ab_ticks=$((ab_ticks + $(cpu_ticks "${proxy_pids[i]}") - ab_t0[i]))
+    done
+    echo "$r $m ab_cpu_per_conn $(awk -v t="$ab_ticks" -v hz="$(getconf CLK_TCK)" -v n="$AB_REQUESTS" 'BEGIN {printf "%.1f", t / hz / n * 1e6}') us"
+  fi
   v=$(nsx $C redis-benchmark -h $SIP -p 6379 -c 50 -n 200000 -t get -q 2>&1 |
     tr '\r' '\n' | awk '/^GET:/ {print $2}' | tail -1)
   echo "$r $m redis_get_c50 ${v:-FAIL} req_s"
@@ -54,7 +67,7 @@ measure() { # round method
     echo "$r $m setup_${key}_at_1000 $v us"
   done
   local -a t0=() names=(rs rc)
-  local i d sum=0
+  local d sum=0
   for i in "${!proxy_pids[@]}"; do t0[i]=$(cpu_ticks "${proxy_pids[i]}"); done
   read -r v bytes < <(iperf3_bulk)
   echo "$r $m iperf3_bulk ${v:-FAIL} Gbit_s"
@@ -103,15 +116,18 @@ for r, m, t, v, u in rows:
     except ValueError:
         print(f"# FAILED measurement: round {r} {m} {t} {v}")
 lower_better = {"usec_half_rtt", "cpu_s_per_GB", "us"}
-print("# summary: test, unit, median per method; each splitway method vs haproxy (>1: splitway better)")
+print("# summary: test, unit, median per method; each splitway method vs haproxy, and splitway vs baseline (>1: splitway better)")
 for (t, u), per in vals.items():
     med = {m: statistics.median(v) for m, v in per.items()}
     ratios = []
     h = med.get("haproxy")
-    for m in ("splitway", "pair", "pair-rc", "pair-rs"):
+    for m in ("splitway", "baseline", "pair", "pair-rc", "pair-rs"):
         s = med.get(m)
         if s is not None and h is not None and min(s, h) > 0:
             ratios.append(f"{m}={(h / s if u in lower_better else s / h):.2f}x")
+    b, s = med.get("baseline"), med.get("splitway")
+    if b is not None and s is not None and min(b, s) > 0:
+        ratios.append(f"splitway_vs_baseline={(b / s if u in lower_better else s / b):.2f}x")
     print("# " + t + " " + u + " " + " ".join(f"{m}={v:.3f}" for m, v in sorted(med.items())) + " " + " ".join(ratios))
 EOF
 grep -q "FAIL" "$out" && { echo "bench-tproxy: a measurement failed (see $out)" >&2; exit 1; }

@@ -7,7 +7,9 @@
 #   splitway  one splitway relay on R, its minimal config (tproxy, direct);
 #   haproxy   HAProxy (TCP mode, splice-auto) on R behind the same rule;
 #   pair      splitway rc on R (tproxy, route via rs) and rs on T (peer
-#             listener, direct): the real deployment, two relays.
+#             listener, direct): the real deployment, two relays;
+#   baseline  like splitway, but the binary $BIN_BASELINE (an earlier build,
+#             for before/after in one run).
 # The caller sets P (unique prefix), dir (scratch directory), BIN.
 # shellcheck shell=bash
 C=$P-c R=$P-r T=$P-t S=$P-s
@@ -60,7 +62,7 @@ rig_topology() {
   # the relay namespace (transparent, bound to the server's address)
   # outlive it, and early demux would hand a later SYN on the same 4-tuple
   # to them.
-  for a in 11 12 13 14; do nsx $C ip addr add 10.201.1.$a/24 dev vc; done
+  for a in 11 12 13 14 15; do nsx $C ip addr add 10.201.1.$a/24 dev vc; done
   nsx $R ip addr add $RIN/24 dev vr; nsx $R ip link set vr up
   nsx $R ip addr add $ROUT/24 dev vs; nsx $R ip link set vs up
   nsx $T ip addr add $TIN/24 dev vt; nsx $T ip link set vt up
@@ -170,14 +172,16 @@ wait_splitway_rules() {
 
 start_proxy() { # method
   local src
-  case $1 in direct) src=11 ;; splitway) src=12 ;; haproxy) src=13 ;; pair) src=14 ;; esac
+  case $1 in direct) src=11 ;; splitway) src=12 ;; haproxy) src=13 ;; pair) src=14 ;; baseline) src=15 ;; esac
   nsx $C ip route replace default via $RIN src 10.201.1.$src
   proxy_pids=()
   case $1 in
     direct) ;;
-    splitway)
+    splitway | baseline)
+      local bin=$BIN
+      [ "$1" = baseline ] && bin=${BIN_BASELINE:?baseline needs BIN_BASELINE}
       # `ip netns exec` execs the command: $! is the proxy's own pid.
-      ip netns exec $R "$BIN" relay --config "$dir/splitway.toml" >"$dir/splitway.log" 2>&1 &
+      ip netns exec $R "$bin" relay --config "$dir/splitway.toml" >"$dir/splitway.log" 2>&1 &
       proxy_pids=($!)
       wait_listen $R $RELAY_PORT || { cat "$dir/splitway.log" >&2; return 1; }
       wait_splitway_rules
