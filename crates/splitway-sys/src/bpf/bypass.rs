@@ -384,6 +384,16 @@ pub fn enable(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassErr
 
     // A half-done earlier enable (crash between pins): start clean.
     remove_pins(&[RECV_LINK_PIN, SOCKS_PIN, POLICY_PIN, PORTS_PIN, STATS_PIN])?;
+    // The cgroup is recorded first, and nothing is paired until every
+    // process's `may_pair_this_process_recently` answer is younger than the
+    // record: a relay already running in the cgroup then never takes a
+    // paired socket's short read as proof that it is drained.
+    if let Some(dir) = Path::new(STATE_FILE).parent() {
+        std::fs::create_dir_all(dir).map_err(|e| kernel("mkdir /run/splitway", e))?;
+    }
+    std::fs::write(STATE_FILE, format!("{cgroup_text}\n"))
+        .map_err(|e| kernel(&format!("write {STATE_FILE}"), e))?;
+    std::thread::sleep(MAY_PAIR_STALE + Duration::from_millis(100));
     let result = load_and_attach(&cgroup, policy);
     if result.is_err() {
         let _cleanup = remove_pins(&[
@@ -394,13 +404,9 @@ pub fn enable(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassErr
             PORTS_PIN,
             STATS_PIN,
         ]);
+        let _cleanup = std::fs::remove_file(STATE_FILE);
         return result;
     }
-    if let Some(dir) = Path::new(STATE_FILE).parent() {
-        std::fs::create_dir_all(dir).map_err(|e| kernel("mkdir /run/splitway", e))?;
-    }
-    std::fs::write(STATE_FILE, format!("{cgroup_text}\n"))
-        .map_err(|e| kernel(&format!("write {STATE_FILE}"), e))?;
     Ok(EnableOutcome::Enabled)
 }
 
@@ -683,10 +689,12 @@ pub fn may_pair_this_process() -> bool {
     if !draining_dirs().is_empty() {
         return true;
     }
-    if !dir.join(LINK_PIN).exists() {
+    // The state file comes first at an enable (see `enable`).
+    let recorded = read_state_cgroup();
+    if recorded.is_none() && !dir.join(LINK_PIN).exists() {
         return false;
     }
-    let (Some(bypass_cgroup), Some(mount)) = (read_state_cgroup(), cgroup2_mount()) else {
+    let (Some(bypass_cgroup), Some(mount)) = (recorded, cgroup2_mount()) else {
         // Enabled, but where is unknown: assume here.
         return true;
     };
@@ -704,8 +712,8 @@ pub fn may_pair_this_process() -> bool {
 
 /// [`may_pair_this_process`] as of at most [`MAY_PAIR_STALE`] ago: for
 /// per-connection decisions, where the stat would be a syscall per
-/// connection. Only connections set up within that time after a
-/// `bypass enable` covering this process can be paired unseen.
+/// connection. `enable` records its cgroup and waits that long before it
+/// pairs anything, so no socket is paired unseen.
 pub fn may_pair_this_process_recently() -> bool {
     static BASE: OnceLock<Instant> = OnceLock::new();
     // Milliseconds since BASE of the last answer, plus one (0: never asked).
