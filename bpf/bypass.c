@@ -8,31 +8,45 @@
 // straight into the peer's receive queue (bpf_msg_redirect_hash with
 // BPF_F_INGRESS) or over plain TCP.
 //
-// The rule: a send is redirected only when everything this socket sent
-// before it has been read by the peer's application with recvmsg (and at
-// least one byte has: proof that the reader uses recvmsg, the only reader
-// that sees redirected data). Otherwise it goes over TCP. Why this is safe
-// and bounded:
+// The rule, per direction: a send is redirected when everything sent before
+// it has been read by the peer's application with recvmsg (and at least one
+// byte has: proof that the reader uses recvmsg, the only reader that sees
+// redirected data), which starts a run; or when it continues a run, i.e.
+// every unread byte was redirected and fewer than BACKLOG_MAX are unread.
+// Otherwise it goes over TCP. Why:
 // - Order. The receiver's tcp_bpf recvmsg drains redirected data before the
 //   TCP receive queue. TCP bytes queued behind redirected ones are therefore
 //   read in order; redirected bytes could overtake TCP bytes still unread,
-//   and the rule never lets that happen (nothing is unread at a redirect).
-// - Memory. At most one send's worth (one sk_msg, bounded by the sender's
-//   send buffer) is redirected and unread per direction; everything beyond
-//   goes over TCP, whose windows and buffers block the sender as usual. A
-//   reader that stops reading stops a writer exactly as without the bypass.
+//   and the rule never lets that happen (a run starts with nothing unread
+//   and continues only while no TCP byte is unread).
+// - Short reads. A tcp_bpf recvmsg returns redirected bytes alone even when
+//   TCP bytes are queued behind them. Readers that take a read shorter than
+//   their buffer as "drained" (tokio, and anything else edge-triggered that
+//   clears readiness then) would wait for an event that never comes: two
+//   writes before a read, the first redirected and the second over TCP,
+//   stalled every such tokio reader (torture --mode pipelined). Continuing
+//   runs keeps unread data on one path, so a short read is a drained socket.
+// - Memory. A run holds at most BACKLOG_MAX unread bytes in the peer's
+//   psock; a send beyond goes over TCP, whose windows and buffers block the
+//   sender as usual. A reader that stops reading stops a writer, as without
+//   the bypass, with BACKLOG_MAX more queued. Only there do the two paths
+//   mix with bytes unread, so only a reader that far behind can still meet
+//   the short-read stall (docs/bypass.md).
 // - Readers that never recvmsg (splice, TCP_ZEROCOPY_RECEIVE) are never fed
-//   a redirected byte: nothing they read is counted, so the rule never holds.
+//   a redirected byte: nothing they read is counted, so no run starts.
 //
-// Request/response traffic is quiescent at every request and response, so
-// it takes the redirect path. A stream is not: its sends go over TCP, and
-// TCP through tcp_bpf's sendmsg is slower than plain TCP. So a connection
-// that sent UNPAIR_AFTER bytes over TCP since its last redirect leaves the
-// sockhash for good (both ends), back to the plain TCP stack, at its next
-// ACK (sock_ops; an sk_msg program may not delete from a sockhash). Leaving drops
-// whatever redirected data is still queued, so it happens only once no
-// redirect can start (each direction's `closed`, set under the same lock
-// the redirect decision takes) and every redirected byte has been read.
+// Request/response traffic starts a run at every request and response. A
+// stream continues runs instead (its reader is behind), and redirecting a
+// stream of small writes costs more than TCP; TCP through tcp_bpf's sendmsg
+// is slower than plain TCP too. So a direction that continued runs for
+// UNPAIR_AFTER bytes since its last TCP send starts no new run: once its
+// reader catches up it goes over TCP, and a connection that sent
+// UNPAIR_AFTER bytes over TCP since its last redirect leaves the sockhash
+// for good (both ends), back to the plain TCP stack, at its next ACK
+// (sock_ops; an sk_msg program may not delete from a sockhash). Leaving
+// drops whatever redirected data is still queued, so it happens only once
+// no run can start (each direction's `closed`, set under the same lock the
+// redirect decision takes) and every redirected byte has been read.
 //
 // "Read" is counted by a raw tracepoint on sock_recv_length (the kernel has
 // no fentry here): bytes returned by each recvmsg, MSG_PEEK excluded, added
@@ -75,6 +89,8 @@ struct sock_state {
 	__u64 cookie;      // this socket's cookie (its BYP_FLOW and BYP_COOKIES entries)
 	__u64 peer_cookie; // the peer's, once found in BYP_COOKIES (0: not yet)
 	__u64 tcp_run;     // bytes sent over TCP since its last redirect
+	__u64 cont_run;    // bytes redirected continuing a run since its last TCP send
+	__u32 streaming;   // cont_run reached UNPAIR_AFTER: no new run
 	__u32 leave;       // drained for leaving the sockhash: sock_ops removes it
 	__u32 left;        // removed
 };
@@ -91,6 +107,9 @@ struct flow {
 // A connection that sent this much over TCP since its last redirect is a
 // stream: it leaves the sockhash (see the header).
 #define UNPAIR_AFTER (1u << 20)
+// Unread redirected bytes a run may hold (see the header): about what a
+// TCP receive window holds at most by default.
+#define BACKLOG_MAX (4u << 20)
 
 // Offsets of sock_common.skc_cookie and sock.sk_user_data, from the
 // kernel's BTF (set by the loader).
@@ -385,6 +404,8 @@ int bypass_sockops(struct bpf_sock_ops *skops)
 	st->cookie = cookie;
 	st->peer_cookie = 0;
 	st->tcp_run = 0;
+	st->cont_run = 0;
+	st->streaming = 0;
 	st->leave = 0;
 	st->left = 0;
 	// The flow entries and the cookie first: once in the sockhash, the peer
@@ -498,20 +519,32 @@ int bypass_msg(struct sk_msg_md *msg)
 	__u64 consumed = consumed_by(peer_cookie);
 	// Decide under the lock the unpairing side closes with: a redirect is
 	// either counted in redir_end before `closed`, or sees `closed`.
-	int redirect = 0, closed;
+	int redirect = 0, continues = 0, closed;
+	int streaming = st->streaming;
 	bpf_spin_lock(&f->lock);
 	closed = f->closed;
 	__u64 sent = f->sent;
-	// Everything sent so far was read (and something was): see the header.
-	if (open && !closed && sent != 0 && consumed == sent) {
+	// See the header. A run continues even once closed or streaming: a send
+	// over TCP now would queue behind unread redirected bytes.
+	if (open && sent != 0 && f->redir_end == sent && consumed < sent &&
+	    sent - consumed + size <= BACKLOG_MAX) {
 		redirect = 1;
-		f->redir_end = sent + size;
+		continues = 1;
+	} else if (open && !closed && !streaming && sent != 0 && consumed == sent) {
+		redirect = 1;
 	}
+	if (redirect)
+		f->redir_end = sent + size;
 	f->sent = sent + size;
 	bpf_spin_unlock(&f->lock);
 
 	if (redirect) {
 		st->tcp_run = 0;
+		if (continues) {
+			st->cont_run += size;
+			if (st->cont_run >= UNPAIR_AFTER)
+				st->streaming = 1;
+		}
 		if (bpf_msg_redirect_hash(msg, &BYP_SOCKS, &peer, BPF_F_INGRESS) == SK_PASS) {
 			count(ST_MSGS_REDIRECTED, 1);
 			count(ST_BYTES_REDIRECTED, size);
@@ -525,6 +558,7 @@ int bypass_msg(struct sk_msg_md *msg)
 	}
 	count(ST_MSGS_TCP, 1);
 	count(ST_BYTES_TCP, size);
+	st->cont_run = 0;
 	st->tcp_run += size;
 	if (closed || st->tcp_run >= UNPAIR_AFTER)
 		unpair(st, f);

@@ -204,6 +204,28 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
         String::from_utf8_lossy(&out.stdout).trim()
     );
 
+    // Two writes before a read, to a tokio reader: its first read must not
+    // return the first write alone while the second waits in the TCP queue
+    // (tokio takes a short read as drained and would wait for ever). With
+    // the first bypass rule all 20 readers stalled.
+    let before = status();
+    let out = torture_ok(
+        &cg.0,
+        &["--mode", "pipelined", "--trials", "20"],
+        "pipelined",
+    );
+    let after = status();
+    let report: serde_json::Value =
+        serde_json::from_slice(out.stdout.split(|&b| b == b'\n').next().unwrap_or(&[]))
+            .expect("pipelined json");
+    assert_eq!(report["stalled"], 0, "{report}");
+    // Both writes of each connection were redirected (the second continues
+    // the first's run), after the one-byte exchange that pairs them.
+    assert!(
+        after.counters.messages_redirected - before.counters.messages_redirected >= 40,
+        "{after:?}"
+    );
+
     // Only one end in the cgroup: an echo server in this (test) process, a
     // paired client. The client's sends find no peer and stay on TCP.
     one_end_paired(&cg.0);
@@ -324,12 +346,13 @@ fn veth_trials(cgroup: &Path) {
 /// until a read fills its buffer, then would splice, which cannot see
 /// redirected bytes (the upload stalled at 81,920 of 4,000,000 bytes,
 /// bench-results/bypass-relay-20261127T062341Z.txt); it must notice the
-/// bypass and stay on recv/send. Uploads of up to 900 kB echoed back through
-/// it, every byte compared, and some of the client's sends redirected. Kept
-/// under the 1 MiB after which a stream leaves the sockhash: with 3 MB one
-/// run in about six stalled until the 30 s timeout, not yet explained
-/// (docs/bypass.md, "Not done"); without the relay's check this fails at
-/// 900 kB as at 3 MB.
+/// bypass and stay on recv/send. Uploads of up to 3 MB echoed back through
+/// it, every byte compared, and some of the client's sends redirected. With
+/// the first rule (TCP whenever the reader was behind) about one run in six
+/// stalled: the tokio client got a short read of redirected bytes with TCP
+/// bytes queued behind, took it as drained and waited (the pipelined probe
+/// above is that case, reduced). Without the relay's check this fails too
+/// (637,658 bytes sent, 634,771 back at 900 kB).
 fn relay_in_the_cgroup(cgroup: &Path) {
     let (echo_addr, echo) = echo_server(5);
     // A free port for the relay: bind, read it, release.
@@ -374,7 +397,7 @@ fn relay_in_the_cgroup(cgroup: &Path) {
             "--trials",
             "5",
             "--max-bytes",
-            "900000",
+            "3000000",
             "--connect",
             &echo_addr,
             "--via-connect",

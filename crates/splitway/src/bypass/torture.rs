@@ -87,6 +87,11 @@ enum Mode {
     /// random sizes, a 2-3 MiB upload that makes the connection leave the
     /// sockhash, 40 more exchanges on plain TCP, then a half-close each way.
     PingPong,
+    /// Two small writes back to back to a tokio reader that reads them 20 ms
+    /// later with a 64 KiB buffer, on --trials connections: counts the
+    /// readers that get the first write's bytes and then wait (2 s) for the
+    /// second's, which are queued. Exit 0 either way; the JSON says.
+    Pipelined,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -489,6 +494,11 @@ enum Report {
         seconds: f64,
         errors: u32,
     },
+    Pipelined {
+        connections: u32,
+        stalled: u32,
+        first_read_bytes: Vec<usize>,
+    },
 }
 
 /// What one `splice` call took: a byte count, or its error.
@@ -677,6 +687,57 @@ fn run_hold(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     .print()
 }
 
+/// A tokio reader whose short read is taken as "drained" (tokio's
+/// poll_read clears the socket's readiness after it) meets a paired socket
+/// that holds the first write in its psock queue and the second in its TCP
+/// receive queue: tcp_bpf returns the psock bytes alone.
+fn run_pipelined(args: &TortureArgs) -> anyhow::Result<ExitCode> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const WRITE: usize = 100;
+    let rt = runtime()?;
+    let mut stalled = 0u32;
+    let mut first_read_bytes = Vec::new();
+    for i in 0..args.trials {
+        let (first, stuck) = rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let to = listener.local_addr()?;
+            let mut client = tokio::net::TcpStream::connect(to).await?;
+            let (mut server, _) = listener.accept().await?;
+            // The first exchange pairs both ends (the bypass redirects only
+            // to a peer that has read everything before).
+            client.write_all(b"x").await?;
+            let mut one = [0u8; 1];
+            server.read_exact(&mut one).await?;
+            client.write_all(&[1u8; WRITE]).await?;
+            client.write_all(&[2u8; WRITE]).await?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let mut buf = vec![0u8; 64 * 1024];
+            let first = server.read(&mut buf).await?;
+            let mut got = first;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+            while got < 2 * WRITE {
+                match tokio::time::timeout_at(deadline, server.read(&mut buf)).await {
+                    Ok(n) => got += n?,
+                    Err(_) => return anyhow::Ok((first, true)),
+                }
+            }
+            anyhow::Ok((first, false))
+        })?;
+        if stuck {
+            stalled += 1;
+        }
+        if i < 10 {
+            first_read_bytes.push(first);
+        }
+    }
+    Report::Pipelined {
+        connections: args.trials,
+        stalled,
+        first_read_bytes,
+    }
+    .print()
+}
+
 fn run_echo_client(args: &TortureArgs) -> anyhow::Result<ExitCode> {
     let Some(to) = args.connect else {
         bail!("--mode echo-client needs --connect");
@@ -757,6 +818,7 @@ pub fn run(args: TortureArgs) -> anyhow::Result<ExitCode> {
         Mode::Hold => run_hold(&args),
         Mode::EchoClient => run_echo_client(&args),
         Mode::PingPong => run_ping_pong(&args),
+        Mode::Pipelined => run_pipelined(&args),
     }
 }
 
