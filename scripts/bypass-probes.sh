@@ -34,6 +34,9 @@ plain() { "$BIN" bypass torture "$@" 2>&1; }
   echo "## backpressure (receiver never reads, nonblocking sender, cap 4 GB), paired:"
   in_cg --mode backpressure --cap-bytes 4000000000
   echo "## backpressure, plain:"; plain --mode backpressure
+  echo "## backpressure after the reader read one byte (a run of redirects starts), paired:"
+  in_cg --mode backpressure --warm --cap-bytes 4000000000
+  echo "## the same, plain:"; plain --mode backpressure --warm
   for seed in 1 2 3; do
     echo "## 40 trials, blocking reader+writer threads per socket, seed $seed, paired:"
     in_cg --trials 40 --seed "$seed" --io blocking --timeout-secs 3

@@ -37,8 +37,9 @@ pub struct TortureArgs {
     /// Bytes --mode backpressure tries to queue behind a reader that never reads.
     #[arg(long, default_value_t = 1 << 30)]
     cap_bytes: u64,
-    /// --mode splice: first one byte each way read with recvmsg, as a reader
-    /// that reads with recv before it splices (the relay, HAProxy).
+    /// --mode splice: first one byte read with recvmsg, as a reader that
+    /// reads with recv before it splices (the relay, HAProxy); --mode
+    /// backpressure: a reader that read one byte, then stopped.
     #[arg(long)]
     warm: bool,
     /// How the trial's readers and writers wait: blocking threads (one
@@ -537,7 +538,14 @@ fn run_trials(args: &TortureArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_backpressure(args: &TortureArgs) -> anyhow::Result<ExitCode> {
-    let (client, server) = pair(args, args.family[0])?;
+    let (mut client, server) = pair(args, args.family[0])?;
+    if args.warm {
+        // One byte read first: the bypass then starts a run of redirects,
+        // which holds at most its backlog before the sender falls to TCP.
+        client.write_all(b"!")?;
+        let mut one = [0u8; 1];
+        (&server).read_exact(&mut one)?;
+    }
     client.set_nonblocking(true)?;
     let chunk = vec![0x5au8; 64 * 1024];
     let mut accepted: u64 = 0;
