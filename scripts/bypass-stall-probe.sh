@@ -41,7 +41,7 @@ def serve(s):
 while True:
     s, _ = l.accept(); threading.Thread(target=serve, args=(s,), daemon=True).start()
 PY
-{
+probe() {
   echo "# bypass stall probe $(date -u +%FT%TZ), build $LABEL, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
   "$BIN" bypass disable >/dev/null
   echo "## pipelined, plain: $(incg "$BIN" bypass torture --mode pipelined --trials 20)"
@@ -67,5 +67,8 @@ PY
   done
   echo "## relay echo: $stalled of $RUNS runs (5 echoes of up to $MAXB bytes each) not done within 10 s"
   "$BIN" bypass status --json | tr -d ' \n'; echo
-} | tee "$out"
+}
+# Not in a pipeline: the servers' pids must reach cleanup.
+probe >"$out" 2>&1
+cat "$out"
 echo "wrote $out"
