@@ -46,7 +46,9 @@
 // (sock_ops; an sk_msg program may not delete from a sockhash). Leaving
 // drops whatever redirected data is still queued, so it happens only once
 // no run can start (each direction's `closed`, set under the same lock the
-// redirect decision takes) and every redirected byte has been read.
+// redirect decision takes), every redirected byte has been read, and no run
+// can continue (`sealed`, set under that lock only if no redirect came
+// between the read counts and the seal).
 //
 // "Read" is counted by a raw tracepoint on sock_recv_length (the kernel has
 // no fentry here): bytes returned by each recvmsg, MSG_PEEK excluded, added
@@ -99,7 +101,8 @@ struct sock_state {
 // written by its peer under `lock`, and `closed` also by the receiver).
 struct flow {
 	struct bpf_spin_lock lock;
-	__u32 closed;    // no redirect into this socket any more (unpairing)
+	__u32 closed;    // no new run into this socket (unpairing)
+	__u32 sealed;    // no redirect into it at all: every redirected byte was read
 	__u64 sent;      // bytes sent toward it since pairing, both paths
 	__u64 redir_end; // `sent` just after the last redirected send
 };
@@ -445,10 +448,23 @@ static __always_inline __u64 close_flow(struct flow *f)
 	return end;
 }
 
-// One step of leaving the sockhash (see the header): close redirects both
-// ways; once every redirected byte has been read, mark the connection to
-// leave. sk_msg may not delete from a sockhash; sock_ops does it at the next
-// ACK (RTT_CB).
+// Seals `f` if no redirect into it happened since its run ended at `end`
+// (a run may continue after `closed`, and its sender may have read the
+// reader's count before that count reached `end`); returns whether sealed.
+static __always_inline int seal_flow(struct flow *f, __u64 end)
+{
+	bpf_spin_lock(&f->lock);
+	if (f->redir_end == end)
+		f->sealed = 1;
+	int sealed = f->sealed;
+	bpf_spin_unlock(&f->lock);
+	return sealed;
+}
+
+// One step of leaving the sockhash (see the header): close both directions
+// to new runs; once every redirected byte has been read, seal them, and if
+// no redirect slipped in meanwhile mark the connection to leave. sk_msg may
+// not delete from a sockhash; sock_ops does it at the next ACK (RTT_CB).
 static __always_inline void unpair(struct sock_state *st, struct flow *to_peer)
 {
 	struct flow *to_me = bpf_map_lookup_elem(&BYP_FLOW, &st->cookie);
@@ -457,6 +473,8 @@ static __always_inline void unpair(struct sock_state *st, struct flow *to_peer)
 	__u64 peer_end = close_flow(to_peer);
 	__u64 my_end = close_flow(to_me);
 	if (consumed_by(st->peer_cookie) < peer_end || consumed_by(st->cookie) < my_end)
+		return;
+	if (!seal_flow(to_peer, peer_end) || !seal_flow(to_me, my_end))
 		return;
 	st->leave = 1;
 }
@@ -525,8 +543,9 @@ int bypass_msg(struct sk_msg_md *msg)
 	closed = f->closed;
 	__u64 sent = f->sent;
 	// See the header. A run continues even once closed or streaming: a send
-	// over TCP now would queue behind unread redirected bytes.
-	if (open && sent != 0 && f->redir_end == sent && consumed < sent &&
+	// over TCP now would queue behind unread redirected bytes. Not once
+	// sealed: then every redirected byte was read, and the socket may leave.
+	if (open && !f->sealed && sent != 0 && f->redir_end == sent && consumed < sent &&
 	    sent - consumed + size <= BACKLOG_MAX) {
 		redirect = 1;
 		continues = 1;
