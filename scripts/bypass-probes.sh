@@ -7,15 +7,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/splitway}
-mount=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
-[ -n "$mount" ] || { echo "no cgroup2 mount" >&2; exit 1; }
-cg="$mount/splitway-bypass-probe-$$"
-mkdir "$cg"
+# shellcheck source=lib/bypass-cg.sh
+. scripts/lib/bypass-cg.sh
+bypass_cg_up bypass-probe
 out="bench-results/bypass-probes-$(date -u +%Y%m%dT%H%M%SZ).txt"
-cleanup() { "$BIN" bypass disable >/dev/null 2>&1; rmdir "$cg" 2>/dev/null; }
-trap cleanup EXIT
+trap bypass_cg_down EXIT
 
-in_cg() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$BIN" bypass torture "$@" 2>&1; }
+in_cg() { incg "$BIN" bypass torture "$@" 2>&1; }
 plain() { "$BIN" bypass torture "$@" 2>&1; }
 
 {
