@@ -80,7 +80,8 @@ pub async fn write_all(dst: &TcpStream, mut data: &[u8]) -> io::Result<()> {
 /// wait parks instead of making a recv that returns EAGAIN (one syscall
 /// per message and direction; tokio's own poll_read does the same). Bytes
 /// that arrive after the readiness was sampled raise a new event, which
-/// this does not clear. `drains` is [`short_read_drains`].
+/// this does not clear. `drains`: false where `splitway bypass` may have
+/// paired `s` ([`short_read_drains`]).
 pub(crate) fn try_read_draining(s: &TcpStream, buf: &mut [u8], drains: bool) -> io::Result<usize> {
     let mut got = 0;
     match s.try_io(Interest::READABLE, || {

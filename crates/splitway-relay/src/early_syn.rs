@@ -405,15 +405,14 @@ struct Near {
     samples: u32,
     /// What this table wants the detector to do with the prefix.
     wanted: bool,
-    /// What the detector does (confirmed by `applied`).
-    sampled: bool,
-    /// When the detector began sampling the prefix. SYNs it reported just
-    /// before may have events still queued behind their accepts, so for
-    /// [`MARKER_LIFETIME`] accepts are treated as reported (a miss leaves
-    /// a marker). Without this, such a late event started a leg nobody
-    /// took, and its server saw a connection that sat for the expiry and
-    /// was reset (a CI failure of `many_concurrent_connections`).
-    sampled_since: Instant,
+    /// Since when the detector samples the prefix (confirmed by `applied`);
+    /// `None`: it reports every SYN. SYNs it reported just before may have
+    /// events still queued behind their accepts, so for [`MARKER_LIFETIME`]
+    /// accepts are treated as reported (a miss leaves a marker). Without
+    /// this, such a late event started a leg nobody took, and its server saw
+    /// a connection that sat for the expiry and was reset (a CI failure of
+    /// `many_concurrent_connections`).
+    sampled_since: Option<Instant>,
 }
 
 impl Default for Near {
@@ -424,8 +423,7 @@ impl Default for Near {
             in_window: 0,
             samples: 0,
             wanted: false,
-            sampled: false,
-            sampled_since: Instant::now(),
+            sampled_since: None,
         }
     }
 }
@@ -482,7 +480,8 @@ impl NearClients {
         let prefixes = self.prefixes.lock().expect("near prefixes lock");
         prefixes
             .get(&near_prefix(client.ip()))
-            .is_some_and(|n| n.sampled && n.sampled_since.elapsed() >= MARKER_LIFETIME)
+            .and_then(|n| n.sampled_since)
+            .is_some_and(|since| since.elapsed() >= MARKER_LIFETIME)
     }
 
     fn changes(&self) -> Vec<(IpAddr, bool)> {
@@ -495,13 +494,13 @@ impl NearClients {
     fn applied(&self, ip: IpAddr, sampled: bool) {
         let mut prefixes = self.prefixes.lock().expect("near prefixes lock");
         if let Some(near) = prefixes.get_mut(&near_prefix(ip))
-            && near.sampled != sampled
+            && near.sampled_since.is_some() != sampled
         {
-            near.sampled = sampled;
             if sampled {
-                near.sampled_since = Instant::now();
+                near.sampled_since = Some(Instant::now());
                 self.sampled.fetch_add(1, Relaxed);
             } else {
+                near.sampled_since = None;
                 self.sampled.fetch_sub(1, Relaxed);
             }
         }
@@ -673,8 +672,11 @@ mod tests {
     fn sampled_for_a_while(early: &EarlyStarts<u8>, prefix: IpAddr) {
         let near = early.near.as_ref().expect("learning");
         let mut prefixes = near.prefixes.lock().unwrap();
-        let n = prefixes.get_mut(&prefix).expect("prefix known");
-        n.sampled_since -= MARKER_LIFETIME;
+        let since = prefixes
+            .get_mut(&prefix)
+            .and_then(|n| n.sampled_since.as_mut())
+            .expect("prefix sampled");
+        *since -= MARKER_LIFETIME;
     }
 
     /// Just after the detector starts sampling a prefix, an accept may

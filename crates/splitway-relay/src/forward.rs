@@ -29,7 +29,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::bytes::{give_buf, more_queued, short_read_drains, take_buf, try_read_draining};
+use crate::bytes::{give_buf, more_queued, take_buf, try_read_draining};
 use crate::config::DataPath;
 use crate::error::ConnError;
 
@@ -307,8 +307,12 @@ struct Pump<'a> {
     dst_side: Side,
     data_path: DataPath,
     use_splice: bool,
-    /// `bytes::short_read_drains`, asked once per direction.
-    short_read_drains: bool,
+    /// `splitway bypass` may have paired the source (asked once per
+    /// direction: a socket is paired at its handshake or never, and
+    /// `bypass enable` waits out the answer's age before it pairs): then
+    /// neither splice (blind to redirected bytes) nor taking a short read
+    /// as drained (docs/bypass.md, "The relay").
+    bypass_may_pair: bool,
     activity: &'a Activity,
     counters: &'a DirCounters,
     state: PumpState,
@@ -349,11 +353,9 @@ impl<'a> Pump<'a> {
         activity: &'a Activity,
         counters: &'a DirCounters,
     ) -> Self {
-        // `data_path = "splice"` splices from the first byte: not from a
-        // socket the bypass may have paired (see fill_buf).
-        let data_path = if data_path == DataPath::Splice
-            && splitway_sys::bpf::bypass::may_pair_this_process()
-        {
+        let bypass_may_pair = splitway_sys::bpf::bypass::may_pair_this_process_recently();
+        // `data_path = "splice"` splices from the first byte.
+        let data_path = if data_path == DataPath::Splice && bypass_may_pair {
             DataPath::Copy
         } else {
             data_path
@@ -373,7 +375,7 @@ impl<'a> Pump<'a> {
             dst_side,
             data_path,
             use_splice: data_path == DataPath::Splice,
-            short_read_drains: short_read_drains(),
+            bypass_may_pair,
             activity,
             counters,
             state,
@@ -513,7 +515,7 @@ impl<'a> Pump<'a> {
     /// all; at EOF the half-close is forwarded and the pump is done.
     fn fill_buf(&mut self) -> Result<Option<PumpState>, PumpError> {
         let mut buf = take_buf();
-        let n = match try_read_draining(self.src, &mut buf, self.short_read_drains) {
+        let n = match try_read_draining(self.src, &mut buf, !self.bypass_may_pair) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 give_buf(buf);
@@ -527,11 +529,8 @@ impl<'a> Pump<'a> {
         }
         if n == buf.len() && self.data_path == DataPath::Auto {
             // Bulk data is queued: zero-copy pays from here on, unless
-            // `splitway bypass` may have paired the source, whose redirected
-            // bytes splice(2) cannot see (docs/bypass.md, "The relay"). Asked
-            // here, once per direction that turns bulk: a socket is paired at
-            // its handshake or never, so a bypass enabled later cannot pair it.
-            if splitway_sys::bpf::bypass::may_pair_this_process() {
+            // `splitway bypass` may have paired the source.
+            if self.bypass_may_pair {
                 self.data_path = DataPath::Copy;
             } else {
                 self.use_splice = true;

@@ -336,35 +336,18 @@ pub fn queued_bytes(sock: &impl AsRawFd) -> io::Result<usize> {
 /// the queue; `WouldBlock` when nothing is. Independent of any reactor's
 /// idea of readiness, so it sees bytes that arrived with the handshake.
 pub fn peek_now(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: buf is a valid writable slice of buf.len() bytes for the
-    // duration of the call; recv writes at most that many.
-    let n = unsafe {
-        libc::recv(
-            sock.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    recv_flags(sock, buf, libc::MSG_PEEK | libc::MSG_DONTWAIT)
 }
 
 /// Non-blocking recv (MSG_DONTWAIT) into `buf`; `Ok(0)` is the peer's FIN.
 pub fn recv(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
+    recv_flags(sock, buf, libc::MSG_DONTWAIT)
+}
+
+fn recv_flags(sock: &impl AsRawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     // SAFETY: buf is a valid writable slice of buf.len() bytes for the
     // duration of the call; recv writes at most that many.
-    let n = unsafe {
-        libc::recv(
-            sock.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
+    let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {

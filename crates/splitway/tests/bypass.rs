@@ -83,6 +83,20 @@ struct TortureSummary {
     errors: u64,
 }
 
+/// The first line of a torture run's output: its JSON report.
+fn first_line(out: &Output) -> &[u8] {
+    out.stdout.split(|&b| b == b'\n').next().unwrap_or(&[])
+}
+
+fn report<T: serde::de::DeserializeOwned>(out: &Output, what: &str) -> T {
+    serde_json::from_slice(first_line(out)).unwrap_or_else(|e| {
+        panic!(
+            "{what} report: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
 /// `splitway bypass torture ARGS`, started inside `cgroup`: the shell writes
 /// its own pid into cgroup.procs and then execs, so every socket the
 /// workload creates belongs to the cgroup (and the test runner does not).
@@ -158,9 +172,7 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
         &["--trials", &trials, "--seed", "1", "--max-bytes", "131072"],
         "trials",
     );
-    let summary: TortureSummary =
-        serde_json::from_slice(out.stdout.split(|&b| b == b'\n').next().unwrap_or(&[]))
-            .expect("summary json");
+    let summary: TortureSummary = report(&out, "trials");
     assert_eq!(summary.errors, 0);
     let after = status();
     let n: u64 = trials.parse().expect("trial count");
@@ -172,7 +184,7 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
     assert!(after.counters.reads_counted > before.counters.reads_counted);
     eprintln!(
         "{}; sends redirected {}, over TCP {}",
-        String::from_utf8_lossy(out.stdout.split(|&b| b == b'\n').next().unwrap_or(&[])),
+        String::from_utf8_lossy(first_line(&out)),
         after.counters.messages_redirected - before.counters.messages_redirected,
         after.counters.messages_tcp - before.counters.messages_tcp
     );
@@ -215,10 +227,8 @@ fn bypass_pairs_byte_exact_and_disables_without_loss() {
         "pipelined",
     );
     let after = status();
-    let report: serde_json::Value =
-        serde_json::from_slice(out.stdout.split(|&b| b == b'\n').next().unwrap_or(&[]))
-            .expect("pipelined json");
-    assert_eq!(report["stalled"], 0, "{report}");
+    let pipelined: serde_json::Value = report(&out, "pipelined");
+    assert_eq!(pipelined["stalled"], 0, "{pipelined}");
     // Both writes of each connection were redirected (the second continues
     // the first's run), after the one-byte exchange that pairs them.
     assert!(

@@ -681,7 +681,7 @@ pub fn status() -> Result<Status, BypassError> {
 /// process may own its sockets). A stat when the bypass is off; a few small
 /// reads when on. A process that splices must not splice from a paired
 /// socket: redirected data is invisible to splice(2) (docs/bypass.md).
-pub fn may_pair_this_process() -> bool {
+fn may_pair_this_process() -> bool {
     let dir = pin_dir();
     if !dir.exists() {
         return false;
