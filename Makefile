@@ -84,8 +84,8 @@ bench-tproxy: deps release
 	./scripts/bench-tproxy.sh
 
 ## bench-growth: how cost grows, splitway vs HAProxy vs the relay pair (TPROXY rig): CPU per GB
-## against 1-64 iperf3 streams, RSS against open connections, setup p50/p99 against 100-5,000
-## new connections/s; bench-results/growth-*.txt and SVG charts beside it (about 15 min).
+## against 1-64 iperf3 streams, RSS against 1,000-18,000 open connections (two copies of each proxy process), setup p50/p99 against 100-5,000
+## new connections/s; bench-results/growth-*.txt and SVG charts beside it (10 min here).
 bench-growth: deps release
 	./scripts/bench-growth.sh
 

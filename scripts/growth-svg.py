@@ -59,8 +59,15 @@ def chart(title, xlabel, ylabel, series, path, logx=True):
          f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{h - mb}" stroke="black"/>',
          f'<text x="{(ml + w - mr) / 2}" y="{h - 12}" text-anchor="middle">{xlabel}</text>',
          f'<text transform="translate(16,{(mt + h - mb) / 2}) rotate(-90)" text-anchor="middle">{ylabel}</text>']
+    # A tick at every x; its label unless it would overlap the previous one
+    # (close levels on a linear axis, e.g. 1,000 and 2,000 of 18,000).
+    right = -math.inf
     for x in sorted({x for x, _ in pts}):
         o.append(f'<line x1="{px(x):.1f}" y1="{h - mb}" x2="{px(x):.1f}" y2="{h - mb + 5}" stroke="black"/>')
+        half = 3.5 * len(f"{x:g}")  # ~7 px per digit at 12 px
+        if px(x) - half < right + 4:
+            continue
+        right = px(x) + half
         o.append(f'<text x="{px(x):.1f}" y="{h - mb + 18}" text-anchor="middle">{x:g}</text>')
     for i in range(6):
         y = y1 * i / 5
@@ -111,10 +118,24 @@ def main():
            for m in methods if ("rss_kb", m) in med]
     chart("Proxy RSS against open idle connections", "open connections", "RSS (MB)", mem,
           f"{stem}-memory.svg", logx=False)
+    # The memory sweep runs every proxy process as two copies (<name>.a,
+    # <name>.b); the method's rows are their sums.
+    copies = sorted({k[1] for k in med if k[0] == "rss_kb" and "." in k[1]})
     for m, _, _, s in mem:
         slope, icpt = fit({x: y * 1024 * 1024 for x, y in s.items() if x > 0})
         per = f"{slope:.0f} B/connection (least squares over {len(s) - 1} levels)" if slope is not None else "n/a"
-        lines.append(f"memory {m} idle {s.get(0.0, float('nan')):.2f} MB, at {max(s):g}: {s[max(s)]:.2f} MB, {per}")
+        n = sum(1 for c in copies if c.rsplit(".", 1)[0] == m or c.startswith(m + "-"))
+        procs = f" ({n} processes)" if n > 1 else ""
+        lines.append(f"memory {m}{procs} idle {s.get(0.0, float('nan')):.2f} MB, at {max(s):g}: {s[max(s)]:.2f} MB, {per}")
+    if copies:
+        # Each copy at the top level: how even the halves are, and how far
+        # each process is from RLIMIT_NOFILE (open descriptors).
+        parts = []
+        for c in copies:
+            rss, fds = med[("rss_kb", c)], med.get(("fds", c), {})
+            x = max(rss)
+            parts.append(f"{c} {rss[x] / 1024:.2f} MB" + (f"/{fds[x]:.0f} fds" if x in fds else "") + f"@{x:g}")
+        lines.append("memory per process " + " ".join(parts))
 
     setup = []
     for m in methods:

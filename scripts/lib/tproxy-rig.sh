@@ -10,14 +10,26 @@
 #             listener, direct): the real deployment, two relays;
 #   baseline  like splitway, but the binary $BIN_BASELINE (an earlier build,
 #             for before/after in one run).
+# start_proxy runs each method as above (one process per relay);
+# start_split runs every proxy process twice, each copy with its own port
+# and its own half of the connections (see there): for more connections
+# than one process's open-file limit holds.
 # The caller sets P (unique prefix), dir (scratch directory), BIN.
 # shellcheck shell=bash
 C=$P-c R=$P-r T=$P-t S=$P-s
 CIP=10.201.1.1 RIN=10.201.1.2 ROUT=10.201.2.1 TIN=10.201.2.2 TOUT=10.201.3.1 SIP=10.201.3.2
 RELAY_PORT=7000 PEER_PORT=7100
 PORTS="80, 5201, 6379, 11111, 9001, 9002, 9003"
+# start_split's second copies: they intercept only SPLIT_DPORT (a second
+# one-request-per-connection backend on the server), listen on
+# RELAY_PORT_B (rs: PEER_PORT_B) and answer admin requests on ADMIN_B
+# (the first copies keep the default 127.0.0.1:9090 in their namespace).
+SPLIT_DPORT=9004 RELAY_PORT_B=7001 PEER_PORT_B=7101 ADMIN_B=127.0.0.1:9091
 pids=()
+# The running proxy processes and a row name for each (`pair`: pair-rs,
+# pair-rc; start_split: .a and .b after the name of each copy).
 proxy_pids=()
+proxy_names=()
 
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
@@ -98,7 +110,11 @@ EOF
   nsx $S iperf3 -s -p 5201 -B $SIP >/dev/null 2>&1 & pids+=($!)
   nsx $S redis-server --port 6379 --bind $SIP --save '' --appendonly no --protected-mode no >/dev/null 2>&1 & pids+=($!)
   nsx $S "$BIN" lab load serve --bind $SIP >/dev/null 2>&1 & pids+=($!)
-  for p in 80 11111 5201 6379 9001 9002 9003; do wait_listen $S $p || return 1; done
+  # The backend of start_split's second copies (its sink and echo on any
+  # free port: only its conn port is used). Two processes also halve what
+  # each holds (RLIMIT_NOFILE).
+  nsx $S "$BIN" lab load serve --bind $SIP --sink 0 --echo 0 --conn $SPLIT_DPORT >/dev/null 2>&1 & pids+=($!)
+  for p in 80 11111 5201 6379 9001 9002 9003 $SPLIT_DPORT; do wait_listen $S $p || return 1; done
 }
 
 rig_configs() {
@@ -138,10 +154,63 @@ allow_clients = ["$ROUT/32"]
 dst = "0.0.0.0/0"
 via = "direct"
 EOF
-  cat > "$dir/haproxy.cfg" <<EOF
-global
+  # start_split's second copies: the same, but their own name (the nft
+  # table a relay installs is named after it), admin address, listening
+  # port and intercepted port; rc-b's peer is rs-b.
+  cat > "$dir/splitway-b.toml" <<EOF
+name = "bench-b"
+admin = "$ADMIN_B"
+[[listen]]
+mode = "tproxy"
+addr = "0.0.0.0:$RELAY_PORT_B"
+intercept = { interfaces = ["vr"], ports = [$SPLIT_DPORT] }
+[[route]]
+dst = "0.0.0.0/0"
+via = "direct"
+EOF
+  cat > "$dir/rc-b.toml" <<EOF
+name = "rc-b"
+psk_file = "psk.key"
+admin = "$ADMIN_B"
+[[listen]]
+mode = "tproxy"
+addr = "0.0.0.0:$RELAY_PORT_B"
+intercept = { interfaces = ["vr"], ports = [$SPLIT_DPORT] }
+[[peer]]
+name = "rs"
+addr = "$TIN:$PEER_PORT_B"
+[[route]]
+dst = "0.0.0.0/0"
+via = "rs"
+EOF
+  cat > "$dir/rs-b.toml" <<EOF
+name = "rs"
+psk_file = "psk.key"
+admin = "$ADMIN_B"
+[[listen]]
+mode = "peer"
+addr = "$TIN:$PEER_PORT_B"
+allow_clients = ["$ROUT/32"]
+[[route]]
+dst = "0.0.0.0/0"
+via = "direct"
+EOF
   # Under RLIMIT_NOFILE 20,000: 2 fds per connection and 2 per pipe.
-  maxconn 9000
+  haproxy_cfg 9000 $RELAY_PORT > "$dir/haproxy.cfg"
+  # start_split's copies hold up to 9,000 connections each (18,000 in
+  # all): some headroom above that, still under 20,000 fds.
+  haproxy_cfg 9400 $RELAY_PORT > "$dir/haproxy-a.cfg"
+  haproxy_cfg 9400 $RELAY_PORT_B > "$dir/haproxy-b.cfg"
+  haproxy_nft > "$dir/haproxy.nft"
+  # The split: the first copy gets what it gets alone, the second only
+  # SPLIT_DPORT (the first does not intercept it).
+  haproxy_nft "meta nfproto ipv4 iifname \"vr\" tcp dport $SPLIT_DPORT tproxy ip to :$RELAY_PORT_B meta mark set 1 accept" > "$dir/haproxy-split.nft"
+}
+
+haproxy_cfg() { # maxconn port
+  cat <<EOF
+global
+  maxconn $1
   maxpipes 256
 defaults
   mode tcp
@@ -150,56 +219,128 @@ defaults
   timeout server 120s
   option splice-auto
 listen tproxy
-  bind 0.0.0.0:$RELAY_PORT transparent
+  bind 0.0.0.0:$2 transparent
   server origin 0.0.0.0
 EOF
-  cat > "$dir/haproxy.nft" <<EOF
+}
+
+# The README's manual TPROXY rules for HAProxy, and a further rule if given.
+haproxy_nft() { # [rule]
+  cat <<EOF
 table inet swbt_haproxy {
   chain prerouting {
     type filter hook prerouting priority mangle; policy accept;
     meta l4proto tcp tcp flags & (fin | syn | rst | ack) != syn socket transparent 1 meta mark set 1 accept
     meta nfproto ipv4 iifname "vr" tcp dport { $PORTS } tproxy ip to :$RELAY_PORT meta mark set 1 accept
-  }
+${1:+    $1
+}  }
 }
 EOF
 }
 
-wait_splitway_rules() {
+wait_splitway_rules() { # [table…]: those tables, or any splitway table
   # Listening comes before the rules: wait for the intercept table.
-  for _ in $(seq 100); do nsx $R nft list tables | grep -q splitway && return 0; sleep 0.05; done
+  local t
+  for _ in $(seq 100); do
+    if [ $# -eq 0 ]; then
+      nsx $R nft list tables | grep -q splitway && return 0
+    else
+      for t in "$@"; do nsx $R nft list table inet "$t" >/dev/null 2>&1 || continue 2; done
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "rig: no interception rules (${*:-splitway}) in $R" >&2
   return 1
 }
 
-start_proxy() { # method
+# One relay process in a namespace, added to proxy_pids as `name`, its log
+# in $dir/<log>.log; returns once it listens on `port`.
+spawn_relay() { # ns binary config name log port
+  # `ip netns exec` execs the command: $! is the proxy's own pid.
+  ip netns exec "$1" "$2" relay --config "$dir/$3" >"$dir/$5.log" 2>&1 &
+  proxy_pids+=($!)
+  proxy_names+=("$4")
+  wait_listen "$1" "$6" || { cat "$dir/$5.log" >&2; return 1; }
+}
+
+# Each method behind its own client source address (see rig_topology).
+route_source() { # method
   local src
   case $1 in direct) src=11 ;; splitway) src=12 ;; haproxy) src=13 ;; pair) src=14 ;; baseline) src=15 ;; esac
   nsx $C ip route replace default via $RIN src 10.201.1.$src
-  proxy_pids=()
+}
+
+method_bin() { # method: the splitway binary it runs
+  if [ "$1" = baseline ]; then echo "${BIN_BASELINE:?baseline needs BIN_BASELINE}"; else echo "$BIN"; fi
+}
+
+start_proxy() { # method
+  route_source "$1"
+  proxy_pids=() proxy_names=()
   case $1 in
     direct) ;;
     splitway | baseline)
-      local bin=$BIN
-      [ "$1" = baseline ] && bin=${BIN_BASELINE:?baseline needs BIN_BASELINE}
-      # `ip netns exec` execs the command: $! is the proxy's own pid.
-      ip netns exec $R "$bin" relay --config "$dir/splitway.toml" >"$dir/splitway.log" 2>&1 &
-      proxy_pids=($!)
-      wait_listen $R $RELAY_PORT || { cat "$dir/splitway.log" >&2; return 1; }
+      local bin
+      bin=$(method_bin "$1") || return 1
+      spawn_relay $R "$bin" splitway.toml "$1" splitway $RELAY_PORT || return 1
       wait_splitway_rules
       ;;
     pair)
-      ip netns exec $T "$BIN" relay --config "$dir/rs.toml" >"$dir/rs.log" 2>&1 &
-      proxy_pids=($!)
-      wait_listen $T $PEER_PORT || { cat "$dir/rs.log" >&2; return 1; }
-      ip netns exec $R "$BIN" relay --config "$dir/rc.toml" >"$dir/rc.log" 2>&1 &
-      proxy_pids+=($!)
-      wait_listen $R $RELAY_PORT || { cat "$dir/rc.log" >&2; return 1; }
+      spawn_relay $T "$BIN" rs.toml pair-rs rs $PEER_PORT || return 1
+      spawn_relay $R "$BIN" rc.toml pair-rc rc $RELAY_PORT || return 1
       wait_splitway_rules
       ;;
     haproxy)
       nsx $R nft -f "$dir/haproxy.nft"
       ip netns exec $R haproxy -db -f "$dir/haproxy.cfg" >"$dir/haproxy.log" 2>&1 &
-      proxy_pids=($!)
+      proxy_pids=($!) proxy_names=(haproxy)
       wait_listen $R $RELAY_PORT || { cat "$dir/haproxy.log" >&2; return 1; }
+      ;;
+  esac
+}
+
+# The method as two copies of each of its processes, for more connections
+# than RLIMIT_NOFILE lets one process hold (20,000 descriptors here, 2 per
+# connection): the first copy exactly as start_proxy runs it, the second
+# the same but intercepting only SPLIT_DPORT on its own port (rc-b through
+# its own rs-b). A client splits its connections between the server's
+# ports 9003 and SPLIT_DPORT, and each copy holds one half. Every copy
+# installs its own interception as alone (splitway: its nft table and early
+# SYN's SYN watch, limited to its ports), so each runs as in production;
+# one splitway process cannot share its tproxy port with another
+# (`reuse_port` is refused with `intercept`). Rows: <method>.a and .b.
+start_split() { # method
+  route_source "$1"
+  proxy_pids=() proxy_names=()
+  case $1 in
+    direct) ;;
+    splitway | baseline)
+      local bin
+      bin=$(method_bin "$1") || return 1
+      spawn_relay $R "$bin" splitway.toml "$1.a" splitway $RELAY_PORT || return 1
+      spawn_relay $R "$bin" splitway-b.toml "$1.b" splitway-b $RELAY_PORT_B || return 1
+      wait_splitway_rules splitway_bench_0 splitway_bench_b_0
+      ;;
+    pair)
+      spawn_relay $T "$BIN" rs.toml pair-rs.a rs $PEER_PORT || return 1
+      spawn_relay $R "$BIN" rc.toml pair-rc.a rc $RELAY_PORT || return 1
+      spawn_relay $T "$BIN" rs-b.toml pair-rs.b rs-b $PEER_PORT_B || return 1
+      spawn_relay $R "$BIN" rc-b.toml pair-rc.b rc-b $RELAY_PORT_B || return 1
+      wait_splitway_rules splitway_rc_0 splitway_rc_b_0
+      ;;
+    haproxy)
+      nsx $R nft -f "$dir/haproxy-split.nft"
+      local c
+      for c in a b; do
+        ip netns exec $R haproxy -db -f "$dir/haproxy-$c.cfg" >"$dir/haproxy-$c.log" 2>&1 &
+        proxy_pids+=($!)
+        proxy_names+=("haproxy.$c")
+      done
+      if ! wait_listen $R $RELAY_PORT || ! wait_listen $R $RELAY_PORT_B; then
+        cat "$dir"/haproxy-[ab].log >&2
+        return 1
+      fi
       ;;
   esac
 }
@@ -209,7 +350,7 @@ stop_proxy() {
     kill "$p" 2>/dev/null
     wait "$p" 2>/dev/null
   done
-  proxy_pids=()
+  proxy_pids=() proxy_names=()
   ip netns exec $R nft delete table inet swbt_haproxy 2>/dev/null
   return 0
 }
@@ -251,4 +392,8 @@ kv() { # line key
 
 rss_kb() { # pid
   awk '/^VmRSS:/ {print $2}' "/proc/$1/status"
+}
+
+fd_count() { # pid: its open file descriptors (RLIMIT_NOFILE counts these)
+  find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l
 }
