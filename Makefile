@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: startup-order footprint demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bench-bypass bench-tproxy bench-growth
+.PHONY: startup-order footprint demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -133,6 +133,11 @@ bypass-long: deps
 ## backpressure, blocking readers), paired vs plain; bench-results/bypass-probes-*.txt.
 bypass-probes: deps release
 	./scripts/bypass-probes.sh
+
+## bypass-floor: plain vs bypass vs the least any sk_msg redirect costs (scripts/lib/bypass-floor.c)
+## vs the read counter alone vs an empty program on its tracepoint; bench-results/bypass-floor-*.txt.
+bypass-floor: deps release
+	./scripts/bypass-floor.sh
 
 ## bench-bypass: plain loopback vs bypass, alternating rounds (sockperf, redis-benchmark,
 ## iperf3); refuses to run at load average >= 3 unless FORCE=1; bench-results/bypass-bench-*.txt.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Summarises a bench-results/bypass-bench-*.txt run: per test, the medians
-of plain and bypass, and the median (and range) of the per-round ratios,
-bypass over plain (> 1 = the bypass is better; latency is inverted).
+"""Summarises a bench-results/bypass-bench-*.txt or bypass-floor-*.txt run:
+per test, the median of every mode, and for each mode other than plain the
+median (and range) of its per-round ratios to plain (> 1 = better than
+plain; latency is inverted).
 
 usage: scripts/bypass-bench-summary.py bench-results/bypass-bench-X.txt
 """
@@ -14,6 +15,7 @@ def main(path):
     values = defaultdict(dict)  # test -> {(round, mode): value}
     units = {}
     order = []
+    modes = []
     for line in open(path):
         if line.startswith("#") or not line.strip():
             continue
@@ -24,24 +26,33 @@ def main(path):
         units[test] = unit
         if test not in order:
             order.append(test)
-    print(f"{'test':32} {'plain':>10} {'bypass':>10} {'ratio':>6}  range")
+        if mode not in modes:
+            modes.append(mode)
+    # plain first, the others in the order the file names them
+    others = [m for m in modes if m != "plain"]
+    print(f"{'test':28} {'plain':>10} " + " ".join(f"{m:>10} {'ratio':>6} {'range':>10}" for m in others))
     for test in order:
         v = values[test]
         rounds = sorted({r for r, _ in v})
-        ratios = []
-        for r in rounds:
-            p, b = v.get((r, "plain")), v.get((r, "bypass"))
-            if p is None or b is None:
-                continue
-            ratios.append(p / b if units[test] == "usec_half_rtt" else b / p)
-        if not ratios:
+        plain = [x for (r, m), x in v.items() if m == "plain"]
+        if not plain:
             continue
-        plain = statistics.median(x for (r, m), x in v.items() if m == "plain")
-        bypass = statistics.median(x for (r, m), x in v.items() if m == "bypass")
-        print(
-            f"{test:32} {plain:10.2f} {bypass:10.2f} {statistics.median(ratios):6.2f}"
-            f"  {min(ratios):.2f}-{max(ratios):.2f} ({units[test]}, {len(ratios)} rounds)"
-        )
+        cells = []
+        for mode in others:
+            ratios = []
+            for r in rounds:
+                p, b = v.get((r, "plain")), v.get((r, mode))
+                if p is None or b is None:
+                    continue
+                ratios.append(p / b if units[test] == "usec_half_rtt" else b / p)
+            if not ratios:
+                cells.append(f"{'-':>10} {'-':>6} {'':>10}")
+                continue
+            med = statistics.median(x for (r, m), x in v.items() if m == mode)
+            cells.append(
+                f"{med:10.2f} {statistics.median(ratios):6.2f} {min(ratios):4.2f}-{max(ratios):4.2f}"
+            )
+        print(f"{test:28} {statistics.median(plain):10.2f} " + " ".join(cells) + f"  ({units[test]})")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, SockHash};
 use aya::programs::links::FdLink;
-use aya::programs::{CgroupAttachMode, RawTracePoint, SkMsg, SockOps};
+use aya::programs::{BtfTracePoint, CgroupAttachMode, SkMsg, SockOps};
 use aya::{Ebpf, EbpfLoader};
 
 /// The compiled program, built by `build.rs` from `bpf/bypass.c`.
@@ -32,7 +32,7 @@ pub const PIN_DIR: &str = "/sys/fs/bpf/splitway/bypass";
 pub const STATE_FILE: &str = "/run/splitway/bypass.cgroup";
 
 const LINK_PIN: &str = "sockops_link";
-/// The raw tracepoint that counts what paired sockets' readers consumed.
+/// The BTF raw tracepoint that counts what paired sockets' readers consumed.
 const RECV_LINK_PIN: &str = "recv_link";
 const SOCKS_PIN: &str = "socks";
 const POLICY_PIN: &str = "policy";
@@ -423,6 +423,11 @@ where
 
 fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassError> {
     let (cookie_off, user_data_off) = sock_offsets()?;
+    let btf = aya::Btf::from_sys_fs().map_err(|e| {
+        BypassError::Btf(format!(
+            "/sys/kernel/btf/vmlinux: {e} (needs CONFIG_DEBUG_INFO_BTF)"
+        ))
+    })?;
     let mut ebpf: Ebpf = EbpfLoader::new()
         .override_global("COOKIE_OFF", &cookie_off, true)
         .override_global("USER_DATA_OFF", &user_data_off, true)
@@ -437,7 +442,7 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
         match prog {
             aya::programs::Program::SkMsg(p) => p.load(),
             aya::programs::Program::SockOps(p) => p.load(),
-            aya::programs::Program::RawTracePoint(p) => p.load(),
+            aya::programs::Program::BtfTracePoint(p) => p.load("sock_recv_length", &btf),
             _ => {
                 return Err(BypassError::Internal(format!(
                     "{name} has an unexpected type"
@@ -484,17 +489,17 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
 
     // The read counter before sock_ops: a socket paired before it ran would
     // lag behind its reads and stay on TCP for good.
-    let recv: &mut RawTracePoint = program(&mut ebpf, "bypass_recv")?;
+    let recv: &mut BtfTracePoint = program(&mut ebpf, "bypass_recv")?;
     let recv_id = recv
-        .attach("sock_recv_length")
-        .map_err(|e| kernel("attach raw tracepoint sock_recv_length", e))?;
+        .attach()
+        .map_err(|e| kernel("attach BTF tracepoint sock_recv_length", e))?;
     let recv_link: FdLink = recv
         .take_link(recv_id)
-        .map_err(|e| kernel("raw tracepoint link", e))?
+        .map_err(|e| kernel("BTF tracepoint link", e))?
         .into();
     recv_link
         .pin(dir.join(RECV_LINK_PIN))
-        .map_err(|e| kernel("pin raw tracepoint link", e))?;
+        .map_err(|e| kernel("pin BTF tracepoint link", e))?;
 
     let cg = std::fs::File::open(cgroup).map_err(|source| BypassError::Cgroup {
         path: cgroup.to_owned(),

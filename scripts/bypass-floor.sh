@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# bypass-floor: how much of the sk_msg bypass's request/response gain is left
+# to take, and what its read counter costs. Alternating rounds of five modes
+# on loopback, in one run:
+#   plain   no bypass;
+#   counter `splitway bypass enable` for another port: nothing here is
+#           paired, only the host-wide read counter runs;
+#   bypass  `splitway bypass enable` (bpf/bypass.c: ordering rules, the read
+#           counter, statistics);
+#   floor   scripts/lib/bypass-floor.c: every send of a paired socket
+#           redirected, the least work an sk_msg program can do. Not safe
+#           for streams; request/response only, and never part of splitway;
+#   hook    scripts/lib/recv-hook.c: a program that does nothing on the
+#           read counter's tracepoint (what its dispatch alone costs).
+# MODES picks some (default: all); PLACES="" leaves only the bulk test.
+# Debian's sockperf (ping-pong 64 B / 1 KB / 16 KB) and redis-benchmark (GET,
+# one client), client and server on one CPU (`cpu0`) and on two (`cpu1`),
+# as in scripts/bench-bypass.sh, and iperf3 bulk with 1 KB writes (not in
+# `floor`, which redirects every write of a stream). Raw output:
+# bench-results/bypass-floor-*.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-target/release/splitway}
+ROUNDS=${ROUNDS:-3}
+SECS=${SECS:-5}
+MAX_LOAD=${MAX_LOAD:-3}
+PLACES=${PLACES-cpu0 cpu1}
+read -ra modes <<< "${MODES:-plain counter bypass floor hook}"
+load=$(cut -d' ' -f1 /proc/loadavg)
+if [ "${FORCE:-0}" != 1 ] && awk -v l="$load" -v m="$MAX_LOAD" 'BEGIN{exit !(l >= m)}'; then
+  echo "bypass-floor: load average $load >= $MAX_LOAD; not a quiet window (FORCE=1 to run anyway)" >&2
+  exit 2
+fi
+# shellcheck source=lib/bypass-cg.sh
+. scripts/lib/bypass-cg.sh
+P_SOCKPERF=23121 P_REDIS=23122 P_IPERF=23123 P_UNUSED=23129
+pin="/sys/fs/bpf/swfloor-$$"
+tmp=$(mktemp -d /tmp/swfloor.XXXXXX)
+obj=$tmp/floor.o
+clang -O2 -g -target bpf -DFLOOR_PORT_MIN=$P_SOCKPERF -DFLOOR_PORT_MAX=$P_REDIS \
+  -I"/usr/include/$(uname -m)-linux-gnu" -c scripts/lib/bypass-floor.c -o "$obj" || exit 1
+clang -O2 -g -target bpf -I"/usr/include/$(uname -m)-linux-gnu" \
+  -c scripts/lib/recv-hook.c -o "$tmp/recv-hook.o" || exit 1
+gcc -O2 -Wall scripts/lib/bpf-attach.c -o "$tmp/bpf-attach" -lbpf || exit 1
+bypass_cg_up bypass-floor
+out="bench-results/bypass-floor-$(date -u +%Y%m%dT%H%M%SZ).txt"
+pids=()
+floor_off() {
+  [ -d "$pin" ] || return 0
+  bpftool prog detach pinned "$pin/floor_msg" msg_verdict pinned "$pin/maps/FLOOR_SOCKS" 2>/dev/null
+  bpftool cgroup detach "$cg" sock_ops pinned "$pin/floor_sockops" 2>/dev/null
+  rm -rf "$pin"
+}
+floor_on() {
+  mkdir -p "$pin/maps" &&
+    bpftool prog loadall "$obj" "$pin" pinmaps "$pin/maps" &&
+    bpftool cgroup attach "$cg" sock_ops pinned "$pin/floor_sockops" &&
+    bpftool prog attach pinned "$pin/floor_msg" msg_verdict pinned "$pin/maps/FLOOR_SOCKS"
+}
+# The hook stays attached while bpf-attach's stdin (a fifo) is open.
+hook_fd=
+hook_on() {
+  mkfifo "$tmp/hook.fifo"
+  "$tmp/bpf-attach" "$tmp/recv-hook.o" <"$tmp/hook.fifo" >"$tmp/hook.out" 2>&1 &
+  hook_pid=$!
+  exec {hook_fd}>"$tmp/hook.fifo"
+  for _ in $(seq 50); do grep -q attached "$tmp/hook.out" && return 0; kill -0 $hook_pid 2>/dev/null || break; sleep 0.1; done
+  cat "$tmp/hook.out" >&2
+  return 1
+}
+hook_off() {
+  [ -n "$hook_fd" ] || return 0
+  exec {hook_fd}>&-
+  hook_fd=
+  wait "$hook_pid" 2>/dev/null
+  rm -f "$tmp/hook.fifo"
+}
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  floor_off
+  bypass_cg_down
+  hook_off
+  rm -rf "$tmp"
+  wait 2>/dev/null
+}
+trap cleanup EXIT
+
+{
+  echo "# bypass-floor $(date -u +%FT%TZ)"
+  echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)"
+  echo "# kernel $(uname -r), $(nproc) cpus, load before $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# rounds $ROUNDS, ${SECS}s per measurement; modes ${modes[*]}; placements ${PLACES:-none}; columns: round mode test value unit"
+} | tee "$out"
+
+"$BIN" bypass disable >/dev/null
+for port in $P_SOCKPERF $P_REDIS $P_IPERF; do
+  if ss -Hltn "sport = :$port" | grep -q .; then
+    echo "bypass-floor: port $port is already in use" >&2
+    exit 1
+  fi
+done
+incg_bg sockperf sr --tcp -i 127.0.0.1 -p $P_SOCKPERF >/dev/null 2>&1; pids+=($!); SOCKPERF_PID=$!
+incg_bg redis-server --port $P_REDIS --save '' --appendonly no --bind 127.0.0.1 >/dev/null 2>&1
+pids+=($!); REDIS_PID=$!
+incg_bg iperf3 -s -p $P_IPERF -B 127.0.0.1 >/dev/null 2>&1; pids+=($!)
+for _ in $(seq 50); do
+  ss -ltn | grep -q ":$P_REDIS " && ss -ltn | grep -q ":$P_SOCKPERF " && ss -ltn | grep -q ":$P_IPERF " && break
+  sleep 0.1
+done
+
+client_cpus() { case $1 in cpu1) echo 1 ;; cpu0) echo 0 ;; esac; }
+
+measure() { # round mode
+  local r=$1 m=$2 v place
+  for place in $PLACES; do
+    for pid in $SOCKPERF_PID $REDIS_PID; do taskset -apc 0 "$pid" >/dev/null; done
+    for size in 64 1024 16384; do
+      v=$(incg taskset -c "$(client_cpus "$place")" sockperf pp --tcp -i 127.0.0.1 -p $P_SOCKPERF \
+        -m $size -t "$SECS" 2>&1 | awk '/Summary: Latency is/ {print $5}')
+      echo "$r $m sockperf_pp_${size}B_$place ${v:-FAIL} usec_half_rtt"
+    done
+    v=$(incg taskset -c "$(client_cpus "$place")" redis-benchmark -p $P_REDIS -c 1 -n 50000 -t get -q 2>&1 |
+      tr '\r' '\n' | awk '/GET:/ && /requests per second/ {v=$2} END {print v}')
+    echo "$r $m redis_get_c1_$place ${v:-FAIL} req_per_s"
+  done
+  [ "$m" = floor ] && return
+  for pid in $SOCKPERF_PID $REDIS_PID; do taskset -apc 0-1 "$pid" >/dev/null; done
+  v=$(incg iperf3 -c 127.0.0.1 -p $P_IPERF -t "$SECS" -l 1K -J 2>&1 |
+    python3 -c 'import json,sys
+try:
+    d=json.load(sys.stdin); print(round(d["end"]["sum_received"]["bits_per_second"]/1e9,3))
+except Exception: print("FAIL")')
+  echo "$r $m iperf3_1K $v Gbit_s"
+}
+
+run_mode() { # round mode
+  case $2 in
+    plain) measure "$1" plain | tee -a "$out" ;;
+    counter)
+      "$BIN" bypass enable --cgroup "$cg" --loopback-only --ports $P_UNUSED >/dev/null
+      measure "$1" counter | tee -a "$out"
+      "$BIN" bypass disable >/dev/null
+      ;;
+    bypass)
+      "$BIN" bypass enable --cgroup "$cg" --loopback-only --ports $P_SOCKPERF,$P_REDIS,$P_IPERF >/dev/null
+      measure "$1" bypass | tee -a "$out"
+      "$BIN" bypass status --json | tr -d '\n ' | sed 's/^/# bypass status after round: /' | tee -a "$out"
+      echo | tee -a "$out"
+      "$BIN" bypass disable >/dev/null
+      ;;
+    floor)
+      floor_on || { echo "bypass-floor: loading the floor program failed" >&2; exit 1; }
+      measure "$1" floor | tee -a "$out"
+      echo "# floor sockhash after round: $(bpftool map dump pinned "$pin/maps/FLOOR_SOCKS" 2>&1 | tail -1)" | tee -a "$out"
+      floor_off
+      ;;
+    hook)
+      hook_on || { echo "bypass-floor: attaching the empty hook failed" >&2; exit 1; }
+      measure "$1" hook | tee -a "$out"
+      hook_off
+      ;;
+  esac
+}
+
+# The modes' order rotates every round, so none always runs first.
+n=${#modes[@]}
+for r in $(seq "$ROUNDS"); do
+  for ((i = 0; i < n; i++)); do run_mode "$r" "${modes[$(((i + r - 1) % n))]}"; done
+done
+echo "# load after $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out"
+grep -q FAIL "$out" && { echo "bypass-floor: a measurement failed (see $out)" >&2; exit 1; }
+echo "wrote $out" >&2
