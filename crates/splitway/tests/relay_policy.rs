@@ -74,10 +74,22 @@ fn per_client_limit_refuses_the_extra_connection() {
     lab.start_relays(&configs);
     let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
     let server = TestServer::bind(&lab.server, dst);
-    let a = connect_in(&lab.client, dst).expect("first");
-    let b = connect_in(&lab.client, dst).expect("second");
-    let (_sa, _) = server.accept(deadline.remaining("first at server"));
-    let (_sb, _) = server.accept(deadline.remaining("second at server"));
+    let mut a = connect_in(&lab.client, dst).expect("first");
+    let mut b = connect_in(&lab.client, dst).expect("second");
+    let (mut sa, _) = server.accept(deadline.remaining("first at server"));
+    let (mut sb, _) = server.accept(deadline.remaining("second at server"));
+    // The server may accept early-SYN legs before rc has taken a and b from
+    // its accept queues, and per-core queues are taken in any order: a byte
+    // through each proves both hold their permits before the third arrives
+    // (otherwise the third may be admitted and a or b refused).
+    a.write_all(b"a").expect("write first");
+    b.write_all(b"b").expect("write second");
+    for (server_side, who) in [(&mut sa, "first"), (&mut sb, "second")] {
+        let mut byte = [0u8; 1];
+        server_side
+            .read_exact(&mut byte)
+            .unwrap_or_else(|e| panic!("{who} connection's byte at the server: {e}"));
+    }
     // The third is accepted by the kernel, then reset by the relay: the
     // reset shows at connect (when it beats the connect's completion check)
     // or at the first read, never as a clean EOF.
