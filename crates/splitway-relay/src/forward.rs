@@ -9,6 +9,7 @@
 //! Close semantics (modelled on linkerd2-proxy's `duplex`):
 //! - EOF on one side → `shutdown(SHUT_WR)` on the other, after every byte
 //!   before it was handed to the kernel; the other direction keeps flowing.
+//!   The second EOF ends the connection, and the close sends that FIN.
 //! - An error (RST) on either side → both sockets are closed abortively
 //!   (SO_LINGER 0), so a reset is propagated as a reset, never as a FIN.
 //! - Both legs carry SO_LINGER 0 until the connection ends cleanly, so a
@@ -19,7 +20,7 @@ use std::future::Future;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -71,6 +72,10 @@ pub struct Options {
     /// not counted as forwarded. u16 keeps `Options`, which the session
     /// future holds, at 24 bytes.
     pub own_prefix: u16,
+    /// The inbound inherited SO_LINGER 0 from its listener (transparent
+    /// listeners, `ingress::set_accept_options`): arming it again would be
+    /// one more syscall per connection for nothing.
+    pub inbound_armed: bool,
 }
 
 /// Per-direction byte counts. Atomics only so the connection's future is
@@ -96,8 +101,10 @@ impl DirCounters {
 /// process dies (crash, SIGKILL, the drain deadline), the kernel closes
 /// our sockets, and without SO_LINGER 0 a leg with nothing unread would
 /// send FIN, so the far end would take a cut stream for a complete one.
-pub(crate) fn arm_reset(legs: [&TcpStream; 2]) {
-    for s in legs {
+/// An inbound that inherited the setting from its listener is skipped.
+pub(crate) fn arm_reset(inbound: &TcpStream, outbound: &TcpStream, opts: &Options) {
+    let inbound = (!opts.inbound_armed).then_some(inbound);
+    for s in inbound.into_iter().chain([outbound]) {
         // An error means the socket is already gone: nothing to arm.
         let _ = splitway_sys::sock::set_linger_zero(s);
     }
@@ -152,6 +159,8 @@ pub(crate) fn account(
 pub(crate) struct Activity {
     start: Instant,
     last_ms: AtomicU64,
+    /// One direction has half-closed its destination (see `Pump::eof`).
+    one_done: AtomicBool,
 }
 
 impl Activity {
@@ -159,6 +168,7 @@ impl Activity {
         Activity {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
+            one_done: AtomicBool::new(false),
         }
     }
 
@@ -207,7 +217,7 @@ pub async fn forward(
     opts: Options,
     metrics: &Metrics,
 ) -> Outcome {
-    arm_reset([inbound, outbound]);
+    arm_reset(inbound, outbound, &opts);
     let activity = Activity::new();
     let up = DirCounters::default();
     let down = DirCounters::default();
@@ -585,9 +595,14 @@ impl<'a> Pump<'a> {
     }
 
     /// EOF from the source: every byte before it was handed to the kernel,
-    /// so the destination is half-closed.
+    /// so the destination is half-closed. When the other direction ended
+    /// first, this ends the connection: `forward` returns at once and the
+    /// close sends the FIN (after `disarm_if_clean`), so the shutdown would
+    /// be a syscall per connection for nothing.
     fn eof(&self) -> Result<PumpState, PumpError> {
-        splitway_sys::sock::shutdown_write(self.dst).map_err(|e| self.wr(e))?;
+        if !self.activity.one_done.swap(true, Relaxed) {
+            splitway_sys::sock::shutdown_write(self.dst).map_err(|e| self.wr(e))?;
+        }
         Ok(PumpState::Done)
     }
 }

@@ -58,7 +58,7 @@ async fn forward_tls(
     opts: Options,
     metrics: &Metrics,
 ) -> Outcome {
-    arm_reset([inbound.tcp, outbound.tcp]);
+    arm_reset(inbound.tcp, outbound.tcp, &opts);
     let activity = Activity::new();
     let up = DirCounters::default();
     let down = DirCounters::default();

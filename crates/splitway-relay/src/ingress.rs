@@ -132,6 +132,17 @@ fn set_accept_options(
         sock.set_recv_buffer_size(n)?;
         sock.set_send_buffer_size(n)?;
     }
+    // Accepted sockets inherit both (one setsockopt each per connection
+    // saved): TCP_NODELAY, the client legs' default (`tuning::apply_accepted`
+    // sets it per connection only where the config turns it off), and on a
+    // transparent listener SO_LINGER 0, so that a relay that dies between
+    // accept and forwarding resets its client as it would once forwarding
+    // (`forward::arm_reset`): every other close of a transparent client
+    // before the clean end is a reset already.
+    sock.set_nodelay(true)?;
+    if l.mode == ListenMode::Tproxy {
+        splitway_sys::sock::set_linger_zero(sock)?;
+    }
     if matches!(l.mode, ListenMode::Tproxy | ListenMode::SynOption) {
         // The client SYN's TTL is the loop guard's hop count (`loops`);
         // a syn-option client's SYN also carries the destination.
@@ -318,13 +329,13 @@ async fn admit(
     // a leg from an upstream relay gets `[upstream]` (its dialer's
     // `[[peer]]` tuning only governs what the dialer sends).
     let tuning_result = if spec.mode == ListenMode::Peer {
-        tuning::apply(
+        tuning::apply_accepted(
             &stream,
             &shared.cfg.upstream,
             Some(tuning::PEER_KEEPALIVE_DEFAULT),
         )
     } else {
-        tuning::apply(&stream, &shared.cfg.client, None)
+        tuning::apply_accepted(&stream, &shared.cfg.client, None)
     };
     if let Err(e) = tuning_result {
         warn!(%client, error = %e, "cannot tune accepted socket");

@@ -24,6 +24,17 @@ pub fn apply(
     apply_with_buffers(sock, tuning, keepalive_default, None)
 }
 
+/// [`apply`] for an accepted socket, which inherited TCP_NODELAY from its
+/// listener (`ingress::set_accept_options`): set again only if the config
+/// turns it off.
+pub fn apply_accepted(
+    sock: &impl AsFd,
+    tuning: &LegTuning,
+    keepalive_default: Option<Duration>,
+) -> std::io::Result<()> {
+    apply_inner(sock, tuning, keepalive_default, None, true)
+}
+
 /// Like [`apply`], with a buffer size for legs whose config sets none
 /// (turbo-start's big buffers on relay legs).
 pub fn apply_with_buffers(
@@ -32,8 +43,21 @@ pub fn apply_with_buffers(
     keepalive_default: Option<Duration>,
     default_buffer: Option<usize>,
 ) -> std::io::Result<()> {
+    apply_inner(sock, tuning, keepalive_default, default_buffer, false)
+}
+
+fn apply_inner(
+    sock: &impl AsFd,
+    tuning: &LegTuning,
+    keepalive_default: Option<Duration>,
+    default_buffer: Option<usize>,
+    nodelay_inherited: bool,
+) -> std::io::Result<()> {
     let s = SockRef::from(sock);
-    s.set_nodelay(tuning.nodelay.unwrap_or(true))?;
+    let nodelay = tuning.nodelay.unwrap_or(true);
+    if !(nodelay && nodelay_inherited) {
+        s.set_nodelay(nodelay)?;
+    }
     if let Some(n) = tuning.sndbuf.or(default_buffer) {
         s.set_send_buffer_size(n)?;
     }

@@ -41,6 +41,7 @@ fn opts(data_path: DataPath) -> Options {
         data_path,
         idle: Duration::from_secs(30),
         own_prefix: 0,
+        inbound_armed: false,
     }
 }
 
@@ -253,6 +254,7 @@ async fn idle_timeout_resets_both_legs() {
                 data_path: DataPath::Auto,
                 idle: Duration::from_millis(200),
                 own_prefix: 0,
+                inbound_armed: false,
             },
             &m,
         )
