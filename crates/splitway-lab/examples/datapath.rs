@@ -442,6 +442,7 @@ fn serve(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                                     data_path,
                                     idle: Duration::from_secs(3600),
                                     own_prefix: 0,
+                                    inbound_armed: false,
                                 };
                                 splitway_relay::forward::forward(
                                     &inbound,
