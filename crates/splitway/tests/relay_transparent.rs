@@ -336,3 +336,41 @@ fn many_concurrent_connections() {
     assert_eq!(accepted, CONNECTIONS as f64);
     lab.assert_relays_alive();
 }
+
+/// A relay that dies after accepting a transparent client but before
+/// forwarding (here: while its dial to a blackholed server hangs) resets
+/// the client: the accepted socket inherited SO_LINGER 0 from its listener.
+/// A FIN would tell the client the server had answered and closed cleanly.
+#[test]
+fn relay_killed_before_forwarding_resets_the_client() {
+    require_netns!();
+    const BLACKHOLE_PORT: u16 = 5010;
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::chain(&["rc"]);
+    let mut configs = lab.default_configs(&[BLACKHOLE_PORT], false);
+    // The dial must still hang when the relay is killed.
+    configs[0].timeouts(|t| t.connect = Some("30s".into()));
+    lab.start_relays(&configs);
+    for cmd in [
+        "add table inet swt_blackhole",
+        "add chain inet swt_blackhole input { type filter hook input priority 0 ; }",
+        "add rule inet swt_blackhole input tcp dport 5010 drop",
+    ] {
+        lab.server
+            .exec("nft", &[cmd])
+            .expect("install blackhole in the server namespace");
+    }
+    let dst = sock(&format!("{SERVER_V4}:{BLACKHOLE_PORT}"));
+    // Nothing written: a socket closed with unread bytes resets anyway, so
+    // only an empty receive queue tells SO_LINGER 0 from a plain close.
+    let mut client = connect_in(&lab.client, dst).expect("the relay accepts");
+    lab.wait_counter(
+        "rc",
+        "splitway_connections_accepted_total",
+        &[("mode", "tproxy")],
+        1.0,
+        deadline,
+    );
+    lab.kill_relay("rc");
+    expect_reset(&mut client, "client of a relay killed before forwarding");
+}
