@@ -31,7 +31,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::bytes::{give_buf, more_queued, take_buf, try_read_draining};
-use crate::config::DataPath;
+use crate::config::{DataPath, ListenMode};
 use crate::error::ConnError;
 
 /// Which leg an I/O error happened on.
@@ -72,9 +72,9 @@ pub struct Options {
     /// not counted as forwarded. u16 keeps `Options`, which the session
     /// future holds, at 24 bytes.
     pub own_prefix: u16,
-    /// The inbound inherited SO_LINGER 0 from its listener (transparent
-    /// listeners, `ingress::set_accept_options`): arming it again would be
-    /// one more syscall per connection for nothing.
+    /// The inbound inherited SO_LINGER 0 from its listener
+    /// ([`armed_at_accept`]): arming it again would be one more syscall per
+    /// connection for nothing.
     pub inbound_armed: bool,
 }
 
@@ -95,6 +95,15 @@ impl DirCounters {
     pub(crate) fn copied(&self, n: usize) {
         self.copy.fetch_add(n as u64, Relaxed);
     }
+}
+
+/// Whether connections accepted in `mode` carry SO_LINGER 0 from their
+/// listener (`ingress::set_accept_options` sets it there): transparent
+/// ones, so that a relay that dies between accept and forwarding resets its
+/// client as it would once forwarding; every other close of a transparent
+/// client before the clean end is a reset already.
+pub(crate) fn armed_at_accept(mode: ListenMode) -> bool {
+    mode == ListenMode::Tproxy
 }
 
 /// Until the connection ends cleanly, closing a leg means reset: if this

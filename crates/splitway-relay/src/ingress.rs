@@ -134,13 +134,10 @@ fn set_accept_options(
     }
     // Accepted sockets inherit both (one setsockopt each per connection
     // saved): TCP_NODELAY, the client legs' default (`tuning::apply_accepted`
-    // sets it per connection only where the config turns it off), and on a
-    // transparent listener SO_LINGER 0, so that a relay that dies between
-    // accept and forwarding resets its client as it would once forwarding
-    // (`forward::arm_reset`): every other close of a transparent client
-    // before the clean end is a reset already.
+    // sets it per connection only where the config turns it off), and
+    // SO_LINGER 0 where `forward::armed_at_accept`.
     sock.set_nodelay(true)?;
-    if l.mode == ListenMode::Tproxy {
+    if crate::forward::armed_at_accept(l.mode) {
         splitway_sys::sock::set_linger_zero(sock)?;
     }
     if matches!(l.mode, ListenMode::Tproxy | ListenMode::SynOption) {

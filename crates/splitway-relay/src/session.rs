@@ -252,7 +252,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         data_path: shared.cfg.forwarding.data_path,
         idle: shared.live.idle(),
         own_prefix: 0,
-        inbound_armed: inbound.mode == ListenMode::Tproxy,
+        inbound_armed: forward::armed_at_accept(inbound.mode),
     };
     let mut early = std::mem::take(&mut inbound.early_data);
 
