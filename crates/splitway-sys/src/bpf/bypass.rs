@@ -422,12 +422,16 @@ where
 }
 
 fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassError> {
-    let (cookie_off, user_data_off) = sock_offsets()?;
-    let btf = aya::Btf::from_sys_fs().map_err(|e| {
+    // The kernel's BTF, read once: the read counter's field offsets come
+    // from it, and its BTF tracepoint is loaded against it.
+    let btf_bytes = std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| {
         BypassError::Btf(format!(
             "/sys/kernel/btf/vmlinux: {e} (needs CONFIG_DEBUG_INFO_BTF)"
         ))
     })?;
+    let (cookie_off, user_data_off) = sock_offsets(&btf_bytes)?;
+    let btf = aya::Btf::parse(&btf_bytes, aya::Endianness::default())
+        .map_err(|e| BypassError::Btf(format!("/sys/kernel/btf/vmlinux: {e}")))?;
     let mut ebpf: Ebpf = EbpfLoader::new()
         .override_global("COOKIE_OFF", &cookie_off, true)
         .override_global("USER_DATA_OFF", &user_data_off, true)
@@ -523,14 +527,9 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
 /// Where the kernel keeps a socket's cookie (`sock_common.skc_cookie`) and
 /// its psock (`sock.sk_user_data`): the read counter skips sockets without a
 /// psock and finds a paired socket's entry by its cookie.
-fn sock_offsets() -> Result<(u32, u32), BypassError> {
-    let btf = std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| {
-        BypassError::Btf(format!(
-            "/sys/kernel/btf/vmlinux: {e} (needs CONFIG_DEBUG_INFO_BTF)"
-        ))
-    })?;
+fn sock_offsets(btf: &[u8]) -> Result<(u32, u32), BypassError> {
     let at = |strukt, member| {
-        super::btf::member_offset(&btf, strukt, member).map_err(|e| BypassError::Btf(e.to_string()))
+        super::btf::member_offset(btf, strukt, member).map_err(|e| BypassError::Btf(e.to_string()))
     };
     // sock_common is struct sock's first member (checked, not assumed).
     let common = at("sock", "__sk_common")?;
