@@ -123,15 +123,7 @@ fn strict_blackholed_destination_times_out_at_connect() {
     // The relay gives up after 3 s; the client after 2.5 s, having
     // retransmitted its SYN at 1 s (while the first is held).
     let lab = strict_lab_with_connect_timeout(&["rc"], "3s");
-    for cmd in [
-        "add table inet swt_blackhole",
-        "add chain inet swt_blackhole input { type filter hook input priority 0 ; }",
-        "add rule inet swt_blackhole input tcp dport 5010 drop",
-    ] {
-        lab.server
-            .exec("nft", &[cmd])
-            .expect("install blackhole in the server namespace");
-    }
+    blackhole_port(&lab.server, BLACKHOLE_PORT);
     let dst = sock(&format!("{SERVER_V4}:{BLACKHOLE_PORT}"));
     let started = Instant::now();
     let r = lab

@@ -351,15 +351,7 @@ fn relay_killed_before_forwarding_resets_the_client() {
     // The dial must still hang when the relay is killed.
     configs[0].timeouts(|t| t.connect = Some("30s".into()));
     lab.start_relays(&configs);
-    for cmd in [
-        "add table inet swt_blackhole",
-        "add chain inet swt_blackhole input { type filter hook input priority 0 ; }",
-        "add rule inet swt_blackhole input tcp dport 5010 drop",
-    ] {
-        lab.server
-            .exec("nft", &[cmd])
-            .expect("install blackhole in the server namespace");
-    }
+    blackhole_port(&lab.server, BLACKHOLE_PORT);
     let dst = sock(&format!("{SERVER_V4}:{BLACKHOLE_PORT}"));
     // Nothing written: a socket closed with unread bytes resets anyway, so
     // only an empty receive queue tells SO_LINGER 0 from a plain close.

@@ -1248,6 +1248,19 @@ pub fn expect_eof(stream: &mut TcpStream, who: &str) {
     }
 }
 
+/// Makes `ns` drop every TCP packet to its port `port` (no RST, no answer):
+/// a blackholed server.
+pub fn blackhole_port(ns: &Netns, port: u16) {
+    for cmd in [
+        "add table inet swt_blackhole".to_owned(),
+        "add chain inet swt_blackhole input { type filter hook input priority 0 ; }".to_owned(),
+        format!("add rule inet swt_blackhole input tcp dport {port} drop"),
+    ] {
+        ns.exec("nft", &[cmd.as_str()])
+            .unwrap_or_else(|e| panic!("nft {cmd} in {}: {e}", ns.name()));
+    }
+}
+
 /// Asserts the stream ends with a reset (ECONNRESET), not a clean EOF.
 pub fn expect_reset(stream: &mut TcpStream, who: &str) -> u64 {
     let (len, end) = read_until_end(stream);
