@@ -119,82 +119,15 @@ EOF
 
 rig_configs() {
   "$BIN" keygen > "$dir/psk.key"
-  cat > "$dir/splitway.toml" <<EOF
-name = "bench"
-[[listen]]
-mode = "tproxy"
-addr = "0.0.0.0:$RELAY_PORT"
-intercept = { interfaces = ["vr"], ports = [$PORTS] }
-[[route]]
-dst = "0.0.0.0/0"
-via = "direct"
-EOF
-  cat > "$dir/rc.toml" <<EOF
-name = "rc"
-psk_file = "psk.key"
-[[listen]]
-mode = "tproxy"
-addr = "0.0.0.0:$RELAY_PORT"
-intercept = { interfaces = ["vr"], ports = [$PORTS] }
-[[peer]]
-name = "rs"
-addr = "$TIN:$PEER_PORT"
-[[route]]
-dst = "0.0.0.0/0"
-via = "rs"
-EOF
-  cat > "$dir/rs.toml" <<EOF
-name = "rs"
-psk_file = "psk.key"
-[[listen]]
-mode = "peer"
-addr = "$TIN:$PEER_PORT"
-allow_clients = ["$ROUT/32"]
-[[route]]
-dst = "0.0.0.0/0"
-via = "direct"
-EOF
+  one_relay_toml bench $RELAY_PORT "$PORTS" > "$dir/splitway.toml"
+  rc_toml rc $RELAY_PORT "$PORTS" $PEER_PORT > "$dir/rc.toml"
+  rs_toml $PEER_PORT > "$dir/rs.toml"
   # start_split's second copies: the same, but their own name (the nft
   # table a relay installs is named after it), admin address, listening
   # port and intercepted port; rc-b's peer is rs-b.
-  cat > "$dir/splitway-b.toml" <<EOF
-name = "bench-b"
-admin = "$ADMIN_B"
-[[listen]]
-mode = "tproxy"
-addr = "0.0.0.0:$RELAY_PORT_B"
-intercept = { interfaces = ["vr"], ports = [$SPLIT_DPORT] }
-[[route]]
-dst = "0.0.0.0/0"
-via = "direct"
-EOF
-  cat > "$dir/rc-b.toml" <<EOF
-name = "rc-b"
-psk_file = "psk.key"
-admin = "$ADMIN_B"
-[[listen]]
-mode = "tproxy"
-addr = "0.0.0.0:$RELAY_PORT_B"
-intercept = { interfaces = ["vr"], ports = [$SPLIT_DPORT] }
-[[peer]]
-name = "rs"
-addr = "$TIN:$PEER_PORT_B"
-[[route]]
-dst = "0.0.0.0/0"
-via = "rs"
-EOF
-  cat > "$dir/rs-b.toml" <<EOF
-name = "rs"
-psk_file = "psk.key"
-admin = "$ADMIN_B"
-[[listen]]
-mode = "peer"
-addr = "$TIN:$PEER_PORT_B"
-allow_clients = ["$ROUT/32"]
-[[route]]
-dst = "0.0.0.0/0"
-via = "direct"
-EOF
+  one_relay_toml bench-b $RELAY_PORT_B $SPLIT_DPORT "$ADMIN_B" > "$dir/splitway-b.toml"
+  rc_toml rc-b $RELAY_PORT_B $SPLIT_DPORT $PEER_PORT_B "$ADMIN_B" > "$dir/rc-b.toml"
+  rs_toml $PEER_PORT_B "$ADMIN_B" > "$dir/rs-b.toml"
   # Under RLIMIT_NOFILE 20,000: 2 fds per connection and 2 per pipe.
   haproxy_cfg 9000 $RELAY_PORT > "$dir/haproxy.cfg"
   # start_split's copies hold up to 9,000 connections each (18,000 in
@@ -205,6 +138,60 @@ EOF
   # The split: the first copy gets what it gets alone, the second only
   # SPLIT_DPORT (the first does not intercept it).
   haproxy_nft "meta nfproto ipv4 iifname \"vr\" tcp dport $SPLIT_DPORT tproxy ip to :$RELAY_PORT_B meta mark set 1 accept" > "$dir/haproxy-split.nft"
+}
+
+# One relay intercepting `ports` on the relay host, route direct (the
+# README's minimal tproxy config).
+one_relay_toml() { # name listen_port ports [admin]
+  # `admin = "…"` and its newline when given, else nothing.
+  local admin=${4:+"admin = \"$4\""$'\n'}
+  cat <<EOF
+name = "$1"
+${admin}[[listen]]
+mode = "tproxy"
+addr = "0.0.0.0:$2"
+intercept = { interfaces = ["vr"], ports = [$3] }
+[[route]]
+dst = "0.0.0.0/0"
+via = "direct"
+EOF
+}
+
+# The pair's rc: intercepts as above, forwards to rs at `peer_port`.
+rc_toml() { # name listen_port ports peer_port [admin]
+  # `admin = "…"` and its newline when given, else nothing.
+  local admin=${5:+"admin = \"$5\""$'\n'}
+  cat <<EOF
+name = "$1"
+psk_file = "psk.key"
+${admin}[[listen]]
+mode = "tproxy"
+addr = "0.0.0.0:$2"
+intercept = { interfaces = ["vr"], ports = [$3] }
+[[peer]]
+name = "rs"
+addr = "$TIN:$4"
+[[route]]
+dst = "0.0.0.0/0"
+via = "rs"
+EOF
+}
+
+# The pair's rs: a peer listener at `peer_port` for rc, route direct.
+rs_toml() { # peer_port [admin]
+  # `admin = "…"` and its newline when given, else nothing.
+  local admin=${2:+"admin = \"$2\""$'\n'}
+  cat <<EOF
+name = "rs"
+psk_file = "psk.key"
+${admin}[[listen]]
+mode = "peer"
+addr = "$TIN:$1"
+allow_clients = ["$ROUT/32"]
+[[route]]
+dst = "0.0.0.0/0"
+via = "direct"
+EOF
 }
 
 haproxy_cfg() { # maxconn port
