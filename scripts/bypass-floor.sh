@@ -26,13 +26,11 @@ SECS=${SECS:-5}
 MAX_LOAD=${MAX_LOAD:-3}
 PLACES=${PLACES-cpu0 cpu1}
 read -ra modes <<< "${MODES:-plain counter bypass floor hook}"
-load=$(cut -d' ' -f1 /proc/loadavg)
-if [ "${FORCE:-0}" != 1 ] && awk -v l="$load" -v m="$MAX_LOAD" 'BEGIN{exit !(l >= m)}'; then
-  echo "bypass-floor: load average $load >= $MAX_LOAD; not a quiet window (FORCE=1 to run anyway)" >&2
-  exit 2
-fi
 # shellcheck source=lib/bypass-cg.sh
 . scripts/lib/bypass-cg.sh
+# shellcheck source=lib/bypass-bench.sh
+. scripts/lib/bypass-bench.sh
+bench_quiet_or_exit bypass-floor
 P_SOCKPERF=23121 P_REDIS=23122 P_IPERF=23123 P_UNUSED=23129
 pin="/sys/fs/bpf/swfloor-$$"
 tmp=$(mktemp -d /tmp/swfloor.XXXXXX)
@@ -85,52 +83,25 @@ cleanup() {
 }
 trap cleanup EXIT
 
-{
-  echo "# bypass-floor $(date -u +%FT%TZ)"
-  echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)"
-  echo "# kernel $(uname -r), $(nproc) cpus, load before $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "# rounds $ROUNDS, ${SECS}s per measurement; modes ${modes[*]}; placements ${PLACES:-none}; columns: round mode test value unit"
-} | tee "$out"
+bench_header bypass-floor "rounds $ROUNDS, ${SECS}s per measurement; modes ${modes[*]}; placements ${PLACES:-none}; columns: round mode test value unit" | tee "$out"
 
 "$BIN" bypass disable >/dev/null
-for port in $P_SOCKPERF $P_REDIS $P_IPERF; do
-  if ss -Hltn "sport = :$port" | grep -q .; then
-    echo "bypass-floor: port $port is already in use" >&2
-    exit 1
-  fi
-done
-incg_bg sockperf sr --tcp -i 127.0.0.1 -p $P_SOCKPERF >/dev/null 2>&1; pids+=($!); SOCKPERF_PID=$!
-incg_bg redis-server --port $P_REDIS --save '' --appendonly no --bind 127.0.0.1 >/dev/null 2>&1
-pids+=($!); REDIS_PID=$!
-incg_bg iperf3 -s -p $P_IPERF -B 127.0.0.1 >/dev/null 2>&1; pids+=($!)
-for _ in $(seq 50); do
-  ss -ltn | grep -q ":$P_REDIS " && ss -ltn | grep -q ":$P_SOCKPERF " && ss -ltn | grep -q ":$P_IPERF " && break
-  sleep 0.1
-done
+bypass_servers_up bypass-floor
 
 client_cpus() { case $1 in cpu1) echo 1 ;; cpu0) echo 0 ;; esac; }
 
 measure() { # round mode
-  local r=$1 m=$2 v place
+  local r=$1 m=$2 place size
   for place in $PLACES; do
     for pid in $SOCKPERF_PID $REDIS_PID; do taskset -apc 0 "$pid" >/dev/null; done
     for size in 64 1024 16384; do
-      v=$(incg taskset -c "$(client_cpus "$place")" sockperf pp --tcp -i 127.0.0.1 -p $P_SOCKPERF \
-        -m $size -t "$SECS" 2>&1 | awk '/Summary: Latency is/ {print $5}')
-      echo "$r $m sockperf_pp_${size}B_$place ${v:-FAIL} usec_half_rtt"
+      echo "$r $m sockperf_pp_${size}B_$place $(sockperf_pp_us "$(client_cpus "$place")" $size "$SECS") usec_half_rtt"
     done
-    v=$(incg taskset -c "$(client_cpus "$place")" redis-benchmark -p $P_REDIS -c 1 -n 50000 -t get -q 2>&1 |
-      tr '\r' '\n' | awk '/GET:/ && /requests per second/ {v=$2} END {print v}')
-    echo "$r $m redis_get_c1_$place ${v:-FAIL} req_per_s"
+    echo "$r $m redis_get_c1_$place $(redis_get_rps 1 50000 "$(client_cpus "$place")") req_per_s"
   done
   [ "$m" = floor ] && return
   for pid in $SOCKPERF_PID $REDIS_PID; do taskset -apc 0-1 "$pid" >/dev/null; done
-  v=$(incg iperf3 -c 127.0.0.1 -p $P_IPERF -t "$SECS" -l 1K -J 2>&1 |
-    python3 -c 'import json,sys
-try:
-    d=json.load(sys.stdin); print(round(d["end"]["sum_received"]["bits_per_second"]/1e9,3))
-except Exception: print("FAIL")')
-  echo "$r $m iperf3_1K $v Gbit_s"
+  echo "$r $m iperf3_1K $(iperf3_gbit 1K "$SECS") Gbit_s"
 }
 
 run_mode() { # round mode
