@@ -11,7 +11,10 @@
 #   pair      splitway rc intercepts it and forwards over a relay leg to rs
 #             on T (the real deployment); CPU is reported per relay;
 #   baseline  (only when METHODS names it) the splitway method with the
-#             binary BIN_BASELINE: an earlier build, before/after in one run.
+#             binary BIN_BASELINE: an earlier build, before/after in one run;
+#   splitway1, haproxy1, floor, floor1
+#             (only when METHODS names them) one-thread variants and the
+#             least a forwarder does per connection (scripts/lib/tproxy-rig.sh).
 # Third-party tools from Debian, run in the client namespace against servers
 # in the server namespace: sockperf ping-pong 64 B (one connection),
 # ab against nginx (a new connection per request), iperf3 bulk (the proxy's
@@ -19,6 +22,7 @@
 # the built-in open-loop generator (`splitway lab load rate`) for setup
 # latency p50/p99 at 1,000 new connections per second.
 # Methods alternate in every round, so each ratio comes from one run.
+# TESTS limits the measurements (e.g. TESTS="ab setup").
 # Raw output: bench-results/tproxy-bench-*.txt (columns: round method test
 # value unit), ratios against haproxy at the end.
 set -uo pipefail
@@ -27,6 +31,8 @@ BIN=${BIN:-$PWD/target/release/splitway}
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 AB_REQUESTS=${AB_REQUESTS:-20000}
+# Which measurements run (a subset for quick before/after runs).
+TESTS=" ${TESTS:-sockperf ab redis setup iperf3} "
 P=swbt$$
 dir=$(mktemp -d /tmp/$P.XXXX)
 out="bench-results/tproxy-bench-$(date -u +%Y%m%dT%H%M%SZ).txt"
@@ -35,11 +41,27 @@ mkdir -p bench-results
 source scripts/lib/tproxy-rig.sh
 rig_up || exit 1
 
+wanted() { [[ $TESTS == *" $1 "* ]]; }
+
 measure() { # round method
-  local r=$1 m=$2 v t0 t1 bytes
+  local r=$1 m=$2
+  wanted sockperf && measure_sockperf "$r" "$m"
+  wanted ab && measure_ab "$r" "$m"
+  wanted redis && measure_redis "$r" "$m"
+  wanted setup && measure_setup "$r" "$m"
+  wanted iperf3 && measure_bulk "$r" "$m"
+  return 0
+}
+
+measure_sockperf() { # round method
+  local r=$1 m=$2 v
   v=$(nsx $C sockperf pp --tcp -i $SIP -p 11111 -m 64 -t "$SECS" 2>&1 |
     awk '/Summary: Latency is/ {print $5}')
   echo "$r $m sockperf_pp_64B ${v:-FAIL} usec_half_rtt"
+}
+
+measure_ab() { # round method
+  local r=$1 m=$2 v
   local -a ab_t0=()
   local i
   for i in "${!proxy_pids[@]}"; do ab_t0[i]=$(cpu_ticks "${proxy_pids[i]}"); done
@@ -55,10 +77,17 @@ measure() { # round method
     done
     echo "$r $m ab_cpu_per_conn $(awk -v t="$ab_ticks" -v hz="$(getconf CLK_TCK)" -v n="$AB_REQUESTS" 'BEGIN {printf "%.1f", t / hz / n * 1e6}') us"
   fi
+}
+
+measure_redis() { # round method
+  local r=$1 m=$2 v
   v=$(nsx $C redis-benchmark -h $SIP -p 6379 -c 50 -n 200000 -t get -q 2>&1 |
     tr '\r' '\n' | awk '/^GET:/ {print $2}' | tail -1)
   echo "$r $m redis_get_c50 ${v:-FAIL} req_s"
-  local line key
+}
+
+measure_setup() { # round method
+  local r=$1 m=$2 v line key
   line=$(setup_rate 1000 "$SECS")
   for key in p50_us p99_us; do
     # A run with a failed connection has no valid percentile.
@@ -66,8 +95,11 @@ measure() { # round method
     [ "$(kv "$line" failures)" = 0 ] || v=FAIL
     echo "$r $m setup_${key}_at_1000 $v us"
   done
+}
+
+measure_bulk() { # round method
+  local r=$1 m=$2 v bytes i d sum=0
   local -a t0=() names=(rs rc)
-  local d sum=0
   for i in "${!proxy_pids[@]}"; do t0[i]=$(cpu_ticks "${proxy_pids[i]}"); done
   read -r v bytes < <(iperf3_bulk)
   echo "$r $m iperf3_bulk ${v:-FAIL} Gbit_s"
@@ -86,7 +118,7 @@ measure() { # round method
   echo "# commit $(git rev-parse --short=12 HEAD)$(git diff --quiet || echo -dirty)"
   echo "# kernel $(uname -r), $(nproc) cpus, load before $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# $("$BIN" --version 2>/dev/null), $(haproxy -v 2>/dev/null | head -1)"
-  echo "# rounds $ROUNDS, ${SECS}s per timed tool, ab -n $AB_REQUESTS -c 8; columns: round method test value unit"
+  echo "# rounds $ROUNDS, tests$TESTS, ${SECS}s per timed tool, ab -n $AB_REQUESTS -c 8; columns: round method test value unit"
 } | tee "$out"
 
 methods=(${METHODS:-direct splitway haproxy pair})
@@ -121,7 +153,7 @@ for (t, u), per in vals.items():
     med = {m: statistics.median(v) for m, v in per.items()}
     ratios = []
     h = med.get("haproxy")
-    for m in ("splitway", "baseline", "pair", "pair-rc", "pair-rs"):
+    for m in ("splitway", "splitway1", "baseline", "floor", "floor1", "haproxy1", "pair", "pair-rc", "pair-rs"):
         s = med.get(m)
         if s is not None and h is not None and min(s, h) > 0:
             ratios.append(f"{m}={(h / s if u in lower_better else s / h):.2f}x")

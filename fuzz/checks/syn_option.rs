@@ -1,7 +1,8 @@
 //! Destination TCP option: parsing an arbitrary saved SYN or option list never
 //! panics; a decoded option re-encodes to exactly its bytes (one encoding per
 //! destination); an option built from the input, placed in a SYN after
-//! Linux's usual options, is found again and resolves to its destination.
+//! Linux's usual options, is found again and resolves to its destination;
+//! the SYN's own destination (TPROXY's original one) is read back too.
 //!
 //! Shared by the cargo-fuzz target and the stable corpus replay test.
 
@@ -12,6 +13,9 @@ use splitway_proto::syn_option::{self, SynOption, find_in_options, find_in_syn};
 /// Panics if `data` breaks a property above.
 pub fn check(data: &[u8]) {
     let _ = find_in_syn(data);
+    if let Some(dst) = syn_option::syn_destination(data) {
+        assert_ne!(dst.port(), 0, "port 0 is no destination");
+    }
     if let Ok(Some(option)) = find_in_options(data) {
         let mut wire = Vec::new();
         option.encode(&mut wire);
@@ -78,9 +82,14 @@ pub fn check(data: &[u8]) {
     let mut tcp = [0u8; 20];
     tcp[12] = ((20 + options.len()) / 4) as u8 * 16;
     tcp[13] = 0x02;
+    tcp[2..4].copy_from_slice(&port.to_be_bytes());
     syn.extend_from_slice(&tcp);
     syn.extend_from_slice(&options);
     assert_eq!(find_in_syn(&syn), Ok(Some(option)));
+    assert_eq!(
+        syn_option::syn_destination(&syn),
+        Some(SocketAddrV4::new([10, 0, 0, 2].into(), port).into())
+    );
     if let SynOption::V4(_) | SynOption::V6(_) = option {
         assert_eq!(option.resolve(&|_| None), Ok(want));
     }

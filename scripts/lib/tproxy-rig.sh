@@ -9,7 +9,12 @@
 #   pair      splitway rc on R (tproxy, route via rs) and rs on T (peer
 #             listener, direct): the real deployment, two relays;
 #   baseline  like splitway, but the binary $BIN_BASELINE (an earlier build,
-#             for before/after in one run).
+#             for before/after in one run);
+#   floor     scripts/lib/conn-floor.c behind HAProxy's rule: the least a
+#             forwarder does per connection (no limits, no loop guard, no
+#             crash safety; never shipped), one thread per CPU;
+#   splitway1, haproxy1, floor1
+#             the same with one thread (`workers = 1`, `nbthread 1`).
 # start_proxy runs each method as above (one process per relay);
 # start_split runs every proxy process twice, each copy with its own port
 # and its own half of the connections (see there): for more connections
@@ -74,7 +79,7 @@ rig_topology() {
   # the relay namespace (transparent, bound to the server's address)
   # outlive it, and early demux would hand a later SYN on the same 4-tuple
   # to them.
-  for a in 11 12 13 14 15; do nsx $C ip addr add 10.201.1.$a/24 dev vc; done
+  for a in 11 12 13 14 15 16 17 18 19; do nsx $C ip addr add 10.201.1.$a/24 dev vc; done
   nsx $R ip addr add $RIN/24 dev vr; nsx $R ip link set vr up
   nsx $R ip addr add $ROUT/24 dev vs; nsx $R ip link set vs up
   nsx $T ip addr add $TIN/24 dev vt; nsx $T ip link set vt up
@@ -120,6 +125,7 @@ EOF
 rig_configs() {
   "$BIN" keygen > "$dir/psk.key"
   one_relay_toml bench $RELAY_PORT "$PORTS" > "$dir/splitway.toml"
+  sed '1a workers = 1' "$dir/splitway.toml" > "$dir/splitway1.toml"
   rc_toml rc $RELAY_PORT "$PORTS" $PEER_PORT > "$dir/rc.toml"
   rs_toml $PEER_PORT > "$dir/rs.toml"
   # start_split's second copies: the same, but their own name (the nft
@@ -130,6 +136,7 @@ rig_configs() {
   rs_toml $PEER_PORT_B "$ADMIN_B" > "$dir/rs-b.toml"
   # Under RLIMIT_NOFILE 20,000: 2 fds per connection and 2 per pipe.
   haproxy_cfg 9000 $RELAY_PORT > "$dir/haproxy.cfg"
+  haproxy_cfg 9000 $RELAY_PORT 1 > "$dir/haproxy1.cfg"
   # start_split's copies hold up to 9,000 connections each (18,000 in
   # all): some headroom above that, still under 20,000 fds.
   haproxy_cfg 9400 $RELAY_PORT > "$dir/haproxy-a.cfg"
@@ -194,12 +201,13 @@ via = "direct"
 EOF
 }
 
-haproxy_cfg() { # maxconn port
+haproxy_cfg() { # maxconn port [threads]
   cat <<EOF
 global
   maxconn $1
   maxpipes 256
-defaults
+${3:+  nbthread $3
+}defaults
   mode tcp
   timeout connect 5s
   timeout client 120s
@@ -254,7 +262,7 @@ spawn_relay() { # ns binary config name log port
 # Each method behind its own client source address (see rig_topology).
 route_source() { # method
   local src
-  case $1 in direct) src=11 ;; splitway) src=12 ;; haproxy) src=13 ;; pair) src=14 ;; baseline) src=15 ;; esac
+  case $1 in direct) src=11 ;; splitway) src=12 ;; haproxy) src=13 ;; pair) src=14 ;; baseline) src=15 ;; floor) src=16 ;; floor1) src=17 ;; haproxy1) src=18 ;; splitway1) src=19 ;; esac
   nsx $C ip route replace default via $RIN src 10.201.1.$src
 }
 
@@ -273,16 +281,31 @@ start_proxy() { # method
       spawn_relay $R "$bin" splitway.toml "$1" splitway $RELAY_PORT || return 1
       wait_splitway_rules
       ;;
+    splitway1)
+      spawn_relay $R "$BIN" splitway1.toml "$1" splitway $RELAY_PORT || return 1
+      wait_splitway_rules
+      ;;
     pair)
       spawn_relay $T "$BIN" rs.toml pair-rs rs $PEER_PORT || return 1
       spawn_relay $R "$BIN" rc.toml pair-rc rc $RELAY_PORT || return 1
       wait_splitway_rules
       ;;
-    haproxy)
+    haproxy | haproxy1)
       nsx $R nft -f "$dir/haproxy.nft"
-      ip netns exec $R haproxy -db -f "$dir/haproxy.cfg" >"$dir/haproxy.log" 2>&1 &
-      proxy_pids=($!) proxy_names=(haproxy)
+      local cfg=haproxy.cfg
+      [ "$1" = haproxy1 ] && cfg=haproxy1.cfg
+      ip netns exec $R haproxy -db -f "$dir/$cfg" >"$dir/haproxy.log" 2>&1 &
+      proxy_pids=($!) proxy_names=("$1")
       wait_listen $R $RELAY_PORT || { cat "$dir/haproxy.log" >&2; return 1; }
+      ;;
+    floor | floor1)
+      [ -x "$dir/conn-floor" ] || cc -O2 -Wall -pthread -o "$dir/conn-floor" scripts/lib/conn-floor.c || return 1
+      nsx $R nft -f "$dir/haproxy.nft"
+      local threads=$(nproc)
+      [ "$1" = floor1 ] && threads=1
+      ip netns exec $R "$dir/conn-floor" $RELAY_PORT "$threads" >"$dir/floor.log" 2>&1 &
+      proxy_pids=($!) proxy_names=("$1")
+      wait_listen $R $RELAY_PORT || { cat "$dir/floor.log" >&2; return 1; }
       ;;
   esac
 }

@@ -34,6 +34,9 @@ api! {
         pub uptime_seconds: f64,
         /// Bumped by every applied reload.
         pub config_generation: u64,
+        /// Threads running connections (the config's `workers`, or one
+        /// per CPU); 1 is the single-threaded scheduler.
+        pub workers: u64,
         pub listeners: Vec<Listener>,
         pub peers: Vec<Peer>,
         pub routes: Vec<Route>,

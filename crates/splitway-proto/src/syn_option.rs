@@ -21,7 +21,7 @@
 //! Sans-I/O: [`find_in_syn`] parses a saved SYN (IP + TCP headers, as
 //! `getsockopt(TCP_SAVED_SYN)` returns it).
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 /// RFC 6994 shared experimental option kind.
 pub const KIND: u8 = 253;
@@ -263,8 +263,45 @@ fn in_prefix(addr: Ipv6Addr, prefix: Ipv6Addr, prefix_len: u8) -> bool {
 /// Finds the destination option in a saved SYN (IP header, then TCP header
 /// with options). `Ok(None)`: a well-formed TCP SYN without the option.
 pub fn find_in_syn(packet: &[u8]) -> Result<Option<SynOption>, SynOptionError> {
+    let (_, tcp) = split_syn(packet)?;
+    if tcp.len() < 20 {
+        return Err(SynOptionError::Truncated);
+    }
+    let doff = (tcp[12] >> 4) as usize * 4;
+    if doff < 20 {
+        return Err(SynOptionError::BadOptionList);
+    }
+    let options = tcp.get(20..doff).ok_or(SynOptionError::Truncated)?;
+    find_in_options(options)
+}
+
+/// The address and port a saved SYN was sent to: for a TPROXY listener's
+/// connection the original destination, the address `getsockname` would
+/// return (the relay reads the SYN anyway for its TTL, so this saves the
+/// call). `None` for anything but an IPv4 or IPv6 TCP header.
+pub fn syn_destination(packet: &[u8]) -> Option<SocketAddr> {
+    let (ip, tcp) = split_syn(packet).ok()?;
+    // Port 0 is no destination: the caller asks the socket instead.
+    let port = u16::from_be_bytes([*tcp.get(2)?, *tcp.get(3)?]);
+    if port == 0 {
+        return None;
+    }
+    let addr = match ip {
+        IpVersion::V4 => IpAddr::from(<[u8; 4]>::try_from(&packet[16..20]).ok()?),
+        IpVersion::V6 => IpAddr::from(<[u8; 16]>::try_from(&packet[24..40]).ok()?),
+    };
+    Some(SocketAddr::new(addr, port))
+}
+
+enum IpVersion {
+    V4,
+    V6,
+}
+
+/// A saved SYN's IP version and its TCP header onwards.
+fn split_syn(packet: &[u8]) -> Result<(IpVersion, &[u8]), SynOptionError> {
     let first = *packet.first().ok_or(SynOptionError::Truncated)?;
-    let tcp = match first >> 4 {
+    let split = match first >> 4 {
         4 => {
             let ihl = (first & 0x0f) as usize * 4;
             if ihl < 20 {
@@ -276,7 +313,7 @@ pub fn find_in_syn(packet: &[u8]) -> Result<Option<SynOption>, SynOptionError> {
             if packet[9] != 6 {
                 return Err(SynOptionError::NotTcp);
             }
-            &packet[ihl..]
+            (IpVersion::V4, &packet[ihl..])
         }
         6 => {
             if packet.len() < 40 {
@@ -286,19 +323,11 @@ pub fn find_in_syn(packet: &[u8]) -> Result<Option<SynOption>, SynOptionError> {
             if packet[6] != 6 {
                 return Err(SynOptionError::NotTcp);
             }
-            &packet[40..]
+            (IpVersion::V6, &packet[40..])
         }
         _ => return Err(SynOptionError::NotTcp),
     };
-    if tcp.len() < 20 {
-        return Err(SynOptionError::Truncated);
-    }
-    let doff = (tcp[12] >> 4) as usize * 4;
-    if doff < 20 {
-        return Err(SynOptionError::BadOptionList);
-    }
-    let options = tcp.get(20..doff).ok_or(SynOptionError::Truncated)?;
-    find_in_options(options)
+    Ok(split)
 }
 
 /// Finds the destination option in a TCP option list.
@@ -344,6 +373,40 @@ mod tests {
         assert_eq!(SynOption::decode(&wire), Ok(Some(o)));
         assert_eq!(find_in_options(&wire), Ok(Some(o)));
         wire
+    }
+
+    #[test]
+    fn syn_destination_of_ipv4_and_ipv6_syns() {
+        // IPv4 with 4 bytes of IP options (IHL 6): the TCP header follows them.
+        let mut v4 = vec![
+            0x46, 0, 0, 0, 0, 0, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 192, 0, 2, 7, 1, 1, 1, 1,
+        ];
+        v4.extend_from_slice(&[0xc3, 0x50, 0x01, 0xbb]);
+        v4.extend_from_slice(&[0; 16]);
+        assert_eq!(syn_destination(&v4), Some("192.0.2.7:443".parse().unwrap()));
+        let mut v6 = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
+        v6.extend_from_slice(&v6_octets("2001:db8::1"));
+        v6.extend_from_slice(&v6_octets("2001:db8::2"));
+        v6.extend_from_slice(&[0xc3, 0x50, 0x1f, 0x90]);
+        v6.extend_from_slice(&[0; 16]);
+        assert_eq!(
+            syn_destination(&v6),
+            Some("[2001:db8::2]:8080".parse().unwrap())
+        );
+        // Not TCP, too short, port 0, not IP: no destination.
+        let mut udp = v4.clone();
+        udp[9] = 17;
+        assert_eq!(syn_destination(&udp), None);
+        assert_eq!(syn_destination(&v4[..25]), None);
+        let mut port0 = v4.clone();
+        port0[26..28].copy_from_slice(&[0, 0]);
+        assert_eq!(syn_destination(&port0), None);
+        assert_eq!(syn_destination(&[0x50; 60]), None);
+        assert_eq!(syn_destination(&[]), None);
+    }
+
+    fn v6_octets(s: &str) -> [u8; 16] {
+        v6(s).octets()
     }
 
     #[test]

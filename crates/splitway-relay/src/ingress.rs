@@ -9,7 +9,7 @@ use rand::RngCore;
 use socket2::{Domain, Protocol, Socket, Type};
 use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason};
 use splitway_proto::header::{DEFAULT_TTL, FLAG_OPTIMISTIC, FLAG_PROBE};
-use splitway_proto::{Destination, http_connect, socks5};
+use splitway_proto::{Destination, http_connect, socks5, syn_option};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -342,20 +342,25 @@ async fn admit(
     let mut inbound_tls = None;
     let ingress = match spec.mode {
         ListenMode::Tproxy => {
-            // TPROXY keeps the original destination as the local address.
-            match stream.local_addr() {
+            // The SYN is read for the loop guard's TTL; it also names the
+            // original destination (TPROXY keeps it as the local address),
+            // so no getsockname unless a SYN cookie lost the SYN.
+            let syn = splitway_sys::hops::saved_syn(&stream).unwrap_or_else(|e| {
+                debug!(%client, error = %e, "no saved SYN");
+                None
+            });
+            let original_dst = match syn.as_deref().and_then(syn_option::syn_destination) {
+                Some(dst) => Ok(dst),
+                None => stream.local_addr(),
+            };
+            match original_dst {
                 Ok(local) => Ok(Learned {
                     dst: Destination::Ip(SocketAddr::new(local.ip().to_canonical(), local.port())),
                     early_data: Vec::new(),
                     conn_id: conn_id(),
                     next_ttl: DEFAULT_TTL,
                     // Unknown (a SYN cookie lost it): the kernel's default.
-                    arrived_hops: splitway_sys::hops::saved_syn_hop_limit(&stream).unwrap_or_else(
-                        |e| {
-                            debug!(%client, error = %e, "no saved SYN");
-                            None
-                        },
-                    ),
+                    arrived_hops: syn.as_deref().and_then(splitway_sys::hops::ip_hop_limit),
                     origin: client,
                     optimistic: true,
                 }),

@@ -229,6 +229,8 @@ impl Shared {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             uptime_seconds: self.started.elapsed().as_secs_f64(),
             config_generation: self.generation,
+            workers: tokio::runtime::Handle::try_current()
+                .map_or(0, |h| h.metrics().num_workers() as u64),
             listeners: self
                 .cfg
                 .listeners

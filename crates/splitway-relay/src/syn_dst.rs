@@ -95,4 +95,25 @@ mod tests {
             Err(SynDstError::Missing)
         ));
     }
+
+    /// The destination a TPROXY connection takes from its saved SYN is the
+    /// address getsockname reports, over IPv4 and IPv6 (the ingress asks
+    /// the socket only when no SYN was saved).
+    #[test]
+    fn saved_syn_names_the_local_address() {
+        for bind in ["127.0.0.1:0", "[::1]:0"] {
+            let listener = std::net::TcpListener::bind(bind).unwrap();
+            splitway_sys::hops::set_save_syn(&listener).unwrap();
+            let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (accepted, _) = listener.accept().unwrap();
+            let syn = splitway_sys::hops::saved_syn(&accepted)
+                .unwrap()
+                .expect("a saved SYN");
+            assert_eq!(
+                splitway_proto::syn_option::syn_destination(&syn),
+                Some(accepted.local_addr().unwrap()),
+                "{bind}"
+            );
+        }
+    }
 }

@@ -52,11 +52,13 @@ pub fn saved_syn(sock: &impl AsRawFd) -> Result<Option<Vec<u8>>, SysError> {
             _ => Err(SysError::io("getsockopt(TCP_SAVED_SYN)", e)),
         };
     }
-    Ok(Some(buf[..(len as usize).min(buf.len())].to_vec()))
+    // Read before: the kernel answers with length 0.
+    let len = (len as usize).min(buf.len());
+    Ok((len > 0).then(|| buf[..len].to_vec()))
 }
 
 /// `TCP_SAVE_SYN` on a listener: the kernel keeps each accepted
-/// connection's SYN headers until [`saved_syn_hop_limit`] reads them.
+/// connection's SYN headers until [`saved_syn`] reads them.
 pub fn set_save_syn(sock: &impl AsRawFd) -> Result<(), SysError> {
     let one: libc::c_int = 1;
     // SAFETY: `one` is a live c_int for the duration of the call and the
@@ -78,13 +80,6 @@ pub fn set_save_syn(sock: &impl AsRawFd) -> Result<(), SysError> {
             io::Error::last_os_error(),
         ))
     }
-}
-
-/// The hop limit of the SYN that opened this accepted connection, when its
-/// listener saved SYNs (see [`saved_syn`] for `None`). Reading frees the
-/// copy.
-pub fn saved_syn_hop_limit(sock: &impl AsRawFd) -> Result<Option<u8>, SysError> {
-    Ok(saved_syn(sock)?.and_then(|syn| ip_hop_limit(&syn)))
 }
 
 /// Sets the TTL (IPv4) or unicast hop limit (IPv6) of an outgoing socket.
@@ -199,8 +194,9 @@ mod tests {
             .unwrap();
         let (accepted, _) = listener.accept().unwrap();
         // Loopback does not decrement: the SYN arrives with what was sent.
-        assert_eq!(saved_syn_hop_limit(&accepted).unwrap(), Some(42));
+        let syn = saved_syn(&accepted).unwrap().expect("a saved SYN");
+        assert_eq!(ip_hop_limit(&syn), Some(42));
         // Read once: the kernel frees the copy.
-        assert_eq!(saved_syn_hop_limit(&accepted).unwrap(), None);
+        assert_eq!(saved_syn(&accepted).unwrap(), None);
     }
 }

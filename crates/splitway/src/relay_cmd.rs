@@ -125,11 +125,7 @@ pub fn run(
     // Reloads re-read the same file even if the working directory changes.
     let config_path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
     // Worker threads are created once, here; connections are tasks.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("splitway-worker")
-        .build()
-        .context("starting the runtime")?;
+    let rt = runtime(cfg.workers)?;
     rt.block_on(async move {
         let relay = match Relay::bind_with(
             cfg,
@@ -184,6 +180,28 @@ pub fn run(
         result?;
         Ok::<_, anyhow::Error>(ExitCode::SUCCESS)
     })
+}
+
+/// The runtime connections run on: `workers` threads (absent: one per
+/// CPU). One worker is the calling thread itself: a single-threaded
+/// scheduler has no other worker to wake or steal from, which the
+/// multi-threaded one with one worker still pays for (measured in
+/// README, "new connections and threads").
+fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let workers =
+        workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut builder = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    builder
+        .enable_all()
+        .thread_name("splitway-worker")
+        .build()
+        .context("starting the runtime")
 }
 
 /// Tells systemd (`NOTIFY_SOCKET`) the relay's state; without one, nothing.

@@ -425,6 +425,33 @@ fn drain_finishes_an_inflight_transfer_refuses_new_ones_and_exits_0() {
 /// Every admin answer of a real relay reads into splitway-api's types,
 /// which refuse unknown fields in tests, and gives back the same JSON: a
 /// field added to the relay without the types fails here.
+/// `workers = 1` runs connections on the single-threaded scheduler and
+/// `workers = 2` on two threads: `/status` reports each, the tproxy
+/// listener has one accept socket per worker, and bytes cross both relays
+/// whole in both directions.
+#[test]
+fn workers_set_the_threads_that_run_connections() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].sections.workers = Some(1);
+    configs[1].sections.workers = Some(2);
+    lab.start_relays(&configs);
+    for (relay, workers) in [("rc", 1), ("rs", 2)] {
+        let st = status(&lab, relay);
+        assert_eq!(st.workers, workers, "{relay}: {st:?}");
+        let paths = st.listeners[0].accept_paths.as_ref().expect("bound");
+        assert_eq!(paths.len() as u64, workers, "{relay}: {st:?}");
+    }
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_client_to_server(&lab.client, &server, server_v4(), 2 * MIB, LAST_RELAY_V4);
+    transfer_server_to_client(&lab.client, &server, server_v4(), 2 * MIB, LAST_RELAY_V4);
+    assert!(!deadline.expired(), "took longer than the deadline");
+    lab.assert_relays_alive();
+}
+
 #[test]
 fn admin_answers_round_trip_through_the_api_types() {
     require_netns!();

@@ -1,10 +1,10 @@
-//! The top level's own keys: unknown keys, `name`, `admin`.
+//! The top level's own keys: unknown keys, `name`, `admin`, `workers`.
 
 use std::net::SocketAddr;
 
 use super::check::{Checker, valid_name};
 use super::raw::TOP_LEVEL_KEYS;
-use super::types::DEFAULT_ADMIN;
+use super::types::{DEFAULT_ADMIN, MAX_WORKERS};
 
 /// Every top-level key that is not a known one.
 pub(super) fn unknown_keys(c: &mut Checker, table: &toml::Table) {
@@ -47,5 +47,19 @@ pub(super) fn admin(c: &mut Checker, table: &toml::Table) -> Option<SocketAddr> 
             Some(s) => c.socket_addr("admin", &s),
             None => None,
         },
+    }
+}
+
+/// `workers`: how many threads run connections; absent: one per CPU.
+pub(super) fn workers(c: &mut Checker, table: &toml::Table) -> Option<usize> {
+    let n = c.section::<usize>("workers", table.get("workers")?)?;
+    if (1..=MAX_WORKERS).contains(&n) {
+        Some(n)
+    } else {
+        c.err(
+            "workers",
+            format!("must be 1 to {MAX_WORKERS} (absent: one per CPU)"),
+        );
+        None
     }
 }

@@ -106,6 +106,8 @@ impl Diff {
     fn effective(&mut self, o: &Config, mut new: Config, syn_watch: bool) -> Config {
         self.restart_if("name", &o.name, &new.name);
         self.restart_if("admin", &o.admin, &new.admin);
+        // The runtime's threads are started once.
+        self.restart_if("workers", &o.workers, &new.workers);
         // Each listener added, removed or changed (mode, interception).
         let mut sockets: Vec<String> = Vec::new();
         for (a, b) in [
@@ -177,6 +179,7 @@ impl Diff {
         new.listeners = listeners;
         new.name = o.name.clone();
         new.admin = o.admin;
+        new.workers = o.workers;
         new.accel.tfo = o.accel.tfo;
         new.accel.tfo_direct = o.accel.tfo_direct;
         new.accel.zero_rtt = o.accel.zero_rtt;
@@ -321,8 +324,13 @@ mod tests {
     use super::*;
 
     fn parse(extra: &str) -> Config {
+        parse_with_top("", extra)
+    }
+
+    /// `top`: top-level keys, which must precede the tables.
+    fn parse_with_top(top: &str, extra: &str) -> Config {
         Config::parse_str(&format!(
-            "name = \"rc\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n\
+            "name = \"rc\"\n{top}[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n\
              [[route]]\ndst = \"10.0.3.0/24\"\nvia = \"direct\"\n{extra}"
         ))
         .unwrap_or_else(|e| panic!("{e:?}"))
@@ -377,5 +385,20 @@ mod tests {
             "only the live idle timeout differs from the file"
         );
         assert!(none.needs_restart.is_empty(), "{none:#?}");
+    }
+
+    /// The runtime's threads start once: a new `workers` waits for a
+    /// restart and the running count stays.
+    #[test]
+    fn workers_need_a_restart() {
+        let old = parse("");
+        let running = Running {
+            idle: Duration::from_secs(300),
+            early_syn: false,
+            watermarks: Vec::new(),
+        };
+        let (cfg, diff) = reload(&old, &running, parse_with_top("workers = 1\n", ""), false);
+        assert_eq!(diff.needs_restart, ["workers"], "{diff:#?}");
+        assert_eq!(cfg.workers, None);
     }
 }

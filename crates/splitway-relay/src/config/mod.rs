@@ -89,6 +89,7 @@ impl Config {
         admin::unknown_keys(c, &table);
         let name = admin::name(c, &table);
         let admin = admin::admin(c, &table);
+        let workers = admin::workers(c, &table);
         let tls = tls::tls(c, &table);
         let listeners = listen::listeners(c, &table, &tls);
         let (peers, peer_names) = peer::peers(c, &table, &tls);
@@ -110,6 +111,7 @@ impl Config {
                 psk: keys.psk,
                 psk_previous: keys.psk_previous,
                 admin,
+                workers,
                 listeners,
                 peers,
                 routes,

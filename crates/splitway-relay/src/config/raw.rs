@@ -19,6 +19,7 @@ pub struct RawConfig {
     pub psk_file_previous: Option<String>,
     /// `"off"` (or empty) turns the admin endpoint off.
     pub admin: Option<String>,
+    pub workers: Option<usize>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen: Vec<RawListener>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -49,6 +50,7 @@ pub(super) const TOP_LEVEL_KEYS: &[&str] = &[
     "psk_file",
     "psk_file_previous",
     "admin",
+    "workers",
     "listen",
     "peer",
     "route",

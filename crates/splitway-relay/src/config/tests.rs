@@ -785,6 +785,7 @@ fn raw_config_has_exactly_the_top_level_keys() {
         psk_file: Some(String::new()),
         psk_file_previous: Some(String::new()),
         admin: Some(String::new()),
+        workers: Some(1),
         listen: vec![raw::RawListener::new(ListenMode::Peer, "")],
         peer: vec![raw::RawPeer::new("", "")],
         route: vec![raw::RawRoute::new("", "")],
@@ -808,4 +809,20 @@ fn raw_config_has_exactly_the_top_level_keys() {
     keys.sort_unstable();
     known.sort_unstable();
     assert_eq!(keys, known);
+}
+
+/// `workers`: absent is one per CPU; out of range is reported with its
+/// key, together with the file's other errors.
+#[test]
+fn workers_are_checked() {
+    let base = "[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n";
+    let cfg = Config::parse_str(&format!("name = \"r\"\n{base}")).unwrap();
+    assert_eq!(cfg.workers, None);
+    let cfg = Config::parse_str(&format!("name = \"r\"\nworkers = 1\n{base}")).unwrap();
+    assert_eq!(cfg.workers, Some(1));
+    for bad in ["0", "1025", "-1", "\"two\""] {
+        let issues =
+            Config::parse_str(&format!("name = \"R!\"\nworkers = {bad}\n{base}")).unwrap_err();
+        assert_has_keys(&issues, &["workers", "name"]);
+    }
 }

@@ -26,6 +26,8 @@ pub struct Config {
     /// (`psk_file_previous`); dialers always use `psk`.
     pub psk_previous: Option<Psk>,
     pub admin: Option<SocketAddr>,
+    /// Threads that run connections (`workers`); `None`: one per CPU.
+    pub workers: Option<usize>,
     pub listeners: Vec<Listener>,
     pub peers: Vec<Peer>,
     pub routes: Vec<Route>,
@@ -226,6 +228,9 @@ impl ListenMode {
 
 /// Candidates per route: each one is probed once a second at most.
 pub const MAX_CANDIDATES: usize = 8;
+
+/// Upper bound of `workers`.
+pub const MAX_WORKERS: usize = 1024;
 
 /// Upper bound of `[[listen]] accept_sockets`.
 pub const MAX_ACCEPT_SOCKETS: usize = 256;
