@@ -35,7 +35,7 @@ api! {
         /// Bumped by every applied reload.
         pub config_generation: u64,
         /// Threads running connections (the config's `workers`, or one
-        /// per CPU); 1 is the single-threaded scheduler.
+        /// per CPU).
         pub workers: u64,
         pub listeners: Vec<Listener>,
         pub peers: Vec<Peer>,

@@ -183,21 +183,15 @@ pub fn run(
 }
 
 /// The runtime connections run on: `workers` threads (absent: one per
-/// CPU). One worker is the calling thread itself: a single-threaded
-/// scheduler has no other worker to wake or steal from, which the
-/// multi-threaded one with one worker still pays for (measured in
-/// README, "new connections and threads").
+/// CPU). Always the multi-threaded scheduler, also for one worker: the
+/// single-threaded one cost less CPU per new connection but took 37
+/// against 24 µs per 64 B ping-pong half round trip here, as a plain
+/// one-thread epoll loop did (docs/efficiency.md, "threads").
 fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
     let workers =
         workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let mut builder = if workers == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(workers);
-        b
-    };
-    builder
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .thread_name("splitway-worker")
         .build()

@@ -425,10 +425,9 @@ fn drain_finishes_an_inflight_transfer_refuses_new_ones_and_exits_0() {
 /// Every admin answer of a real relay reads into splitway-api's types,
 /// which refuse unknown fields in tests, and gives back the same JSON: a
 /// field added to the relay without the types fails here.
-/// `workers = 1` runs connections on the single-threaded scheduler and
-/// `workers = 2` on two threads: `/status` reports each, the tproxy
-/// listener has one accept socket per worker, and bytes cross both relays
-/// whole in both directions.
+/// `workers` sets the threads that run connections: `/status` reports
+/// them, each listener has one accept socket per worker, and bytes cross a
+/// one-worker and a two-worker relay whole in both directions.
 #[test]
 fn workers_set_the_threads_that_run_connections() {
     require_netns!();
