@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::bytes::write_all;
-use crate::config::{Accel, ListenMode, Listener};
+use crate::config::{Accel, ListenMode, Listener, MAX_ACCEPT_SOCKETS};
 use crate::error::{ConnError, RelayError};
 use crate::limits::{Permit, Refused};
 use crate::peer::{self, FrameError, read_frame};
@@ -30,10 +30,13 @@ use crate::tuning;
 const BACKLOG: i32 = 4096;
 
 /// How many accept sockets a listener gets: its `accept_sockets`, else one
-/// per worker thread of the runtime we run on.
+/// per worker thread of the runtime we run on, up to the bound an explicit
+/// `accept_sockets` has (`workers` may be larger).
 pub fn accept_sockets(l: &Listener) -> usize {
     l.accept_sockets.unwrap_or_else(|| {
-        tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers())
+        tokio::runtime::Handle::try_current()
+            .map_or(1, |h| h.metrics().num_workers())
+            .min(MAX_ACCEPT_SOCKETS)
     })
 }
 
