@@ -1311,8 +1311,15 @@ fn setup_splitway(
         if accel.turbo && relays.len() > 1 && status.features.turbo_start.is_none() {
             missing.push(format!("Turbo-Start on {}", relay.name()));
         }
-        if accel.tfo && !status.features.tfo {
-            missing.push(format!("TFO on {}", relay.name()));
+        // A TFO client and server: the first relay accepts the client's
+        // TFO SYN (`tfo_client`), the last opens the server leg with one
+        // (`tfo_server`); relays in between have no client or server leg.
+        let active = |a: &str| status.accel.get(a).is_some_and(|s| s.state == "active");
+        if accel.tfo && i == 0 && !active("tfo_client") {
+            missing.push(format!("TFO from the client on {}", relay.name()));
+        }
+        if accel.tfo && i + 1 == relays.len() && !active("tfo_server") {
+            missing.push(format!("TFO to the server on {}", relay.name()));
         }
     }
     let degraded = (!missing.is_empty()).then(|| {
