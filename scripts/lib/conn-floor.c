@@ -12,7 +12,10 @@
 // nothing is shared between them.
 //
 // Build: cc -O2 -pthread -o conn-floor conn-floor.c
-// Run:   conn-floor PORT [WORKERS]
+// Run:   [FLOOR_SPIN_US=N] conn-floor PORT [WORKERS]
+// FLOOR_SPIN_US: poll epoll without blocking for up to N µs before each
+// blocking wait (default 0: block at once), to measure what waking an idle
+// thread costs.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
@@ -25,6 +28,7 @@
 #include <sys/socket.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <time.h>
 
 #define BUF 16384
 
@@ -180,8 +184,21 @@ static void *worker(void *arg)
 	struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &e);
 	struct epoll_event evs[256];
+	long spin_ns = getenv("FLOOR_SPIN_US") ? atol(getenv("FLOOR_SPIN_US")) * 1000 : 0;
 	for (;;) {
-		int n = epoll_wait(ep, evs, 256, -1);
+		int n = 0;
+		if (spin_ns) {
+			struct timespec t0, t1;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			do {
+				n = epoll_wait(ep, evs, 256, 0);
+				if (n)
+					break;
+				clock_gettime(CLOCK_MONOTONIC, &t1);
+			} while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < spin_ns);
+		}
+		if (n == 0)
+			n = epoll_wait(ep, evs, 256, -1);
 		for (int k = 0; k < n; k++) {
 			if (evs[k].data.ptr == NULL)
 				on_accept(lfd);

@@ -275,14 +275,11 @@ start_proxy() { # method
   proxy_pids=() proxy_names=()
   case $1 in
     direct) ;;
-    splitway | baseline)
-      local bin
+    splitway | baseline | splitway1)
+      local bin config=splitway.toml
       bin=$(method_bin "$1") || return 1
-      spawn_relay $R "$bin" splitway.toml "$1" splitway $RELAY_PORT || return 1
-      wait_splitway_rules
-      ;;
-    splitway1)
-      spawn_relay $R "$BIN" splitway1.toml "$1" splitway $RELAY_PORT || return 1
+      [ "$1" = splitway1 ] && config=splitway1.toml
+      spawn_relay $R "$bin" "$config" "$1" splitway $RELAY_PORT || return 1
       wait_splitway_rules
       ;;
     pair)

@@ -280,26 +280,14 @@ pub fn find_in_syn(packet: &[u8]) -> Result<Option<SynOption>, SynOptionError> {
 /// return (the relay reads the SYN anyway for its TTL, so this saves the
 /// call). `None` for anything but an IPv4 or IPv6 TCP header.
 pub fn syn_destination(packet: &[u8]) -> Option<SocketAddr> {
-    let (ip, tcp) = split_syn(packet).ok()?;
+    let (addr, tcp) = split_syn(packet).ok()?;
     // Port 0 is no destination: the caller asks the socket instead.
     let port = u16::from_be_bytes([*tcp.get(2)?, *tcp.get(3)?]);
-    if port == 0 {
-        return None;
-    }
-    let addr = match ip {
-        IpVersion::V4 => IpAddr::from(<[u8; 4]>::try_from(&packet[16..20]).ok()?),
-        IpVersion::V6 => IpAddr::from(<[u8; 16]>::try_from(&packet[24..40]).ok()?),
-    };
-    Some(SocketAddr::new(addr, port))
+    (port != 0).then_some(SocketAddr::new(addr, port))
 }
 
-enum IpVersion {
-    V4,
-    V6,
-}
-
-/// A saved SYN's IP version and its TCP header onwards.
-fn split_syn(packet: &[u8]) -> Result<(IpVersion, &[u8]), SynOptionError> {
+/// A saved SYN's destination address and its TCP header onwards.
+fn split_syn(packet: &[u8]) -> Result<(IpAddr, &[u8]), SynOptionError> {
     let first = *packet.first().ok_or(SynOptionError::Truncated)?;
     let split = match first >> 4 {
         4 => {
@@ -313,7 +301,8 @@ fn split_syn(packet: &[u8]) -> Result<(IpVersion, &[u8]), SynOptionError> {
             if packet[9] != 6 {
                 return Err(SynOptionError::NotTcp);
             }
-            (IpVersion::V4, &packet[ihl..])
+            let dst: [u8; 4] = packet[16..20].try_into().expect("4 bytes");
+            (IpAddr::from(dst), &packet[ihl..])
         }
         6 => {
             if packet.len() < 40 {
@@ -323,7 +312,8 @@ fn split_syn(packet: &[u8]) -> Result<(IpVersion, &[u8]), SynOptionError> {
             if packet[6] != 6 {
                 return Err(SynOptionError::NotTcp);
             }
-            (IpVersion::V6, &packet[40..])
+            let dst: [u8; 16] = packet[24..40].try_into().expect("16 bytes");
+            (IpAddr::from(dst), &packet[40..])
         }
         _ => return Err(SynOptionError::NotTcp),
     };

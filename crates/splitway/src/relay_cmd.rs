@@ -182,16 +182,17 @@ pub fn run(
     })
 }
 
-/// The runtime connections run on: `workers` threads (absent: one per
-/// CPU). Always the multi-threaded scheduler, also for one worker: the
+/// The runtime connections run on: `workers` threads (absent: tokio's
+/// default, one per CPU). Always the multi-threaded scheduler, also for one worker: the
 /// single-threaded one cost less CPU per new connection but took 37
 /// against 24 µs per 64 B ping-pong half round trip here, as a plain
 /// one-thread epoll loop did (docs/efficiency.md, "threads").
 fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
-    let workers =
-        workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    builder
         .enable_all()
         .thread_name("splitway-worker")
         .build()
