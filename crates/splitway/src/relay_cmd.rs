@@ -98,6 +98,16 @@ pub fn run(
             cfg.peers.len(),
             cfg.routes.len()
         );
+        println!(
+            "workers: {}",
+            match cfg.workers {
+                Some(n) => format!("{n} (set in the file)"),
+                None => format!(
+                    "{} (one per CPU)",
+                    std::thread::available_parallelism().map_or(1, |n| n.get())
+                ),
+            }
+        );
         // What each acceleration will do here: the detector is loaded (and
         // on TCX kernels attached to lo and detached) to find out.
         let mut host = splitway_relay::accel::HostFacts::read();

@@ -291,3 +291,24 @@ fn the_relay_command_line_is_the_same_on_its_own_parser() {
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
     }
 }
+
+/// `--check` says how many threads will run connections, and why.
+#[test]
+fn check_says_how_many_workers_will_run() {
+    let (ok, text) = check(&good().to_toml());
+    assert!(ok, "{text}");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        text.lines()
+            .any(|l| l == format!("workers: {cpus} (one per CPU)")),
+        "{text}"
+    );
+    let mut cfg = good();
+    cfg.workers = Some(3);
+    let (ok, text) = check(&cfg.to_toml());
+    assert!(ok, "{text}");
+    assert!(
+        text.lines().any(|l| l == "workers: 3 (set in the file)"),
+        "{text}"
+    );
+}
