@@ -123,6 +123,12 @@ pub fn run(
                     }),
             );
         }
+        if cfg.accel.learned_window {
+            host.learned_window = Some(splitway_relay::congestion::learn_windows(
+                &mut cfg.clone(),
+                splitway_relay::congestion::probe,
+            ));
+        }
         print!(
             "{}",
             splitway_relay::accel::describe(&splitway_relay::accel::plan(&cfg, &host))
