@@ -25,9 +25,16 @@ pub const FLAG_OPTIMISTIC: u16 = 0x0001;
 /// is never made to dial the probe's destination.
 pub const FLAG_PROBE: u16 = 0x0002;
 
+/// A window probe: the downstream relay dials nothing; each end sends a
+/// fixed amount of filler and closes, so that both ends' congestion
+/// controls learn the leg's window before a user connection needs it
+/// (`splitway_resume`, issue #29). The header's destination is ignored.
+/// A relay that does not know the flag refuses the header.
+pub const FLAG_WINDOW_PROBE: u16 = 0x0004;
+
 /// Flag bits this version understands. Any other bit comes from a newer
 /// peer and is refused rather than half-understood.
-pub const KNOWN_FLAGS: u16 = FLAG_OPTIMISTIC | FLAG_PROBE;
+pub const KNOWN_FLAGS: u16 = FLAG_OPTIMISTIC | FLAG_PROBE | FLAG_WINDOW_PROBE;
 
 /// Extension kinds with this bit set must be understood by the receiver.
 pub const EXTENSION_CRITICAL: u16 = 0x8000;
@@ -707,11 +714,19 @@ mod tests {
             Err(HeaderError::UnknownFlags(0x8000))
         );
         let mut header = sample();
-        header.flags = 4;
+        header.flags = 8;
         assert_eq!(
             Header::decode(&encoded(&header)),
-            Err(HeaderError::UnknownFlags(4))
+            Err(HeaderError::UnknownFlags(8))
         );
+    }
+
+    #[test]
+    fn window_probe_flag_round_trips() {
+        let mut header = sample();
+        header.flags = FLAG_WINDOW_PROBE;
+        let bytes = encoded(&header);
+        assert_eq!(Header::decode(&bytes), Ok(Some((header, bytes.len()))));
     }
 
     #[test]

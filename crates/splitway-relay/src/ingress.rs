@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rand::RngCore;
 use socket2::{Domain, Protocol, Socket, Type};
 use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason};
-use splitway_proto::header::{DEFAULT_TTL, FLAG_OPTIMISTIC, FLAG_PROBE};
+use splitway_proto::header::{DEFAULT_TTL, FLAG_OPTIMISTIC, FLAG_PROBE, FLAG_WINDOW_PROBE};
 use splitway_proto::{Destination, http_connect, socks5, syn_option};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -413,6 +413,17 @@ async fn admit(
             {
                 Ok(a) if a.header.flags & FLAG_PROBE != 0 => {
                     crate::probe::answer(&shared, &stream, a.tls.as_ref(), &a.header).await;
+                    shared.metrics.closed(mode, CloseReason::Completed);
+                    return None;
+                }
+                Ok(a) if a.header.flags & FLAG_WINDOW_PROBE != 0 => {
+                    crate::probe::answer_window(
+                        &stream,
+                        a.tls.as_ref(),
+                        a.early_data.len(),
+                        client.ip(),
+                    )
+                    .await;
                     shared.metrics.closed(mode, CloseReason::Completed);
                     return None;
                 }

@@ -3,17 +3,29 @@
 //! answers with its own estimate; a direct candidate that is not the
 //! choice gets a TCP handshake with the route's last destination; `paths`
 //! keeps what they measure.
+//!
+//! Window probes (issue #29): where relay legs learn their window
+//! (`splitway_resume`), the upstream end opens one leg per peer at start,
+//! and again every [`WINDOW_PROBE_EVERY`] while the peer carries traffic,
+//! on which both ends send [`WINDOW_PROBE_BYTES`] and close. Each end's
+//! congestion control saves the window the probe reached, so the first
+//! user connections start from it instead of from slow start.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use splitway_proto::Destination;
-use splitway_proto::header::{FLAG_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus};
+use splitway_proto::header::{
+    FLAG_PROBE, FLAG_WINDOW_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus,
+};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tracing::debug;
+use tracing::{debug, info};
 
+use crate::config::LEARNED_WINDOW_CC;
 use crate::error::ConnError;
 use crate::paths::{PROBE_EVERY, PROBE_TIMEOUT};
 use crate::peer::{self, FrameError, read_frame};
@@ -79,19 +91,53 @@ async fn probe(
     i: usize,
     dst: IpAddr,
 ) -> Result<(TcpStream, ProbeAnswer), ConnError> {
+    let own = SocketAddr::new(dst, 0);
+    let mut header = Header::new(rand::random(), Destination::Ip(own), own);
+    header.flags |= FLAG_PROBE;
+    let (stream, name, mut buf, tls) = probe_leg(shared, i, &header).await?;
+    let io = LegIo::new(&stream, tls.as_ref());
+    let answer = read_frame(io, &mut buf, |b| {
+        ProbeAnswer::decode_either(b).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| frame_error(&name, "probe answer", e))?;
+    Ok((stream, answer))
+}
+
+fn frame_error(name: &str, what: &str, e: FrameError<String>) -> ConnError {
+    let bad = |detail: String| ConnError::PeerProtocol {
+        peer: name.to_owned(),
+        detail,
+    };
+    match e {
+        FrameError::Closed => bad(format!("closed before its {what}")),
+        FrameError::Io(source) => ConnError::PeerIo {
+            peer: name.to_owned(),
+            op: "read probe answer",
+            source,
+        },
+        FrameError::Bad(d) => bad(format!("bad {what}: {d}")),
+    }
+}
+
+/// Dials peer `i` with a probe `header` (a fresh authenticated leg) and
+/// reads the peer's proof if the handshake left it to read; returns the
+/// leg, the peer's name and the bytes read past the proof.
+async fn probe_leg(
+    shared: &Shared,
+    i: usize,
+    header: &Header,
+) -> Result<(TcpStream, String, Vec<u8>, Option<TlsLeg>), ConnError> {
     let peer = &shared.cfg.peers[i];
     let psk = shared
         .cfg
         .psk
         .as_ref()
         .ok_or_else(|| ConnError::Internal("peer candidate without a PSK".into()))?;
-    let own = SocketAddr::new(dst, 0);
-    let mut header = Header::new(rand::random(), Destination::Ip(own), own);
-    header.flags |= FLAG_PROBE;
     let leg = peer::dial(
         peer,
         psk,
-        &header,
+        header,
         &[],
         &shared.cfg.timeouts,
         shared.cfg.accel.relay_leg_buffer(),
@@ -102,19 +148,6 @@ async fn probe(
     .await?;
     let (stream, name, mut dialer, mut buf, tls) = leg.into_parts();
     let io = LegIo::new(&stream, tls.as_ref());
-    let bad = |detail: String| ConnError::PeerProtocol {
-        peer: name.clone(),
-        detail,
-    };
-    let frame_err = |what: &str, e: FrameError<String>| match e {
-        FrameError::Closed => bad(format!("closed before its {what}")),
-        FrameError::Io(source) => ConnError::PeerIo {
-            peer: name.clone(),
-            op: "read probe answer",
-            source,
-        },
-        FrameError::Bad(d) => bad(format!("bad {what}: {d}")),
-    };
     if !dialer.is_authenticated() {
         read_frame(io, &mut buf, |b| {
             dialer
@@ -123,14 +156,9 @@ async fn probe(
                 .map_err(|e| e.to_string())
         })
         .await
-        .map_err(|e| frame_err("proof", e))?;
+        .map_err(|e| frame_error(&name, "proof", e))?;
     }
-    let answer = read_frame(io, &mut buf, |b| {
-        ProbeAnswer::decode_either(b).map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| frame_err("probe answer", e))?;
-    Ok((stream, answer))
+    Ok((stream, name, buf, tls))
 }
 
 /// Answers a [`FLAG_PROBE`] header on an accepted peer leg: our estimate
@@ -155,5 +183,179 @@ pub async fn answer(shared: &Shared, stream: &TcpStream, tls: Option<&TlsLeg>, h
     }
     if let Err(e) = io.shutdown_write().await {
         debug!(error = %e, "probe leg not closed cleanly");
+    }
+}
+
+/// Bytes each end of a window probe sends. Slow start from the initial
+/// window reaches about 2,900 segments on them, so the window a user
+/// connection resumes at (half the saved one) covers a relay leg of about
+/// 1,450 segments (100 Mbit/s × 170 ms) from the first connection; where
+/// the path holds less, a loss or HyStart ends slow start first and that
+/// window is saved instead. Refreshed every [`WINDOW_PROBE_EVERY`] while
+/// the peer carries traffic: 62 kbit/s each way per peer.
+pub const WINDOW_PROBE_BYTES: u64 = 4 << 20;
+/// `splitway_resume` uses a saved window for 10 minutes.
+pub const WINDOW_PROBE_EVERY: Duration = Duration::from_secs(9 * 60);
+/// How often the loop looks for a peer due a probe (a failed one is
+/// retried then).
+const WINDOW_PROBE_TICK: Duration = Duration::from_secs(60);
+/// One probe, both directions, at most.
+const WINDOW_PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A downstream relay answers one window probe per upstream address per
+/// this much time: an authenticated peer cannot make it send filler at will.
+const WINDOW_PROBE_MIN_GAP: Duration = Duration::from_secs(30);
+
+/// Probes the window of every peer whose legs learn theirs: at start
+/// (retried each [`WINDOW_PROBE_TICK`] until it works), then every
+/// [`WINDOW_PROBE_EVERY`] if the peer's pool handed out legs since.
+pub async fn window_probe_loop(current: Arc<Current>, mut stop: watch::Receiver<bool>) {
+    use splitway_control::metrics::{AccelName, AccelState};
+    // Per peer: when its last probe succeeded, and its pool's legs taken then.
+    let mut last: HashMap<String, (Instant, u64)> = HashMap::new();
+    let mut tick = tokio::time::interval(WINDOW_PROBE_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stopped(&mut stop) => break,
+        }
+        let shared = current.load();
+        if shared.accel.state(AccelName::LearnedWindow) != AccelState::Active {
+            continue;
+        }
+        for (i, peer) in shared.cfg.peers.iter().enumerate() {
+            if peer.tuning.congestion.as_deref() != Some(LEARNED_WINDOW_CC) {
+                continue;
+            }
+            let taken = shared
+                .pools
+                .get(i)
+                .and_then(Option::as_ref)
+                .map_or(0, |p| p.status().taken);
+            let due = last.get(&peer.name).is_none_or(|(at, taken_then)| {
+                at.elapsed() >= WINDOW_PROBE_EVERY && taken > *taken_then
+            });
+            if !due {
+                continue;
+            }
+            let started = Instant::now();
+            let outcome = tokio::select! {
+                r = tokio::time::timeout(WINDOW_PROBE_TIMEOUT, window_probe(&shared, i)) => r,
+                () = stopped(&mut stop) => return,
+            };
+            match outcome {
+                Ok(Ok(())) => {
+                    info!(peer = %peer.name, bytes_each_way = WINDOW_PROBE_BYTES, ms = started.elapsed().as_millis(), "window probe: the relay legs' window is learned");
+                    last.insert(peer.name.clone(), (Instant::now(), taken));
+                }
+                Ok(Err(e)) => {
+                    debug!(peer = %peer.name, error = %e, "window probe failed; retried in a minute");
+                }
+                Err(_) => {
+                    debug!(peer = %peer.name, "window probe timed out; retried in a minute");
+                }
+            }
+        }
+    }
+}
+
+/// One window probe to peer `i`: a fresh authenticated leg with a
+/// [`FLAG_WINDOW_PROBE`] header; sends the filler, then reads the peer's.
+async fn window_probe(shared: &Shared, i: usize) -> Result<(), ConnError> {
+    let own = SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0);
+    let mut header = Header::new(rand::random(), Destination::Ip(own), own);
+    header.flags |= FLAG_WINDOW_PROBE;
+    let (stream, name, buf, tls) = probe_leg(shared, i, &header).await?;
+    let io = LegIo::new(&stream, tls.as_ref());
+    let io_err = |op, source| ConnError::PeerIo {
+        peer: name.clone(),
+        op,
+        source,
+    };
+    send_filler(io)
+        .await
+        .map_err(|e| io_err("send window probe", e))?;
+    let received = read_filler(io, buf.len() as u64)
+        .await
+        .map_err(|e| io_err("read window probe", e))?;
+    if received != WINDOW_PROBE_BYTES {
+        return Err(ConnError::PeerProtocol {
+            peer: name,
+            detail: format!("window probe: {received} bytes back, {WINDOW_PROBE_BYTES} expected"),
+        });
+    }
+    Ok(())
+}
+
+/// Answers a [`FLAG_WINDOW_PROBE`] header on an accepted peer leg: reads
+/// the upstream relay's filler (`already` bytes of it came with the
+/// header), then sends its own and closes. Nothing is dialed.
+pub async fn answer_window(
+    stream: &TcpStream,
+    tls: Option<&TlsLeg>,
+    already: usize,
+    upstream: IpAddr,
+) {
+    static ANSWERED: Mutex<Option<HashMap<IpAddr, Instant>>> = Mutex::new(None);
+    {
+        let mut answered = ANSWERED.lock().unwrap_or_else(|p| p.into_inner());
+        let answered = answered.get_or_insert_with(HashMap::new);
+        if answered
+            .get(&upstream)
+            .is_some_and(|at| at.elapsed() < WINDOW_PROBE_MIN_GAP)
+        {
+            debug!(%upstream, "window probe refused: one per 30 s per upstream relay");
+            return;
+        }
+        // Bounded: upstream relays are few; a full table starts over.
+        if answered.len() >= 1024 {
+            answered.clear();
+        }
+        answered.insert(upstream, Instant::now());
+    }
+    let io = LegIo::new(stream, tls);
+    let exchange = async {
+        let received = read_filler(io, already as u64).await?;
+        send_filler(io).await?;
+        Ok::<_, std::io::Error>(received)
+    };
+    match tokio::time::timeout(WINDOW_PROBE_TIMEOUT, exchange).await {
+        Ok(Ok(received)) => {
+            debug!(%upstream, received, "window probe answered");
+        }
+        Ok(Err(e)) => debug!(%upstream, error = %e, "window probe not answered"),
+        Err(_) => debug!(%upstream, "window probe timed out"),
+    }
+}
+
+/// [`WINDOW_PROBE_BYTES`] of zeros, then the write side closed.
+async fn send_filler(io: LegIo<'_>) -> std::io::Result<()> {
+    let chunk = [0u8; 64 << 10];
+    let mut left = WINDOW_PROBE_BYTES;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        io.write_all(&chunk[..n]).await?;
+        left -= n as u64;
+    }
+    io.shutdown_write().await
+}
+
+/// Reads and drops the other end's filler until its close; `already` bytes
+/// of it were read before. More than the probe is an error, not a sink.
+async fn read_filler(io: LegIo<'_>, already: u64) -> std::io::Result<u64> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut received = already;
+    loop {
+        let n = io.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(received);
+        }
+        received += n as u64;
+        if received > WINDOW_PROBE_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "window probe: more filler than a probe holds",
+            ));
+        }
     }
 }

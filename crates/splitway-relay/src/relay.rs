@@ -445,6 +445,10 @@ impl Relay {
             self.current.clone(),
             stop_rx.clone(),
         )));
+        tasks.push(tokio::spawn(crate::probe::window_probe_loop(
+            self.current.clone(),
+            stop_rx.clone(),
+        )));
         tasks.push(tokio::spawn(release_heap_when_idle(
             self.shared.limiter.clone(),
             stop_rx.clone(),
