@@ -54,6 +54,10 @@ pub struct Limits {
     /// Connections open at once from one client address (peer listeners,
     /// whose clients are relays carrying many users, are exempt).
     pub per_client: usize,
+    /// SOCKS5 and CONNECT connections from one client address still in
+    /// their handshake (request not read yet); 0 = unlimited. Bounds what a
+    /// silent client holds for `timeouts.handshake` each.
+    pub handshaking_per_client: usize,
 }
 
 impl Default for Limits {
@@ -61,6 +65,7 @@ impl Default for Limits {
         Limits {
             max_connections: 100_000,
             per_client: 0,
+            handshaking_per_client: 64,
         }
     }
 }
