@@ -238,6 +238,18 @@ pub async fn accept_loop(
         // A reload keeps the listener set, so `index` still names this
         // listener; its `allow_clients` may have changed.
         let shared = current.refresh(&mut snapshot).clone();
+        // A source that is neither a trusted load balancer nor an allowed
+        // client is reset here, before a byte is read and without a task:
+        // a flood of them holds no descriptor beyond this loop's turn.
+        let spec = &shared.cfg.listeners[index];
+        let source = SocketAddr::new(client.ip().to_canonical(), client.port());
+        let balancer = !spec.accept_proxy_protocol.is_empty()
+            && allowed(&spec.accept_proxy_protocol, source.ip(), false);
+        if !balancer && !allowed(&spec.allow_clients, source.ip(), is_explicit(spec.mode)) {
+            shared.metrics.accepted(metric_mode(spec.mode));
+            deny(&shared, spec, &stream, source, DenyReason::Client);
+            continue;
+        }
         // Admission (ACL, limits, handshake) is boxed apart and freed
         // before forwarding starts, and the task captures nothing else but
         // `shared`: an idle connection keeps only the session's future.
@@ -249,6 +261,15 @@ pub async fn accept_loop(
         });
     }
     info!(listener = %addr, mode = mode.as_str(), "stopped accepting");
+}
+
+/// Explicit listeners take loopback clients only when `allow_clients` is
+/// empty (no open relay); the others take any.
+fn is_explicit(mode: ListenMode) -> bool {
+    matches!(
+        mode,
+        ListenMode::Socks5 | ListenMode::HttpConnect | ListenMode::SynOption
+    )
 }
 
 /// One log line a second for accept failures: a descriptor exhaustion
@@ -305,18 +326,7 @@ async fn admit(
     // Until the permit is taken (or refused), a drain waits on this.
     let _admitting = shared.limiter.admitting();
     let client = SocketAddr::new(client.ip().to_canonical(), client.port());
-    let explicit = matches!(
-        spec.mode,
-        ListenMode::Socks5 | ListenMode::HttpConnect | ListenMode::SynOption
-    );
-    // A source that is neither a trusted load balancer nor an allowed
-    // client is refused before its first byte is read.
-    let balancer = !spec.accept_proxy_protocol.is_empty()
-        && allowed(&spec.accept_proxy_protocol, client.ip(), false);
-    if !balancer && !allowed(&spec.allow_clients, client.ip(), explicit) {
-        deny(&shared, spec, &stream, client, DenyReason::Client);
-        return None;
-    }
+    let explicit = is_explicit(spec.mode);
     // Behind a trusted load balancer the PROXY header names the client.
     let client = crate::proxy_header::admit(&shared, spec, &stream, client).await?;
 
@@ -435,6 +445,8 @@ async fn admit(
                 &shared.cfg.timeouts,
                 &shared.metrics,
                 shared.hellos.as_deref(),
+                // A relay: its proxy requests would be nesting.
+                || shared.upstreams.learn(client.ip()),
             )
             .await
             {
@@ -445,7 +457,6 @@ async fn admit(
                 }
                 Ok(a) => {
                     shared.learn_upstream(client.ip());
-                    shared.upstreams.learn(client.ip());
                     inbound_tls = a.tls;
                     Ok(Learned {
                         arrived_hops: a.header.hop_limit(),
