@@ -207,6 +207,28 @@ fn the_relay_hosts_own_addresses_are_refused_unless_allowed() {
         "loopback client: {code} {body}"
     );
 
+    // An address added at run time is refused from the next refresh of
+    // the list (every 2 s): until then curl still gets through.
+    const LATE_V4: &str = "10.0.1.99";
+    lab.rc()
+        .ip(&["addr", "add", &format!("{LATE_V4}/32"), "dev", WEST_IF])
+        .expect("late address");
+    let late = sock(&format!("{LATE_V4}:{SERVER_PORT}"));
+    let late_server = TestServer::bind(lab.rc(), late);
+    let late_serving = serve_secret(&late_server);
+    let added = std::time::Instant::now();
+    wait_until(deadline, "the new address refused", || {
+        let (code, _) = curl(
+            &lab.client,
+            &["--socks5", &socks_url(), &format!("http://{late}/")],
+        );
+        (code != 0).then_some(())
+    });
+    let took = added.elapsed();
+    eprintln!("address added at run time: refused after {took:?}");
+    assert!(took < Duration::from_secs(4), "refused only after {took:?}");
+    drop(late_serving);
+
     configs[0].policy(|p| p.allow_host_addresses = Some(true));
     lab.restart_relay("rc", &configs[0]);
     assert_served(&three_clients(&lab, dst), "allow_host_addresses");
