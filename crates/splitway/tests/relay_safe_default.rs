@@ -570,3 +570,53 @@ fn proxy_requests_from_relays_are_refused_unless_allowed() {
     drop(serving);
     lab.assert_relays_alive();
 }
+
+/// IPv6: AWS's metadata address (fd00:ec2::254, not link-local by prefix)
+/// to a TPROXY client over IPv6, fe80::/10 through SOCKS5, and multicast
+/// through SOCKS5 and CONNECT: each refused before any route, counted by
+/// its reason.
+#[test]
+fn ipv6_metadata_link_local_and_multicast_are_refused() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], true);
+    lab.start_relays(&configs);
+    tproxy_reset(&lab.client, sock(&format!("[fd00:ec2::254]:{SERVER_PORT}")));
+    for url in [
+        format!("http://[fe80::1]:{SERVER_PORT}/"),
+        format!("http://[ff02::1]:{SERVER_PORT}/"),
+        format!("http://224.0.0.1:{SERVER_PORT}/"),
+    ] {
+        let (code, _) = curl(&lab.client, &["--socks5", &socks_url(), &url]);
+        assert_ne!(code, 0, "{url}");
+    }
+    let (code, _) = curl(
+        &lab.client,
+        &[
+            "-p",
+            "-x",
+            &connect_url(),
+            &format!("http://255.255.255.255:{SERVER_PORT}/"),
+        ],
+    );
+    assert_ne!(code, 0, "CONNECT to broadcast");
+    let denied = "splitway_denied_total";
+    assert_count(
+        &lab,
+        "rc",
+        denied,
+        &[("reason", "link_local")],
+        2.0,
+        deadline,
+    );
+    assert_count(
+        &lab,
+        "rc",
+        denied,
+        &[("reason", "multicast")],
+        3.0,
+        deadline,
+    );
+    lab.assert_relays_alive();
+}
