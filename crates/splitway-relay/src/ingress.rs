@@ -343,10 +343,10 @@ async fn admit(
             .limiter
             .acquire(per_client)
             .and_then(|permit| {
-                // Only proxy clients wait for a request to be sent: their
-                // handshakes are capped per address (the permit counts
-                // them against the totals and the descriptor cap).
-                let gate = if proxy {
+                // Proxy clients and unauthenticated relays are waited for:
+                // their handshakes are capped per address (the permit
+                // counts them against the totals and the descriptor cap).
+                let gate = if proxy || spec.mode == ListenMode::Peer {
                     shared.limiter.handshaking(client.ip())?
                 } else {
                     None
@@ -355,7 +355,7 @@ async fn admit(
             })
             .map_err(Refused::reason)
     };
-    let (permit, handshaking) = match admitted {
+    let (permit, mut handshaking) = match admitted {
         Ok(p) => p,
         Err(why) => {
             deny(&shared, spec, &stream, client, why);
@@ -445,8 +445,18 @@ async fn admit(
                 &shared.cfg.timeouts,
                 &shared.metrics,
                 shared.hellos.as_deref(),
-                // A relay: its proxy requests would be nesting.
-                || shared.upstreams.learn(client.ip()),
+                {
+                    // Authenticated: no longer an unknown source's
+                    // handshake (a pooled leg may now wait long for its
+                    // header), and a relay, whose proxy requests would be
+                    // nesting.
+                    let gate = handshaking.take();
+                    let upstreams = &shared.upstreams;
+                    move || {
+                        drop(gate);
+                        upstreams.learn(client.ip());
+                    }
+                },
             )
             .await
             {

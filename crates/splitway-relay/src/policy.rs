@@ -21,7 +21,9 @@ use ipnet::IpNet;
 use splitway_control::metrics::DenyReason;
 
 /// A validated `[policy]` section. The default allows every destination
-/// except host-local ones asked for by clients on other hosts.
+/// but the default deny-list: multicast and broadcast, link-local (cloud
+/// metadata), and host-local and this host's addresses asked for by
+/// clients on other hosts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     /// Destination prefixes allowed; empty = any.

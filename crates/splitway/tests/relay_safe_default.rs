@@ -431,7 +431,7 @@ fn refused_and_silent_clients_hold_no_descriptors() {
 /// Issue #33's log flood: 2,000 unauthenticated connections to rs's peer
 /// port (junk instead of an authentication) write a handful of INFO lines
 /// to rs's log, and the next line after the interval carries the count of
-/// those not logged.
+/// those not logged. Then 100 silent ones: 64 wait, 36 are reset.
 #[test]
 fn an_unauthenticated_flood_of_the_peer_port_cannot_flood_the_log() {
     require_netns!();
@@ -501,6 +501,24 @@ fn an_unauthenticated_flood_of_the_peer_port_cannot_flood_the_log() {
         })
     });
     eprintln!("{line}");
+
+    // Silent connections to the peer port: 64 (the default cap) wait
+    // unauthenticated, the rest are reset at accept.
+    let silent = silent_connections(&lab.client, &link_v4(0, 2, 1), peer, 100);
+    assert_count(
+        &lab,
+        "rs",
+        "splitway_denied_total",
+        &[("reason", "handshaking")],
+        36.0,
+        deadline,
+    );
+    assert_eq!(silent.len() - closed_by_relay(&silent), 64, "waiting");
+    // rc's pooled legs (another source) still authenticate: a transfer.
+    let dst = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
+    let server = TestServer::bind(&lab.server, dst);
+    transfer_client_to_server(&lab.client, &server, dst, MIB, LAST_RELAY_V4);
+    drop(silent);
     lab.assert_relays_alive();
 }
 

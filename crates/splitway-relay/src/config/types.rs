@@ -55,8 +55,9 @@ pub struct Limits {
     /// whose clients are relays carrying many users, are exempt).
     pub per_client: usize,
     /// SOCKS5 and CONNECT connections from one client address still in
-    /// their handshake (request not read yet); 0 = unlimited. Bounds what a
-    /// silent client holds for `timeouts.handshake` each.
+    /// their handshake (request not read yet), and peer-listener
+    /// connections not yet authenticated; 0 = unlimited. Bounds what a
+    /// silent source holds for `timeouts.handshake` each.
     pub handshaking_per_client: usize,
 }
 
