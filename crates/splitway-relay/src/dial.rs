@@ -15,6 +15,7 @@ use crate::error::ConnError;
 use crate::loops::next_hop_limit;
 use crate::next_leg::{LegRequest, Next, ServerLeg};
 use crate::peer;
+use crate::policy::Denial;
 use crate::proxy_header;
 use crate::state::Shared;
 use crate::tuning;
@@ -80,7 +81,15 @@ async fn connect_leg(
     let hop_limit = inbound.arrived_hops.map(next_hop_limit).transpose()?;
     policy.check_port(inbound.dst.port())?;
     let dst = resolve(&inbound.dst).await?;
-    policy.check_addr(inbound.client, dst.ip())?;
+    policy
+        .check_addr(inbound.client, dst.ip(), &shared.host)
+        // One of our own listeners: the more telling reason.
+        .map_err(|d| match d {
+            Denial::HostAddress(_) if shared.own.ports().contains(&dst.port()) => {
+                Denial::SelfDial(dst)
+            }
+            d => d,
+        })?;
     let route = shared
         .routes
         .lookup_route(dst.ip())

@@ -19,7 +19,7 @@ use crate::config::{Accel, ListenMode, Listener, MAX_ACCEPT_SOCKETS};
 use crate::error::{ConnError, RelayError};
 use crate::limits::{Permit, Refused};
 use crate::peer::{self, FrameError, read_frame};
-use crate::policy::{DENIALS, LogThrottle};
+use crate::policy::{LogThrottle, REFUSALS};
 use crate::route::allowed;
 use crate::session::{self, Inbound, unspecified};
 use crate::shutdown::stopped;
@@ -238,6 +238,18 @@ pub async fn accept_loop(
         // A reload keeps the listener set, so `index` still names this
         // listener; its `allow_clients` may have changed.
         let shared = current.refresh(&mut snapshot).clone();
+        // A source that is neither a trusted load balancer nor an allowed
+        // client is reset here, before a byte is read and without a task:
+        // a flood of them holds no descriptor beyond this loop's turn.
+        let spec = &shared.cfg.listeners[index];
+        let source = SocketAddr::new(client.ip().to_canonical(), client.port());
+        let balancer = !spec.accept_proxy_protocol.is_empty()
+            && allowed(&spec.accept_proxy_protocol, source.ip(), false);
+        if !balancer && !allowed(&spec.allow_clients, source.ip(), is_explicit(spec.mode)) {
+            shared.metrics.accepted(metric_mode(spec.mode));
+            deny(&shared, spec, &stream, source, DenyReason::Client);
+            continue;
+        }
         // Admission (ACL, limits, handshake) is boxed apart and freed
         // before forwarding starts, and the task captures nothing else but
         // `shared`: an idle connection keeps only the session's future.
@@ -249,6 +261,15 @@ pub async fn accept_loop(
         });
     }
     info!(listener = %addr, mode = mode.as_str(), "stopped accepting");
+}
+
+/// Explicit listeners take loopback clients only when `allow_clients` is
+/// empty (no open relay); the others take any.
+fn is_explicit(mode: ListenMode) -> bool {
+    matches!(
+        mode,
+        ListenMode::Socks5 | ListenMode::HttpConnect | ListenMode::SynOption
+    )
 }
 
 /// One log line a second for accept failures: a descriptor exhaustion
@@ -305,23 +326,39 @@ async fn admit(
     // Until the permit is taken (or refused), a drain waits on this.
     let _admitting = shared.limiter.admitting();
     let client = SocketAddr::new(client.ip().to_canonical(), client.port());
+    let explicit = is_explicit(spec.mode);
     // Behind a trusted load balancer the PROXY header names the client.
     let client = crate::proxy_header::admit(&shared, spec, &stream, client).await?;
 
-    let explicit = matches!(
-        spec.mode,
-        ListenMode::Socks5 | ListenMode::HttpConnect | ListenMode::SynOption
-    );
     let per_client = (spec.mode != ListenMode::Peer).then_some(client.ip());
-    let permit = if !allowed(&spec.allow_clients, client.ip(), explicit) {
+    let proxy = matches!(spec.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
+    // Refused here, before a byte is read: a refused socket is closed at
+    // once and holds nothing for `timeouts.handshake`.
+    let admitted = if !allowed(&spec.allow_clients, client.ip(), explicit) {
         Err(DenyReason::Client)
+    } else if proxy && !shared.cfg.policy.allow_relay_clients && is_relay(&shared, client) {
+        Err(DenyReason::Nesting)
     } else {
-        shared.limiter.acquire(per_client).map_err(Refused::reason)
+        shared
+            .limiter
+            .acquire(per_client)
+            .and_then(|permit| {
+                // Proxy clients and unauthenticated relays are waited for:
+                // their handshakes are capped per address (the permit
+                // counts them against the totals and the descriptor cap).
+                let gate = if proxy || spec.mode == ListenMode::Peer {
+                    shared.limiter.handshaking(client.ip())?
+                } else {
+                    None
+                };
+                Ok((permit, gate))
+            })
+            .map_err(Refused::reason)
     };
-    let permit = match permit {
+    let (permit, mut handshaking) = match admitted {
         Ok(p) => p,
         Err(why) => {
-            deny(&shared, spec, &stream, client, why).await;
+            deny(&shared, spec, &stream, client, why);
             return None;
         }
     };
@@ -382,7 +419,7 @@ async fn admit(
             }),
             Err(e) => {
                 debug!(%client, listener = %spec.addr, error = %e, "no usable destination option");
-                deny(&shared, spec, &stream, client, DenyReason::SynOption).await;
+                deny(&shared, spec, &stream, client, DenyReason::SynOption);
                 return None;
             }
         },
@@ -408,6 +445,18 @@ async fn admit(
                 &shared.cfg.timeouts,
                 &shared.metrics,
                 shared.hellos.as_deref(),
+                {
+                    // Authenticated: no longer an unknown source's
+                    // handshake (a pooled leg may now wait long for its
+                    // header), and a relay, whose proxy requests would be
+                    // nesting.
+                    let gate = handshaking.take();
+                    let upstreams = &shared.upstreams;
+                    move || {
+                        drop(gate);
+                        upstreams.learn(client.ip());
+                    }
+                },
             )
             .await
             {
@@ -444,6 +493,7 @@ async fn admit(
             }
         }
     };
+    drop(handshaking);
     let learned = match ingress {
         Ok(x) => x,
         Err(ConnError::PooledUnused) => {
@@ -454,8 +504,18 @@ async fn admit(
             return None;
         }
         Err(e) => {
-            shared.metrics.closed(mode, e.close_reason());
-            info!(%client, listener = %spec.addr, mode = spec.mode.as_str(), culprit = e.culprit().as_str(), error = %e, "refused");
+            let reason = e.close_reason();
+            shared.metrics.closed(mode, reason);
+            // Throttled per reason and source prefix: an unauthenticated
+            // flood of the peer port must not flood the log.
+            match REFUSALS.admit(reason.as_str(), client.ip()) {
+                Some(l) => {
+                    info!(%client, listener = %spec.addr, mode = spec.mode.as_str(), culprit = e.culprit().as_str(), error = %e, suppressed = l.suppressed, suppressed_other = l.suppressed_other, "refused")
+                }
+                None => {
+                    debug!(%client, listener = %spec.addr, mode = spec.mode.as_str(), culprit = e.culprit().as_str(), error = %e, "refused")
+                }
+            }
             if spec.mode == ListenMode::Tproxy {
                 let _ = splitway_sys::sock::set_linger_zero(&stream);
             }
@@ -505,47 +565,48 @@ impl Learned {
     }
 }
 
-/// Refuses a connection by policy: explicit clients get their protocol's
-/// "not allowed" answer once their request is read; others a reset.
-async fn deny(
-    shared: &Shared,
-    spec: &Listener,
-    stream: &TcpStream,
-    client: SocketAddr,
-    why: DenyReason,
-) {
-    let deadline = shared.cfg.timeouts.handshake;
-    match spec.mode {
-        ListenMode::Socks5 => {
-            if socks5_handshake(stream, client, deadline).await.is_ok() {
-                let reply =
-                    socks5::encode_reply(socks5::ReplyCode::NotAllowed, unspecified(client));
-                let _ = write_all(stream, &reply).await;
-            }
-        }
-        ListenMode::HttpConnect => {
-            if http_connect_handshake(stream, deadline).await.is_ok() {
-                let _ = write_all(stream, &http_connect::response(403)).await;
-            }
-        }
-        ListenMode::Tproxy | ListenMode::Peer | ListenMode::SynOption => {
-            let _ = splitway_sys::sock::set_linger_zero(stream);
-        }
-    }
+/// Whether `client` is a relay: a `[[peer]]` address or an upstream relay
+/// that authenticated here (a proxy request from it is nesting).
+fn is_relay(shared: &Shared, client: SocketAddr) -> bool {
+    let ip = client.ip();
+    shared.upstreams.contains(ip)
+        || shared
+            .cfg
+            .peers
+            .iter()
+            .any(|p| p.addr.ip().to_canonical() == ip)
+}
+
+/// Refuses a connection at accept, before reading anything: a reset in
+/// every mode (explicit clients too, rather than their protocol's "not
+/// allowed" after reading their request, which let refused clients hold
+/// descriptors for `timeouts.handshake`).
+fn deny(shared: &Shared, spec: &Listener, stream: &TcpStream, client: SocketAddr, why: DenyReason) {
+    let _ = splitway_sys::sock::set_linger_zero(stream);
     shared
         .metrics
         .closed(metric_mode(spec.mode), CloseReason::NotAllowed);
     shared.metrics.denied(why);
+    let reason = why;
     let why = match why {
         DenyReason::Client => "client not allowed on this listener",
         DenyReason::ConnectionLimit => "connection limit reached",
         DenyReason::PerClientLimit => "per-client connection limit reached",
         DenyReason::Descriptors => "open-file limit near: new connections shed",
+        DenyReason::Nesting => {
+            "client is a relay: nested proxy requests refused (policy.allow_relay_clients)"
+        }
+        DenyReason::Handshaking => {
+            "too many handshakes in progress from this address (limits.handshaking_per_client)"
+        }
         _ => why.as_str(),
     };
-    // Throttled: a scan or a flood must not flood the log too.
-    match DENIALS.admit() {
-        Some(suppressed) => info!(%client, listener = %spec.addr, why, suppressed, "refused"),
+    // Throttled per reason and source prefix: a scan or a flood must not
+    // flood the log too.
+    match REFUSALS.admit(reason.as_str(), client.ip()) {
+        Some(l) => {
+            info!(%client, listener = %spec.addr, why, suppressed = l.suppressed, suppressed_other = l.suppressed_other, "refused")
+        }
         None => debug!(%client, listener = %spec.addr, why, "refused"),
     }
 }

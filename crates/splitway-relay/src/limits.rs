@@ -23,6 +23,10 @@ pub struct ConnLimiter {
     descriptor_cap: usize,
     total: AtomicUsize,
     per_client: Vec<Mutex<HashMap<IpAddr, usize>>>,
+    /// `limits.handshaking_per_client`, and per client address the
+    /// connections still in their handshake (an entry only while some are).
+    handshaking_max: AtomicUsize,
+    handshaking: Vec<Mutex<HashMap<IpAddr, usize>>>,
     hasher: RandomState,
     /// Connections accepted but not yet given (or refused) a permit, e.g.
     /// while their PROXY header is read: a drain waits for them too.
@@ -38,6 +42,8 @@ pub enum Refused {
     PerClient,
     /// The open-file limit is near (see [`descriptor_cap`]).
     Descriptors,
+    /// Too many of the client's connections are still in their handshake.
+    Handshaking,
 }
 
 impl Refused {
@@ -47,6 +53,7 @@ impl Refused {
             Refused::Total => DenyReason::ConnectionLimit,
             Refused::PerClient => DenyReason::PerClientLimit,
             Refused::Descriptors => DenyReason::Descriptors,
+            Refused::Handshaking => DenyReason::Handshaking,
         }
     }
 }
@@ -79,6 +86,29 @@ impl Drop for Admitting<'_> {
     }
 }
 
+/// Held while a connection's handshake runs (see
+/// [`ConnLimiter::handshaking`]).
+pub struct Handshaking {
+    limiter: Arc<ConnLimiter>,
+    client: IpAddr,
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        let mut shard = self
+            .limiter
+            .handshake_shard(&self.client)
+            .lock()
+            .expect("limiter lock");
+        if let Some(n) = shard.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                shard.remove(&self.client);
+            }
+        }
+    }
+}
+
 /// Held for a connection's lifetime.
 pub struct Permit {
     limiter: Arc<ConnLimiter>,
@@ -99,6 +129,8 @@ impl ConnLimiter {
             descriptor_cap,
             total: AtomicUsize::new(0),
             per_client: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            handshaking_max: AtomicUsize::new(limits.handshaking_per_client),
+            handshaking: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
             admitting: AtomicUsize::new(0),
             none_open: Notify::new(),
@@ -107,6 +139,31 @@ impl ConnLimiter {
 
     fn shard(&self, ip: &IpAddr) -> &Mutex<HashMap<IpAddr, usize>> {
         &self.per_client[self.hasher.hash_one(ip) as usize % SHARDS]
+    }
+
+    fn handshake_shard(&self, ip: &IpAddr) -> &Mutex<HashMap<IpAddr, usize>> {
+        &self.handshaking[self.hasher.hash_one(ip) as usize % SHARDS]
+    }
+
+    /// Counts one more connection from `client` still in its handshake,
+    /// unless `limits.handshaking_per_client` of them already are (`None`:
+    /// no cap). The connection's [`Permit`] counts it against the totals
+    /// besides; this bounds what one address holds by saying nothing.
+    pub fn handshaking(self: &Arc<Self>, client: IpAddr) -> Result<Option<Handshaking>, Refused> {
+        let max = self.handshaking_max.load(Ordering::Relaxed);
+        if max == 0 {
+            return Ok(None);
+        }
+        let mut shard = self.handshake_shard(&client).lock().expect("limiter lock");
+        let n = shard.entry(client).or_insert(0);
+        if *n >= max {
+            return Err(Refused::Handshaking);
+        }
+        *n += 1;
+        Ok(Some(Handshaking {
+            limiter: self.clone(),
+            client,
+        }))
     }
 
     /// Takes a slot for a connection from `client` (`None`: exempt from the
@@ -173,6 +230,8 @@ impl ConnLimiter {
             .store(limits.max_connections, Ordering::Relaxed);
         self.per_client_max
             .store(limits.per_client, Ordering::Relaxed);
+        self.handshaking_max
+            .store(limits.handshaking_per_client, Ordering::Relaxed);
     }
 
     pub fn open(&self) -> usize {
@@ -246,6 +305,7 @@ mod tests {
         let l = ConnLimiter::new(Limits {
             max_connections: 2,
             per_client: 0,
+            handshaking_per_client: 0,
         });
         let flag = Arc::new(Flag(AtomicBool::new(false)));
         let waker = Waker::from(flag.clone());
@@ -278,6 +338,7 @@ mod tests {
         let l = ConnLimiter::new(Limits {
             max_connections: 0,
             per_client: 0,
+            handshaking_per_client: 0,
         });
         let flag = Arc::new(Flag(AtomicBool::new(false)));
         let waker = Waker::from(flag.clone());
@@ -310,6 +371,7 @@ mod tests {
         let l = ConnLimiter::new(Limits {
             max_connections: 3,
             per_client: 2,
+            handshaking_per_client: 0,
         });
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
@@ -332,6 +394,29 @@ mod tests {
     }
 
     #[test]
+    fn handshakes_are_capped_per_client_and_released() {
+        let l = ConnLimiter::new(Limits {
+            max_connections: 0,
+            per_client: 0,
+            handshaking_per_client: 2,
+        });
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let h1 = l.handshaking(a).unwrap();
+        let _h2 = l.handshaking(a).unwrap();
+        assert_eq!(l.handshaking(a).err(), Some(Refused::Handshaking));
+        assert!(l.handshaking(b).unwrap().is_some(), "another address");
+        drop(h1);
+        assert!(l.handshaking(a).unwrap().is_some(), "a slot came back");
+        l.set_limits(Limits {
+            max_connections: 0,
+            per_client: 0,
+            handshaking_per_client: 0,
+        });
+        assert!(l.handshaking(a).unwrap().is_none(), "0 = no cap");
+    }
+
+    #[test]
     fn the_descriptor_cap_sheds_whatever_the_limits_say() {
         assert_eq!(descriptor_cap(20_000, DESCRIPTOR_RESERVE), 9_744);
         assert_eq!(descriptor_cap(300, DESCRIPTOR_RESERVE), 75);
@@ -340,6 +425,7 @@ mod tests {
             Limits {
                 max_connections: 0,
                 per_client: 0,
+                handshaking_per_client: 0,
             },
             2,
         );
@@ -357,6 +443,7 @@ mod tests {
         let l = ConnLimiter::new(Limits {
             max_connections: 0,
             per_client: 0,
+            handshaking_per_client: 0,
         });
         let permits: Vec<_> = (0..1000)
             .map(|_| l.acquire(Some("10.0.0.1".parse().unwrap())).unwrap())

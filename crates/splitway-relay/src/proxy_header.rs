@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use tracing::{debug, info};
 
 use crate::config::{ListenMode, Listener, Route};
-use crate::policy::DENIALS;
+use crate::policy::REFUSALS;
 use crate::route::allowed;
 use crate::state::{Shared, metric_mode};
 
@@ -181,9 +181,9 @@ pub async fn admit(
             };
             shared.metrics.closed(mode, close);
             // Throttled like denials: a forging client must not flood the log.
-            if let Some(suppressed) = DENIALS.admit() {
-                let reason = e.reason().map_or("silent", ProxyRefusal::as_str);
-                info!(listener = %spec.addr, mode = spec.mode.as_str(), reason, error = %e, suppressed, "refused");
+            let reason = e.reason().map_or("silent", ProxyRefusal::as_str);
+            if let Some(l) = REFUSALS.admit(reason, source.ip()) {
+                info!(listener = %spec.addr, mode = spec.mode.as_str(), reason, error = %e, suppressed = l.suppressed, suppressed_other = l.suppressed_other, "refused");
             }
             // A reset: nobody on the other side is owed an orderly answer.
             let _ = splitway_sys::sock::set_linger_zero(stream);

@@ -270,6 +270,8 @@ impl Relay {
                 .filter_map(|l| l.local_addr().ok())
                 .map(|a| a.port()),
         );
+        let host_addrs = crate::policy::HostAddrs::read();
+        info!(addresses = ?host_addrs.snapshot(), "this host's addresses: refused as destinations to remote clients unless policy.allow_host_addresses");
         let plan = accel::plan(&cfg, &host);
         for e in &plan {
             match e.state {
@@ -290,6 +292,8 @@ impl Relay {
             accel,
             accept_paths,
             own: Arc::new(own),
+            host: Arc::new(host_addrs),
+            upstreams: Arc::default(),
             turbo_routes: Arc::new(std::sync::Mutex::new(turbo_routes)),
             limiter: ConnLimiter::with_descriptor_cap(cfg.limits, descriptor_cap),
             live: Arc::new(Live::new(&cfg)),
@@ -449,6 +453,10 @@ impl Relay {
             self.current.clone(),
             stop_rx.clone(),
         )));
+        tasks.push(tokio::spawn(refresh_host_addrs(
+            self.shared.host.clone(),
+            stop_rx.clone(),
+        )));
         tasks.push(tokio::spawn(release_heap_when_idle(
             self.shared.limiter.clone(),
             stop_rx.clone(),
@@ -569,6 +577,24 @@ fn name_hash(name: &str) -> u32 {
 /// Once every connection has closed after a busy spell, hands the heap
 /// glibc kept back to the kernel, so the relay's RSS returns to its idle
 /// size instead of staying at its peak (`docs/reliability.md`, soak).
+/// Reads the host's addresses again every [`HostAddrs::REFRESH`]: one
+/// getifaddrs per period instead of one per connection, so an address
+/// added at run time (DHCP, SLAAC) is refused at most that much later.
+async fn refresh_host_addrs(host: Arc<crate::policy::HostAddrs>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(crate::policy::HostAddrs::REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = host.refresh() {
+                    warn!(error = %e, "cannot read this host's addresses; keeping the previous list");
+                }
+            }
+            () = stopped(&mut stop) => break,
+        }
+    }
+}
+
 async fn release_heap_when_idle(limiter: Arc<ConnLimiter>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     let mut busy_since_trim = false;

@@ -246,6 +246,9 @@ impl Reloader {
             &crate::accel::plan(&cfg, &crate::accel::HostFacts::read()),
         );
         old.limiter.set_limits(cfg.limits);
+        if let Err(e) = old.host.refresh() {
+            warn!(error = %e, "reload: cannot read this host's addresses; keeping the previous list");
+        }
         old.live.set_idle(cfg.timeouts.idle);
         if self.syn_watch {
             old.live.set_early_syn(cfg.accel.early_syn);

@@ -20,7 +20,7 @@ use crate::forward::{self, End, Side};
 use crate::forward_tls::forward_legs;
 use crate::next_leg::{LegRequest, Next, ServerLeg};
 use crate::peer::{PeerLeg, reply_bytes};
-use crate::policy::DENIALS;
+use crate::policy::REFUSALS;
 use crate::state::{Shared, metric_mode};
 use crate::tls::{LegIo, TlsLeg};
 
@@ -433,9 +433,12 @@ fn finish(
     }
     match err {
         // Denials are throttled: a scan must not flood the log.
-        Some(e) if denied.is_some() => match DENIALS.admit() {
-            Some(suppressed) => {
-                info!(%conn, client = %inbound.client, dst = %inbound.dst, reason = reason.as_str(), error = %e, suppressed, "denied")
+        Some(e) if denied.is_some() => match REFUSALS.admit(
+            denied.map_or("denied", |(_, why)| why.as_str()),
+            inbound.client.ip(),
+        ) {
+            Some(l) => {
+                info!(%conn, client = %inbound.client, dst = %inbound.dst, reason = reason.as_str(), error = %e, suppressed = l.suppressed, suppressed_other = l.suppressed_other, "denied")
             }
             None => {
                 debug!(%conn, client = %inbound.client, dst = %inbound.dst, reason = reason.as_str(), error = %e, "denied")

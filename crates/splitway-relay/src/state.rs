@@ -55,6 +55,11 @@ pub struct Shared {
     pub accept_paths: Arc<[Vec<Arc<AcceptCount>>]>,
     /// This relay's listening ports: a destination there is refused.
     pub own: Arc<OwnListeners>,
+    /// This host's interface addresses (`[policy]`'s default deny-list),
+    /// refreshed in the background.
+    pub host: Arc<crate::policy::HostAddrs>,
+    /// Upstream relays that authenticated here (nesting guard).
+    pub upstreams: Arc<crate::policy::KnownRelays>,
     /// Each acceleration's effective state (`/status`, `/metrics`).
     pub accel: Arc<AccelStatus>,
     /// Measured candidates and each route's choice (`GET /routes`).
@@ -153,6 +158,8 @@ impl Shared {
             hellos: self.hellos.clone(),
             accept_paths: self.accept_paths.clone(),
             own: self.own.clone(),
+            host: self.host.clone(),
+            upstreams: self.upstreams.clone(),
             accel: self.accel.clone(),
         }
     }

@@ -108,6 +108,21 @@ pub fn run(
                 ),
             }
         );
+        // The destinations refused whatever allow_destinations says, with
+        // this host's addresses as the relay reads them at start.
+        let host = splitway_relay::policy::HostAddrs::read();
+        println!("refused destinations (policy):");
+        for line in cfg.policy.default_denials(&host.snapshot()) {
+            println!("  {line}");
+        }
+        println!(
+            "  SOCKS5/CONNECT clients that are relays ([[peer]] addresses, authenticated upstreams): {}",
+            if cfg.policy.allow_relay_clients {
+                "allowed by policy.allow_relay_clients = true"
+            } else {
+                "refused (policy.allow_relay_clients = true allows)"
+            }
+        );
         // What each acceleration will do here: the detector is loaded (and
         // on TCX kernels attached to lo and detached) to find out.
         let mut host = splitway_relay::accel::HostFacts::read();

@@ -332,3 +332,45 @@ fn check_says_how_many_workers_will_run() {
         "{text}"
     );
 }
+
+/// `--check` prints the destinations refused whatever `allow_destinations`
+/// says (issue #33): link-local and this host's addresses refused by
+/// default, each with the key that allows it, and says when a key did.
+#[test]
+fn check_prints_the_effective_deny_list() {
+    let (ok, text) = check(&good().to_toml());
+    assert!(ok, "{text}");
+    for line in [
+        "refused destinations (policy):",
+        "169.254.0.0/16, fe80::/10, fd00:ec2::254 (link-local, cloud metadata): refused (policy.allow_link_local = true allows)",
+        "224.0.0.0/4, ff00::/8, 255.255.255.255 (multicast, broadcast): always",
+    ] {
+        assert!(text.lines().any(|l| l.trim() == line), "{line}\n{text}");
+    }
+    // This host's addresses, as read now (loopback at least).
+    assert!(
+        text.lines().any(|l| l.contains("this host's addresses")
+            && l.contains("127.0.0.1")
+            && l.contains("refused (policy.allow_host_addresses = true allows)")),
+        "{text}"
+    );
+    let mut cfg = good();
+    cfg.policy = Some(testbed::RawPolicy {
+        allow_link_local: Some(true),
+        allow_host_addresses: Some(true),
+        allow_relay_clients: Some(true),
+        ..Default::default()
+    });
+    let (ok, text) = check(&cfg.to_toml());
+    assert!(ok, "{text}");
+    for key in [
+        "allow_link_local",
+        "allow_host_addresses",
+        "allow_relay_clients",
+    ] {
+        assert!(
+            text.contains(&format!("allowed by policy.{key} = true")),
+            "{key}\n{text}"
+        );
+    }
+}

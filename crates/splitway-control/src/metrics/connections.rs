@@ -110,6 +110,20 @@ label_enum! {
         /// destination option (stripped by a middlebox, lost to a SYN
         /// cookie, malformed, or an unknown IPv6 prefix index).
         SynOption => "syn_option",
+        /// A link-local destination (169.254.0.0/16, fe80::/10, AWS's
+        /// fd00:ec2::254): cloud metadata (`policy.allow_link_local`).
+        LinkLocal => "link_local",
+        /// One of the relay host's own addresses, asked for by a client
+        /// from another host (`policy.allow_host_addresses`).
+        HostAddress => "host_address",
+        /// A multicast or broadcast destination.
+        Multicast => "multicast",
+        /// A SOCKS5 or CONNECT client that is a relay: a chain nested
+        /// through relays (`policy.allow_relay_clients`).
+        Nesting => "nesting",
+        /// The client's address already has `limits.handshaking_per_client`
+        /// connections still in their handshake.
+        Handshaking => "handshaking",
     }
 }
 

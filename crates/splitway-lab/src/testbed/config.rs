@@ -26,6 +26,7 @@ pub fn max_connections(n: usize) -> RawLimits {
     RawLimits {
         max_connections: Some(n),
         per_client: None,
+        handshaking_per_client: None,
     }
 }
 

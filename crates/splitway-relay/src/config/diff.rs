@@ -279,6 +279,31 @@ impl Diff {
             o.limits.per_client.to_string(),
             new.limits.per_client.to_string(),
         );
+        self.change(
+            "limits.handshaking_per_client",
+            o.limits.handshaking_per_client.to_string(),
+            new.limits.handshaking_per_client.to_string(),
+        );
+        let (op, np) = (&o.policy, &new.policy);
+        for (key, before, after) in [
+            (
+                "policy.allow_link_local",
+                op.allow_link_local,
+                np.allow_link_local,
+            ),
+            (
+                "policy.allow_host_addresses",
+                op.allow_host_addresses,
+                np.allow_host_addresses,
+            ),
+            (
+                "policy.allow_relay_clients",
+                op.allow_relay_clients,
+                np.allow_relay_clients,
+            ),
+        ] {
+            self.change(key, before.to_string(), after.to_string());
+        }
         self.change("direct", show(&o.direct), show(&new.direct));
         self.change("client", show(&o.client), show(&new.client));
         self.change("upstream", show(&o.upstream), show(&new.upstream));
@@ -391,6 +416,38 @@ mod tests {
             "only the live idle timeout differs from the file"
         );
         assert!(none.needs_restart.is_empty(), "{none:#?}");
+    }
+
+    /// The default deny-list's opt-ins and the handshake cap apply live
+    /// and are reported.
+    #[test]
+    fn deny_list_opt_ins_and_the_handshake_cap_are_reported() {
+        let old = parse("");
+        let running = Running {
+            idle: Duration::from_secs(300),
+            early_syn: false,
+            watermarks: Vec::new(),
+        };
+        let new = parse(
+            "[policy]\nallow_link_local = true\nallow_relay_clients = true\n\
+             [limits]\nhandshaking_per_client = 8\n",
+        );
+        let (cfg, diff) = reload(&old, &running, new, false);
+        let changed: Vec<String> = diff
+            .changed
+            .iter()
+            .map(|c| format!("{}: {} -> {}", c.key, c.old, c.new))
+            .collect();
+        assert_eq!(
+            changed,
+            [
+                "limits.handshaking_per_client: 64 -> 8",
+                "policy.allow_link_local: false -> true",
+                "policy.allow_relay_clients: false -> true",
+            ],
+            "{diff:#?}"
+        );
+        assert!(cfg.policy.allow_link_local && !cfg.policy.allow_host_addresses);
     }
 
     /// The runtime's threads start once: a new `workers` waits for a

@@ -49,6 +49,9 @@ pub(super) fn limits(c: &mut Checker, table: &toml::Table) -> Limits {
             Limits {
                 max_connections: r.max_connections.unwrap_or(d.max_connections),
                 per_client: r.per_client.unwrap_or(d.per_client),
+                handshaking_per_client: r
+                    .handshaking_per_client
+                    .unwrap_or(d.handshaking_per_client),
             }
         })
         .unwrap_or_default()

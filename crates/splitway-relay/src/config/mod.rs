@@ -28,7 +28,7 @@ mod types;
 
 use std::path::Path;
 
-use crate::policy::is_host_local;
+use crate::policy::{is_host_local, is_link_local};
 
 pub use raw::RawConfig;
 pub use source::{Filesystem, NoFiles, Source};
@@ -147,6 +147,15 @@ impl Config {
                 if is_host_local(n.network()) {
                     w.push(format!(
                         "policy.allow_destinations: {n} is host-local: only loopback clients reach it unless policy.allow_local_destinations = true"
+                    ));
+                }
+            }
+        }
+        if !self.policy.allow_link_local {
+            for n in &self.policy.allow_destinations {
+                if is_link_local(n.network()) {
+                    w.push(format!(
+                        "policy.allow_destinations: {n} is link-local: refused anyway unless policy.allow_link_local = true"
                     ));
                 }
             }

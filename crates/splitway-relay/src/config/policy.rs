@@ -30,6 +30,9 @@ pub(super) fn policy(c: &mut Checker, table: &toml::Table) -> Policy {
         deny_destinations,
         allow_ports,
         allow_local_destinations: raw.allow_local_destinations.unwrap_or(false),
+        allow_link_local: raw.allow_link_local.unwrap_or(false),
+        allow_host_addresses: raw.allow_host_addresses.unwrap_or(false),
+        allow_relay_clients: raw.allow_relay_clients.unwrap_or(false),
     }
 }
 

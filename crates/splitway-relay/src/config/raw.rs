@@ -250,6 +250,7 @@ pub struct RawTimeouts {
 pub struct RawLimits {
     pub max_connections: Option<usize>,
     pub per_client: Option<usize>,
+    pub handshaking_per_client: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -261,6 +262,9 @@ pub struct RawPolicy {
     /// error names its element.
     pub allow_ports: Option<Vec<toml::Value>>,
     pub allow_local_destinations: Option<bool>,
+    pub allow_link_local: Option<bool>,
+    pub allow_host_addresses: Option<bool>,
+    pub allow_relay_clients: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

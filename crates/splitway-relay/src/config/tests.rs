@@ -294,6 +294,42 @@ fn absent_policy_allows_any_destination_but_local_ones_to_remote_clients() {
 }
 
 #[test]
+fn the_default_deny_list_opt_ins_are_parsed_and_checked() {
+    let cfg = Config::parse_str(MINIMAL).unwrap();
+    assert!(!cfg.policy.allow_link_local);
+    assert!(!cfg.policy.allow_host_addresses);
+    assert!(!cfg.policy.allow_relay_clients);
+    assert_eq!(cfg.limits.handshaking_per_client, 64);
+    let open = Config::parse_str(&format!(
+        "{MINIMAL}[policy]\nallow_link_local = true\nallow_host_addresses = true\nallow_relay_clients = true\n\
+         [limits]\nhandshaking_per_client = 0\n"
+    ))
+    .unwrap();
+    assert!(open.policy.allow_link_local);
+    assert!(open.policy.allow_host_addresses);
+    assert!(open.policy.allow_relay_clients);
+    assert_eq!(open.limits.handshaking_per_client, 0);
+    let issues =
+        Config::parse_str(&format!("{MINIMAL}[policy]\nallow_link_local = \"yes\"\n")).unwrap_err();
+    assert!(
+        issues.iter().any(|i| i.key.starts_with("policy")),
+        "{issues:?}"
+    );
+    // Listing metadata in allow_destinations is not enough: told why.
+    let cfg = Config::parse_str(&format!(
+        "{MINIMAL}[policy]\nallow_destinations = [\"169.254.169.254/32\"]\n"
+    ))
+    .unwrap();
+    assert!(
+        cfg.warnings()
+            .iter()
+            .any(|w| w.contains("169.254.169.254/32") && w.contains("allow_link_local")),
+        "{:?}",
+        cfg.warnings()
+    );
+}
+
+#[test]
 fn every_policy_error_is_reported_with_its_key() {
     let issues = Config::parse_str(&format!(
         "{MINIMAL}[policy]\nallow_destinations = [\"10.0.0.0/8\", \"10.0.0.1/8\", \"nowhere\"]\n\

@@ -54,6 +54,11 @@ pub struct Limits {
     /// Connections open at once from one client address (peer listeners,
     /// whose clients are relays carrying many users, are exempt).
     pub per_client: usize,
+    /// SOCKS5 and CONNECT connections from one client address still in
+    /// their handshake (request not read yet), and peer-listener
+    /// connections not yet authenticated; 0 = unlimited. Bounds what a
+    /// silent source holds for `timeouts.handshake` each.
+    pub handshaking_per_client: usize,
 }
 
 impl Default for Limits {
@@ -61,6 +66,7 @@ impl Default for Limits {
         Limits {
             max_connections: 100_000,
             per_client: 0,
+            handshaking_per_client: 64,
         }
     }
 }

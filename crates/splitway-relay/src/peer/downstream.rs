@@ -79,6 +79,7 @@ pub async fn accept(
     timeouts: &Timeouts,
     metrics: &Metrics,
     hellos: Option<&HelloWindow>,
+    on_authenticated: impl FnOnce(),
 ) -> Result<Accepted, ConnError> {
     let fail = |(reason, err): (Option<AuthFailureReason>, ConnError)| {
         if let Some(r) = reason {
@@ -129,6 +130,8 @@ pub async fn accept(
             )));
         }
     };
+    // Known as a relay from here on, also while pooled before its header.
+    on_authenticated();
     let buf = match authenticated {
         Authenticated::Challenged(buf) => buf,
         Authenticated::Hello { header, rest } => {
