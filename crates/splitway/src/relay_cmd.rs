@@ -123,6 +123,11 @@ pub fn run(
                     }),
             );
         }
+        if cfg.accel.zero_rtt
+            && let Some(shares_port) = splitway_relay::accel::hello_listeners(&cfg)
+        {
+            host.hello_register = Some(splitway_relay::peer::HelloRegister::probe(shares_port));
+        }
         print!(
             "{}",
             splitway_relay::accel::describe(&splitway_relay::accel::plan(&cfg, &host))
