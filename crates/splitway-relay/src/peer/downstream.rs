@@ -543,3 +543,71 @@ fn auth_reason(e: &AuthError) -> AuthFailureReason {
         _ => AuthFailureReason::Malformed,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use splitway_proto::Destination;
+    use splitway_proto::auth::{Dialer, RejectReason};
+
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_secs(10);
+
+    fn key() -> Psk {
+        Psk::from_bytes(&[9; 32]).expect("key")
+    }
+
+    /// A verified Hello with nonce `nonce`, stamped now.
+    fn hello(nonce: u8) -> Hello {
+        let mut header = Vec::new();
+        Header::new(
+            1,
+            Destination::Ip("10.0.3.2:80".parse().expect("literal")),
+            "10.0.1.1:40000".parse().expect("literal"),
+        )
+        .encode(&mut header);
+        let (bytes, _) = Dialer::new(key(), [nonce; 32])
+            .hello(unix_ms(), &header, b"")
+            .expect("hello");
+        zero_rtt::on_hello(&[key()], &bytes, [1; 32])
+            .expect("valid")
+            .expect("complete")
+            .0
+    }
+
+    #[test]
+    fn a_shared_port_without_a_register_refuses_every_hello() {
+        let w = HelloWindow::new(WINDOW, HelloRegister::Unavailable("no bpffs".into()));
+        assert_eq!(w.admit(&hello(1)), Err(Refusal::Unshared));
+        assert_eq!(
+            Refusal::Unshared.reject_reason(),
+            RejectReason::Overloaded,
+            "a reason the dialer answers with the challenge"
+        );
+        assert!(w.describe().unwrap_err().contains("reuse_port"));
+        let alone = HelloWindow::new(WINDOW, HelloRegister::Local("no bpffs".into()));
+        assert_eq!(alone.admit(&hello(1)), Ok(()));
+        assert_eq!(alone.admit(&hello(1)), Err(Refusal::Replayed));
+    }
+
+    /// Two windows on one map, as two processes on one port hold it: a
+    /// nonce the first accepted is a replay at the second.
+    #[test]
+    fn siblings_on_one_register_accept_a_nonce_once() {
+        let map = match StrikeRegister::unpinned(1 << 10) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        let sibling = map.try_clone().expect("dup");
+        let a = HelloWindow::new(WINDOW, HelloRegister::Shared(map));
+        let b = HelloWindow::new(WINDOW, HelloRegister::Shared(sibling));
+        assert_eq!(a.admit(&hello(2)), Ok(()));
+        assert_eq!(b.admit(&hello(2)), Err(Refusal::Replayed));
+        assert_eq!(b.admit(&hello(3)), Ok(()));
+        assert_eq!(a.admit(&hello(3)), Err(Refusal::Replayed));
+        assert!(a.describe().is_ok());
+    }
+}

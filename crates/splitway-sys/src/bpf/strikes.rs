@@ -222,6 +222,18 @@ impl StrikeRegister {
         })
     }
 
+    /// The same map through another descriptor, as a sibling process that
+    /// opened the pin holds it.
+    pub fn try_clone(&self) -> Result<StrikeRegister, SysError> {
+        Ok(StrikeRegister {
+            fd: self
+                .fd
+                .try_clone()
+                .map_err(|e| SysError::io("dup hello strike map", e))?,
+            path: self.path.clone(),
+        })
+    }
+
     /// Where it is pinned (empty when unpinned).
     pub fn path(&self) -> &Path {
         &self.path
