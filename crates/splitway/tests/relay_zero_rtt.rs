@@ -557,3 +557,52 @@ fn an_accepted_hello_without_its_confirm_forwards_only_its_covered_bytes() {
     );
     lab.assert_relays_alive();
 }
+
+/// `relay --check` on a relay whose peer port is shared (`reuse_port`):
+/// with no bpf filesystem in sight (a private mount namespace without any),
+/// `zero_rtt` is unavailable and says why and what to do; with one, the
+/// host-wide register guards it.
+#[test]
+fn check_says_whether_a_shared_peer_port_can_take_hellos() {
+    require_netns!();
+    let dir = TempDir::new();
+    let psk = dir.join("psk.key");
+    write_psk(&psk, 3);
+    let mut cfg = splitway_lab::testbed::config::relay("rs", "127.0.0.1:9090", Some(&psk));
+    let mut peer = RawListener::new(ListenMode::Peer, format!("0.0.0.0:{PEER_PORT}"));
+    peer.reuse_port = Some(true);
+    cfg.listen.push(peer);
+    cfg.route.push(RawRoute::new("0.0.0.0/0", "direct"));
+    let path = dir.join("rs.toml");
+    std::fs::write(&path, cfg.to_toml()).expect("write config");
+    let bpffs = dir.join("bpffs");
+    std::fs::create_dir_all(&bpffs).expect("bpffs dir");
+    let check = |setup: &str| {
+        let script = format!(
+            "umount -a -t bpf 2>/dev/null; {setup} exec \"$0\" relay --config \"$1\" --check"
+        );
+        let out = output(
+            Command::new("unshare")
+                .args(["-m", "sh", "-c", &script, SPLITWAY])
+                .arg(&path),
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{out:?}");
+        text.lines()
+            .find(|l| l.starts_with("zero_rtt: "))
+            .unwrap_or_else(|| panic!("no zero_rtt line:\n{text}"))
+            .to_owned()
+    };
+    let without = check("");
+    assert!(
+        without.starts_with("zero_rtt: unavailable")
+            && without.contains("reuse_port")
+            && without.contains("mount -t bpf"),
+        "{without}"
+    );
+    let with = check(&format!("mount -t bpf bpf '{}' &&", bpffs.display()));
+    assert!(
+        with.starts_with("zero_rtt: active") && with.contains("host-wide"),
+        "{with}"
+    );
+}
