@@ -113,7 +113,9 @@ impl Rig {
         if mounted {
             rig.bpffs = Some(bpffs);
         } else {
-            println!("no bpf filesystem for the relays: rs refuses 0-RTT Hellos, rc uses the challenge");
+            println!(
+                "no bpf filesystem for the relays: rs refuses 0-RTT Hellos, rc uses the challenge"
+            );
         }
         // The testbed's chain: client 10.0.1.1, rc 10.0.1.2 / 10.0.12.1,
         // rs 10.0.12.2 / 10.0.3.1, server 10.0.3.2 (the constants above).

@@ -213,8 +213,8 @@ impl From<ConnError> for HelloDial {
 /// The 0-RTT dial: Hello ‖ Header ‖ first bytes (covered by the Hello's
 /// MAC) as the first write (of a TFO socket with `fast_open`), then the
 /// peer's proof, then our Confirm and any first bytes the Hello could not
-/// cover. Waiting for the
-/// proof costs nothing in the SYN: the acceptor sends it at the SYN, so it
+/// cover. Waiting for the proof costs nothing in the SYN: the acceptor
+/// sends it at the SYN, so it
 /// comes back with the SYN-ACK, before which no further byte could leave
 /// anyway. Without TFO it holds back only client bytes beyond the first
 /// write, which the Reply (a round trip later still) would not release
