@@ -606,3 +606,63 @@ fn check_says_whether_a_shared_peer_port_can_take_hellos() {
         "{with}"
     );
 }
+
+/// A real dialer's Hello carrying client bytes: an HTTP CONNECT client
+/// pipelines 6,000 bytes behind its request, so rc's fresh 0-RTT leg puts
+/// the first of them (up to 4,096) under the Hello's MAC and the rest after
+/// its Confirm. rs forwards both, in order, and the server's answer comes
+/// back: every byte arrives, nothing is counted unconfirmed.
+#[test]
+fn client_bytes_pipelined_behind_a_connect_ride_the_hello_and_arrive_intact() {
+    require_netns!();
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].accel(|a| {
+        a.zero_rtt = Some(true);
+        a.pool = Some(false);
+    });
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+    let mut pattern = PatternGen::new(33);
+    let mut payload = Vec::new();
+    while payload.len() < 6_000 {
+        payload.extend_from_slice(pattern.next_chunk());
+    }
+    payload.truncate(6_000);
+    let mut request =
+        format!("CONNECT {SERVER_V4}:{SERVER_PORT} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes();
+    request.extend_from_slice(&payload);
+    let mut client = connect_in(
+        &lab.client,
+        sock(&format!("{ENTRY_V4}:{HTTP_CONNECT_PORT}")),
+    )
+    .expect("connect rc");
+    client.write_all(&request).expect("send request and data");
+    let (mut at_server, _) = server.accept(Duration::from_secs(10));
+    let mut got = vec![0u8; payload.len()];
+    at_server.read_exact(&mut got).expect("the pipelined bytes");
+    assert!(got == payload, "the pipelined bytes arrived in order");
+    at_server.write_all(b"answer").expect("server answer");
+    drop(at_server);
+    let mut reply = Vec::new();
+    client.read_to_end(&mut reply).expect("client read");
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.ends_with("\r\n\r\nanswer"),
+        "{text}"
+    );
+    // Both halves closed: the relays account the connection.
+    drop(client);
+    let rc = lab.metrics("rc");
+    let rs = lab.metrics("rs");
+    assert_eq!(zero_rtt(&rc, "sent"), 1.0);
+    assert_eq!(zero_rtt(&rs, "accepted"), 1.0);
+    assert_eq!(zero_rtt(&rs, "unconfirmed"), 0.0);
+    lab.assert_forwarded_bytes(
+        "rs",
+        payload.len() as u64,
+        6,
+        Deadline::after(Duration::from_secs(10)),
+    );
+    lab.assert_relays_alive();
+}
