@@ -27,7 +27,7 @@ use super::{FrameError, hello_kind, nonce, read_frame, reply_bytes, unix_ms};
 /// window: what makes "accepted once" hold for the host, not the process.
 pub enum HelloRegister {
     /// The pinned BPF map every relay process on the host opens.
-    Shared(StrikeRegister),
+    Shared(Arc<StrikeRegister>),
     /// No shared map (the reason), but no peer listener shares its port
     /// (`reuse_port`): this process alone receives Hellos sent to it.
     Local(String),
@@ -49,7 +49,7 @@ impl HelloRegister {
         let reason = match strikes::find_bpffs() {
             None => "no bpf filesystem is mounted (mount -t bpf bpf /sys/fs/bpf)".to_owned(),
             Some(dir) => match StrikeRegister::open_or_create(&dir, SHARED_CAPACITY) {
-                Ok(r) => return HelloRegister::Shared(r),
+                Ok(r) => return HelloRegister::Shared(Arc::new(r)),
                 Err(e) => e.to_string(),
             },
         };
@@ -177,8 +177,10 @@ impl HelloWindow {
             Ok(Strike::Fresh) => Ok(()),
             Ok(Strike::Replayed) => Err(Refusal::Replayed),
             Ok(Strike::Full) => {
-                // Full of what a crashed process left behind? Swept at most
-                // once a window, then tried once more.
+                // Full, perhaps of what a crashed process left behind: swept
+                // at most once a window. The walk takes about 2 µs a nonce,
+                // so it runs off the runtime's workers; this Hello is
+                // refused meanwhile (its dialer uses the challenge).
                 let last = self.swept_ms.load(Ordering::Relaxed);
                 if now >= last + self.window_ms
                     && self
@@ -186,14 +188,16 @@ impl HelloWindow {
                         .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                         .is_ok()
                 {
-                    match map.sweep(now) {
+                    let map = Arc::clone(map);
+                    let sweep = move || match map.sweep(now) {
                         Ok(n) => tracing::info!(dropped = n, "swept the 0-RTT strike register"),
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot sweep the 0-RTT strike register")
                         }
-                    }
-                    if let Ok(Strike::Fresh) = map.strike(&hello.nonce_c, expires) {
-                        return Ok(());
+                    };
+                    match tokio::runtime::Handle::try_current() {
+                        Ok(rt) => drop(rt.spawn_blocking(sweep)),
+                        Err(_) => sweep(),
                     }
                 }
                 Err(Refusal::Full)
@@ -602,12 +606,33 @@ mod tests {
             }
         };
         let sibling = map.try_clone().expect("dup");
-        let a = HelloWindow::new(WINDOW, HelloRegister::Shared(map));
-        let b = HelloWindow::new(WINDOW, HelloRegister::Shared(sibling));
+        let a = HelloWindow::new(WINDOW, HelloRegister::Shared(Arc::new(map)));
+        let b = HelloWindow::new(WINDOW, HelloRegister::Shared(Arc::new(sibling)));
         assert_eq!(a.admit(&hello(2)), Ok(()));
         assert_eq!(b.admit(&hello(2)), Err(Refusal::Replayed));
         assert_eq!(b.admit(&hello(3)), Ok(()));
         assert_eq!(a.admit(&hello(3)), Err(Refusal::Replayed));
         assert!(a.describe().is_ok());
+    }
+
+    /// A full map refuses (the dialer falls back), and is swept of expired
+    /// entries so that the next Hello is taken again.
+    #[test]
+    fn a_full_register_refuses_then_is_swept() {
+        let map = match StrikeRegister::unpinned(2) {
+            Ok(m) => Arc::new(m),
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        // Two entries a crashed process left behind, long expired.
+        for n in [[7u8; 32], [8; 32]] {
+            assert_eq!(map.strike(&n, 1).expect("strike"), Strike::Fresh);
+        }
+        let w = HelloWindow::new(WINDOW, HelloRegister::Shared(map));
+        assert_eq!(w.admit(&hello(4)), Err(Refusal::Full));
+        // No runtime here: the sweep ran inline.
+        assert_eq!(w.admit(&hello(5)), Ok(()));
     }
 }
