@@ -436,7 +436,7 @@ fn a_captured_hello_replayed_to_processes_sharing_the_port_is_refused_by_each() 
     ] {
         let z = &status.accel["zero_rtt"];
         assert_eq!(z.state, "active", "{status:?}");
-        assert!(z.reason.contains("host-wide"), "{}", z.reason);
+        assert!(z.reason.contains("refused host-wide"), "{}", z.reason);
     }
 
     // The genuine path: fresh 0-RTT legs, every byte checked both ways.
@@ -458,7 +458,8 @@ fn a_captured_hello_replayed_to_processes_sharing_the_port_is_refused_by_each() 
         .expect("valid psk");
     let rs_peer = sock(&lab.peer_addr(1));
     let first_bytes = b"GET /legit HTTP/1.1\r\nHost: server\r\n\r\n";
-    let (mut dialer, captured) = build_hello(&psk, 0x33, unix_ms(), first_bytes);
+    let stamped = unix_ms();
+    let (mut dialer, captured) = build_hello(&psk, 0x33, stamped, first_bytes);
     let mut legit = connect_in(lab.rc(), rs_peer).expect("connect rs");
     legit.write_all(&captured).expect("send hello");
     read_proof(&mut legit, &mut dialer).expect("the genuine Hello is accepted");
@@ -486,7 +487,7 @@ fn a_captured_hello_replayed_to_processes_sharing_the_port_is_refused_by_each() 
         s.write_all(&attack).expect("send replay");
         // Parsed as the genuine dialer would (the test holds the key; the
         // attacker does not need it to send the bytes).
-        let (mut parser, _) = build_hello(&psk, 0x33, 0, first_bytes);
+        let (mut parser, _) = build_hello(&psk, 0x33, stamped, first_bytes);
         assert_eq!(
             read_proof(&mut s, &mut parser).map(|_| ()),
             Err(AuthError::Rejected(RejectReason::AuthFailed)),
