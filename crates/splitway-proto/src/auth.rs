@@ -620,10 +620,12 @@ impl Dialer {
         self.confirm.take()
     }
 
-    /// Verifies the ServerProof; returns the bytes consumed. After `Ok(Some)`
-    /// the next bytes from the acceptor are the Reply. After a Hello, a
-    /// Challenge before the proof is skipped (the acceptor sent it because
-    /// the Hello had not arrived with the SYN).
+    /// Verifies the ServerProof (after a Hello: the HelloProof); returns the
+    /// bytes consumed. After `Ok(Some)` the next bytes from the acceptor are
+    /// the Reply, and after a HelloProof [`Dialer::take_confirm`] has the
+    /// Confirm to send. After a Hello, a Challenge before the proof is
+    /// skipped (the acceptor sent it because the Hello had not arrived with
+    /// the SYN).
     pub fn on_server_proof(&mut self, buf: &[u8]) -> Result<Option<usize>, AuthError> {
         let nonce_s = match self.state {
             DialerState::AwaitingProof { nonce_s } => nonce_s,

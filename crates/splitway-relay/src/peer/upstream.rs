@@ -267,7 +267,7 @@ async fn dial_hello(
     }
 }
 
-/// Reads the peer's ServerProof within the handshake timeout: the read's
+/// Reads the peer's ServerProof (or HelloProof) within the handshake timeout: the read's
 /// outcome, and the bytes that came after the proof.
 async fn read_proof(
     io: LegIo<'_>,
