@@ -228,7 +228,7 @@ pub enum Config {
     Ssh,
     /// splitway relays with exactly the README's minimal config: whatever
     /// the relays turn on by themselves (early SYN on the intercepting
-    /// relay, the pool, 0-RTT Hellos).
+    /// relay, the pool, 0-RTT Hellos, learned windows on relay legs).
     Default,
     /// splitway relays, every acceleration off: fresh peer legs that open
     /// with the 0-RTT Hello after the handshake (no TFO).
@@ -306,10 +306,15 @@ impl Config {
                 relay_leg: RelayLeg::SshChannel,
                 ..splitway
             },
-            // The relays' own choice: what split+es+pool asks for.
+            // The relays' own choice: split+es+pool's connection set-up,
+            // and relay legs that start at the window learned on earlier
+            // connections (issue #29). The model takes the learning as
+            // done, at the relay leg's BDP (turbo-start's model), so the
+            // row's ratio says how far the relays still are from it.
             Config::Default => Mechanics {
                 early_syn: EarlySyn::FirstRelay,
                 relay_leg: RelayLeg::Pooled,
+                turbo_relay_legs: true,
                 ..splitway
             },
             Config::Split => splitway,

@@ -1166,7 +1166,11 @@ fn relay_config(
     let via = match relays.get(i + 1) {
         Some(next) => {
             let mut peer = RawPeer::new(next.name(), format!("{}:{PEER_PORT}", left_addr(next)?));
-            peer.congestion = Some(right_cc.into());
+            // The minimal config names no algorithm: its relay legs run
+            // what the relay picks by default (the learned window).
+            if !accel.minimal {
+                peer.congestion = Some(right_cc.into());
+            }
             conf.peer.push(peer);
             next.name()
         }

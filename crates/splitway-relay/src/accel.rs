@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use splitway_api as api;
 use splitway_control::metrics::{AccelName, AccelState, Metrics};
 
-use crate::config::{Config, ListenMode, Switch};
+use crate::config::{Config, LEARNED_WINDOW_CC, ListenMode, Switch};
 
 /// The sysctl file that holds `tcp_fastopen` also holds the fix.
 const TFO_FIX: &str = "set net.ipv4.tcp_fastopen = 3 (deploy/sysctl.d/60-splitway-tfo.conf)";
@@ -37,6 +37,10 @@ pub struct HostFacts {
     /// Hellos are refused (`Err`): the host-wide strike register, when
     /// there is a plain peer listener to take Hellos.
     pub hello_register: Option<Result<String, String>>,
+    /// Outcome of registering (`--check`: probing) the learned-window
+    /// congestion control: the leg keys it serves, or why it cannot run.
+    /// None when it was not tried.
+    pub learned_window: Option<Result<Vec<String>, String>>,
 }
 
 impl HostFacts {
@@ -46,6 +50,7 @@ impl HostFacts {
             tcp_fastopen: splitway_sys::sock::fastopen_sysctl(),
             early_syn: None,
             hello_register: None,
+            learned_window: None,
         }
     }
 
@@ -338,7 +343,47 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
             reason: "opt-in only ([accel.turbo]): it changes routes for whole prefixes".into(),
         },
     });
+    out.push(learned_window(cfg, host));
     out
+}
+
+fn learned_window(cfg: &Config, host: &HostFacts) -> Entry {
+    use AccelState::{Active, Off, Unavailable};
+    let r = cfg.accel.requested.learned_window;
+    let relay_legs =
+        !cfg.peers.is_empty() || cfg.listeners.iter().any(|l| l.mode == ListenMode::Peer);
+    let entry = |state, reason| entry(AccelName::LearnedWindow, r, state, reason);
+    if !cfg.accel.learned_window {
+        let why = if cfg.accel.turbo.is_some() {
+            "[accel.turbo] sets the relay legs' initial window"
+        } else if !relay_legs {
+            "no relay legs (no [[peer]] and no peer listener)"
+        } else {
+            ""
+        };
+        return entry(Off, off_reason(r, "learned_window", why));
+    }
+    match &host.learned_window {
+        None => entry(
+            Active,
+            format!("relay legs without a `congestion` key to run {LEARNED_WINDOW_CC}"),
+        ),
+        Some(Ok(keys)) if keys.is_empty() => entry(
+            Off,
+            "every relay leg names its own congestion control".into(),
+        ),
+        Some(Ok(keys)) => entry(
+            Active,
+            format!(
+                "{LEARNED_WINDOW_CC} on {}: each relay leg starts from the window the last one to the same peer reached (RTT-checked, paced, retreats on loss)",
+                keys.join(", ")
+            ),
+        ),
+        Some(Err(e)) => entry(
+            Unavailable,
+            format!("{e}; relay legs slow-start from the kernel's initial window"),
+        ),
+    }
 }
 
 /// The running relay's view, shared by every config snapshot.

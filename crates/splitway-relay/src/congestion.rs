@@ -22,6 +22,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::Config;
+use crate::config::{LEARNED_WINDOW_CC, ListenMode};
 
 /// A shipped algorithm a config names that could not be registered.
 #[derive(Debug, Error)]
@@ -71,6 +72,56 @@ pub fn shipped_in(cfg: &Config) -> Vec<(String, String)> {
             cc::is_shipped(cc).then(|| (key, cc.clone()))
         })
         .collect()
+}
+
+/// Gives every relay leg whose config names no congestion control the
+/// learned-window algorithm: legs dialed to each `[[peer]]`, and legs
+/// accepted from upstream relays (`[upstream]`) when a peer listener
+/// exists. Client and server legs face hosts we do not control and keep
+/// the kernel's behaviour. Returns the keys it filled, in file order.
+pub fn fill_learned_window(cfg: &mut Config) -> Vec<String> {
+    let mut filled = Vec::new();
+    for (i, p) in cfg.peers.iter_mut().enumerate() {
+        if p.tuning.congestion.is_none() {
+            p.tuning.congestion = Some(LEARNED_WINDOW_CC.to_owned());
+            filled.push(format!("peer[{i}].congestion"));
+        }
+    }
+    let accepts_relays = cfg.listeners.iter().any(|l| l.mode == ListenMode::Peer);
+    if accepts_relays && cfg.upstream.congestion.is_none() {
+        cfg.upstream.congestion = Some(LEARNED_WINDOW_CC.to_owned());
+        filled.push("upstream.congestion".to_owned());
+    }
+    filled
+}
+
+/// Gives relay legs that name no congestion control the learned-window
+/// algorithm once `register` accepts it (the relay: [`ensure`]; `--check`:
+/// [`probe`]). If it cannot be registered, `cfg` is left as it was: the
+/// legs keep the kernel's default, and the reason goes to `--check`,
+/// `/status` and `accel_state`. The keys it filled, or why not.
+pub fn learn_windows(
+    cfg: &mut Config,
+    register: fn(&str) -> Result<(), CcError>,
+) -> Result<Vec<String>, String> {
+    let mut learning = cfg.clone();
+    let keys = fill_learned_window(&mut learning);
+    if keys.is_empty() {
+        return Ok(keys);
+    }
+    register(LEARNED_WINDOW_CC).map_err(|e| e.to_string())?;
+    *cfg = learning;
+    Ok(keys)
+}
+
+/// Whether `name` (a shipped algorithm) can be registered here, tried for
+/// real: registered and released at once; a name another process holds
+/// counts as working.
+pub fn probe(name: &str) -> Result<(), CcError> {
+    if let Some(reason) = cc::unsupported_reason() {
+        return Err(CcError::Unsupported(reason));
+    }
+    cc::register(name).map(drop)
 }
 
 /// Registers every shipped algorithm `cfg` uses that this process does not
@@ -140,12 +191,7 @@ pub fn status() -> Vec<api::CongestionControl> {
 pub fn check(cfg: &Config) -> Vec<String> {
     let mut problems = Vec::new();
     for (key, name) in shipped_in(cfg) {
-        let outcome = if let Some(reason) = cc::unsupported_reason() {
-            Err(CcError::Unsupported(reason))
-        } else {
-            cc::register(&name).map(drop)
-        };
-        if let Err(e) = outcome {
+        if let Err(e) = probe(&name) {
             problems.push(format!(
                 "{key}: `{name}` is a BPF (struct_ops) congestion control and cannot be used on this host: {e}"
             ));

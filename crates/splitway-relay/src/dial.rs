@@ -143,14 +143,14 @@ async fn connect_leg(
                     c.carry(&peer.name, &header, &early).await
                 }
                 None => {
-                    let turbo_buffer = shared.cfg.accel.turbo.map(|t| t.buffer);
+                    let leg_buffer = shared.cfg.accel.relay_leg_buffer();
                     peer::dial(
                         peer,
                         psk,
                         &header,
                         &early,
                         &shared.cfg.timeouts,
-                        turbo_buffer,
+                        leg_buffer,
                         shared.cfg.accel.zero_rtt,
                         shared.accel.peer_fast_open,
                         &shared.metrics,

@@ -57,7 +57,7 @@ pub fn bind(
     l: &Listener,
     n: usize,
     accel: &Accel,
-    turbo_buffer: Option<usize>,
+    leg_buffer: Option<usize>,
 ) -> Result<Vec<TcpListener>, RelayError> {
     let err = |source| RelayError::Listen {
         addr: l.addr,
@@ -73,7 +73,7 @@ pub fn bind(
     if guarded {
         first.set_reuse_port(true).map_err(err)?;
     }
-    let mut sockets = vec![listen(l, first, accel, turbo_buffer).map_err(err)?];
+    let mut sockets = vec![listen(l, first, accel, leg_buffer).map_err(err)?];
     if guarded {
         let group = u32::try_from(n).unwrap_or(u32::MAX);
         splitway_sys::sock::attach_reuseport_guard(&sockets[0], group)
@@ -82,7 +82,7 @@ pub fn bind(
     for _ in 1..n {
         let sock = new_socket(l, true).map_err(err)?;
         sock.bind(&bound).map_err(err)?;
-        sockets.push(listen(l, sock, accel, turbo_buffer).map_err(err)?);
+        sockets.push(listen(l, sock, accel, leg_buffer).map_err(err)?);
     }
     Ok(sockets)
 }
@@ -113,9 +113,9 @@ fn listen(
     l: &Listener,
     sock: Socket,
     accel: &Accel,
-    turbo_buffer: Option<usize>,
+    leg_buffer: Option<usize>,
 ) -> std::io::Result<TcpListener> {
-    set_accept_options(l, &sock, accel, turbo_buffer)?;
+    set_accept_options(l, &sock, accel, leg_buffer)?;
     sock.listen(BACKLOG)?;
     sock.set_nonblocking(true)?;
     TcpListener::from_std(sock.into())
@@ -127,9 +127,9 @@ fn set_accept_options(
     l: &Listener,
     sock: &Socket,
     accel: &Accel,
-    turbo_buffer: Option<usize>,
+    leg_buffer: Option<usize>,
 ) -> std::io::Result<()> {
-    if let (ListenMode::Peer, Some(n)) = (l.mode, turbo_buffer) {
+    if let (ListenMode::Peer, Some(n)) = (l.mode, leg_buffer) {
         // Accepted sockets inherit the listener's buffers; the receive
         // buffer must be set before the SYN to scale the window.
         sock.set_recv_buffer_size(n)?;
@@ -170,7 +170,7 @@ pub fn adopt(
     l: &Listener,
     sock: std::net::TcpListener,
     accel: &Accel,
-    turbo_buffer: Option<usize>,
+    leg_buffer: Option<usize>,
 ) -> Result<TcpListener, RelayError> {
     let err = |source| RelayError::Listen {
         addr: l.addr,
@@ -180,7 +180,7 @@ pub fn adopt(
     let sock = Socket::from(sock);
     // On an inherited, already listening socket these apply to connections
     // accepted from now on.
-    set_accept_options(l, &sock, accel, turbo_buffer).map_err(err)?;
+    set_accept_options(l, &sock, accel, leg_buffer).map_err(err)?;
     sock.set_nonblocking(true).map_err(err)?;
     TcpListener::from_std(sock.into()).map_err(err)
 }

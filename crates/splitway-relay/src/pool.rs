@@ -35,7 +35,7 @@ pub struct PeerPool {
     /// Watermarks, tunable live through the admin API.
     low: AtomicUsize,
     high: AtomicUsize,
-    turbo_buffer: Option<usize>,
+    leg_buffer: Option<usize>,
     /// This peer's pool series, resolved once: what it counts, and what
     /// `/status` reads back.
     pool_metrics: PoolMetrics,
@@ -52,7 +52,7 @@ impl PeerPool {
         peer: Peer,
         psk: Psk,
         timeouts: Timeouts,
-        turbo_buffer: Option<usize>,
+        leg_buffer: Option<usize>,
         metrics: Arc<Metrics>,
     ) -> Arc<PeerPool> {
         Arc::new(PeerPool {
@@ -60,7 +60,7 @@ impl PeerPool {
             low: AtomicUsize::new(peer.pool.low),
             high: AtomicUsize::new(peer.pool.high),
             peer,
-            turbo_buffer,
+            leg_buffer,
             psk,
             timeouts,
             idle: Mutex::new(VecDeque::new()),
@@ -194,7 +194,7 @@ impl PeerPool {
                             &pool.peer,
                             &pool.psk,
                             &pool.timeouts,
-                            pool.turbo_buffer,
+                            pool.leg_buffer,
                         )
                         .await;
                         pool.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -286,7 +286,7 @@ pub(crate) fn new_pool(cfg: &Config, peer: &Peer, metrics: &Arc<Metrics>) -> Opt
             peer.clone(),
             psk.clone(),
             cfg.timeouts.clone(),
-            cfg.accel.turbo.map(|t| t.buffer),
+            cfg.accel.relay_leg_buffer(),
             metrics.clone(),
         )),
         _ => None,

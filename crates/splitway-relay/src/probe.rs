@@ -94,7 +94,7 @@ async fn probe(
         &header,
         &[],
         &shared.cfg.timeouts,
-        shared.cfg.accel.turbo.map(|t| t.buffer),
+        shared.cfg.accel.relay_leg_buffer(),
         shared.cfg.accel.zero_rtt,
         shared.accel.peer_fast_open,
         &shared.metrics,

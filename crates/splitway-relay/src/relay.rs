@@ -73,7 +73,7 @@ impl Relay {
         Relay::bind_with(cfg, RelayOptions::default()).await
     }
 
-    pub async fn bind_with(cfg: Config, options: RelayOptions) -> Result<Relay, RelayError> {
+    pub async fn bind_with(mut cfg: Config, options: RelayOptions) -> Result<Relay, RelayError> {
         // Two sockets per split connection, plus pipes while data moves.
         // Beyond what the open-file limit holds, new connections are shed
         // at accept (a reset, counted) instead of failing half-way.
@@ -102,6 +102,10 @@ impl Relay {
                 0
             }
         };
+        let learned_window = cfg
+            .accel
+            .learned_window
+            .then(|| crate::congestion::learn_windows(&mut cfg, crate::congestion::ensure));
         // BPF congestion controls before any socket could select them.
         crate::congestion::register_for(&cfg)?;
         let metrics = Arc::new(Metrics::new());
@@ -119,17 +123,17 @@ impl Relay {
         let mut listeners = Vec::new();
         let mut interceptions = Vec::new();
         for (index, l) in cfg.listeners.iter().enumerate() {
-            let turbo_buffer = cfg.accel.turbo.map(|t| t.buffer);
+            let leg_buffer = cfg.accel.relay_leg_buffer();
             listeners.push(match inherited[index].take() {
                 Some(sock) => {
                     info!(mode = l.mode.as_str(), addr = %l.addr, "using the listening socket passed by the service manager");
-                    vec![ingress::adopt(l, sock, &cfg.accel, turbo_buffer)?]
+                    vec![ingress::adopt(l, sock, &cfg.accel, leg_buffer)?]
                 }
                 None => ingress::bind(
                     l,
                     ingress::accept_sockets(l),
                     &cfg.accel,
-                    turbo_buffer,
+                    leg_buffer,
                 )?,
             });
             if let Some(i) = &l.intercept {
@@ -149,6 +153,7 @@ impl Relay {
             }
         }
         let mut host = HostFacts::read();
+        host.learned_window = learned_window;
         let admin = match cfg.admin {
             Some(a) => Some(splitway_control::bind(a).await?),
             None => None,

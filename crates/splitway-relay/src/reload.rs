@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use splitway_api as api;
+use splitway_control::metrics::{AccelName, AccelState};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -172,14 +173,19 @@ impl Reloader {
         if self.draining.load(Ordering::SeqCst) {
             return Err(ReloadError::Draining);
         }
-        let new = Config::load(path).map_err(ReloadError::Invalid)?;
+        let mut new = Config::load(path).map_err(ReloadError::Invalid)?;
+        let old = self.current.load();
+        // Relay legs keep the learned window the relay started with (a
+        // change of `accel.learned_window` needs a restart).
+        if old.accel.state(AccelName::LearnedWindow) == AccelState::Active {
+            crate::congestion::fill_learned_window(&mut new);
+        }
         // Load on demand: new connections may only switch to an algorithm
         // that is registered.
         crate::congestion::register_for(&new)?;
         for w in new.warnings() {
             warn!("reload: {w}");
         }
-        let old = self.current.load();
         let running_now = Running {
             idle: old.live.idle(),
             early_syn: old.live.early_syn_enabled(),

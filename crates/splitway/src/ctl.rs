@@ -142,7 +142,8 @@ replaced), pool watermarks, the keys (psk_file, psk_file_previous: rotate withou
 restart), limits, timeouts, direct/client/peer tuning, forwarding.data_path, listeners' \
 allow_clients, accel.pool, and accel.early_syn if the SYN detector is running. Open \
 connections keep the config they started with.\n\n\
-The listener set (addresses, modes, interception), admin, name, accel.tfo, accel.turbo \
+The listener set (addresses, modes, interception), admin, name, accel.tfo, accel.turbo, \
+accel.learned_window \
 and the early-SYN budget and expiry need a restart: they keep their old value and are \
 listed as such. Values set with `splitway ctl set` are reset to the file's (the log \
 level, not in the file, stays).\n\n\

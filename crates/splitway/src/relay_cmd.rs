@@ -128,6 +128,12 @@ pub fn run(
         {
             host.hello_register = Some(splitway_relay::peer::HelloRegister::probe(shares_port));
         }
+        if cfg.accel.learned_window {
+            host.learned_window = Some(splitway_relay::congestion::learn_windows(
+                &mut cfg.clone(),
+                splitway_relay::congestion::probe,
+            ));
+        }
         print!(
             "{}",
             splitway_relay::accel::describe(&splitway_relay::accel::plan(&cfg, &host))

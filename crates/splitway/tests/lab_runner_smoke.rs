@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use support::*;
 
-const CONFIGS: [&str; 4] = ["e2e", "haproxy", "ssh", "split"];
+const CONFIGS: [&str; 5] = ["e2e", "haproxy", "ssh", "split", "default"];
 const SIZES: [u64; 2] = [10_000, 100_000];
 
 const SCENARIO: &str = r#"
 name = "smoke"
 description = "runner smoke test: tiny RTTs"
-configs = ["e2e", "haproxy", "ssh", "split"]
+configs = ["e2e", "haproxy", "ssh", "split", "default"]
 
 [workload]
 sizes = ["10KB", "100KB"]
@@ -129,6 +129,22 @@ fn lab_runner_measures_every_configuration() {
         assert!(
             stdout.lines().any(|l| l.starts_with(config)),
             "no table line for {config}:\n{stdout}"
+        );
+    }
+    // The README's minimal config (learned windows on the relay legs) is
+    // never much slower than every acceleration off: a window learned
+    // wrong (a stuck ssthresh, a retreat loop) costs whole round trips.
+    let total = |config: &str, size: u64| {
+        rows.iter()
+            .find(|r| r["config"] == config && r["size_bytes"] == size)
+            .and_then(|r| r["total_ms"]["median"].as_f64())
+            .expect("a measured total")
+    };
+    for size in SIZES {
+        let (default, split) = (total("default", size), total("split", size));
+        assert!(
+            default <= 2.0 * split + 50.0,
+            "default {default} ms against split {split} ms at {size} B:\n{stdout}"
         );
     }
     let chart = charts.join("smoke.svg");

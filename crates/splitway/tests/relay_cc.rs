@@ -364,8 +364,11 @@ fn pooled_leg_cwnd_after_idle(lab: &Lab, server: &TestServer) -> (u32, String) {
     (used.cwnd, ss)
 }
 
-#[test]
-fn splitway_resume_resumes_a_pooled_leg_at_its_first_send_after_idle() {
+/// Pooled rc → rs legs, idle since their handshake, resume at their first
+/// send from the window the last leg to rs ended with. `configure` sets
+/// how the legs get `splitway_resume`; `learned_window` is the state rc's
+/// `/status` must then report for that acceleration.
+fn pooled_legs_resume_after_idle(configure: impl FnOnce(&mut [RelayConfig]), learned_window: &str) {
     require_netns!();
     let _lock = heavy_lock();
     const RESUME: &str = "splitway_resume";
@@ -377,16 +380,21 @@ fn splitway_resume_resumes_a_pooled_leg_at_its_first_send_after_idle() {
     );
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    configs[0].peers[0].congestion = Some(RESUME.into());
-    // Pooled legs (the default): opened and authenticated before use.
-    configs[0].accel(|a| a.pool = Some(true));
+    configure(&mut configs);
     lab.start_relays(&configs);
+    let status = admin_status(lab.rc()).expect("GET /status from rc");
+    let accel = &status.accel["learned_window"];
+    assert_eq!(accel.state, learned_window, "{accel:?}");
     let server = TestServer::bind(&lab.server, server_v4());
 
     let (first, ss) = pooled_leg_cwnd_after_idle(&lab, &server);
     assert!(
         first <= 16,
         "nothing saved: a pooled leg starts near initcwnd:\n{ss}"
+    );
+    assert!(
+        ss.contains(RESUME),
+        "the pooled legs should run {RESUME}:\n{ss}"
     );
     // A bulk upload saves rs's window when its leg closes; the next pooled
     // leg, idle since its handshake, resumes at its first send. A jump at
@@ -403,7 +411,28 @@ fn splitway_resume_resumes_a_pooled_leg_at_its_first_send_after_idle() {
     );
     eprintln!("first pooled leg cwnd {first}, resumed pooled leg cwnd {resumed}:\n{ss}");
     transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    transfer_server_to_client(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
     lab.assert_relays_alive();
+}
+
+#[test]
+fn splitway_resume_resumes_a_pooled_leg_at_its_first_send_after_idle() {
+    pooled_legs_resume_after_idle(
+        |configs| {
+            configs[0].peers[0].congestion = Some("splitway_resume".into());
+            // Pooled legs (the default): opened and authenticated before use.
+            configs[0].accel(|a| a.pool = Some(true));
+        },
+        // rc's only relay leg names its algorithm.
+        "off",
+    );
+}
+
+/// Downloads by default (issue #29): with no `congestion` key and no
+/// `[accel]`, relay legs learn their window; `/status` says so.
+#[test]
+fn the_default_config_learns_the_relay_legs_window() {
+    pooled_legs_resume_after_idle(|_| {}, "active");
 }
 
 /// Two relays on one host both use splitway_cubic: the second shares the

@@ -208,6 +208,7 @@ fn check_says_what_each_acceleration_will_do_here() {
         "tfo_client",
         "tfo_server",
         "turbo_start",
+        "learned_window",
     ] {
         let line = text
             .lines()
@@ -227,6 +228,25 @@ fn check_says_what_each_acceleration_will_do_here() {
         "{text}"
     );
     assert!(text.contains("zero_rtt: active (requested auto)"), "{text}");
+    // An explicit `congestion` key wins over the learned window.
+    assert!(
+        text.contains(
+            "learned_window: off (requested auto): every relay leg names its own congestion control"
+        ),
+        "{text}"
+    );
+    // Without one, the legs to rs learn their window (this host has BPF
+    // struct_ops; the probe registers it for real and releases it).
+    let mut learning = good();
+    learning.peer[0].congestion = None;
+    let (ok, text) = check(&learning.to_toml());
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(
+            "learned_window: active (requested auto): splitway_resume on peer[0].congestion"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("tfo_server: off (requested auto): opt-in only"),
         "{text}"

@@ -23,6 +23,8 @@ label_enum! {
         /// TCP Fast Open on direct legs to servers.
         TfoServer => "tfo_server",
         TurboStart => "turbo_start",
+        /// Relay legs start from the window learned on the last ones.
+        LearnedWindow => "learned_window",
     }
 }
 

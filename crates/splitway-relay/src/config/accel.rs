@@ -32,6 +32,7 @@ pub(super) fn accel(
         pool: Switch::from_raw(raw.pool),
         tfo: Switch::from_raw(raw.tfo),
         zero_rtt: Switch::from_raw(raw.zero_rtt),
+        learned_window: Switch::from_raw(raw.learned_window),
     };
     accel.strict = raw.strict.unwrap_or(false);
     // A tproxy listener that takes PROXY headers learns the client only
@@ -71,6 +72,17 @@ pub(super) fn accel(
         accel.early_syn_budget = b;
     }
     accel.turbo = raw.turbo.map(|t| turbo(c, t));
+    let relay_legs = !peers.is_empty() || listeners.iter().any(|l| l.mode == ListenMode::Peer);
+    accel.learned_window = match accel.requested.learned_window {
+        Switch::Auto => relay_legs && accel.turbo.is_none(),
+        s => s == Switch::On,
+    };
+    if accel.learned_window && accel.turbo.is_some() {
+        c.err(
+            "accel.learned_window",
+            "cannot be combined with [accel.turbo], which sets the relay legs' initial window itself",
+        );
+    }
     if let Some(t) = raw.early_syn_expiry
         && let Some(d) = c.duration("accel.early_syn_expiry", &t)
     {

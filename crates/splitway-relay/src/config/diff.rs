@@ -137,6 +137,11 @@ impl Diff {
         );
         self.restart_if("accel.turbo", &o.accel.turbo, &new.accel.turbo);
         self.restart_if(
+            "accel.learned_window",
+            &o.accel.learned_window,
+            &new.accel.learned_window,
+        );
+        self.restart_if(
             "accel.early_syn_budget",
             &o.accel.early_syn_budget,
             &new.accel.early_syn_budget,
@@ -185,6 +190,7 @@ impl Diff {
         new.accel.zero_rtt = o.accel.zero_rtt;
         new.accel.zero_rtt_window = o.accel.zero_rtt_window;
         new.accel.turbo = o.accel.turbo;
+        new.accel.learned_window = o.accel.learned_window;
         new.accel.early_syn_budget = o.accel.early_syn_budget;
         new.accel.early_syn_expiry = o.accel.early_syn_expiry;
         new.accel.strict = o.accel.strict;

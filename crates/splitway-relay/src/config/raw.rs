@@ -187,6 +187,7 @@ pub struct RawAccel {
     pub turbo: Option<RawTurbo>,
     pub zero_rtt: Option<bool>,
     pub zero_rtt_window: Option<String>,
+    pub learned_window: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -414,6 +414,31 @@ fn unset_accel_switches_are_on_where_they_apply() {
 }
 
 #[test]
+fn relay_legs_learn_their_window_unless_turbo_sets_it() {
+    // No relay legs: nothing to learn.
+    let cfg = Config::parse_str(MINIMAL).unwrap();
+    assert!(!cfg.accel.learned_window);
+    assert_eq!(cfg.accel.relay_leg_buffer(), None);
+    // A peer: on by default, with buffers that hold the window.
+    let cfg = with_psk(RC).unwrap();
+    assert!(cfg.accel.learned_window);
+    assert_eq!(cfg.accel.relay_leg_buffer(), Some(LEARNED_WINDOW_BUFFER));
+    // Turbo-start sets the window itself: auto gives way, true conflicts.
+    let turbo = format!("{RC}[accel]\nturbo = {{ initcwnd = 40, buffer = 65536 }}\n");
+    let cfg = with_psk(&turbo).unwrap();
+    assert!(!cfg.accel.learned_window);
+    assert_eq!(cfg.accel.relay_leg_buffer(), Some(65536));
+    let issues = with_psk(&format!("{turbo}learned_window = true\n")).unwrap_err();
+    assert!(
+        issues.iter().any(|i| i.key == "accel.learned_window"),
+        "{issues:?}"
+    );
+    let cfg = with_psk(&format!("{RC}[accel]\nlearned_window = false\n")).unwrap();
+    assert!(!cfg.accel.learned_window);
+    assert_eq!(cfg.accel.requested.learned_window, Switch::Off);
+}
+
+#[test]
 fn turbo_refuses_broad_upstream_prefixes() {
     let rs = |prefix: &str| {
         format!(

@@ -101,6 +101,7 @@ pub struct Requested {
     pub pool: Switch,
     pub tfo: Switch,
     pub zero_rtt: Switch,
+    pub learned_window: Switch,
 }
 
 /// Connection-time accelerations (the KTCP paper's, plus TFO). Each has its
@@ -147,6 +148,34 @@ pub struct Accel {
     /// How far a Hello's timestamp may be from this relay's clock; relays'
     /// clocks must agree to well within it (NTP).
     pub zero_rtt_window: Duration,
+    /// Relay legs (dialed to a `[[peer]]` without a `congestion` key, or
+    /// accepted from an upstream relay when `[upstream]` has none) run
+    /// [`LEARNED_WINDOW_CC`]: each connection starts from the window the
+    /// last one to the same peer reached, validated by RTT, paced, and
+    /// retreating on loss (docs/congestion.md). Auto: on when the relay has
+    /// relay legs and no `[accel.turbo]` (which sets their window itself).
+    pub learned_window: bool,
+}
+
+/// The congestion control that gives relay legs their learned window.
+pub const LEARNED_WINDOW_CC: &str = "splitway_resume";
+
+/// Socket buffers of relay legs with a learned window. The initial receive
+/// window is what the receive buffer holds (Linux 6.10+), and an
+/// autotuned buffer starts at 128 KB and grows one round trip at a time,
+/// so a sender resuming at the path's window would wait on the receiver's
+/// slow start instead of its own. 4 MiB holds 100 Mbit/s × 320 ms; the
+/// kernel caps it at net.core.rmem_max / wmem_max.
+pub const LEARNED_WINDOW_BUFFER: usize = 4 << 20;
+
+impl Accel {
+    /// Socket buffers for relay legs whose config sets none: turbo-start's,
+    /// or the learned window's.
+    pub fn relay_leg_buffer(&self) -> Option<usize> {
+        self.turbo
+            .map(|t| t.buffer)
+            .or(self.learned_window.then_some(LEARNED_WINDOW_BUFFER))
+    }
 }
 
 /// KTCP's Turbo-Start: large initial windows and buffers, installed as
@@ -176,6 +205,7 @@ impl Default for Accel {
             turbo: None,
             zero_rtt: false,
             zero_rtt_window: Duration::from_secs(10),
+            learned_window: false,
         }
     }
 }

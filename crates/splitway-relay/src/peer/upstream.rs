@@ -39,14 +39,14 @@ async fn send(io: LegIo<'_>, peer: &str, op: &'static str, data: &[u8]) -> Resul
         })
 }
 
-/// Opens a tuned connection to `peer`. `turbo_buffer` is turbo-start's
-/// buffer size for peers whose config sets none. With `fast_open`, connect
+/// Opens a tuned connection to `peer`. `leg_buffer` is the relay legs'
+/// buffer size ([`crate::config::Accel::relay_leg_buffer`]) for peers whose config sets none. With `fast_open`, connect
 /// returns at once when a TFO cookie is cached and the first write leaves in
 /// the SYN (a 0-RTT Hello is sure to follow).
 pub async fn connect(
     peer: &Peer,
     timeouts: &Timeouts,
-    turbo_buffer: Option<usize>,
+    leg_buffer: Option<usize>,
     fast_open: bool,
 ) -> Result<TcpStream, ConnError> {
     let io_err = |op, source| ConnError::PeerIo {
@@ -63,7 +63,7 @@ pub async fn connect(
         &sock,
         &peer.tuning,
         Some(PEER_KEEPALIVE_DEFAULT),
-        turbo_buffer,
+        leg_buffer,
     )
     .map_err(|e| ConnError::Internal(format!("tuning leg to peer {}: {e}", peer.name)))?;
     if fast_open {
@@ -150,20 +150,14 @@ pub async fn dial(
     header: &Header,
     early_data: &[u8],
     timeouts: &Timeouts,
-    turbo_buffer: Option<usize>,
+    leg_buffer: Option<usize>,
     zero_rtt: bool,
     fast_open: bool,
     metrics: &Metrics,
 ) -> Result<PeerLeg, ConnError> {
     if zero_rtt && peer.tls.is_none() {
         match dial_hello(
-            peer,
-            psk,
-            header,
-            early_data,
-            timeouts,
-            turbo_buffer,
-            fast_open,
+            peer, psk, header, early_data, timeouts, leg_buffer, fast_open,
         )
         .await
         {
@@ -179,7 +173,7 @@ pub async fn dial(
             Err(HelloDial::Failed(e)) => return Err(e),
         }
     }
-    let stream = connect(peer, timeouts, turbo_buffer, false).await?;
+    let stream = connect(peer, timeouts, leg_buffer, false).await?;
     let tls = secure(&stream, peer, timeouts).await?;
     let io = LegIo::new(&stream, tls.as_ref());
     let (dialer, mut out) = answer_challenge(io, peer, psk, timeouts).await?;
@@ -226,10 +220,10 @@ async fn dial_hello(
     header: &Header,
     early_data: &[u8],
     timeouts: &Timeouts,
-    turbo_buffer: Option<usize>,
+    leg_buffer: Option<usize>,
     fast_open: bool,
 ) -> Result<PeerLeg, HelloDial> {
-    let stream = connect(peer, timeouts, turbo_buffer, fast_open).await?;
+    let stream = connect(peer, timeouts, leg_buffer, fast_open).await?;
     let mut dialer = Dialer::new(psk.clone(), nonce());
     let mut encoded = Vec::with_capacity(header.encoded_len());
     header.encode(&mut encoded);
@@ -315,9 +309,9 @@ pub async fn dial_pooled(
     peer: &Peer,
     psk: &Psk,
     timeouts: &Timeouts,
-    turbo_buffer: Option<usize>,
+    leg_buffer: Option<usize>,
 ) -> Result<Pooled, ConnError> {
-    let stream = connect(peer, timeouts, turbo_buffer, false).await?;
+    let stream = connect(peer, timeouts, leg_buffer, false).await?;
     let tls = secure(&stream, peer, timeouts).await?;
     let io = LegIo::new(&stream, tls.as_ref());
     let (mut dialer, response) = answer_challenge(io, peer, psk, timeouts).await?;
