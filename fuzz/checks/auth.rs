@@ -1,8 +1,9 @@
 //! Peer handshake: arbitrary bytes at every step of both sides never panic or
 //! authenticate; a genuine handshake with fuzzer-chosen key and nonces always
 //! succeeds, and flipping any one byte of it always fails. The same for the
-//! version-2 0-RTT Hello and its proof, also behind the Challenge an
-//! acceptor sends at accept when the Hello did not ride the SYN.
+//! 0-RTT Hello (with the client bytes it covers), its proof and the
+//! Confirm, also behind the Challenge an acceptor sends at accept when the
+//! Hello did not ride the SYN.
 //!
 //! Shared by the cargo-fuzz target and the stable corpus replay test.
 
@@ -105,19 +106,24 @@ fn header_bytes(port: u16) -> Vec<u8> {
 
 /// The 0-RTT Hello: arbitrary bytes never verify unless they are exactly a
 /// Hello the key would produce (a MAC cannot be guessed), a hello-mode
-/// dialer takes no forged proof, and a genuine exchange built from the
-/// input authenticates while any flipped byte of the Hello does not.
+/// dialer takes no forged proof, no forged Confirm passes, and a genuine
+/// exchange built from the input authenticates while any flipped byte of
+/// the Hello (Header and covered data included) does not.
 fn check_hello(key: &Psk, nonce_c: [u8; NONCE_LEN], data: &[u8]) {
-    if let Ok(Some((hello, used))) = on_hello(std::slice::from_ref(key), data) {
+    let nonce_s = [3; NONCE_LEN];
+    if let Ok(Some((hello, used))) = on_hello(std::slice::from_ref(key), data, nonce_s) {
         let mut header = Vec::new();
         hello.header.encode(&mut header);
         let mut again = Dialer::new(key.clone(), hello.nonce_c);
-        let genuine = again.hello(hello.timestamp_ms, &header).unwrap();
+        let (genuine, covered) = again
+            .hello(hello.timestamp_ms, &header, &hello.data)
+            .unwrap();
+        assert_eq!(covered, hello.data.len());
         assert_eq!(&data[..used], genuine.as_slice(), "forged hello verified");
     }
     let mut dialer = Dialer::new(key.clone(), nonce_c);
-    let hello = dialer.hello(1_000, &header_bytes(80)).unwrap();
-    let (verified, _) = on_hello(std::slice::from_ref(key), &hello)
+    let (hello, _) = dialer.hello(1_000, &header_bytes(80), b"GET /").unwrap();
+    let (verified, _) = on_hello(std::slice::from_ref(key), &hello, nonce_s)
         .unwrap()
         .unwrap();
     if let Ok(Some(used)) = dialer.on_server_proof(data) {
@@ -126,38 +132,65 @@ fn check_hello(key: &Psk, nonce_c: [u8; NONCE_LEN], data: &[u8]) {
             "forged hello proof authenticated"
         );
     }
+    if let Ok(Some(_)) = verified.confirmation().on_confirm(data) {
+        let mut genuine = Dialer::new(key.clone(), nonce_c);
+        genuine.hello(1_000, &header_bytes(80), b"GET /").unwrap();
+        genuine.on_server_proof(verified.proof()).unwrap().unwrap();
+        let confirm = genuine.take_confirm().unwrap();
+        assert_eq!(&data[..confirm.len()], confirm.as_slice(), "forged confirm");
+    }
     if data.len() < 3 {
         return;
     }
     let timestamp = u64::from(u16::from_be_bytes([data[0], data[1]]));
+    let first_bytes = &data[3..];
     let mut dialer = Dialer::new(key.clone(), nonce_c);
-    let hello = dialer
-        .hello(timestamp, &header_bytes(u16::from(data[2])))
+    let (hello, covered) = dialer
+        .hello(timestamp, &header_bytes(u16::from(data[2])), first_bytes)
         .unwrap();
-    let (verified, used) = on_hello(std::slice::from_ref(key), &hello)
+    let (verified, used) = on_hello(std::slice::from_ref(key), &hello, nonce_s)
         .unwrap()
         .unwrap();
     assert_eq!(used, hello.len());
+    assert_eq!(verified.data, &first_bytes[..covered]);
     let index = 6 + usize::from(data[2]) % (hello.len() - 6);
     let mut tampered = hello.clone();
     tampered[index] ^= data[1] | 1;
     assert!(
-        !matches!(on_hello(std::slice::from_ref(key), &tampered), Ok(Some(_))),
+        !matches!(
+            on_hello(std::slice::from_ref(key), &tampered, nonce_s),
+            Ok(Some(_))
+        ),
         "tampered hello verified (byte {index})"
     );
-    assert_eq!(dialer.on_server_proof(verified.proof()), Ok(Some(33)));
+    assert_eq!(dialer.on_server_proof(verified.proof()), Ok(Some(65)));
     assert!(dialer.is_authenticated());
+    let confirm = dialer.take_confirm().unwrap();
+    assert_eq!(verified.confirmation().on_confirm(&confirm), Ok(Some(33)));
+    // The same Hello on another connection (another nonce_s): the captured
+    // Confirm does not pass there.
+    let (replayed, _) = on_hello(
+        std::slice::from_ref(key),
+        &hello,
+        split_nonce(&[data[0] ^ 0x80; NONCE_LEN]),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        replayed.confirmation().on_confirm(&confirm),
+        Err(AuthError::BadMac)
+    );
 
     // Without TFO (the default's usual case) the acceptor's Challenge, sent
     // at accept, precedes its answer: the dialer skips it, and what follows
     // authenticates only if it is the genuine proof.
-    let nonce_s = split_nonce(&[data[0]; NONCE_LEN]);
-    let mut after_challenge = Acceptor::new(vec![key.clone()], nonce_s).challenge();
+    let challenge_nonce = split_nonce(&[data[0]; NONCE_LEN]);
+    let mut after_challenge = Acceptor::new(vec![key.clone()], challenge_nonce).challenge();
     let challenge_len = after_challenge.len();
     after_challenge.extend_from_slice(&data[3..]);
     let mut dialer = Dialer::new(key.clone(), nonce_c);
     dialer
-        .hello(timestamp, &header_bytes(u16::from(data[2])))
+        .hello(timestamp, &header_bytes(u16::from(data[2])), first_bytes)
         .unwrap();
     if let Ok(Some(used)) = dialer.on_server_proof(&after_challenge) {
         assert_eq!(
@@ -166,11 +199,11 @@ fn check_hello(key: &Psk, nonce_c: [u8; NONCE_LEN], data: &[u8]) {
             "forged proof after a challenge authenticated"
         );
     }
-    let mut genuine = Acceptor::new(vec![key.clone()], nonce_s).challenge();
+    let mut genuine = Acceptor::new(vec![key.clone()], challenge_nonce).challenge();
     genuine.extend_from_slice(verified.proof());
     let mut dialer = Dialer::new(key.clone(), nonce_c);
     dialer
-        .hello(timestamp, &header_bytes(u16::from(data[2])))
+        .hello(timestamp, &header_bytes(u16::from(data[2])), first_bytes)
         .unwrap();
     assert_eq!(dialer.on_server_proof(&genuine), Ok(Some(genuine.len())));
 }

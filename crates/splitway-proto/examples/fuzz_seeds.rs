@@ -114,6 +114,33 @@ fn main() -> std::io::Result<()> {
     material.extend_from_slice(&nonce_c);
     material.extend_from_slice(&[7, 0x80]);
     write(&dir, "auth", "handshake-material", &material)?;
+    // A genuine 0-RTT Hello (as the check builds its own: nonce_s 3, the
+    // Header to 10.0.3.2:80, covered bytes "GET /") and its Confirm.
+    let mut header = Vec::new();
+    splitway_proto::header::Header::new(
+        1,
+        splitway_proto::Destination::Ip("10.0.3.2:80".parse().expect("literal")),
+        "10.0.1.1:40000".parse().expect("literal"),
+    )
+    .encode(&mut header);
+    let key = Psk::from_bytes(&[0x42; 32]).expect("valid key");
+    let mut dialer = Dialer::new(key.clone(), nonce_c);
+    let (hello, _) = dialer.hello(1_000, &header, b"GET /").expect("hello");
+    let (verified, _) = splitway_proto::zero_rtt::on_hello(&[key], &hello, [3; NONCE_LEN])
+        .expect("own hello")
+        .expect("complete");
+    dialer
+        .on_server_proof(verified.proof())
+        .expect("own proof")
+        .expect("complete");
+    write(&dir, "auth", "hello", &hello)?;
+    write(&dir, "auth", "hello-proof", verified.proof())?;
+    write(
+        &dir,
+        "auth",
+        "hello-confirm",
+        &dialer.take_confirm().expect("after the proof"),
+    )?;
 
     // The destination option: alone, inside a real-layout IPv4 SYN, and the
     // 19-byte field block the check builds options from (v4, v6, indexed).

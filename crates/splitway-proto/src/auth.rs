@@ -18,8 +18,13 @@
 //! new connection because the acceptor's nonce is fresh every time. Callers
 //! supply both nonces from a CSPRNG; this module has no randomness of its own.
 //!
-//! Version 2 adds a 0-RTT Hello the dialer sends first, so it can ride a TCP
-//! Fast Open SYN ([`Dialer::hello`]; acceptor side in [`crate::zero_rtt`]).
+//! Handshake version 3 adds a 0-RTT Hello the dialer sends first, so it can
+//! ride a TCP Fast Open SYN ([`Dialer::hello`]; acceptor side in
+//! [`crate::zero_rtt`]), with the client bytes of that flight covered by its
+//! MAC, and a Confirm that proves the dialer is live on this connection
+//! before the acceptor forwards anything else. (Version 2, the Hello
+//! without either, is no longer spoken: a replay of it could carry any
+//! bytes.)
 
 use std::fmt;
 
@@ -43,13 +48,25 @@ pub const FRAME_CHALLENGE: u8 = 0x01;
 pub const FRAME_RESPONSE: u8 = 0x02;
 pub const FRAME_SERVER_PROOF: u8 = 0x03;
 pub const FRAME_REJECT: u8 = 0x04;
-/// Version 2's 0-RTT Hello (dialer speaks first).
+/// The 0-RTT Hello (dialer speaks first).
 pub const FRAME_HELLO: u8 = 0x05;
+/// The acceptor's answer to a Hello: its fresh nonce and proof.
+pub const FRAME_HELLO_PROOF: u8 = 0x06;
+/// The dialer's answer to the HelloProof: live on this connection.
+pub const FRAME_CONFIRM: u8 = 0x07;
 /// The version byte of a Hello.
-pub const HELLO_VERSION: u8 = 2;
-/// A Hello's fixed part: type, magic, version, timestamp, nonce_c, mac_c.
-/// The Header follows it and is covered by mac_c.
-pub const HELLO_LEN: usize = 1 + 4 + 1 + 8 + NONCE_LEN + MAC_LEN;
+pub const HELLO_VERSION: u8 = 3;
+/// A Hello's fixed part: type, magic, version, timestamp, nonce_c, mac_c,
+/// data_len. The Header and `data_len` client bytes follow it, covered by
+/// mac_c.
+pub const HELLO_LEN: usize = 1 + 4 + 1 + 8 + NONCE_LEN + MAC_LEN + 2;
+/// Client bytes a Hello covers at most; more go after the Confirm. A SYN
+/// carries about one MSS anyway.
+pub const MAX_HELLO_DATA: usize = 4096;
+/// type + nonce_s + mac_s
+pub const HELLO_PROOF_LEN: usize = 1 + NONCE_LEN + MAC_LEN;
+/// type + mac_u
+pub const CONFIRM_LEN: usize = 1 + MAC_LEN;
 
 /// type + magic + version + nonce_s
 pub const CHALLENGE_LEN: usize = 1 + 4 + 1 + NONCE_LEN;
@@ -63,8 +80,9 @@ pub const REJECT_LEN: usize = 2;
 const CLIENT_LABEL: &[u8] = b"splitway-v1 client";
 const SERVER_LABEL: &[u8] = b"splitway-v1 server";
 const FINGERPRINT_LABEL: &[u8] = b"splitway-psk-id";
-const HELLO_CLIENT_LABEL: &[u8] = b"splitway-v2 hello";
-const HELLO_SERVER_LABEL: &[u8] = b"splitway-v2 server";
+const HELLO_CLIENT_LABEL: &[u8] = b"splitway-v3 hello";
+const HELLO_SERVER_LABEL: &[u8] = b"splitway-v3 server";
+const HELLO_CONFIRM_LABEL: &[u8] = b"splitway-v3 confirm";
 
 /// A pre-shared key. `Debug` shows only the fingerprint.
 #[derive(Clone)]
@@ -142,27 +160,49 @@ impl Psk {
         self.mac(SERVER_LABEL, nonce_c, nonce_s)
     }
 
-    /// Version 2: `HMAC(psk, "splitway-v2 hello" ‖ timestamp ‖ nonce_c ‖ header)`.
+    /// Version 3: `HMAC(psk, "splitway-v3 hello" ‖ timestamp ‖ nonce_c ‖
+    /// data_len ‖ header ‖ data)`.
     pub(crate) fn hello_mac(
         &self,
         timestamp_ms: u64,
         nonce_c: &[u8; NONCE_LEN],
         header: &[u8],
+        data: &[u8],
     ) -> HmacSha256 {
         let mut mac = self.keyed();
         mac.update(HELLO_CLIENT_LABEL);
         mac.update(&timestamp_ms.to_be_bytes());
         mac.update(nonce_c);
+        mac.update(&(data.len() as u16).to_be_bytes());
         mac.update(header);
+        mac.update(data);
         mac
     }
 
-    /// Version 2: `HMAC(psk, "splitway-v2 server" ‖ nonce_c ‖ mac_c)`, bound
-    /// to exactly the Hello it answers.
-    pub(crate) fn hello_server_mac(&self, nonce_c: &[u8; NONCE_LEN], mac_c: &[u8]) -> HmacSha256 {
+    /// Version 3: `HMAC(psk, "splitway-v3 server" ‖ nonce_c ‖ mac_c ‖
+    /// nonce_s)`, bound to exactly the Hello it answers and to the
+    /// acceptor's fresh nonce.
+    pub(crate) fn hello_server_mac(
+        &self,
+        nonce_c: &[u8; NONCE_LEN],
+        mac_c: &[u8],
+        nonce_s: &[u8; NONCE_LEN],
+    ) -> HmacSha256 {
         let mut mac = self.keyed();
         mac.update(HELLO_SERVER_LABEL);
         mac.update(nonce_c);
+        mac.update(mac_c);
+        mac.update(nonce_s);
+        mac
+    }
+
+    /// Version 3: `HMAC(psk, "splitway-v3 confirm" ‖ nonce_s ‖ mac_c)`: only
+    /// the dialer that holds the key and sees this connection's `nonce_s`
+    /// can send it, so a replayed Hello is never confirmed.
+    pub(crate) fn hello_confirm_mac(&self, nonce_s: &[u8; NONCE_LEN], mac_c: &[u8]) -> HmacSha256 {
+        let mut mac = self.keyed();
+        mac.update(HELLO_CONFIRM_LABEL);
+        mac.update(nonce_s);
         mac.update(mac_c);
         mac
     }
@@ -291,6 +331,8 @@ pub enum AuthError {
     BadKey(String),
     #[error("peer relay handshake: bad header in its hello: {0}")]
     BadHeader(crate::header::HeaderError),
+    #[error("peer relay handshake: its hello covers {0} bytes of data, more than {MAX_HELLO_DATA}")]
+    HelloDataTooLong(usize),
     /// A method was called in the wrong handshake state (a bug in the caller).
     #[error("internal: handshake step called out of order")]
     OutOfOrder,
@@ -306,7 +348,7 @@ impl AuthError {
             AuthError::Rejected(_) => "rejected",
             AuthError::UnexpectedFrame(_) => "malformed",
             AuthError::BadKey(_) => "bad_key",
-            AuthError::BadHeader(_) => "malformed",
+            AuthError::BadHeader(_) | AuthError::HelloDataTooLong(_) => "malformed",
             AuthError::OutOfOrder => "out_of_order",
         }
     }
@@ -314,9 +356,10 @@ impl AuthError {
     /// What the acceptor should put in its Reject frame before closing, if anything.
     pub fn reject_reason(&self) -> Option<RejectReason> {
         match self {
-            AuthError::BadMagic | AuthError::UnexpectedFrame(_) | AuthError::BadHeader(_) => {
-                Some(RejectReason::Malformed)
-            }
+            AuthError::BadMagic
+            | AuthError::UnexpectedFrame(_)
+            | AuthError::BadHeader(_)
+            | AuthError::HelloDataTooLong(_) => Some(RejectReason::Malformed),
             AuthError::BadVersion(_) => Some(RejectReason::UnsupportedVersion),
             AuthError::BadMac => Some(RejectReason::AuthFailed),
             AuthError::Rejected(_) | AuthError::BadKey(_) | AuthError::OutOfOrder => None,
@@ -326,7 +369,7 @@ impl AuthError {
 
 /// Checks the type byte of a frame that is expected next. `Rejected` if the
 /// peer sent a Reject instead. `Ok(None)`: need more bytes.
-fn expect_frame(buf: &[u8], expected: u8) -> Result<Option<()>, AuthError> {
+pub(crate) fn expect_frame(buf: &[u8], expected: u8) -> Result<Option<()>, AuthError> {
     match buf.first() {
         None => Ok(None),
         Some(&t) if t == expected => Ok(Some(())),
@@ -474,6 +517,8 @@ pub struct Dialer {
     psk: Psk,
     nonce_c: [u8; NONCE_LEN],
     state: DialerState,
+    /// After a HelloProof: the Confirm to send before anything else.
+    confirm: Option<[u8; CONFIRM_LEN]>,
 }
 
 impl Dialer {
@@ -483,6 +528,7 @@ impl Dialer {
             psk,
             nonce_c,
             state: DialerState::AwaitingChallenge,
+            confirm: None,
         }
     }
 
@@ -530,64 +576,108 @@ impl Dialer {
         response
     }
 
-    /// Version 2, 0-RTT: the Hello (with `header`, an encoded Header, after
-    /// it) to send as the very first bytes, so that with TCP Fast Open they
-    /// ride the SYN. `timestamp_ms` is Unix time: the acceptor refuses a
-    /// Hello outside its window (`RejectReason::Stale`), which the caller
-    /// answers by retrying with the challenge handshake.
-    pub fn hello(&mut self, timestamp_ms: u64, header: &[u8]) -> Result<Vec<u8>, AuthError> {
+    /// 0-RTT: the Hello (with `header`, an encoded Header, and the first
+    /// [`MAX_HELLO_DATA`] bytes of `data` after it, all covered by its MAC)
+    /// to send as the very first bytes, so that with TCP Fast Open they
+    /// ride the SYN. Returns the bytes and how many of `data` they carry;
+    /// the rest goes after [`Dialer::take_confirm`]'s Confirm.
+    /// `timestamp_ms` is Unix time: the acceptor refuses a Hello outside
+    /// its window (`RejectReason::Stale`), which the caller answers by
+    /// retrying with the challenge handshake.
+    pub fn hello(
+        &mut self,
+        timestamp_ms: u64,
+        header: &[u8],
+        data: &[u8],
+    ) -> Result<(Vec<u8>, usize), AuthError> {
         if self.state != DialerState::AwaitingChallenge {
             return Err(AuthError::OutOfOrder);
         }
+        let covered = &data[..data.len().min(MAX_HELLO_DATA)];
         let mac_c: [u8; MAC_LEN] = self
             .psk
-            .hello_mac(timestamp_ms, &self.nonce_c, header)
+            .hello_mac(timestamp_ms, &self.nonce_c, header, covered)
             .finalize()
             .into_bytes()
             .into();
-        let mut out = Vec::with_capacity(HELLO_LEN + header.len());
+        let mut out = Vec::with_capacity(HELLO_LEN + header.len() + covered.len());
         out.push(FRAME_HELLO);
         out.extend_from_slice(&MAGIC);
         out.push(HELLO_VERSION);
         out.extend_from_slice(&timestamp_ms.to_be_bytes());
         out.extend_from_slice(&self.nonce_c);
         out.extend_from_slice(&mac_c);
+        out.extend_from_slice(&(covered.len() as u16).to_be_bytes());
         out.extend_from_slice(header);
+        out.extend_from_slice(covered);
         self.state = DialerState::AwaitingHelloProof { mac_c };
-        Ok(out)
+        Ok((out, covered.len()))
     }
 
-    /// Verifies the ServerProof; returns the bytes consumed. After `Ok(Some)`
-    /// the next bytes from the acceptor are the Reply. After a Hello, a
-    /// Challenge before the proof is skipped (the acceptor sent it because
-    /// the Hello had not arrived with the SYN).
+    /// The Confirm to send right after a verified HelloProof, before any
+    /// other byte (once; None after a challenge handshake).
+    pub fn take_confirm(&mut self) -> Option<[u8; CONFIRM_LEN]> {
+        self.confirm.take()
+    }
+
+    /// Verifies the ServerProof (after a Hello: the HelloProof); returns the
+    /// bytes consumed. After `Ok(Some)` the next bytes from the acceptor are
+    /// the Reply, and after a HelloProof [`Dialer::take_confirm`] has the
+    /// Confirm to send. After a Hello, a Challenge before the proof is
+    /// skipped (the acceptor sent it because the Hello had not arrived with
+    /// the SYN).
     pub fn on_server_proof(&mut self, buf: &[u8]) -> Result<Option<usize>, AuthError> {
-        let (skip, expected) = match self.state {
-            DialerState::AwaitingProof { nonce_s } => {
-                (0, self.psk.server_mac(&self.nonce_c, &nonce_s))
-            }
-            DialerState::AwaitingHelloProof { mac_c } => {
-                let skip = if buf.first() == Some(&FRAME_CHALLENGE) {
-                    check_magic_and_version(buf)?;
-                    CHALLENGE_LEN
-                } else {
-                    0
-                };
-                (skip, self.psk.hello_server_mac(&self.nonce_c, &mac_c))
-            }
+        let nonce_s = match self.state {
+            DialerState::AwaitingProof { nonce_s } => nonce_s,
+            DialerState::AwaitingHelloProof { mac_c } => return self.on_hello_proof(buf, mac_c),
             _ => return Err(AuthError::OutOfOrder),
+        };
+        if expect_frame(buf, FRAME_SERVER_PROOF)?.is_none() || buf.len() < SERVER_PROOF_LEN {
+            return Ok(None);
+        }
+        self.psk
+            .server_mac(&self.nonce_c, &nonce_s)
+            .verify_slice(&buf[1..SERVER_PROOF_LEN])
+            .map_err(|_| AuthError::BadMac)?;
+        self.state = DialerState::Authenticated;
+        Ok(Some(SERVER_PROOF_LEN))
+    }
+
+    /// After a Hello: skips a Challenge sent before the Hello arrived, then
+    /// verifies the HelloProof and prepares the Confirm.
+    fn on_hello_proof(
+        &mut self,
+        buf: &[u8],
+        mac_c: [u8; MAC_LEN],
+    ) -> Result<Option<usize>, AuthError> {
+        let skip = if buf.first() == Some(&FRAME_CHALLENGE) {
+            check_magic_and_version(buf)?;
+            CHALLENGE_LEN
+        } else {
+            0
         };
         let Some(proof) = buf.get(skip..) else {
             return Ok(None);
         };
-        if expect_frame(proof, FRAME_SERVER_PROOF)?.is_none() || proof.len() < SERVER_PROOF_LEN {
+        if expect_frame(proof, FRAME_HELLO_PROOF)?.is_none() || proof.len() < HELLO_PROOF_LEN {
             return Ok(None);
         }
-        expected
-            .verify_slice(&proof[1..SERVER_PROOF_LEN])
+        let nonce_s: [u8; NONCE_LEN] = proof[1..1 + NONCE_LEN].try_into().expect("length checked");
+        self.psk
+            .hello_server_mac(&self.nonce_c, &mac_c, &nonce_s)
+            .verify_slice(&proof[1 + NONCE_LEN..HELLO_PROOF_LEN])
             .map_err(|_| AuthError::BadMac)?;
+        let mac_u = self
+            .psk
+            .hello_confirm_mac(&nonce_s, &mac_c)
+            .finalize()
+            .into_bytes();
+        let mut confirm = [0u8; CONFIRM_LEN];
+        confirm[0] = FRAME_CONFIRM;
+        confirm[1..].copy_from_slice(&mac_u);
+        self.confirm = Some(confirm);
         self.state = DialerState::Authenticated;
-        Ok(Some(skip + SERVER_PROOF_LEN))
+        Ok(Some(skip + HELLO_PROOF_LEN))
     }
 
     pub fn is_authenticated(&self) -> bool {

@@ -13,6 +13,7 @@ use splitway_proto::header::{
     ReplyStatus,
 };
 use splitway_proto::proxy_protocol::{self, Addresses, ProxyError, Version};
+use splitway_proto::zero_rtt::on_hello;
 use splitway_proto::{http_connect, socks5};
 
 type Decoded<T, E> = Result<Option<(T, usize)>, E>;
@@ -150,6 +151,51 @@ fn valid_proof() -> Vec<u8> {
         .0
 }
 
+fn hello_header() -> Vec<u8> {
+    let mut out = Vec::new();
+    Header::new(
+        1,
+        Destination::Ip(SocketAddr::from(([10, 0, 3, 2], 80))),
+        SocketAddr::from(([10, 0, 1, 1], 40000)),
+    )
+    .encode(&mut out);
+    out
+}
+
+/// A genuine 0-RTT Hello with covered bytes, and the dialer that sent it.
+fn valid_hello() -> (Dialer, Vec<u8>) {
+    let mut dialer = Dialer::new(psk(), NONCE_C);
+    let (hello, _) = dialer.hello(1_000, &hello_header(), b"GET /").unwrap();
+    (dialer, hello)
+}
+
+fn valid_confirm() -> Vec<u8> {
+    let (mut dialer, hello) = valid_hello();
+    let (verified, _) = on_hello(&[psk()], &hello, NONCE_S).unwrap().unwrap();
+    dialer.on_server_proof(verified.proof()).unwrap().unwrap();
+    dialer.take_confirm().unwrap().to_vec()
+}
+
+type HelloFields = (u64, Header, Vec<u8>, Vec<u8>);
+
+fn hello_decode(buf: &[u8]) -> Decoded<HelloFields, splitway_proto::auth::AuthError> {
+    on_hello(&[psk()], buf, NONCE_S).map(|o| {
+        o.map(|(h, used)| {
+            let proof = h.proof().to_vec();
+            ((h.timestamp_ms, h.header, h.data, proof), used)
+        })
+    })
+}
+
+fn confirm_decode(buf: &[u8]) -> Decoded<(), splitway_proto::auth::AuthError> {
+    let (_, hello) = valid_hello();
+    let (verified, _) = on_hello(&[psk()], &hello, NONCE_S).unwrap().unwrap();
+    verified
+        .confirmation()
+        .on_confirm(buf)
+        .map(|o| o.map(|used| ((), used)))
+}
+
 fn all_contracts(buf: &[u8], split: usize) {
     check_contract(Header::decode, buf, split);
     check_contract(Reply::decode, buf, split);
@@ -160,6 +206,8 @@ fn all_contracts(buf: &[u8], split: usize) {
     check_contract(acceptor_decode, buf, split);
     check_contract(dialer_decode, buf, split);
     check_contract(proof_decode, buf, split);
+    check_contract(hello_decode, buf, split);
+    check_contract(confirm_decode, buf, split);
     check_contract(proxy_protocol::decode, buf, split);
 }
 
@@ -324,7 +372,7 @@ proptest! {
     fn mutated_frames_keep_the_contract(
         header in header(),
         dst in destination(),
-        which in 0usize..8,
+        which in 0usize..10,
         tlvs in tlvs(),
         src in socket_addr(),
         flips in prop::collection::vec((any::<usize>(), 1u8..=255), 0..3),
@@ -351,6 +399,8 @@ proptest! {
                 proxy_protocol::encode(Version::V1, src, header.src, &mut wire);
                 wire
             }
+            8 => valid_hello().1,
+            9 => valid_confirm(),
             _ => valid_proof(),
         };
         let mutated = mutate(base, &flips, cut);

@@ -33,6 +33,10 @@ pub struct HostFacts {
     /// Outcome of loading (`--check`: probing) the early-SYN detector, when
     /// it was tried; None when it was not tried (yet).
     pub early_syn: Option<Result<String, String>>,
+    /// What guards accepted 0-RTT Hellos against replays (`Ok`), or why
+    /// Hellos are refused (`Err`): the host-wide strike register, when
+    /// there is a plain peer listener to take Hellos.
+    pub hello_register: Option<Result<String, String>>,
     /// Outcome of registering (`--check`: probing) the learned-window
     /// congestion control: the leg keys it serves, or why it cannot run.
     /// None when it was not tried.
@@ -45,6 +49,7 @@ impl HostFacts {
         HostFacts {
             tcp_fastopen: splitway_sys::sock::fastopen_sysctl(),
             early_syn: None,
+            hello_register: None,
             learned_window: None,
         }
     }
@@ -64,6 +69,19 @@ impl HostFacts {
     pub fn peer_fast_open(&self, cfg: &Config) -> bool {
         cfg.accel.zero_rtt && self.tfo(1)
     }
+}
+
+/// Whether this relay takes 0-RTT Hellos: `Some(shares_port)` when it has a
+/// plain (non-TLS) peer listener, `shares_port` when one of them has
+/// `reuse_port` (other processes may accept on its port).
+pub fn hello_listeners(cfg: &Config) -> Option<bool> {
+    let mut plain = cfg
+        .listeners
+        .iter()
+        .filter(|l| l.mode == ListenMode::Peer && l.tls.is_none())
+        .peekable();
+    plain.peek()?;
+    Some(plain.any(|l| l.reuse_port))
 }
 
 fn entry(name: AccelName, requested: Switch, state: AccelState, reason: String) -> Entry {
@@ -208,12 +226,18 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
             "no plain (non-TLS) peer legs: TLS legs bind the challenge to the session".into(),
         )
     } else {
-        entry(
-            AccelName::ZeroRtt,
-            r.zero_rtt,
-            Active,
-            "fresh peer legs open with the authenticated Hello (no challenge round trip); the challenge is the fallback".into(),
-        )
+        let base = "fresh peer legs open with the authenticated Hello (no challenge round trip); the challenge is the fallback";
+        match &host.hello_register {
+            None => entry(AccelName::ZeroRtt, r.zero_rtt, Active, base.into()),
+            Some(Ok(guard)) => entry(
+                AccelName::ZeroRtt,
+                r.zero_rtt,
+                Active,
+                format!("{base}; {guard}"),
+            ),
+            // Dialing with Hellos still works; taking them does not.
+            Some(Err(why)) => entry(AccelName::ZeroRtt, r.zero_rtt, Unavailable, why.clone()),
+        }
     });
 
     // TFO on peer legs: the dialing end needs the client bit, the

@@ -403,6 +403,7 @@ async fn admit(
                     arrived_hops: syn.as_deref().and_then(splitway_sys::hops::ip_hop_limit),
                     origin: client,
                     optimistic: true,
+                    unconfirmed: None,
                 }),
                 Err(e) => Err(ConnError::Internal(format!("getsockname: {e}"))),
             }
@@ -416,6 +417,7 @@ async fn admit(
                 arrived_hops,
                 origin: client,
                 optimistic: true,
+                unconfirmed: None,
             }),
             Err(e) => {
                 debug!(%client, listener = %spec.addr, error = %e, "no usable destination option");
@@ -484,6 +486,7 @@ async fn admit(
                         optimistic: a.header.flags & FLAG_OPTIMISTIC != 0,
                         dst: a.header.dst,
                         early_data: a.early_data,
+                        unconfirmed: a.unconfirmed,
                         conn_id: a.header.conn_id,
                         next_ttl: a.header.ttl.saturating_sub(1),
                         origin: a.header.src,
@@ -535,6 +538,7 @@ async fn admit(
         optimistic: learned.optimistic,
         accepted_at,
         tls: inbound_tls,
+        unconfirmed: learned.unconfirmed,
     });
     Some((inbound, active, permit))
 }
@@ -548,6 +552,8 @@ struct Learned {
     arrived_hops: Option<u8>,
     origin: SocketAddr,
     optimistic: bool,
+    /// A 0-RTT leg's Confirm, still owed.
+    unconfirmed: Option<peer::Unconfirmed>,
 }
 
 impl Learned {
@@ -561,6 +567,7 @@ impl Learned {
             arrived_hops: None,
             origin: client,
             optimistic: false,
+            unconfirmed: None,
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::error::RelayError;
 use crate::ingress;
 use crate::limits::{ConnLimiter, DESCRIPTOR_RESERVE, descriptor_cap};
 use crate::loops::OwnListeners;
-use crate::peer::HelloWindow;
+use crate::peer::{HelloRegister, HelloWindow};
 use crate::reload::Reloader;
 use crate::route::RouteTable;
 use crate::state::{ConnRegistry, Live};
@@ -249,10 +249,16 @@ impl Relay {
                 turbo_routes.insert(addr, r);
             }
         }
-        let hellos = cfg
-            .accel
-            .zero_rtt
-            .then(|| Arc::new(HelloWindow::new(cfg.accel.zero_rtt_window)));
+        let hellos = cfg.accel.zero_rtt.then(|| {
+            let register = match accel::hello_listeners(&cfg) {
+                Some(shares_port) => HelloRegister::open(shares_port),
+                None => HelloRegister::Local("no plain peer listener".into()),
+            };
+            Arc::new(HelloWindow::new(cfg.accel.zero_rtt_window, register))
+        });
+        if accel::hello_listeners(&cfg).is_some() {
+            host.hello_register = hellos.as_ref().map(|h| h.describe());
+        }
         let strict = match (&early, strict_queue) {
             (Some(early), Some(queue)) => Some(start_strict(&cfg, queue, early.clone(), &metrics)?),
             _ => None,

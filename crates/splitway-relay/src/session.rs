@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use splitway_control::metrics::CloseReason;
+use splitway_control::metrics::{CloseReason, Direction, Path};
 use splitway_proto::Destination;
 use splitway_proto::header::ReplyStatus;
 use splitway_proto::{http_connect, socks5};
@@ -19,7 +19,7 @@ use crate::error::{ConnError, Culprit};
 use crate::forward::{self, End, Side};
 use crate::forward_tls::forward_legs;
 use crate::next_leg::{LegRequest, Next, ServerLeg};
-use crate::peer::{PeerLeg, reply_bytes};
+use crate::peer::{PeerLeg, Unconfirmed, reply_bytes};
 use crate::policy::REFUSALS;
 use crate::state::{Shared, metric_mode};
 use crate::tls::{LegIo, TlsLeg};
@@ -48,6 +48,9 @@ pub struct Inbound {
     pub accepted_at: Instant,
     /// The TLS session of a leg accepted on a `tls = true` peer listener.
     pub tls: Option<TlsLeg>,
+    /// A leg accepted with a 0-RTT Hello: its Confirm is still owed, and
+    /// only `early_data` (covered by the Hello's MAC) may go on before it.
+    pub unconfirmed: Option<crate::peer::Unconfirmed>,
 }
 
 impl Inbound {
@@ -125,9 +128,10 @@ async fn confirm_and_forward(
     shared: &Shared,
     inbound: &Inbound,
     out: LegIo<'_>,
-    to_server_first: Vec<u8>,
+    mut to_server_first: Vec<u8>,
     to_client_first: Vec<u8>,
-    opts: forward::Options,
+    unconfirmed: Option<Unconfirmed>,
+    mut opts: forward::Options,
 ) -> Option<forward::Outcome> {
     let mode = metric_mode(inbound.mode);
     shared
@@ -141,6 +145,17 @@ async fn confirm_and_forward(
         finish(shared, inbound, e.close_reason(), Some(&e), 0, 0);
         return None;
     }
+    // After the Reply (an upstream that waits for it is not held up by the
+    // Confirm's round trip), before any byte beyond the covered ones.
+    await_confirm(
+        shared,
+        inbound,
+        out,
+        &mut to_server_first,
+        &mut opts.own_prefix,
+        unconfirmed,
+    )
+    .await?;
     let outcome = forward_legs(
         inbound.io(),
         out,
@@ -151,6 +166,66 @@ async fn confirm_and_forward(
     )
     .await;
     Some(outcome)
+}
+
+/// On a leg accepted with a 0-RTT Hello: sends `to_server_first` (the
+/// bytes the Hello's MAC covers, after this relay's own `own_prefix`) at
+/// once, which keeps 0-RTT's gain, then waits for the Confirm and leaves
+/// the client bytes after it in `to_server_first`. `None` when the Confirm
+/// failed (a replayed Hello): both legs are then reset and the connection
+/// finished, nothing but the covered bytes having gone on.
+async fn await_confirm(
+    shared: &Shared,
+    inbound: &Inbound,
+    out: LegIo<'_>,
+    to_server_first: &mut Vec<u8>,
+    own_prefix: &mut u16,
+    unconfirmed: Option<Unconfirmed>,
+) -> Option<()> {
+    let Some(u) = unconfirmed else {
+        return Some(());
+    };
+    let reset = |e: &ConnError| {
+        let _ = splitway_sys::sock::set_linger_zero(&inbound.stream);
+        let _ = splitway_sys::sock::set_linger_zero(out.tcp);
+        finish(shared, inbound, e.close_reason(), Some(e), 0, 0);
+    };
+    if !to_server_first.is_empty() {
+        if let Err(source) = out.write_all(to_server_first).await {
+            reset(&next_leg_error(shared, out.tcp.peer_addr().ok(), source));
+            return None;
+        }
+        let own = usize::from(*own_prefix).min(to_server_first.len());
+        let forwarded = (to_server_first.len() - own) as u64;
+        if forwarded > 0 {
+            let path = if out.tls.is_some() {
+                Path::Tls
+            } else {
+                Path::Copy
+            };
+            shared.metrics.bytes(Direction::ToServer, path, forwarded);
+        }
+        to_server_first.clear();
+        *own_prefix = 0;
+    }
+    match u
+        .confirm(
+            &inbound.stream,
+            shared.cfg.timeouts.handshake,
+            &shared.metrics,
+        )
+        .await
+    {
+        Ok(rest) => {
+            *to_server_first = rest;
+            Some(())
+        }
+        Err(e) => {
+            info!(client = %inbound.client, conn_id = inbound.conn_id, error = %e, "0-RTT leg not confirmed; both legs reset");
+            reset(&e);
+            None
+        }
+    }
 }
 
 /// Runs one split connection to its end.
@@ -255,6 +330,7 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
         inbound_armed: forward::armed_at_accept(inbound.mode),
     };
     let mut early = std::mem::take(&mut inbound.early_data);
+    let unconfirmed = inbound.unconfirmed.take();
 
     // Kept to name the culprit should the leg fail: a reset socket no
     // longer knows its peer.
@@ -279,9 +355,16 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
     }
     let (outbound, outcome) = match next {
         Next::Direct(ServerLeg { stream: out, .. }) => {
-            let Some(outcome) =
-                confirm_and_forward(&shared, &inbound, (&out).into(), early, Vec::new(), opts)
-                    .await
+            let Some(outcome) = confirm_and_forward(
+                &shared,
+                &inbound,
+                (&out).into(),
+                early,
+                Vec::new(),
+                unconfirmed,
+                opts,
+            )
+            .await
             else {
                 return;
             };
@@ -320,8 +403,16 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
                             return;
                         }
                     };
-                    let Some(outcome) =
-                        confirm_and_forward(&shared, &inbound, out_io, early, leftover, opts).await
+                    let Some(outcome) = confirm_and_forward(
+                        &shared,
+                        &inbound,
+                        out_io,
+                        early,
+                        leftover,
+                        unconfirmed,
+                        opts,
+                    )
+                    .await
                     else {
                         return;
                     };
@@ -332,6 +423,21 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
                 // read concurrently and only a failure interrupts.
                 ListenMode::Tproxy | ListenMode::Peer | ListenMode::SynOption => {
                     metrics.observe_setup(mode, inbound.accepted_at.elapsed());
+                    // A middle relay's Reply upstream waits for the Confirm
+                    // too: forwarding starts both directions at once.
+                    if await_confirm(
+                        &shared,
+                        &inbound,
+                        out_io,
+                        &mut early,
+                        &mut opts.own_prefix,
+                        unconfirmed,
+                    )
+                    .await
+                    .is_none()
+                    {
+                        return;
+                    }
                     let preamble = Box::pin(async {
                         let (status, leftover) =
                             PeerLeg::await_reply(out_io, &peer_name, dialer, buf).await?;

@@ -138,6 +138,11 @@ pub fn run(
                     }),
             );
         }
+        if cfg.accel.zero_rtt
+            && let Some(shares_port) = splitway_relay::accel::hello_listeners(&cfg)
+        {
+            host.hello_register = Some(splitway_relay::peer::HelloRegister::probe(shares_port));
+        }
         if cfg.accel.learned_window {
             host.learned_window = Some(splitway_relay::congestion::learn_windows(
                 &mut cfg.clone(),

@@ -47,6 +47,13 @@ label_enum! {
         Replay => "replay",
         /// Acceptor: the replay window was full.
         Full => "full",
+        /// Acceptor: refused because other processes share the peer port
+        /// and no host-wide strike register is available.
+        Unshared => "unshared",
+        /// Acceptor: an accepted Hello's Confirm was missing or wrong (a
+        /// replay that got past the register); nothing was forwarded
+        /// beyond the bytes its MAC covers.
+        Unconfirmed => "unconfirmed",
     }
 }
 

@@ -34,6 +34,8 @@ pub(super) struct Rig {
     pub(super) dir: PathBuf,
     /// Keep the temp dir (relay configs and logs) for a failed run.
     pub(super) keep: bool,
+    /// The bpf filesystem mounted for the relays (None: the mount failed).
+    bpffs: Option<PathBuf>,
 }
 
 impl Drop for Rig {
@@ -57,6 +59,9 @@ impl Drop for Rig {
             }
             let _ = relay.child.kill();
             let _ = relay.child.wait();
+        }
+        if let Some(bpffs) = &self.bpffs {
+            let _ = Command::new("umount").arg("-l").arg(bpffs).status();
         }
         if self.keep {
             println!("relay configs and logs kept in {}", self.dir.display());
@@ -92,7 +97,26 @@ impl Rig {
             server: create()?,
             dir,
             keep: false,
+            bpffs: None,
         };
+        // rs's two processes share a peer port: they take 0-RTT Hellos
+        // only with the host-wide strike register, pinned in a bpf
+        // filesystem they both see. `ip netns exec` gives each its own
+        // /sys, so they get one of the rig's own (docs/protocol.md §3).
+        let bpffs = rig.dir.join("bpffs");
+        let mounted = fs::create_dir_all(&bpffs).is_ok()
+            && Command::new("mount")
+                .args(["-t", "bpf", "bpf"])
+                .arg(&bpffs)
+                .status()
+                .is_ok_and(|s| s.success());
+        if mounted {
+            rig.bpffs = Some(bpffs);
+        } else {
+            println!(
+                "no bpf filesystem for the relays: rs refuses 0-RTT Hellos, rc uses the challenge"
+            );
+        }
         // The testbed's chain: client 10.0.1.1, rc 10.0.1.2 / 10.0.12.1,
         // rs 10.0.12.2 / 10.0.3.1, server 10.0.3.2 (the constants above).
         chain::wire(&[&rig.client, &rig.rc, &rig.rs, &rig.server]).map_err(|e| LabError::Peer {

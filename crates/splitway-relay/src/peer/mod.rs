@@ -7,14 +7,16 @@
 //! By default (`[accel] zero_rtt` unset or on) the dialer speaks first
 //! instead: a Hello with the Header, in its TCP Fast Open SYN where the
 //! kernel allows it and in the first segment after the handshake otherwise,
-//! and the acceptor acts on it at once, guarded by a replay window. The
-//! challenge is the fallback for a peer that refuses the Hello.
+//! and the acceptor acts on it at once, guarded by a replay window shared
+//! by every process on the host (a pinned BPF map), forwarding nothing but
+//! the client bytes the Hello's MAC covers until the dialer's Confirm
+//! arrives. The challenge is the fallback for a peer that refuses the Hello.
 //! `docs/protocol.md` has the frames byte by byte.
 
 mod downstream;
 mod upstream;
 
-pub use downstream::{Accepted, HelloWindow, accept};
+pub use downstream::{Accepted, HelloRegister, HelloWindow, Unconfirmed, accept};
 pub use upstream::{PeerLeg, Pooled, connect, dial, dial_pooled};
 
 use std::io;

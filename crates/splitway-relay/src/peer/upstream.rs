@@ -204,9 +204,11 @@ impl From<ConnError> for HelloDial {
     }
 }
 
-/// The 0-RTT dial: Hello ‖ Header ‖ first bytes as the first write (of a
-/// TFO socket with `fast_open`), then the peer's proof. Waiting for the
-/// proof costs nothing in the SYN: the acceptor sends it at the SYN, so it
+/// The 0-RTT dial: Hello ‖ Header ‖ first bytes (covered by the Hello's
+/// MAC) as the first write (of a TFO socket with `fast_open`), then the
+/// peer's proof, then our Confirm and any first bytes the Hello could not
+/// cover. Waiting for the proof costs nothing in the SYN: the acceptor
+/// sends it at the SYN, so it
 /// comes back with the SYN-ACK, before which no further byte could leave
 /// anyway. Without TFO it holds back only client bytes beyond the first
 /// write, which the Reply (a round trip later still) would not release
@@ -225,21 +227,30 @@ async fn dial_hello(
     let mut dialer = Dialer::new(psk.clone(), nonce());
     let mut encoded = Vec::with_capacity(header.encoded_len());
     header.encode(&mut encoded);
-    let mut out = dialer
-        .hello(unix_ms(), &encoded)
+    let (out, covered) = dialer
+        .hello(unix_ms(), &encoded, early_data)
         .map_err(|e| ConnError::Internal(format!("hello for {}: {e}", peer.name)))?;
-    out.extend_from_slice(early_data);
     let io = LegIo::new(&stream, None);
     send(io, &peer.name, "send hello", &out).await?;
     let (proof, buf) = read_proof(io, &mut dialer, &peer.name, timeouts).await?;
     match proof {
-        Ok(()) => Ok(PeerLeg {
-            stream,
-            peer: peer.name.clone(),
-            dialer,
-            buf,
-            tls: None,
-        }),
+        Ok(()) => {
+            // The peer forwards nothing the Hello's MAC does not cover
+            // until this arrives: it proves we see this connection.
+            let mut confirm = dialer
+                .take_confirm()
+                .ok_or_else(|| ConnError::Internal(format!("no confirm for {}", peer.name)))?
+                .to_vec();
+            confirm.extend_from_slice(&early_data[covered..]);
+            send(io, &peer.name, "send confirm", &confirm).await?;
+            Ok(PeerLeg {
+                stream,
+                peer: peer.name.clone(),
+                dialer,
+                buf,
+                tls: None,
+            })
+        }
         Err(FrameError::Bad(AuthError::Rejected(
             r @ (RejectReason::Stale
             | RejectReason::Overloaded
@@ -250,7 +261,7 @@ async fn dial_hello(
     }
 }
 
-/// Reads the peer's ServerProof within the handshake timeout: the read's
+/// Reads the peer's ServerProof (or HelloProof) within the handshake timeout: the read's
 /// outcome, and the bytes that came after the proof.
 async fn read_proof(
     io: LegIo<'_>,

@@ -8,6 +8,9 @@
 //! | `bypass` | cgroup sock_ops, sk_msg, raw tracepoint `sock_recv_length` | [`bypass`] (aya; [`btf`] finds the two `struct sock` fields its read counter reads) |
 //! | `splitway_cubic` | struct_ops `tcp_congestion_ops` | [`splitway_cubic`], via [`cc`] (libbpf) |
 //! | `splitway_resume` | struct_ops `tcp_congestion_ops` | [`splitway_resume`], via [`cc`] (libbpf) |
+//!
+//! [`strikes`] loads no program: it is a pinned hash map (the host-wide
+//! strike register of 0-RTT Hello nonces) driven by plain `bpf(2)` calls.
 
 pub mod agent_synopt;
 pub mod btf;
@@ -15,6 +18,7 @@ pub mod bypass;
 pub mod cc;
 mod splitway_cubic;
 mod splitway_resume;
+pub mod strikes;
 pub mod syn_watch;
 
 use std::ffi::CString;
