@@ -468,13 +468,7 @@ async fn admit(
                     return None;
                 }
                 Ok(a) if a.header.flags & FLAG_WINDOW_PROBE != 0 => {
-                    crate::probe::answer_window(
-                        &stream,
-                        a.tls.as_ref(),
-                        a.early_data.len(),
-                        client.ip(),
-                    )
-                    .await;
+                    crate::probe::answer_window(&shared, &stream, a, client.ip()).await;
                     shared.metrics.closed(mode, CloseReason::Completed);
                     return None;
                 }

@@ -94,7 +94,7 @@ async fn probe(
     let own = SocketAddr::new(dst, 0);
     let mut header = Header::new(rand::random(), Destination::Ip(own), own);
     header.flags |= FLAG_PROBE;
-    let (stream, name, mut buf, tls) = probe_leg(shared, i, &header).await?;
+    let (stream, name, mut buf, tls, _confirm) = probe_leg(shared, i, &header).await?;
     let io = LegIo::new(&stream, tls.as_ref());
     let answer = read_frame(io, &mut buf, |b| {
         ProbeAnswer::decode_either(b).map_err(|e| e.to_string())
@@ -120,14 +120,16 @@ fn frame_error(name: &str, what: &str, e: FrameError<String>) -> ConnError {
     }
 }
 
+/// A dialed probe leg: the stream, the peer's name, the bytes read past
+/// its proof, the TLS session, and the 0-RTT Confirm owed (see
+/// [`probe_leg`]).
+type ProbeLeg = (TcpStream, String, Vec<u8>, Option<TlsLeg>, Option<Vec<u8>>);
+
 /// Dials peer `i` with a probe `header` (a fresh authenticated leg) and
-/// reads the peer's proof if the handshake left it to read; returns the
-/// leg, the peer's name and the bytes read past the proof.
-async fn probe_leg(
-    shared: &Shared,
-    i: usize,
-    header: &Header,
-) -> Result<(TcpStream, String, Vec<u8>, Option<TlsLeg>), ConnError> {
+/// reads the peer's proof if the handshake left it to read. After a 0-RTT
+/// Hello the peer forwards nothing until our Confirm: a path probe's
+/// answer needs none, a window probe sends it before its filler.
+async fn probe_leg(shared: &Shared, i: usize, header: &Header) -> Result<ProbeLeg, ConnError> {
     let peer = &shared.cfg.peers[i];
     let psk = shared
         .cfg
@@ -158,7 +160,8 @@ async fn probe_leg(
         .await
         .map_err(|e| frame_error(&name, "proof", e))?;
     }
-    Ok((stream, name, buf, tls))
+    let confirm = dialer.take_confirm().map(|c| c.to_vec());
+    Ok((stream, name, buf, tls, confirm))
 }
 
 /// Answers a [`FLAG_PROBE`] header on an accepted peer leg: our estimate
@@ -265,13 +268,18 @@ async fn window_probe(shared: &Shared, i: usize) -> Result<(), ConnError> {
     let own = SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0);
     let mut header = Header::new(rand::random(), Destination::Ip(own), own);
     header.flags |= FLAG_WINDOW_PROBE;
-    let (stream, name, buf, tls) = probe_leg(shared, i, &header).await?;
+    let (stream, name, buf, tls, confirm) = probe_leg(shared, i, &header).await?;
     let io = LegIo::new(&stream, tls.as_ref());
     let io_err = |op, source| ConnError::PeerIo {
         peer: name.clone(),
         op,
         source,
     };
+    if let Some(confirm) = confirm {
+        io.write_all(&confirm)
+            .await
+            .map_err(|e| io_err("send confirm", e))?;
+    }
     send_filler(io)
         .await
         .map_err(|e| io_err("send window probe", e))?;
@@ -287,13 +295,14 @@ async fn window_probe(shared: &Shared, i: usize) -> Result<(), ConnError> {
     Ok(())
 }
 
-/// Answers a [`FLAG_WINDOW_PROBE`] header on an accepted peer leg: reads
-/// the upstream relay's filler (`already` bytes of it came with the
-/// header), then sends its own and closes. Nothing is dialed.
+/// Answers a [`FLAG_WINDOW_PROBE`] header on an accepted peer leg: takes
+/// the 0-RTT Confirm if one is owed (a replayed Hello gets nothing), reads
+/// the upstream relay's filler, then sends its own and closes. Nothing is
+/// dialed.
 pub async fn answer_window(
+    shared: &Shared,
     stream: &TcpStream,
-    tls: Option<&TlsLeg>,
-    already: usize,
+    accepted: peer::Accepted,
     upstream: IpAddr,
 ) {
     static ANSWERED: Mutex<Option<HashMap<IpAddr, Instant>>> = Mutex::new(None);
@@ -313,7 +322,20 @@ pub async fn answer_window(
         }
         answered.insert(upstream, Instant::now());
     }
-    let io = LegIo::new(stream, tls);
+    let already = match accepted.unconfirmed {
+        Some(u) => {
+            let deadline = shared.cfg.timeouts.handshake;
+            match u.confirm(stream, deadline, &shared.metrics).await {
+                Ok(after) => after.len(),
+                Err(e) => {
+                    debug!(%upstream, error = %e, "window probe without its 0-RTT confirm");
+                    return;
+                }
+            }
+        }
+        None => accepted.early_data.len(),
+    };
+    let io = LegIo::new(stream, accepted.tls.as_ref());
     let exchange = async {
         let received = read_filler(io, already as u64).await?;
         send_filler(io).await?;

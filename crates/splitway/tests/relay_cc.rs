@@ -429,10 +429,36 @@ fn splitway_resume_resumes_a_pooled_leg_at_its_first_send_after_idle() {
 }
 
 /// Downloads by default (issue #29): with no `congestion` key and no
-/// `[accel]`, relay legs learn their window; `/status` says so.
+/// `[accel]`, relay legs learn their window (`/status` says so), and the
+/// window probe rc sends rs at start teaches it before the first user
+/// connection.
 #[test]
-fn the_default_config_learns_the_relay_legs_window() {
-    pooled_legs_resume_after_idle(|_| {}, "active");
+fn the_default_config_learns_the_relay_legs_window_before_the_first_connection() {
+    require_netns!();
+    let _lock = heavy_lock();
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], false);
+    lab.start_relays(&configs);
+    let status = admin_status(lab.rc()).expect("GET /status from rc");
+    let accel = &status.accel["learned_window"];
+    assert_eq!(accel.state, "active", "{accel:?}");
+    let server = TestServer::bind(&lab.server, server_v4());
+    // No user connection has carried more than 4 KiB (a window under 20
+    // segments is never saved): only the window probe can have taught
+    // rc's legs to rs a window.
+    let (cwnd, ss) = wait_until(
+        Deadline::after(Duration::from_secs(60)),
+        "a pooled leg resumed from the window probe",
+        || {
+            let (cwnd, ss) = pooled_leg_cwnd_after_idle(&lab, &server);
+            (cwnd > 32).then_some((cwnd, ss))
+        },
+    );
+    assert!(ss.contains("splitway_resume"), "{ss}");
+    eprintln!("first pooled leg cwnd after the window probe {cwnd}:\n{ss}");
+    transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    transfer_server_to_client(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    lab.assert_relays_alive();
 }
 
 /// Two relays on one host both use splitway_cubic: the second shares the
