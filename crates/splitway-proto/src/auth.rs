@@ -518,7 +518,9 @@ pub struct Dialer {
     nonce_c: [u8; NONCE_LEN],
     state: DialerState,
     /// After a HelloProof: the Confirm to send before anything else.
-    confirm: Option<[u8; CONFIRM_LEN]>,
+    /// Boxed: a dialer lives in every relay leg's state, the Confirm only
+    /// between a HelloProof and the next write.
+    confirm: Option<Box<[u8; CONFIRM_LEN]>>,
 }
 
 impl Dialer {
@@ -617,7 +619,7 @@ impl Dialer {
     /// The Confirm to send right after a verified HelloProof, before any
     /// other byte (once; None after a challenge handshake).
     pub fn take_confirm(&mut self) -> Option<[u8; CONFIRM_LEN]> {
-        self.confirm.take()
+        self.confirm.take().map(|c| *c)
     }
 
     /// Verifies the ServerProof (after a Hello: the HelloProof); returns the
@@ -675,7 +677,7 @@ impl Dialer {
         let mut confirm = [0u8; CONFIRM_LEN];
         confirm[0] = FRAME_CONFIRM;
         confirm[1..].copy_from_slice(&mac_u);
-        self.confirm = Some(confirm);
+        self.confirm = Some(Box::new(confirm));
         self.state = DialerState::Authenticated;
         Ok(Some(skip + HELLO_PROOF_LEN))
     }

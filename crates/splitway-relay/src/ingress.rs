@@ -480,7 +480,7 @@ async fn admit(
                         optimistic: a.header.flags & FLAG_OPTIMISTIC != 0,
                         dst: a.header.dst,
                         early_data: a.early_data,
-                        unconfirmed: a.unconfirmed,
+                        unconfirmed: a.unconfirmed.map(Box::new),
                         conn_id: a.header.conn_id,
                         next_ttl: a.header.ttl.saturating_sub(1),
                         origin: a.header.src,
@@ -547,7 +547,7 @@ struct Learned {
     origin: SocketAddr,
     optimistic: bool,
     /// A 0-RTT leg's Confirm, still owed.
-    unconfirmed: Option<peer::Unconfirmed>,
+    unconfirmed: Option<Box<peer::Unconfirmed>>,
 }
 
 impl Learned {

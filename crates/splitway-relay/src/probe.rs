@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
+use splitway_control::metrics::WindowProbe;
 use splitway_proto::Destination;
 use splitway_proto::header::{
     FLAG_PROBE, FLAG_WINDOW_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus,
@@ -246,6 +247,12 @@ pub async fn window_probe_loop(current: Arc<Current>, mut stop: watch::Receiver<
                 r = tokio::time::timeout(WINDOW_PROBE_TIMEOUT, window_probe(&shared, i)) => r,
                 () = stopped(&mut stop) => return,
             };
+            let sent = matches!(outcome, Ok(Ok(())));
+            shared.metrics.window_probe(if sent {
+                WindowProbe::Sent
+            } else {
+                WindowProbe::SendFailed
+            });
             match outcome {
                 Ok(Ok(())) => {
                     info!(peer = %peer.name, bytes_each_way = WINDOW_PROBE_BYTES, ms = started.elapsed().as_millis(), "window probe: the relay legs' window is learned");
@@ -314,6 +321,7 @@ pub async fn answer_window(
             .is_some_and(|at| at.elapsed() < WINDOW_PROBE_MIN_GAP)
         {
             debug!(%upstream, "window probe refused: one per 30 s per upstream relay");
+            shared.metrics.window_probe(WindowProbe::Refused);
             return;
         }
         // Bounded: upstream relays are few; a full table starts over.
@@ -329,6 +337,7 @@ pub async fn answer_window(
                 Ok(after) => after.len(),
                 Err(e) => {
                     debug!(%upstream, error = %e, "window probe without its 0-RTT confirm");
+                    shared.metrics.window_probe(WindowProbe::Refused);
                     return;
                 }
             }
@@ -341,10 +350,13 @@ pub async fn answer_window(
         send_filler(io).await?;
         Ok::<_, std::io::Error>(received)
     };
-    match tokio::time::timeout(WINDOW_PROBE_TIMEOUT, exchange).await {
-        Ok(Ok(received)) => {
-            debug!(%upstream, received, "window probe answered");
-        }
+    let outcome = tokio::time::timeout(WINDOW_PROBE_TIMEOUT, exchange).await;
+    shared.metrics.window_probe(match outcome {
+        Ok(Ok(_)) => WindowProbe::Answered,
+        _ => WindowProbe::Refused,
+    });
+    match outcome {
+        Ok(Ok(received)) => debug!(%upstream, received, "window probe answered"),
         Ok(Err(e)) => debug!(%upstream, error = %e, "window probe not answered"),
         Err(_) => debug!(%upstream, "window probe timed out"),
     }

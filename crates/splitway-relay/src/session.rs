@@ -50,7 +50,8 @@ pub struct Inbound {
     pub tls: Option<TlsLeg>,
     /// A leg accepted with a 0-RTT Hello: its Confirm is still owed, and
     /// only `early_data` (covered by the Hello's MAC) may go on before it.
-    pub unconfirmed: Option<crate::peer::Unconfirmed>,
+    /// Boxed: only 0-RTT legs have one, and every session holds the field.
+    pub unconfirmed: Option<Box<crate::peer::Unconfirmed>>,
 }
 
 impl Inbound {
@@ -130,7 +131,7 @@ async fn confirm_and_forward(
     out: LegIo<'_>,
     mut to_server_first: Vec<u8>,
     to_client_first: Vec<u8>,
-    unconfirmed: Option<Unconfirmed>,
+    unconfirmed: Option<Box<Unconfirmed>>,
     mut opts: forward::Options,
 ) -> Option<forward::Outcome> {
     let mode = metric_mode(inbound.mode);
@@ -147,15 +148,19 @@ async fn confirm_and_forward(
     }
     // After the Reply (an upstream that waits for it is not held up by the
     // Confirm's round trip), before any byte beyond the covered ones.
-    await_confirm(
-        shared,
-        inbound,
-        out,
-        &mut to_server_first,
-        &mut opts.own_prefix,
-        unconfirmed,
-    )
-    .await?;
+    // Boxed: only 0-RTT legs wait for a Confirm, and every session's
+    // future would otherwise hold room for that wait while idle.
+    if let Some(u) = unconfirmed {
+        (to_server_first, opts.own_prefix) = Box::pin(await_confirm(
+            shared,
+            inbound,
+            out,
+            to_server_first,
+            opts.own_prefix,
+            u,
+        ))
+        .await?;
+    }
     let outcome = forward_legs(
         inbound.io(),
         out,
@@ -178,24 +183,21 @@ async fn await_confirm(
     shared: &Shared,
     inbound: &Inbound,
     out: LegIo<'_>,
-    to_server_first: &mut Vec<u8>,
-    own_prefix: &mut u16,
-    unconfirmed: Option<Unconfirmed>,
-) -> Option<()> {
-    let Some(u) = unconfirmed else {
-        return Some(());
-    };
+    mut to_server_first: Vec<u8>,
+    mut own_prefix: u16,
+    u: Box<Unconfirmed>,
+) -> Option<(Vec<u8>, u16)> {
     let reset = |e: &ConnError| {
         let _ = splitway_sys::sock::set_linger_zero(&inbound.stream);
         let _ = splitway_sys::sock::set_linger_zero(out.tcp);
         finish(shared, inbound, e.close_reason(), Some(e), 0, 0);
     };
     if !to_server_first.is_empty() {
-        if let Err(source) = out.write_all(to_server_first).await {
+        if let Err(source) = out.write_all(&to_server_first).await {
             reset(&next_leg_error(shared, out.tcp.peer_addr().ok(), source));
             return None;
         }
-        let own = usize::from(*own_prefix).min(to_server_first.len());
+        let own = usize::from(own_prefix).min(to_server_first.len());
         let forwarded = (to_server_first.len() - own) as u64;
         if forwarded > 0 {
             let path = if out.tls.is_some() {
@@ -206,7 +208,7 @@ async fn await_confirm(
             shared.metrics.bytes(Direction::ToServer, path, forwarded);
         }
         to_server_first.clear();
-        *own_prefix = 0;
+        own_prefix = 0;
     }
     match u
         .confirm(
@@ -216,10 +218,7 @@ async fn await_confirm(
         )
         .await
     {
-        Ok(rest) => {
-            *to_server_first = rest;
-            Some(())
-        }
+        Ok(rest) => Some((rest, own_prefix)),
         Err(e) => {
             info!(client = %inbound.client, conn_id = inbound.conn_id, error = %e, "0-RTT leg not confirmed; both legs reset");
             reset(&e);
@@ -423,21 +422,9 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
                 // read concurrently and only a failure interrupts.
                 ListenMode::Tproxy | ListenMode::Peer | ListenMode::SynOption => {
                     metrics.observe_setup(mode, inbound.accepted_at.elapsed());
-                    // A middle relay's Reply upstream waits for the Confirm
-                    // too: forwarding starts both directions at once.
-                    if await_confirm(
-                        &shared,
-                        &inbound,
-                        out_io,
-                        &mut early,
-                        &mut opts.own_prefix,
-                        unconfirmed,
-                    )
-                    .await
-                    .is_none()
-                    {
-                        return;
-                    }
+                    // Built (not started) before the Confirm wait, so that
+                    // the dialer it takes waits on the heap, not in every
+                    // session's future.
                     let preamble = Box::pin(async {
                         let (status, leftover) =
                             PeerLeg::await_reply(out_io, &peer_name, dialer, buf).await?;
@@ -459,6 +446,23 @@ pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
                         }
                         Ok(leftover)
                     });
+                    // A middle relay's Reply upstream waits for the Confirm
+                    // too: forwarding starts both directions at once.
+                    if let Some(u) = unconfirmed {
+                        let confirmed = Box::pin(await_confirm(
+                            &shared,
+                            &inbound,
+                            out_io,
+                            early,
+                            opts.own_prefix,
+                            u,
+                        ))
+                        .await;
+                        let Some(confirmed) = confirmed else {
+                            return;
+                        };
+                        (early, opts.own_prefix) = confirmed;
+                    }
                     let outcome =
                         forward_legs(inbound.io(), out_io, early, preamble, opts, &metrics).await;
                     (out, outcome)

@@ -298,8 +298,10 @@ async fn idle_connection_footprint() {
     let size = std::mem::size_of_val(&fut);
     assert!(size <= 900, "forward_legs future is {size} bytes");
     // The whole connection as its task holds it while idle.
+    // 1720 B before Hello v3 (issue #33): its Confirm wait is boxed and the
+    // Confirm's bytes too, which leaves 1832 B (2048 unboxed).
     let size = output_size(splitway_relay::session::run);
-    assert!(size <= 1800, "session future is {size} bytes");
+    assert!(size <= 1850, "session future is {size} bytes");
 }
 
 /// Size of the future an async fn of two arguments returns.

@@ -279,8 +279,12 @@ fn refusing_lab(accel: impl FnOnce(&mut RawAccel)) -> (Lab, TestServer) {
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     configs[0].listeners[0].allow_clients = vec!["10.0.99.0/24".into()];
-    // No pool: its legs would be accepted by rs whatever the client did.
-    configs[0].accel(accel).accel(|a| a.pool = Some(false));
+    // No pool and no window probe: their legs would be accepted by rs
+    // whatever the client did.
+    configs[0].accel(accel).accel(|a| {
+        a.pool = Some(false);
+        a.learned_window = Some(false);
+    });
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_addr());
     (lab, server)

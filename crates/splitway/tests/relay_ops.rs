@@ -513,8 +513,12 @@ fn metrics_parse_and_count_what_was_done() {
     let deadline = Deadline::after(Duration::from_secs(60));
     let mut lab = Lab::two_relays();
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    // rs counts one accepted peer leg per connection: none pooled ahead.
-    configs[0].accel(|a| a.pool = Some(false));
+    // rs counts one accepted peer leg per connection: none pooled ahead,
+    // no window probe.
+    configs[0].accel(|a| {
+        a.pool = Some(false);
+        a.learned_window = Some(false);
+    });
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
     let sizes = [MIB, 3 * MIB + 7, 12_345];

@@ -46,8 +46,12 @@ fn first_relay_refuses_denied_destinations_and_ports_before_any_relay_leg() {
                 toml::Value::Integer(9090),
             ]);
         })
-        // rs's accepted legs below count relay legs: none pooled.
-        .accel(|a| a.pool = Some(false));
+        // rs's accepted legs below count relay legs: none pooled, no
+        // window probe.
+        .accel(|a| {
+            a.pool = Some(false);
+            a.learned_window = Some(false);
+        });
     lab.start_relays(&configs);
     let allowed = sock(&format!("{SERVER_V4}:{SERVER_PORT}"));
     let in_range = sock(&format!("{SERVER_V4}:{RANGE_PORT}"));

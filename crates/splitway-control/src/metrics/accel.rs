@@ -7,7 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::family::{declare, label_enum, series};
+use super::family::{CounterU64, declare, label_enum, series};
 
 label_enum! {
     /// An acceleration whose effective state is exported.
@@ -88,5 +88,53 @@ impl AccelMetrics {
             .zip(&self.state[accel.index()])
             .find(|(_, g)| g.get() == 1)
             .map_or(AccelState::Off, |(s, _)| s)
+    }
+}
+
+label_enum! {
+    /// How a window probe (learned windows, issue #29) ended, by side.
+    pub enum WindowProbe {
+        /// Sent to a peer; both directions' filler went through.
+        Sent => "sent",
+        /// Sent to a peer; it failed or timed out (retried).
+        SendFailed => "send_failed",
+        /// Answered for an upstream relay.
+        Answered => "answered",
+        /// An upstream relay's probe refused (one per 30 s per address) or
+        /// broken off.
+        Refused => "refused",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WindowProbeLabels {
+    outcome: WindowProbe,
+}
+
+/// `window_probes_total`: the relay-leg connections that carried window
+/// probes, which `connections_accepted_total{mode="peer"}` counts too.
+#[derive(Clone, Debug)]
+pub struct WindowProbeMetrics {
+    outcomes: [CounterU64; WindowProbe::COUNT],
+}
+
+impl WindowProbeMetrics {
+    /// Declares the family in `registry`, every outcome at zero.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let family: Family<WindowProbeLabels, CounterU64> = declare(
+            registry,
+            "window_probes",
+            "Window probes on relay legs (learned windows), by outcome",
+        );
+        WindowProbeMetrics {
+            outcomes: series(&family, WindowProbe::ALL, |outcome| WindowProbeLabels {
+                outcome,
+            }),
+        }
+    }
+
+    /// Counts a window probe's outcome.
+    pub fn count(&self, outcome: WindowProbe) {
+        self.outcomes[outcome.index()].inc();
     }
 }

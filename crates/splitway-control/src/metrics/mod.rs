@@ -34,7 +34,7 @@ mod pool;
 mod proxy_protocol;
 mod strict;
 
-pub use accel::{AccelMetrics, AccelName, AccelState};
+pub use accel::{AccelMetrics, AccelName, AccelState, WindowProbe, WindowProbeMetrics};
 pub use connections::{
     ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
 };
@@ -70,6 +70,7 @@ pub use strict::{StrictMetrics, StrictOutcome};
 /// | `data_path_chosen_total` | counter | `path` | `forward` |
 /// | `early_syn_total` | counter | `outcome` | `early_syn` |
 /// | `accel_state` | gauge (1 for the current state, else 0) | `accel`, `state` | `accel` |
+/// | `window_probes_total` | counter | `outcome` | `accel` |
 /// | `strict_syn_total` | counter | `outcome` | `strict` |
 /// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
 /// | `pool_events_total` | counter | `peer`, `event` | `pool` |
@@ -82,6 +83,7 @@ pub struct Metrics {
     forward: ForwardMetrics,
     early_syn: EarlySynMetrics,
     accel: AccelMetrics,
+    window_probes: WindowProbeMetrics,
     strict: StrictMetrics,
     proxy_protocol: ProxyProtocolMetrics,
     pools: pool::PoolFamilies,
@@ -112,6 +114,7 @@ impl Metrics {
             forward: ForwardMetrics::register(&mut registry),
             early_syn: EarlySynMetrics::register(&mut registry),
             accel: AccelMetrics::register(&mut registry),
+            window_probes: WindowProbeMetrics::register(&mut registry),
             strict: StrictMetrics::register(&mut registry),
             proxy_protocol: ProxyProtocolMetrics::register(&mut registry),
             pools: pool::PoolFamilies::register(&mut registry),
@@ -216,6 +219,11 @@ impl Metrics {
     /// Records the state `accel` is in now.
     pub fn set_accel_state(&self, accel: AccelName, state: AccelState) {
         self.accel.set(accel, state);
+    }
+
+    /// Counts a window probe's outcome.
+    pub fn window_probe(&self, outcome: WindowProbe) {
+        self.window_probes.count(outcome);
     }
 
     /// The state last recorded for `accel`.
