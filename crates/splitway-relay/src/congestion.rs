@@ -121,7 +121,7 @@ pub fn probe(name: &str) -> Result<(), CcError> {
     if let Some(reason) = cc::unsupported_reason() {
         return Err(CcError::Unsupported(reason));
     }
-    cc::register(name).map(drop)
+    cc::register_trial(name).map(drop)
 }
 
 /// Registers every shipped algorithm `cfg` uses that this process does not

@@ -17,8 +17,11 @@
 //!
 //! A [`Registration`] holds only the link fd: the algorithm is registered
 //! while that fd is open and unregistered when it closes, including when the
-//! process dies by SIGKILL (nothing is pinned). Sockets already using it keep
-//! it (each socket holds a reference on the struct_ops map).
+//! process dies by SIGKILL (the registration is not pinned). Sockets already
+//! using it keep it (each socket holds a reference on the struct_ops map).
+//! What an algorithm learns (`splitway_resume`'s saved windows) is pinned
+//! under the host's bpf filesystem when there is one, so the next
+//! registration, by any process or after a restart, starts from it.
 //!
 //! Names are machine-wide. If another process (a second relay on the host)
 //! already registered the name, [`register`] reports
@@ -113,8 +116,19 @@ pub fn is_available(name: &str) -> bool {
         .any(|n| n == name)
 }
 
-/// Loads and registers the shipped algorithm `name`.
+/// Loads and registers the shipped algorithm `name`, its learned state
+/// pinned where the host allows (see the module's "Lifetime").
 pub fn register(name: &str) -> Result<CcRegistered, CcError> {
+    register_with(name, true)
+}
+
+/// [`register`] for a trial (`relay --check`): nothing is pinned, so a
+/// trial leaves no file behind.
+pub fn register_trial(name: &str) -> Result<CcRegistered, CcError> {
+    register_with(name, false)
+}
+
+fn register_with(name: &str, pin_state: bool) -> Result<CcRegistered, CcError> {
     let shipped = SHIPPED
         .iter()
         .find(|s| s.name == name)
@@ -126,24 +140,20 @@ pub fn register(name: &str) -> Result<CcRegistered, CcError> {
         name: name.to_owned(),
         detail,
     };
-    let object = Object::open(shipped.object, shipped.name).map_err(load_err)?;
+    // Pinned state first; without a bpf filesystem (or with a pinned map
+    // libbpf cannot reuse) the state lives as long as this registration.
+    let pinned = pin_state.then(|| pinned_state_path(shipped)).flatten();
+    let object = match pinned.as_ref() {
+        Some(path) => match load_object(shipped, Some(path)) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(algorithm = shipped.name, error = %e, "learned state not pinned; kept for this registration only");
+                load_object(shipped, None).map_err(load_err)?
+            }
+        },
+        None => load_object(shipped, None).map_err(load_err)?,
+    };
     let map = object.map(shipped.map).map_err(load_err)?;
-    // SAFETY: `map` belongs to `object`, which is open and not yet loaded.
-    let rc = unsafe { ffi::bpf_map__set_map_flags(map, BPF_F_LINK) };
-    if rc != 0 {
-        return Err(load_err(format!(
-            "bpf_map__set_map_flags: {}",
-            errno_str(rc)
-        )));
-    }
-    // SAFETY: `object.ptr` is a valid open object.
-    let rc = unsafe { ffi::bpf_object__load(object.ptr) };
-    if rc != 0 {
-        return Err(load_err(format!(
-            "bpf_object__load: {} (libbpf's log is on stderr)",
-            errno_str(rc)
-        )));
-    }
     // libbpf 1.1 fills the map value (program fds) and updates it; with
     // BPF_F_LINK that only stores the value, registration is the link.
     // SAFETY: `map` is a loaded struct_ops map of `object`.
@@ -222,6 +232,53 @@ fn errno_str(rc: c_int) -> String {
 }
 
 /// A libbpf `bpf_object`, closed on drop.
+/// Where `shipped`'s learned state is pinned, if it has any and the host
+/// has a bpf filesystem at [`super::BPFFS`] (not mounted here: a private
+/// mount, as under `ip netns exec`, would share nothing).
+fn pinned_state_path(shipped: &Shipped) -> Option<CString> {
+    let (_, file) = shipped.state?;
+    let root = std::path::Path::new(super::BPFFS);
+    if super::fs_magic(root).ok()? != super::BPF_FS_MAGIC {
+        return None;
+    }
+    let path = root.join(file);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).ok()?;
+    }
+    CString::new(path.into_os_string().into_encoded_bytes()).ok()
+}
+
+/// Opens and loads `shipped` with its struct_ops map set up for a link
+/// (`BPF_F_LINK`), its state map pinned at `pin` if given (libbpf reuses a
+/// map already pinned there, or pins the new one).
+fn load_object(shipped: &Shipped, pin: Option<&CString>) -> Result<Object, String> {
+    let object = Object::open(shipped.object, shipped.name)?;
+    let map = object.map(shipped.map)?;
+    // SAFETY: `map` belongs to `object`, which is open and not yet loaded.
+    let rc = unsafe { ffi::bpf_map__set_map_flags(map, BPF_F_LINK) };
+    if rc != 0 {
+        return Err(format!("bpf_map__set_map_flags: {}", errno_str(rc)));
+    }
+    if let (Some(path), Some((state, _))) = (pin, shipped.state) {
+        let state = object.map(state)?;
+        // SAFETY: `state` belongs to the open, not yet loaded `object`;
+        // libbpf copies `path`.
+        let rc = unsafe { ffi::bpf_map__set_pin_path(state, path.as_ptr()) };
+        if rc != 0 {
+            return Err(format!("bpf_map__set_pin_path: {}", errno_str(rc)));
+        }
+    }
+    // SAFETY: `object.ptr` is a valid open object.
+    let rc = unsafe { ffi::bpf_object__load(object.ptr) };
+    if rc != 0 {
+        return Err(format!(
+            "bpf_object__load: {} (libbpf's log is on stderr)",
+            errno_str(rc)
+        ));
+    }
+    Ok(object)
+}
+
 struct Object {
     ptr: *mut ffi::bpf_object,
     _name: CString,
@@ -336,6 +393,7 @@ mod ffi {
             name: *const c_char,
         ) -> *mut bpf_map;
         pub fn bpf_map__set_map_flags(map: *mut bpf_map, flags: u32) -> c_int;
+        pub fn bpf_map__set_pin_path(map: *mut bpf_map, path: *const c_char) -> c_int;
         pub fn bpf_map__fd(map: *const bpf_map) -> c_int;
         pub fn bpf_map__attach_struct_ops(map: *const bpf_map) -> *mut bpf_link;
         pub fn bpf_link__disconnect(link: *mut bpf_link);
@@ -379,5 +437,53 @@ mod tests {
             "splitway_cubic"
         );
         assert!(matches!(register("warp"), Err(CcError::Unknown(_))));
+    }
+
+    /// splitway_resume's saved windows are pinned where the host has a
+    /// bpf filesystem: the map outlives the registration (a relay's
+    /// restart, or the exit of the relay that registered it for its
+    /// siblings), and a trial registration (`--check`) pins nothing.
+    #[test]
+    fn resume_state_outlives_its_registration() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: registering a congestion control needs root");
+            return;
+        }
+        let program = &crate::bpf::splitway_resume::PROGRAM;
+        let Some(path) = pinned_state_path(program) else {
+            eprintln!("skipping: no bpf filesystem at {}", crate::bpf::BPFFS);
+            return;
+        };
+        let path = std::path::PathBuf::from(path.to_str().expect("utf-8 path"));
+        let existed = path.exists();
+        if !existed {
+            match register_trial("splitway_resume").expect("trial") {
+                CcRegistered::Owned(r) => drop(r),
+                CcRegistered::ByAnotherProcess => {
+                    eprintln!("skipping: splitway_resume is registered by another process");
+                    return;
+                }
+            }
+            assert!(!path.exists(), "a trial pinned {path:?}");
+        }
+        let reg = match register("splitway_resume").expect("register") {
+            CcRegistered::Owned(r) => r,
+            CcRegistered::ByAnotherProcess => {
+                eprintln!("skipping: splitway_resume is registered by another process");
+                return;
+            }
+        };
+        assert!(path.exists(), "{path:?} not pinned");
+        drop(reg);
+        assert!(!is_available("splitway_resume"));
+        assert!(path.exists(), "{path:?} gone with the registration");
+        // The next registration takes the pinned map (libbpf checks its
+        // layout; a mismatch would fail the pinned load).
+        let again = pinned_state_path(program).expect("pin path");
+        load_object(program, Some(&again)).expect("load with the pinned state");
+        if !existed {
+            std::fs::remove_file(&path).expect("remove the test's pin");
+        }
     }
 }

@@ -39,9 +39,15 @@ struct Shipped {
     /// Name of the `SEC(".struct_ops")` variable, i.e. the libbpf map name.
     map: &'static str,
     object: &'static [u8],
+    /// A map of state the algorithm learns (`splitway_resume`'s saved
+    /// windows), pinned under [`BPFFS`] so that every registration on the
+    /// host, whichever process makes it, and the next one after a restart,
+    /// share it; and the file name it is pinned under (versioned with its
+    /// layout: libbpf refuses to reuse a pinned map whose layout differs).
+    state: Option<(&'static str, &'static str)>,
 }
 
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+pub(crate) const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// Where pinned programs and maps live.
 pub const BPFFS: &str = "/sys/fs/bpf";
 

@@ -6,4 +6,5 @@ pub(super) static PROGRAM: Shipped = Shipped {
     name: "splitway_cubic",
     map: "splitway_cubic_ops",
     object: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/splitway_cubic.o")),
+    state: None,
 };

@@ -3,8 +3,9 @@
 
 use super::Shipped;
 
-pub(super) static PROGRAM: Shipped = Shipped {
+pub(crate) static PROGRAM: Shipped = Shipped {
     name: "splitway_resume",
     map: "splitway_resume_ops",
     object: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/splitway_resume.o")),
+    state: Some(("splitway_resume_peers", "splitway/resume-peers-v2")),
 };
