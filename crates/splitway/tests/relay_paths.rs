@@ -44,6 +44,10 @@ fn lab() -> Lab {
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     // rc: both relays are candidates for the server's subnet.
     configs[0] = rc_config(&lab, via_list(&["rs1", "rs2"]));
+    // Path choice measured alone: window probes (learned windows) put 4 MiB
+    // bursts on the candidates' emulated links at start, and their queueing
+    // moved the choice in two runs out of three (an open interaction).
+    configs[0].accel(|a| a.learned_window = Some(false));
     // rs1 dials the server itself (its kernel routes through rs2).
     let rs1 = &mut configs[1];
     rs1.routes.clear();
@@ -336,6 +340,10 @@ fn a_100ms_degradation_moves_new_connections_and_the_choice_is_held() {
     rc.peer("rs2", &format!("10.0.99.2:{PEER_PORT}"));
     rc.raw_route(route_via("10.0.3.0/24", via_list(&["rs1", "rs2"])));
     configs[0] = rc;
+    // Path choice measured alone: window probes (learned windows) put 4 MiB
+    // bursts on the candidates' emulated links at start, and their queueing
+    // moved the choice in two runs out of three (an open interaction).
+    configs[0].accel(|a| a.learned_window = Some(false));
     configs[1].routes.clear();
     configs[1].peers.clear();
     configs[1].route("0.0.0.0/0", "direct");
@@ -492,6 +500,10 @@ fn emulated_lab(
     rc.peer("rs2", &format!("10.0.99.2:{PEER_PORT}"));
     rc.raw_route(route_via("10.0.3.0/24", via));
     configs[0] = rc;
+    // Path choice measured alone: window probes (learned windows) put 4 MiB
+    // bursts on the candidates' emulated links at start, and their queueing
+    // moved the choice in two runs out of three (an open interaction).
+    configs[0].accel(|a| a.learned_window = Some(false));
     configs[1].routes.clear();
     configs[1].peers.clear();
     configs[1].route("0.0.0.0/0", "direct");
