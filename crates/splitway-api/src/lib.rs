@@ -128,6 +128,10 @@ api! {
         pub misses: u64,
         pub duplicates: u64,
         pub over_budget: u64,
+        /// Refused by the client prefix's share of the budget.
+        pub prefix_over_budget: u64,
+        /// That share: early legs one client prefix may hold at once.
+        pub prefix_budget: u64,
         pub denied: u64,
         pub expired: u64,
         /// Accepts whose SYN the detector did not report (a near prefix).

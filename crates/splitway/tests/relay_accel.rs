@@ -191,6 +191,9 @@ fn syn_flood_is_bounded_by_the_budget() {
         a.early_syn = Some(true);
         a.pool = Some(true);
         a.early_syn_budget = Some(budget as usize);
+        // One prefix may use the whole budget here: this is the budget's
+        // test (a prefix's share: `relay_flood`).
+        a.early_syn_prefix_budget = Some(budget as usize);
         a.early_syn_expiry = Some("2s".into());
     });
     assert_early_syn_up(&lab);
