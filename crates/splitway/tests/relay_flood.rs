@@ -499,6 +499,14 @@ fn memory_is_given_back_after_a_connection_flood_while_pooled_legs_stay_open() {
         .as_ref()
         .map_or(0, |p| p.level);
     eprintln!("rs VmRSS MiB after the flood: {}", samples.join(" "));
+    let log = std::fs::read_to_string(lab.dir.join("rs.stderr")).unwrap_or_default();
+    for trim in log
+        .lines()
+        .filter(|l| l.contains("free heap returned to the kernel"))
+        .skip(trims_before)
+    {
+        eprintln!("rs trim: {trim}");
+    }
     eprintln!(
         "rs VmRSS: before {before:.1} MiB, at the flood's peak {peak:.1} MiB, {after:.1} MiB {:.1} s after it ended \
          (within 2x of before after {}); rc's pooled legs to rs open: {pool}",
