@@ -446,10 +446,12 @@ mod tests {
         assert!(matches!(dead, EarlySyn::Dead(_)));
         let running: EarlySyn = round_trip(
             r#"{"pending": 1, "budget": 1024, "markers": 0, "started": 5, "hits": 4,
-                "misses": 1, "duplicates": 0, "over_budget": 0, "denied": 0, "expired": 0,
-                "near": 7, "near_prefixes": 1}"#,
+                "misses": 1, "duplicates": 0, "over_budget": 0, "prefix_over_budget": 3,
+                "prefix_budget": 128, "denied": 0, "expired": 0, "near": 7, "near_prefixes": 1}"#,
         );
-        assert!(matches!(running, EarlySyn::Running(s) if s.hits == 4));
+        assert!(
+            matches!(running, EarlySyn::Running(s) if s.hits == 4 && s.prefix_over_budget == 3)
+        );
     }
 
     /// Without `strict` (as `splitway ctl` reads), counters must still not
