@@ -772,6 +772,12 @@ mod tests {
         assert!(matches!(early.status(), api::EarlySyn::Running(s) if s.near_prefixes == 0));
     }
 
+    /// Makes `key`'s entry `by` older.
+    fn backdate<T>(early: &EarlyStarts<T>, key: Key, by: Duration) {
+        let mut shard = early.shard(&key).lock().unwrap();
+        shard.get_mut(&key).expect("an entry").born -= by;
+    }
+
     /// Backdates the detector's sampling of `prefix` past the time a SYN
     /// event reported before it can trail its accept.
     fn sampled_for_a_while(early: &EarlyStarts<u8>, prefix: IpAddr) {
@@ -850,10 +856,7 @@ mod tests {
         );
 
         assert!(early.start(addr(2), dst, 2).is_some());
-        let key = (addr(2), dst);
-        let mut shard = early.shard(&key).lock().unwrap();
-        shard.get_mut(&key).unwrap().born -= RETRANSMIT_POSSIBLE_AFTER;
-        drop(shard);
+        backdate(&early, (addr(2), dst), RETRANSMIT_POSSIBLE_AFTER);
         assert_eq!(early.take(addr(2), dst), Some(2));
         assert_eq!(early.markers.load(Relaxed), 1, "a slow hit leaves one");
         assert!(early.start(addr(2), dst, 3).is_none(), "the late event");
@@ -918,14 +921,7 @@ mod tests {
         assert!(early.start(client, dst, 1).is_some());
         early.sweep();
         assert_eq!(early.pending(), 1, "still within its wait");
-        let key = (client, dst);
-        early
-            .shard(&key)
-            .lock()
-            .unwrap()
-            .get_mut(&key)
-            .unwrap()
-            .born -= wait;
+        backdate(&early, (client, dst), wait);
         early.sweep();
         assert_eq!(early.pending(), 0);
         assert_eq!(early.counted(EarlySynOutcome::Expired), 1);
@@ -945,16 +941,7 @@ mod tests {
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         let client = addr(7);
         assert!(early.start(client, dst, 1).is_some());
-        let key = (client, dst);
-        let backdate = |d: Duration| {
-            early
-                .shard(&key)
-                .lock()
-                .unwrap()
-                .get_mut(&key)
-                .unwrap()
-                .born -= d
-        };
+        let backdate = |d: Duration| backdate(&early, (client, dst), d);
         backdate(Duration::from_secs(1));
         assert!(early.start(client, dst, 2).is_none(), "the retransmit");
         assert_eq!(early.counted(EarlySynOutcome::Duplicate), 1);

@@ -41,25 +41,6 @@ fn pool_full(lab: &Lab) -> Option<()> {
     (pool.level >= pool.high).then_some(())
 }
 
-fn nft(ns: &Netns, script: &str) {
-    let mut child = ns
-        .command("nft")
-        .args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn nft");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.as_bytes())
-        .expect("write nft script");
-    assert!(
-        child.wait().expect("wait nft").success(),
-        "nft failed: {script}"
-    );
-}
-
 fn ip(ns: &Netns, args: &[&str]) {
     ns.ip(args)
         .unwrap_or_else(|e| panic!("ip {}: {e}", args.join(" ")));
