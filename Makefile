@@ -120,7 +120,7 @@ flood: deps
 	out=bench-results/flood-$$(date -u +%Y%m%dT%H%M%SZ).txt; \
 	{ echo "# make flood, $$(date -u +%FT%TZ), commit $$(git rev-parse --short=12 HEAD), kernel $$(uname -r), load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
 	  SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_FLOOD_OBSERVE_SECS=$(FLOOD_OBSERVE_SECS) $(CARGO) test -p splitway --test relay_flood -- --test-threads=1 --nocapture 2>&1; echo "exit $$?"; } > $$out; \
-	grep -E '^(#|flood|real client|rs VmRSS|test result|exit)' $$out; grep -q '^exit 0$$' $$out
+	grep -E '^#|flood: |real client|rs VmRSS|rs trim|test result|^exit' $$out; grep -q '^exit 0$$' $$out
 
 ## soak: SOAK_CONNECTIONS concurrent split connections through a relay pair for SOAK_DURATION,
 ## two relay processes per host sharing the listener (SO_REUSEPORT: fd limit 20,000 per process).
