@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: startup-order footprint demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth
+.PHONY: startup-order footprint demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -109,6 +109,18 @@ churn: deps
 	{ echo "# make churn, $$(date -u +%FT%TZ), commit $$(git rev-parse --short=12 HEAD), kernel $$(uname -r), load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
 	  SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_CHURN_CONNECTIONS=$(CHURN_CONNECTIONS) $(CARGO) test -p splitway --test relay_churn -- --nocapture 2>&1; echo "exit $$?"; } > $$out; \
 	grep -E '^(#|churn:|test result|exit)' $$out; grep -q '^exit 0$$' $$out
+
+## flood: issue #33's floods (relay_flood): a spoofed SYN flood from one prefix
+## with the real client's TTFB, and 5,000 connections through a relay pair
+## whose pooled legs stay open, rs's RSS sampled for FLOOD_OBSERVE_SECS after
+## the flood. Output in bench-results/.
+FLOOD_OBSERVE_SECS ?= 60
+flood: deps
+	mkdir -p bench-results
+	out=bench-results/flood-$$(date -u +%Y%m%dT%H%M%SZ).txt; \
+	{ echo "# make flood, $$(date -u +%FT%TZ), commit $$(git rev-parse --short=12 HEAD), kernel $$(uname -r), load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	  SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_FLOOD_OBSERVE_SECS=$(FLOOD_OBSERVE_SECS) $(CARGO) test -p splitway --test relay_flood -- --test-threads=1 --nocapture 2>&1; echo "exit $$?"; } > $$out; \
+	grep -E '^#|flood: |real client|rs VmRSS|rs trim|test result|^exit' $$out; grep -q '^exit 0$$' $$out
 
 ## soak: SOAK_CONNECTIONS concurrent split connections through a relay pair for SOAK_DURATION,
 ## two relay processes per host sharing the listener (SO_REUSEPORT: fd limit 20,000 per process).

@@ -128,6 +128,10 @@ api! {
         pub misses: u64,
         pub duplicates: u64,
         pub over_budget: u64,
+        /// Refused by the client prefix's share of the budget.
+        pub prefix_over_budget: u64,
+        /// That share: early legs one client prefix may hold at once.
+        pub prefix_budget: u64,
         pub denied: u64,
         pub expired: u64,
         /// Accepts whose SYN the detector did not report (a near prefix).
@@ -442,10 +446,12 @@ mod tests {
         assert!(matches!(dead, EarlySyn::Dead(_)));
         let running: EarlySyn = round_trip(
             r#"{"pending": 1, "budget": 1024, "markers": 0, "started": 5, "hits": 4,
-                "misses": 1, "duplicates": 0, "over_budget": 0, "denied": 0, "expired": 0,
-                "near": 7, "near_prefixes": 1}"#,
+                "misses": 1, "duplicates": 0, "over_budget": 0, "prefix_over_budget": 3,
+                "prefix_budget": 128, "denied": 0, "expired": 0, "near": 7, "near_prefixes": 1}"#,
         );
-        assert!(matches!(running, EarlySyn::Running(s) if s.hits == 4));
+        assert!(
+            matches!(running, EarlySyn::Running(s) if s.hits == 4 && s.prefix_over_budget == 3)
+        );
     }
 
     /// Without `strict` (as `splitway ctl` reads), counters must still not

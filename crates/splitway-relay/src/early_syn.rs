@@ -8,6 +8,12 @@
 //! never completes expire and close what they opened. Early starts have a
 //! budget: beyond it (a SYN flood), legs start at accept as without early
 //! SYN, so a flood can neither open unbounded next legs nor drain the pool.
+//! One client prefix (IPv4 /24, IPv6 /64) gets a share of it
+//! (`early_syn_prefix_budget`), so a flood from one prefix leaves the rest
+//! to other clients. A leg whose client does not complete its handshake
+//! within a few of its prefix's measured handshake round trips is closed
+//! then ([`EarlyStarts::wait_for`]), not at the expiry: a spoofed SYN's leg
+//! holds a connection at the server for about a second, not ten.
 //! Every outcome is counted in `splitway_early_syn_total`, which `/status`
 //! reads back.
 //!
@@ -48,6 +54,11 @@ enum Slot<T> {
 struct Entry<T> {
     slot: Slot<T>,
     born: Instant,
+    /// How long a `Started` leg waits for its accept.
+    lifetime: Duration,
+    /// The client prefix whose share the leg holds (legs parked by strict
+    /// mode are bounded by strict's own budget and hold none).
+    prefix: Option<IpAddr>,
 }
 
 pub struct EarlyStarts<T> {
@@ -55,14 +66,20 @@ pub struct EarlyStarts<T> {
     hasher: RandomState,
     in_table: AtomicUsize,
     budget: usize,
+    /// Started legs one client prefix may hold.
+    prefix_budget: usize,
+    /// Started legs per client prefix (only prefixes holding some: at most
+    /// `budget` entries).
+    per_prefix: Mutex<HashMap<IpAddr, usize>>,
     expiry: Duration,
     /// `splitway_early_syn_total`: what this table counts, and all that
     /// `/status` shows of it.
     metrics: EarlySynMetrics,
     /// The SYN detector feeding this table stopped: nothing new arrives.
     dead: AtomicBool,
-    /// Prefixes whose SYNs the detector samples (auto mode only).
-    near: Option<NearClients>,
+    /// Client prefixes' handshake round trips, which time out early legs;
+    /// in auto mode also which prefixes the detector samples.
+    near: NearClients,
     /// `Accepted` markers in the table. They would grow with the miss rate
     /// × their lifetime, so they get a budget of their own
     /// ([`MARKERS_PER_LEG`] × the legs' budget): beyond it a miss leaves
@@ -88,30 +105,72 @@ const MARKERS_PER_LEG: usize = 4;
 /// a marker as a miss does. Faster hits, all of them on a LAN, need none.
 const RETRANSMIT_POSSIBLE_AFTER: Duration = Duration::from_millis(200);
 
+/// How long an early leg waits for the accept of a client whose prefix has
+/// no measured handshake yet. A real client's ACK follows its SYN by one
+/// round trip, under a second on every path this relay is for (GEO: about
+/// 600 ms); a spoofed SYN's never comes. Longer than the 1 s initial SYN
+/// timeout, so a client whose SYN-ACK was lost retransmits its SYN before
+/// the leg is closed, and the retransmit extends the wait.
+const UNMEASURED_WAIT: Duration = Duration::from_millis(1500);
+/// A measured prefix's early legs wait this many of its minimum handshake
+/// round trips, plus [`WAIT_MARGIN`] for the accept loop and the SYN
+/// event's reader running late on a busy host.
+const WAIT_RTTS: u32 = 3;
+const WAIT_MARGIN: Duration = Duration::from_millis(250);
+
 fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 impl<T> EarlyStarts<T> {
-    pub fn new(budget: usize, expiry: Duration, metrics: &Metrics) -> Self {
+    /// `budget` started legs at most, `prefix_budget` of them for one
+    /// client prefix; each waits `expiry` for its accept at most.
+    pub fn new(budget: usize, prefix_budget: usize, expiry: Duration, metrics: &Metrics) -> Self {
         EarlyStarts {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
             in_table: AtomicUsize::new(0),
             budget,
+            prefix_budget: prefix_budget.max(1),
+            per_prefix: Mutex::new(HashMap::new()),
             expiry,
             metrics: metrics.early_syn_metrics(),
             dead: AtomicBool::new(false),
             markers: AtomicUsize::new(0),
-            near: None,
+            near: NearClients::default(),
         }
     }
 
     /// Learns near client prefixes (`early_syn = "auto"` with a detector
     /// that can sample them).
     pub fn learning_near_clients(mut self) -> Self {
-        self.near = Some(NearClients::default());
+        self.near.learn = true;
         self
+    }
+
+    /// How long a leg started for `client`'s SYN waits for its accept:
+    /// [`WAIT_RTTS`] of the prefix's minimum handshake round trip plus
+    /// [`WAIT_MARGIN`], or [`UNMEASURED_WAIT`] for a prefix not measured
+    /// yet; never longer than the expiry.
+    pub fn wait_for(&self, client: IpAddr) -> Duration {
+        let wait = match self.near.min_rtt(client) {
+            Some(rtt) => rtt.saturating_mul(WAIT_RTTS).saturating_add(WAIT_MARGIN),
+            None => UNMEASURED_WAIT,
+        };
+        wait.min(self.expiry)
+    }
+
+    /// Gives started legs' shares back to their prefixes.
+    fn release_prefixes(&self, prefixes: impl IntoIterator<Item = IpAddr>) {
+        let mut counts = self.per_prefix.lock().expect("early prefixes lock");
+        for prefix in prefixes {
+            if let Some(held) = counts.get_mut(&prefix) {
+                *held = held.saturating_sub(1);
+                if *held == 0 {
+                    counts.remove(&prefix);
+                }
+            }
+        }
     }
 
     /// Changes to the detector's near prefixes decided since the last call:
@@ -119,24 +178,21 @@ impl<T> EarlyStarts<T> {
     /// [`EarlyStarts::near_applied`] once the detector has it. Cheap when
     /// there are none (one atomic load).
     pub fn near_changes(&self) -> Vec<(IpAddr, bool)> {
-        self.near.as_ref().map(|n| n.changes()).unwrap_or_default()
+        self.near.changes()
     }
 
     /// The handshake round trip of an accepted client (the kernel's first
     /// RTT sample of the socket: SYN-ACK to ACK), i.e. the head start an
-    /// early leg gets for that client.
+    /// early leg gets for that client, and what times out its prefix's
+    /// unanswered legs.
     pub fn client_rtt(&self, client: SocketAddr, rtt: Duration) {
-        if let Some(n) = &self.near {
-            n.sample(canonical(client), rtt);
-        }
+        self.near.sample(canonical(client), rtt);
     }
 
     /// The detector now samples (`near`) or reports every SYN of the
     /// prefix of `ip`.
     pub fn near_applied(&self, ip: IpAddr, near: bool) {
-        if let Some(n) = &self.near {
-            n.applied(ip, near);
-        }
+        self.near.applied(ip, near);
     }
 
     fn count(&self, outcome: EarlySynOutcome, n: u64) {
@@ -155,13 +211,20 @@ impl<T> EarlyStarts<T> {
 
     /// Parks `leg`, just started for a client's SYN, unless that SYN's
     /// 4-tuple already has an entry (a retransmit, or its accept won the
-    /// race) or the budget is spent. Returns the (canonical) client and
+    /// race) or the budget or the client prefix's share of it is spent.
+    /// Returns the (canonical) client and
     /// destination when parked; otherwise `leg` is dropped.
     pub fn start(&self, client: SocketAddr, dst: SocketAddr, leg: T) -> Option<Key> {
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
-        if shard.contains_key(&key) {
-            // The leg exists or is no longer needed.
+        if let Some(entry) = shard.get_mut(&key) {
+            // The leg exists or is no longer needed. A retransmitted SYN
+            // says its client is still trying (its SYN-ACK was lost): the
+            // leg waits another round for it, within the expiry.
+            if matches!(entry.slot, Slot::Started(_)) {
+                entry.lifetime =
+                    (entry.born.elapsed() + self.wait_for(key.0.ip())).min(self.expiry);
+            }
             drop(shard);
             self.count(EarlySynOutcome::Duplicate, 1);
             return None;
@@ -170,12 +233,26 @@ impl<T> EarlyStarts<T> {
             self.count(EarlySynOutcome::OverBudget, 1);
             return None;
         }
+        let prefix = near_prefix(key.0.ip());
+        {
+            let mut counts = self.per_prefix.lock().expect("early prefixes lock");
+            let held = counts.entry(prefix).or_insert(0);
+            if *held >= self.prefix_budget {
+                drop(counts);
+                drop(shard);
+                self.count(EarlySynOutcome::PrefixOverBudget, 1);
+                return None;
+            }
+            *held += 1;
+        }
         self.in_table.fetch_add(1, Relaxed);
         shard.insert(
             key,
             Entry {
                 slot: Slot::Started(leg),
                 born: Instant::now(),
+                lifetime: self.wait_for(key.0.ip()),
+                prefix: Some(prefix),
             },
         );
         drop(shard);
@@ -194,6 +271,8 @@ impl<T> EarlyStarts<T> {
             Entry {
                 slot: Slot::Started(leg),
                 born: Instant::now(),
+                lifetime: self.expiry,
+                prefix: None,
             },
         );
         if !matches!(
@@ -226,10 +305,7 @@ impl<T> EarlyStarts<T> {
         let key = (canonical(client), canonical(dst));
         let mut shard = self.shard(&key).lock().expect("early table lock");
         let previous = shard.remove(&key);
-        if previous.is_none()
-            && let Some(near) = &self.near
-            && near.unreported(key.0)
-        {
+        if previous.is_none() && self.near.unreported(key.0) {
             // The detector did not report this SYN: no event will come,
             // so no marker is needed either.
             drop(shard);
@@ -251,26 +327,15 @@ impl<T> EarlyStarts<T> {
             }) => {
                 // A second accept of one 4-tuple within the marker's life
                 // (port reuse): keep the marker, fresh.
-                shard.insert(
-                    key,
-                    Entry {
-                        slot: Slot::Accepted,
-                        born: Instant::now(),
-                    },
-                );
+                shard.insert(key, Entry::marker());
             }
             Some(Entry {
                 slot: Slot::Started(_),
                 born,
+                ..
             }) if born.elapsed() < RETRANSMIT_POSSIBLE_AFTER => {}
             _ if self.markers.load(Relaxed) < self.budget * MARKERS_PER_LEG => {
-                shard.insert(
-                    key,
-                    Entry {
-                        slot: Slot::Accepted,
-                        born: Instant::now(),
-                    },
-                );
+                shard.insert(key, Entry::marker());
                 self.markers.fetch_add(1, Relaxed);
             }
             _ => {}
@@ -279,9 +344,11 @@ impl<T> EarlyStarts<T> {
         let leg = match previous {
             Some(Entry {
                 slot: Slot::Started(started),
+                prefix,
                 ..
             }) => {
                 self.in_table.fetch_sub(1, Relaxed);
+                self.release_prefixes(prefix);
                 self.count(EarlySynOutcome::Hit, 1);
                 Some(started)
             }
@@ -292,35 +359,44 @@ impl<T> EarlyStarts<T> {
         };
         Taken {
             leg,
-            wants_rtt: self.near.is_some(),
+            wants_rtt: true,
         }
     }
 
-    /// Drops entries whose client never got accepted; their legs close.
+    /// Drops entries whose client was not accepted in time; their legs
+    /// close (and so do the connections the next relays opened for them).
     pub fn sweep(&self) {
+        let mut freed: Vec<IpAddr> = Vec::new();
         for shard in &self.shards {
             let mut map = shard.lock().expect("early table lock");
             let mut gone = 0;
             let mut markers = 0;
             map.retain(|_, e| {
                 let lifetime = match e.slot {
-                    Slot::Started(_) => self.expiry,
+                    Slot::Started(_) => e.lifetime,
                     Slot::Accepted => self.expiry.min(MARKER_LIFETIME),
                 };
                 let keep = e.born.elapsed() < lifetime;
                 if !keep {
                     match e.slot {
-                        Slot::Started(_) => gone += 1,
+                        Slot::Started(_) => {
+                            gone += 1;
+                            freed.extend(e.prefix);
+                        }
                         Slot::Accepted => markers += 1,
                     }
                 }
                 keep
             });
+            drop(map);
             self.markers.fetch_sub(markers, Relaxed);
             if gone > 0 {
                 self.in_table.fetch_sub(gone, Relaxed);
                 self.count(EarlySynOutcome::Expired, gone as u64);
             }
+        }
+        if !freed.is_empty() {
+            self.release_prefixes(freed);
         }
     }
 
@@ -352,11 +428,25 @@ impl<T> EarlyStarts<T> {
             misses: self.counted(EarlySynOutcome::Miss),
             duplicates: self.counted(EarlySynOutcome::Duplicate),
             over_budget: self.counted(EarlySynOutcome::OverBudget),
+            prefix_over_budget: self.counted(EarlySynOutcome::PrefixOverBudget),
+            prefix_budget: self.prefix_budget as u64,
             denied: self.counted(EarlySynOutcome::Denied),
             expired: self.counted(EarlySynOutcome::Expired),
             near: self.counted(EarlySynOutcome::Near),
-            near_prefixes: self.near.as_ref().map_or(0, |n| n.sampled_prefixes()),
+            near_prefixes: self.near.sampled_prefixes(),
         })
+    }
+}
+
+impl<T> Entry<T> {
+    /// An accept's marker.
+    fn marker() -> Self {
+        Entry {
+            slot: Slot::Accepted,
+            born: Instant::now(),
+            lifetime: MARKER_LIFETIME,
+            prefix: None,
+        }
     }
 }
 
@@ -364,8 +454,8 @@ impl<T> EarlyStarts<T> {
 pub struct Taken<T> {
     /// The leg started at the SYN, if any.
     pub leg: Option<T>,
-    /// Near clients are being learned and the detector reported this SYN:
-    /// the connection's handshake round trip is a sample.
+    /// The detector reported this SYN: the connection's handshake round
+    /// trip is a sample (of its prefix's head start and wait).
     pub wants_rtt: bool,
 }
 
@@ -382,10 +472,12 @@ const NEAR_MIN_SAMPLES: u32 = 16;
 const NEAR_MAX_PREFIXES: usize = 4096;
 
 /// The head start early SYN gave each client prefix (IPv4 /24, IPv6 /64),
-/// and which prefixes the detector samples instead of reporting every SYN
-/// (`splitway_sys::bpf::NEAR_SAMPLE`).
+/// and, when `learn`, which prefixes the detector samples instead of
+/// reporting every SYN (`splitway_sys::bpf::NEAR_SAMPLE`).
 #[derive(Default)]
 struct NearClients {
+    /// Decide near prefixes (`early_syn = "auto"`); otherwise only measure.
+    learn: bool,
     prefixes: Mutex<HashMap<IpAddr, Near>>,
     /// Decided, not yet confirmed in the detector.
     pending: Mutex<Vec<(IpAddr, bool)>>,
@@ -454,6 +546,9 @@ impl NearClients {
         }
         let near = prefixes.entry(prefix).or_default();
         near.add(u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX));
+        if !self.learn {
+            return;
+        }
         let wanted = if near.wanted {
             near.min_rtt() < FAR_ABOVE
         } else {
@@ -468,6 +563,15 @@ impl NearClients {
                 .push((prefix, wanted));
             self.changed.store(true, Relaxed);
         }
+    }
+
+    /// The minimum handshake round trip measured for `ip`'s prefix.
+    fn min_rtt(&self, ip: IpAddr) -> Option<Duration> {
+        let prefixes = self.prefixes.lock().expect("near prefixes lock");
+        prefixes
+            .get(&near_prefix(ip))
+            .filter(|n| n.samples > 0)
+            .map(Near::min_rtt)
     }
 
     /// True when the detector did not report this client's SYN: its
@@ -561,7 +665,7 @@ mod tests {
     /// them away: the table cannot grow with connection rate × lifetime.
     #[test]
     fn accept_markers_are_bounded_by_the_budget_and_swept() {
-        let early = EarlyStarts::<()>::new(4, Duration::ZERO, &Metrics::new());
+        let early = EarlyStarts::<()>::new(4, 4, Duration::ZERO, &Metrics::new());
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         for port in 0..100 {
             assert!(early.take(addr(port), dst).is_none());
@@ -582,7 +686,8 @@ mod tests {
     }
 
     fn near_table() -> EarlyStarts<u8> {
-        EarlyStarts::<u8>::new(64, Duration::from_secs(10), &Metrics::new()).learning_near_clients()
+        EarlyStarts::<u8>::new(64, 64, Duration::from_secs(10), &Metrics::new())
+            .learning_near_clients()
     }
 
     const LAN: Duration = Duration::from_micros(60);
@@ -667,10 +772,16 @@ mod tests {
         assert!(matches!(early.status(), api::EarlySyn::Running(s) if s.near_prefixes == 0));
     }
 
+    /// Makes `key`'s entry `by` older.
+    fn backdate<T>(early: &EarlyStarts<T>, key: Key, by: Duration) {
+        let mut shard = early.shard(&key).lock().unwrap();
+        shard.get_mut(&key).expect("an entry").born -= by;
+    }
+
     /// Backdates the detector's sampling of `prefix` past the time a SYN
     /// event reported before it can trail its accept.
     fn sampled_for_a_while(early: &EarlyStarts<u8>, prefix: IpAddr) {
-        let near = early.near.as_ref().expect("learning");
+        let near = &early.near;
         let mut prefixes = near.prefixes.lock().unwrap();
         let since = prefixes
             .get_mut(&prefix)
@@ -713,16 +824,17 @@ mod tests {
     }
 
     /// Without `learning_near_clients` (`early_syn = true`), nothing is
-    /// ever sampled.
+    /// ever sampled; round trips are still measured (they time out
+    /// unanswered legs).
     #[test]
     fn explicit_early_syn_never_samples() {
-        let early = EarlyStarts::<u8>::new(64, Duration::from_secs(10), &Metrics::new());
+        let early = EarlyStarts::<u8>::new(64, 64, Duration::from_secs(10), &Metrics::new());
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         for port in 1..100 {
             assert!(early.start(addr(port), dst, 0).is_some());
             let taken = early.take_reporting(addr(port), dst);
             assert_eq!(taken.leg, Some(0));
-            assert!(!taken.wants_rtt);
+            assert!(taken.wants_rtt);
             early.client_rtt(addr(port), LAN);
         }
         assert!(early.near_changes().is_empty());
@@ -733,7 +845,7 @@ mod tests {
     /// leg; a quick hit leaves none.
     #[test]
     fn a_slow_hit_leaves_a_marker_for_its_retransmitted_syn() {
-        let early = EarlyStarts::<u8>::new(4, Duration::from_secs(10), &Metrics::new());
+        let early = EarlyStarts::<u8>::new(4, 4, Duration::from_secs(10), &Metrics::new());
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         assert!(early.start(addr(1), dst, 1).is_some());
         assert_eq!(early.take(addr(1), dst), Some(1));
@@ -744,15 +856,100 @@ mod tests {
         );
 
         assert!(early.start(addr(2), dst, 2).is_some());
-        let key = (addr(2), dst);
-        let mut shard = early.shard(&key).lock().unwrap();
-        shard.get_mut(&key).unwrap().born -= RETRANSMIT_POSSIBLE_AFTER;
-        drop(shard);
+        backdate(&early, (addr(2), dst), RETRANSMIT_POSSIBLE_AFTER);
         assert_eq!(early.take(addr(2), dst), Some(2));
         assert_eq!(early.markers.load(Relaxed), 1, "a slow hit leaves one");
         assert!(early.start(addr(2), dst, 3).is_none(), "the late event");
         assert_eq!(early.counted(EarlySynOutcome::Duplicate), 1);
         assert_eq!(early.counted(EarlySynOutcome::Started), 2);
         assert_eq!(early.counted(EarlySynOutcome::Hit), 2);
+    }
+
+    /// A flood from one prefix holds its share of the budget only: other
+    /// prefixes still start legs, and a taken or swept leg gives its share
+    /// back.
+    #[test]
+    fn one_prefix_holds_only_its_share_of_the_budget() {
+        let early = EarlyStarts::<u8>::new(16, 4, Duration::from_secs(10), &Metrics::new());
+        let dst = SocketAddr::from(([10, 0, 3, 2], 80));
+        let flood = |i: u16| SocketAddr::from(([10, 0, 8, (i % 250) as u8 + 1], 1000 + i));
+        let started = (0..100u16)
+            .filter(|&i| early.start(flood(i), dst, 0).is_some())
+            .count();
+        assert_eq!(started, 4);
+        assert_eq!(early.pending(), 4);
+        assert_eq!(early.counted(EarlySynOutcome::PrefixOverBudget), 96);
+        assert_eq!(early.counted(EarlySynOutcome::OverBudget), 0);
+        // Another /24, and an IPv6 /64 beside it, each have a share.
+        assert!(early.start(addr(1), dst, 1).is_some());
+        let v6 = |host: u16| SocketAddr::new(IpAddr::from([0xfd00, 1, 0, 0, 0, 0, 0, host]), 9);
+        for host in 1..=5 {
+            let _ = early.start(v6(host), dst, 2);
+        }
+        assert_eq!(early.pending(), 4 + 1 + 4);
+        // A hit gives the prefix's share back.
+        assert_eq!(early.take(flood(0), dst), Some(0));
+        assert!(early.start(flood(200), dst, 0).is_some());
+        assert!(early.start(flood(201), dst, 0).is_none());
+        assert!(
+            matches!(early.status(), api::EarlySyn::Running(s) if s.prefix_budget == 4 && s.prefix_over_budget == 98)
+        );
+    }
+
+    /// An unanswered leg waits a few of its prefix's handshake round trips
+    /// (a second when the prefix is unmeasured, the expiry at most), then
+    /// the sweep closes it and frees its prefix's share.
+    #[test]
+    fn unanswered_legs_wait_a_few_handshake_round_trips() {
+        let early = EarlyStarts::<u8>::new(64, 1, Duration::from_secs(10), &Metrics::new());
+        let far = IpAddr::from([10, 0, 2, 9]);
+        assert_eq!(early.wait_for(far), UNMEASURED_WAIT);
+        early.client_rtt(SocketAddr::new(far, 1), Duration::from_millis(80));
+        early.client_rtt(SocketAddr::new(far, 2), Duration::from_millis(50));
+        let wait = 3 * Duration::from_millis(50) + WAIT_MARGIN;
+        assert_eq!(early.wait_for(IpAddr::from([10, 0, 2, 200])), wait);
+        let slow = SocketAddr::from(([10, 0, 5, 1], 1));
+        early.client_rtt(slow, Duration::from_secs(5));
+        assert_eq!(
+            early.wait_for(slow.ip()),
+            Duration::from_secs(10),
+            "at most the expiry"
+        );
+
+        let dst = SocketAddr::from(([10, 0, 3, 2], 80));
+        let client = SocketAddr::new(far, 5);
+        assert!(early.start(client, dst, 1).is_some());
+        early.sweep();
+        assert_eq!(early.pending(), 1, "still within its wait");
+        backdate(&early, (client, dst), wait);
+        early.sweep();
+        assert_eq!(early.pending(), 0);
+        assert_eq!(early.counted(EarlySynOutcome::Expired), 1);
+        assert!(early.per_prefix.lock().unwrap().is_empty());
+        assert!(
+            early.start(SocketAddr::new(far, 6), dst, 2).is_some(),
+            "share freed"
+        );
+    }
+
+    /// A retransmitted SYN (its SYN-ACK was lost) extends its leg's wait by
+    /// another one, within the expiry, so the client's late accept still
+    /// finds it.
+    #[test]
+    fn a_retransmitted_syn_extends_its_legs_wait() {
+        let early = EarlyStarts::<u8>::new(64, 8, Duration::from_secs(3), &Metrics::new());
+        let dst = SocketAddr::from(([10, 0, 3, 2], 80));
+        let client = addr(7);
+        assert!(early.start(client, dst, 1).is_some());
+        let backdate = |d: Duration| backdate(&early, (client, dst), d);
+        backdate(Duration::from_secs(1));
+        assert!(early.start(client, dst, 2).is_none(), "the retransmit");
+        assert_eq!(early.counted(EarlySynOutcome::Duplicate), 1);
+        backdate(UNMEASURED_WAIT - Duration::from_secs(1));
+        early.sweep();
+        assert_eq!(early.pending(), 1, "waiting past its first wait");
+        backdate(Duration::from_secs(1));
+        early.sweep();
+        assert_eq!(early.pending(), 0, "gone once the extended wait is over");
     }
 }

@@ -175,6 +175,7 @@ impl Relay {
             (
                 Some(Arc::new(EarlyLegs::new(
                     cfg.accel.early_syn_budget,
+                    cfg.accel.early_syn_prefix_budget,
                     cfg.accel.early_syn_expiry,
                     &metrics,
                 ))),
@@ -198,6 +199,7 @@ impl Relay {
                     )));
                     let early = EarlyLegs::new(
                         cfg.accel.early_syn_budget,
+                        cfg.accel.early_syn_prefix_budget,
                         cfg.accel.early_syn_expiry,
                         &metrics,
                     );
@@ -400,7 +402,9 @@ impl Relay {
             let mut stop = stop_rx.clone();
             info!("early SYN on");
             tasks.push(tokio::spawn(async move {
-                let mut sweep = tokio::time::interval(Duration::from_millis(500));
+                // Unanswered legs are closed within a sweep of their
+                // deadline (a few handshake round trips, ≥ 250 ms).
+                let mut sweep = tokio::time::interval(Duration::from_millis(100));
                 let mut snapshot = current.cached();
                 loop {
                     tokio::select! {
@@ -580,9 +584,6 @@ fn name_hash(name: &str) -> u32 {
     })
 }
 
-/// Once every connection has closed after a busy spell, hands the heap
-/// glibc kept back to the kernel, so the relay's RSS returns to its idle
-/// size instead of staying at its peak (`docs/reliability.md`, soak).
 /// Reads the host's addresses again every [`HostAddrs::REFRESH`]: one
 /// getifaddrs per period instead of one per connection, so an address
 /// added at run time (DHCP, SLAAC) is refused at most that much later.
@@ -601,21 +602,61 @@ async fn refresh_host_addrs(host: Arc<crate::policy::HostAddrs>, mut stop: watch
     }
 }
 
+/// Once most connections of a busy spell have closed, hands the heap glibc
+/// kept back to the kernel, so the relay's RSS returns near its idle size
+/// instead of staying at its peak (`docs/reliability.md`, soak and
+/// flood). Not only at zero connections: pooled legs keep a relay from
+/// ever being idle.
 async fn release_heap_when_idle(limiter: Arc<ConnLimiter>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(2));
-    let mut busy_since_trim = false;
+    let mut tick = tokio::time::interval(TRIM_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut trim = TrimTrigger::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = stopped(&mut stop) => return,
         }
         let open = limiter.open();
-        busy_since_trim |= open > 0;
-        if open == 0 && busy_since_trim {
-            busy_since_trim = false;
+        if let Some(peak) = trim.observe(open) {
+            let started = Instant::now();
             let released = splitway_sys::mem::release_free_heap();
-            tracing::debug!(released, "idle: free heap returned to the kernel");
+            debug!(
+                released,
+                peak,
+                open,
+                took_us = started.elapsed().as_micros() as u64,
+                "connections fell well below their peak: free heap returned to the kernel"
+            );
         }
+    }
+}
+
+/// How often the connection count is compared with its peak.
+const TRIM_CHECK: Duration = Duration::from_secs(2);
+
+/// When to trim the heap: the open connections fell to at most half their
+/// peak since the last trim, by at least [`TrimTrigger::MIN_CLOSED`]
+/// (or to zero). A trim walks every free chunk (milliseconds on a large
+/// heap), so a steady load, or a few connections coming and going, never
+/// triggers one; a flood's end does, within [`TRIM_CHECK`].
+#[derive(Default)]
+struct TrimTrigger {
+    peak: usize,
+}
+
+impl TrimTrigger {
+    const MIN_CLOSED: usize = 256;
+
+    /// Takes the open count; returns the peak when it is time to trim.
+    fn observe(&mut self, open: usize) -> Option<usize> {
+        self.peak = self.peak.max(open);
+        let peak = self.peak;
+        let fell = open <= peak / 2 && peak - open >= Self::MIN_CLOSED;
+        if fell || (open == 0 && peak > 0) {
+            self.peak = open;
+            return Some(peak);
+        }
+        None
     }
 }
 
@@ -668,4 +709,26 @@ fn match_inherited(
         slots[index] = Some(i.listener);
     }
     Ok(slots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TrimTrigger;
+
+    /// A flood's end triggers one trim though pooled legs stay open; a
+    /// steady load or a small dip does not, and going idle still does.
+    #[test]
+    fn trims_when_connections_fall_well_below_their_peak() {
+        let mut t = TrimTrigger::default();
+        for open in [8, 8, 300, 5_000, 4_000, 3_000] {
+            assert_eq!(t.observe(open), None, "at {open}");
+        }
+        assert_eq!(t.observe(8), Some(5_000), "flood over, 8 pooled legs");
+        assert_eq!(t.observe(8), None, "once");
+        for open in [200, 150, 100, 50] {
+            assert_eq!(t.observe(open), None, "a small dip at {open}");
+        }
+        assert_eq!(t.observe(0), Some(200), "idle");
+        assert_eq!(t.observe(0), None);
+    }
 }

@@ -517,7 +517,7 @@ fn render_status(status: &api::Status) -> String {
         Some(api::EarlySyn::Running(early)) => {
             let _ = writeln!(
                 out,
-                "early SYN: {} pending of {} budget; started {}, hits {}, misses {}, duplicates {}, over budget {}, expired {}; near clients {} ({} prefixes sampled)",
+                "early SYN: {} pending of {} budget; started {}, hits {}, misses {}, duplicates {}, over budget {} (per prefix {}, share {}), expired {}; near clients {} ({} prefixes sampled)",
                 early.pending,
                 early.budget,
                 early.started,
@@ -525,6 +525,8 @@ fn render_status(status: &api::Status) -> String {
                 early.misses,
                 early.duplicates,
                 early.over_budget,
+                early.prefix_over_budget,
+                early.prefix_budget,
                 early.expired,
                 early.near,
                 early.near_prefixes,

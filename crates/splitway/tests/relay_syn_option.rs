@@ -665,27 +665,11 @@ fn agent_commands_refuse_bad_input_clearly() {
 /// retransmits its SYN a second later, so the relay surely read the first
 /// SYN's event before the accept (on a veth pair either may come first).
 fn drop_first_syn_ack(ns: &Netns, port: u16) {
-    use std::io::Write as _;
     let script = format!(
         "table inet swsynopt {{\n chain input {{\n  type filter hook input priority 0;\n  \
          tcp sport {port} tcp flags & (syn | ack) == syn | ack numgen inc mod 1000000 == 0 drop\n }}\n}}\n"
     );
-    let mut child = ns
-        .command("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("spawn nft");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.as_bytes())
-        .expect("write nft script");
-    assert!(
-        child.wait().expect("wait nft").success(),
-        "nft failed: {script}"
-    );
+    nft(ns, &script);
 }
 
 /// Early SYN for a syn-option listener with `watch`: the tc detector finds

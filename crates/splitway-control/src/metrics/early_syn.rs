@@ -20,7 +20,12 @@ label_enum! {
         Duplicate => "duplicate",
         /// Refused by the early-start budget (SYN flood protection).
         OverBudget => "over_budget",
-        /// The client never completed its handshake; the leg was closed.
+        /// Refused by its client prefix's share of the budget (a flood
+        /// from one prefix leaves the rest to other clients).
+        PrefixOverBudget => "prefix_over_budget",
+        /// The client never completed its handshake within a few of its
+        /// prefix's handshake round trips (at most `early_syn_expiry`); the
+        /// leg was closed.
         Expired => "expired",
         /// The client would be refused at accept (`allow_clients`,
         /// `[limits]`): no leg was started for its SYN.

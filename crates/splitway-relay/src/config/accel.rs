@@ -70,6 +70,19 @@ pub(super) fn accel(
             );
         }
         accel.early_syn_budget = b;
+        accel.early_syn_prefix_budget = (b / 8).max(1);
+    }
+    if let Some(b) = raw.early_syn_prefix_budget {
+        if b == 0 || b > accel.early_syn_budget {
+            c.err(
+                "accel.early_syn_prefix_budget",
+                format!(
+                    "{b} is outside 1..={} (accel.early_syn_budget)",
+                    accel.early_syn_budget
+                ),
+            );
+        }
+        accel.early_syn_prefix_budget = b;
     }
     accel.turbo = raw.turbo.map(|t| turbo(c, t));
     let relay_legs = !peers.is_empty() || listeners.iter().any(|l| l.mode == ListenMode::Peer);

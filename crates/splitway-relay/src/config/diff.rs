@@ -147,6 +147,11 @@ impl Diff {
             &new.accel.early_syn_budget,
         );
         self.restart_if(
+            "accel.early_syn_prefix_budget",
+            &o.accel.early_syn_prefix_budget,
+            &new.accel.early_syn_prefix_budget,
+        );
+        self.restart_if(
             "accel.early_syn_expiry",
             &o.accel.early_syn_expiry,
             &new.accel.early_syn_expiry,
@@ -192,6 +197,7 @@ impl Diff {
         new.accel.turbo = o.accel.turbo;
         new.accel.learned_window = o.accel.learned_window;
         new.accel.early_syn_budget = o.accel.early_syn_budget;
+        new.accel.early_syn_prefix_budget = o.accel.early_syn_prefix_budget;
         new.accel.early_syn_expiry = o.accel.early_syn_expiry;
         new.accel.strict = o.accel.strict;
         new

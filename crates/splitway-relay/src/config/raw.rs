@@ -180,6 +180,7 @@ pub struct RawPool {
 pub struct RawAccel {
     pub early_syn: Option<bool>,
     pub early_syn_budget: Option<usize>,
+    pub early_syn_prefix_budget: Option<usize>,
     pub early_syn_expiry: Option<String>,
     pub strict: Option<bool>,
     pub pool: Option<bool>,

@@ -887,3 +887,37 @@ fn workers_are_checked() {
         assert_has_keys(&issues, &["workers", "name"]);
     }
 }
+
+/// A client prefix's share of the early-SYN budget: an eighth of the
+/// budget unless set, and never zero or more than the budget.
+#[test]
+fn early_syn_prefix_budget_defaults_to_an_eighth_and_is_checked() {
+    let tproxy = "name = \"r\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
+                  intercept = { interfaces = [\"eth0\"], ports = [80] }\n\
+                  [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n[accel]\n";
+    let parse = |accel: &str| Config::parse_str(&format!("{tproxy}{accel}"));
+    let cfg = parse("").unwrap();
+    assert_eq!(
+        (
+            cfg.accel.early_syn_budget,
+            cfg.accel.early_syn_prefix_budget
+        ),
+        (1024, 128)
+    );
+    let cfg = parse("early_syn_budget = 4\n").unwrap();
+    assert_eq!(cfg.accel.early_syn_prefix_budget, 1);
+    let cfg = parse("early_syn_budget = 64\nearly_syn_prefix_budget = 64\n").unwrap();
+    assert_eq!(cfg.accel.early_syn_prefix_budget, 64);
+    for bad in [
+        "early_syn_prefix_budget = 0\n",
+        "early_syn_budget = 8\nearly_syn_prefix_budget = 9\n",
+    ] {
+        let issues = parse(bad).unwrap_err();
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.key == "accel.early_syn_prefix_budget"),
+            "{bad}: {issues:?}"
+        );
+    }
+}

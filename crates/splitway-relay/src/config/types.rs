@@ -125,7 +125,13 @@ pub struct Accel {
     /// At most this many early-started legs whose client has not been
     /// accepted yet; beyond it, legs start at accept (SYN-flood bound).
     pub early_syn_budget: usize,
-    /// How long an early-started leg waits for its client's accept.
+    /// At most this many of them for one client prefix (IPv4 /24, IPv6
+    /// /64), so one flooding prefix cannot take the whole budget. Default:
+    /// an eighth of `early_syn_budget` (at least 1).
+    pub early_syn_prefix_budget: usize,
+    /// How long an early-started leg waits for its client's accept at
+    /// most; an unanswered one is closed sooner, after a few of its
+    /// prefix's handshake round trips (`early_syn::EarlyStarts`).
     pub early_syn_expiry: Duration,
     /// Strict mode: hold intercepted SYNs (NFQUEUE) until the next leg is
     /// connected through to the server, so a refused or unreachable server
@@ -203,6 +209,7 @@ impl Default for Accel {
             requested: Requested::default(),
             early_syn: false,
             early_syn_budget: 1024,
+            early_syn_prefix_budget: 1024 / 8,
             early_syn_expiry: Duration::from_secs(10),
             strict: false,
             pool: false,

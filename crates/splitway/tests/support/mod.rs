@@ -1368,6 +1368,26 @@ pub fn sock(addr: &str) -> SocketAddr {
     addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"))
 }
 
+/// Loads an nftables `script` in `ns`.
+pub fn nft(ns: &Netns, script: &str) {
+    let mut child = ns
+        .command("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn nft");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("write nft script");
+    assert!(
+        child.wait().expect("wait nft").success(),
+        "nft failed: {script}"
+    );
+}
+
 /// Resident set size of a process in bytes (`VmRSS` of /proc/PID/status).
 pub fn vm_rss_bytes(pid: u32) -> Option<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
