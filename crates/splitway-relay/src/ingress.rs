@@ -346,7 +346,15 @@ async fn admit(
                 // Proxy clients and unauthenticated relays are waited for:
                 // their handshakes are capped per address (the permit
                 // counts them against the totals and the descriptor cap).
-                let gate = if proxy || spec.mode == ListenMode::Peer {
+                // An upstream relay that has authenticated here before is
+                // exempt on the peer listener: a burst that drains its pool
+                // opens hundreds of legs at once from one address, and
+                // resetting them would fail real connections (measured:
+                // 393 of a 5,000-connection burst). A spoofer cannot
+                // complete a handshake as that address without the path.
+                let known_relay =
+                    spec.mode == ListenMode::Peer && shared.upstreams.contains(client.ip());
+                let gate = if (proxy || spec.mode == ListenMode::Peer) && !known_relay {
                     shared.limiter.handshaking(client.ip())?
                 } else {
                     None
