@@ -16,6 +16,8 @@ pub mod agent_synopt;
 pub mod btf;
 pub mod bypass;
 pub mod cc;
+#[cfg(test)]
+mod layout;
 mod splitway_cubic;
 mod splitway_resume;
 pub mod strikes;
@@ -40,6 +42,16 @@ struct Shipped {
     map: &'static str,
     object: &'static [u8],
 }
+
+/// Set when `build.rs` skipped compiling the programs
+/// (`SPLITWAY_BPF_SKIP=1`): the embedded objects are empty, so every loader
+/// returns this reason before parsing one, and the relay reports it where it
+/// reports any other load failure (`relay --check`, `ctl status`).
+pub const SKIPPED: Option<&str> = if cfg!(splitway_bpf_skip) {
+    Some("built without BPF programs (SPLITWAY_BPF_SKIP=1)")
+} else {
+    None
+};
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// Where pinned programs and maps live.
