@@ -721,7 +721,7 @@ fn may_pair_this_process() -> bool {
     own.is_none_or(|own| own.starts_with(Path::new(&bypass_cgroup)))
 }
 
-/// [`may_pair_this_process`] as of at most [`MAY_PAIR_STALE`] ago: for
+/// `may_pair_this_process()` as of at most [`MAY_PAIR_STALE`] ago: for
 /// per-connection decisions, where the stat would be a syscall per
 /// connection. `enable` records its cgroup and waits that long before it
 /// pairs anything, so no socket is paired unseen.
