@@ -45,6 +45,7 @@ lint: import-graph
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
 	./scripts/check-no-bpf.sh
+	./scripts/deny.sh
 
 ## check-no-bpf: `SPLITWAY_BPF_SKIP=1 cargo check --workspace` with clang hidden from PATH
 ## (its own target dir, target/no-bpf); the layout pins of bpf/*.c are a unit test of splitway-sys.
