@@ -39,19 +39,18 @@ if PATH=$bin command -v clang >/dev/null; then
     exit 1
 fi
 cargo=$(command -v "${CARGO:-cargo}")
+skip=(env PATH="$bin" SPLITWAY_BPF_SKIP=1 SPLITWAY_CLANG=/nonexistent/clang
+    SPLITWAY_LIBBPF_DIR=/nonexistent CARGO_TARGET_DIR="$target" "$cargo")
 if [[ ${1:-} == --test ]]; then
     # By hand: builds splitway-sys's tests without clang or libbpf (its
     # dependencies in full, a few minutes the first time) and runs the one
     # that checks what the loaders report.
-    exec env PATH="$bin" SPLITWAY_BPF_SKIP=1 SPLITWAY_CLANG=/nonexistent/clang \
-        SPLITWAY_LIBBPF_DIR=/nonexistent CARGO_TARGET_DIR="$target" \
-        "$cargo" test -p splitway-sys --lib -- a_skipped_build_names_the_skip
+    exec "${skip[@]}" test -p splitway-sys --lib -- a_skipped_build_names_the_skip
 fi
 log=$target/check.log
 # Warnings fail the check, read from the output: RUSTFLAGS=-Dwarnings would
 # change every unit's flags and so rebuild the seeded dependencies.
-PATH=$bin SPLITWAY_BPF_SKIP=1 SPLITWAY_CLANG=/nonexistent/clang SPLITWAY_LIBBPF_DIR=/nonexistent \
-    CARGO_TARGET_DIR=$target "$cargo" check --workspace 2>&1 | tee "$log"
+"${skip[@]}" check --workspace 2>&1 | tee "$log"
 if grep '^warning' "$log" | grep -v '^warning: splitway-sys@.*: SPLITWAY_BPF_SKIP=1'; then
     echo "check-no-bpf: warnings in a build without BPF programs" >&2
     exit 1
