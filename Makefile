@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: startup-order footprint demo test deps build release lint import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
+.PHONY: startup-order footprint demo test deps build release lint check-no-bpf import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -43,9 +43,18 @@ footprint: deps release
 lint: import-graph
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
+	./scripts/check-no-bpf.sh
+	./scripts/deny.sh
 
-## import-graph: fails on any import cycle between the files of a crate (after a self-test
-## proving it can fail) and reports imports pointing up its layer order; `--graph` prints the graph.
+## check-no-bpf: `SPLITWAY_BPF_SKIP=1 cargo check --workspace` with clang hidden from PATH
+## (its own target dir, target/no-bpf); the layout pins of bpf/*.c are a unit test of splitway-sys.
+check-no-bpf:
+	./scripts/check-no-bpf.sh
+
+## import-graph: fails on any import cycle between the files of a crate, and on a circle between
+## top-level modules (a folder is one) not in scripts/import-graph-baseline.txt (after a self-test
+## proving it can fail); reports imports pointing up its layer order; `--graph` prints the graph.
 import-graph:
 	python3 scripts/import-graph.py --self-test
 	python3 scripts/import-graph.py

@@ -18,6 +18,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "parse.h"
+#include "layout.h"
 
 #define FORM_V4 0x04
 #define FORM_V6 0x06
@@ -41,11 +42,13 @@ struct route4_key {
 	__u32 prefixlen;
 	__u32 addr;
 };
+SW_PIN_SIZE(route4_key, 8);
 
 struct route6_key {
 	__u32 prefixlen;
 	__u32 addr[4];
 };
+SW_PIN_SIZE(route6_key, 20);
 
 struct route_val {
 	__u32 relay[4];   // IPv4 relay: relay[0]
@@ -55,6 +58,12 @@ struct route_val {
 	__u8 v6_index;
 	__u8 suffix_len;
 };
+
+SW_PIN_SIZE(route_val, 20);
+SW_PIN_OFFSET(route_val, relay, 0);
+SW_PIN_OFFSET(route_val, relay_port, 16);
+SW_PIN_OFFSET(route_val, v6_index, 18);
+SW_PIN_OFFSET(route_val, suffix_len, 19);
 
 struct conn_val {
 	__u32 addr[4];

@@ -72,6 +72,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "parse.h"
+#include "layout.h"
 
 // One 32-bit load per context field: the verifier rejects context loads
 // through a pointer the compiler has offset (e.g. one base for an array).
@@ -85,6 +86,7 @@ struct bypass_key {
 	__u32 remote_port;  // host byte order
 	__u64 netns;        // netns cookie for loopback, 0 for routable
 };
+SW_PIN_SIZE(bypass_key, 48);
 
 // Per socket.
 struct sock_state {
@@ -138,6 +140,7 @@ struct policy {
 	__u32 flags;
 	__u32 pad;
 };
+SW_PIN_SIZE(policy, 8);
 
 // Counters, indexes into BYP_STATS (per CPU).
 enum {

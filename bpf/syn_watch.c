@@ -37,6 +37,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "parse.h"
+#include "layout.h"
 
 #define SW_FAMILY_V4 4
 #define SW_FAMILY_V6 6
@@ -57,6 +58,17 @@ struct syn_event {
 	__u8 _pad[4];
 	__u8 opts[40];    // the SYN's TCP options, raw: user space parses them
 };
+SW_PIN_SIZE(syn_event, 96);
+SW_PIN_OFFSET(syn_event, at_ns, 0);
+SW_PIN_OFFSET(syn_event, saddr, 8);
+SW_PIN_OFFSET(syn_event, daddr, 24);
+SW_PIN_OFFSET(syn_event, sport, 40);
+SW_PIN_OFFSET(syn_event, dport, 42);
+SW_PIN_OFFSET(syn_event, family, 48);
+SW_PIN_OFFSET(syn_event, ttl, 49);
+SW_PIN_OFFSET(syn_event, synopt, 50);
+SW_PIN_OFFSET(syn_event, opt_len, 51);
+SW_PIN_OFFSET(syn_event, opts, 56);
 
 // Ring buffer of struct syn_event. 256 KiB = 4096 events of 64 bytes
 // (event + 8-byte record header) between two reads.
@@ -96,6 +108,9 @@ struct near_key {
 	__u8 _pad[7];
 	__u8 prefix[8]; // the address's first 3 (v4) or 8 (v6) bytes, rest 0
 };
+SW_PIN_SIZE(near_key, 16);
+SW_PIN_OFFSET(near_key, family, 0);
+SW_PIN_OFFSET(near_key, prefix, 8);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

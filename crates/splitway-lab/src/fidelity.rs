@@ -391,7 +391,10 @@ fn note_probe_loss(received: u64, time: Duration, interval: Duration) -> String 
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one row of the fidelity report, each argument a column"
+)]
 fn check(
     phase: &str,
     metric: &str,

@@ -18,7 +18,7 @@
 //! reads back.
 //!
 //! With `early_syn` left on `auto`, the table also learns which client
-//! prefixes gain nothing from it ([`NearClients`]). The head start of an
+//! prefixes gain nothing from it (`NearClients`). The head start of an
 //! early leg is the client's handshake round trip (SYN to the ACK that lets
 //! accept return); where that is under [`NEAR_BELOW`] (a LAN), the early
 //! start is pure cost (on the TPROXY bench rig: setup p50 170–180 µs

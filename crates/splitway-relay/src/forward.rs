@@ -73,7 +73,7 @@ pub struct Options {
     /// future holds, at 24 bytes.
     pub own_prefix: u16,
     /// The inbound inherited SO_LINGER 0 from its listener
-    /// ([`armed_at_accept`]): arming it again would be one more syscall per
+    /// (`armed_at_accept`): arming it again would be one more syscall per
     /// connection for nothing.
     pub inbound_armed: bool,
 }
@@ -361,7 +361,10 @@ enum PumpState {
 }
 
 impl<'a> Pump<'a> {
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one pump direction: both sockets and sides, and what the caller already resolved"
+    )]
     fn new(
         src: &'a TcpStream,
         dst: &'a TcpStream,

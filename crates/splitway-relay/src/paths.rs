@@ -453,7 +453,7 @@ impl Paths {
     }
 
     /// A direct dial on `route` failed with `why`: on a route with a
-    /// choice, a broken way ([`path_failure`]) marks direct down until a
+    /// choice, a broken way (`path_failure`) marks direct down until a
     /// dial or probe succeeds.
     pub fn direct_failed(&self, route: &Route, why: &ConnError) {
         if !path_failure(why) {

@@ -1,7 +1,7 @@
 //! Destination access control (`[policy]`): which addresses and ports the
 //! relay connects to on its clients' behalf.
 //!
-//! Checked in [`crate::session::connect_next`], where every leg is dialed:
+//! Checked in [`crate::dial::connect_next`], where every leg is dialed:
 //! the port before a domain is resolved (no lookup for a forbidden port),
 //! the address after (the one actually dialed). So the first relay refuses
 //! before any relay leg is used, and a downstream relay applies its own

@@ -210,7 +210,7 @@ const WINDOW_PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 const WINDOW_PROBE_MIN_GAP: Duration = Duration::from_secs(30);
 
 /// Probes the window of every peer whose legs learn theirs: at start
-/// (retried each [`WINDOW_PROBE_TICK`] until it works), then every
+/// (retried each `WINDOW_PROBE_TICK` until it works), then every
 /// [`WINDOW_PROBE_EVERY`] if the peer's pool handed out legs since.
 pub async fn window_probe_loop(current: Arc<Current>, mut stop: watch::Receiver<bool>) {
     use splitway_control::metrics::{AccelName, AccelState};

@@ -48,7 +48,7 @@ enum AgentCommand {
         cgroup: PathBuf,
         /// PREFIX=RELAY, e.g. 10.0.0.0/8=192.0.2.1:7000; IPv6 routes may add
         /// `#INDEX` (the relay's syn_option_prefixes index) for the compact
-        /// option: 2001:db8::/48=[2001:db8::1]:7000#3.
+        /// option: `2001:db8::/48=[2001:db8::1]:7000#3`.
         #[arg(long = "route", required = true, value_parser = parse_route)]
         routes: Vec<AgentRoute>,
         /// Measure the SYN's free option space instead of writing the option

@@ -38,11 +38,21 @@ macro_rules! label_enum {
             }
 
             /// Position in [`Self::ALL`]; indexes the pre-resolved handles.
-            #[allow(dead_code)] // enums used only through a `Family` need no index
             pub(crate) const fn index(self) -> usize {
                 self as usize
             }
         }
+
+        // `index()` is the position in `ALL`, checked at compile time. This
+        // also keeps `index()` live for the enums used only through a
+        // `Family`, which need no index (no dead-code exception).
+        const _: () = {
+            let mut i = 0;
+            while i < $name::COUNT {
+                assert!($name::ALL[i].index() == i);
+                i += 1;
+            }
+        };
 
         impl ::std::fmt::Display for $name {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {

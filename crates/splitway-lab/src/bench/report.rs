@@ -420,7 +420,7 @@ impl BenchReport {
         format!("{date}-{}.json", &self.commit[..self.commit.len().min(8)])
     }
 
-    /// Writes bench-results/<date>-<commit>.json, bench-results/latest.md and
+    /// Writes `bench-results/<date>-<commit>.json`, bench-results/latest.md and
     /// `extra_json` if given; returns the paths written.
     pub fn write_files(&self, extra_json: Option<&Path>) -> Result<Vec<PathBuf>, BenchError> {
         let dir = Path::new(RESULTS_DIR);

@@ -143,7 +143,10 @@ async fn answer_challenge(
 /// later, with its Reply. With `zero_rtt` (plain legs only) a Hello replaces
 /// the challenge, in the SYN with `fast_open`; a peer that refuses it is
 /// dialed again with the challenge handshake, the same bytes resent.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a relay leg's dial: the peer, its key, what to send and the session's switches"
+)]
 pub async fn dial(
     peer: &Peer,
     psk: &Psk,
@@ -387,7 +390,6 @@ impl PeerLeg {
     }
 
     /// Splits the leg into what forwarding needs.
-    #[allow(clippy::type_complexity)]
     pub fn into_parts(self) -> (TcpStream, String, Dialer, Vec<u8>, Option<TlsLeg>) {
         (self.stream, self.peer, self.dialer, self.buf, self.tls)
     }

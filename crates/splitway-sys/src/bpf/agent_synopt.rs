@@ -94,14 +94,15 @@ pub enum EnableOutcome {
     RoutesReplaced,
 }
 
-// Layouts shared with bpf/agent_synopt.c.
+// Layouts shared with bpf/agent_synopt.c (pinned there, checked by
+// `bpf::layout`).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct RouteVal {
-    relay: [u32; 4],
-    relay_port: u16,
-    v6_index: u8,
-    suffix_len: u8,
+pub(super) struct RouteVal {
+    pub(super) relay: [u32; 4],
+    pub(super) relay_port: u16,
+    pub(super) v6_index: u8,
+    pub(super) suffix_len: u8,
 }
 // SAFETY: plain-old-data with no padding (16 + 2 + 1 + 1 = 20 bytes, align 4).
 unsafe impl aya::Pod for RouteVal {}
@@ -161,6 +162,12 @@ fn attach_and_pin(
     values: &[(IpAddr, u8, RouteVal)],
     cfg: [u32; 3],
 ) -> Result<(), SysError> {
+    if let Some(why) = super::SKIPPED {
+        return Err(SysError::Bpf {
+            op: "load agent_synopt object".into(),
+            detail: why.into(),
+        });
+    }
     let mut ebpf = EbpfLoader::new()
         .load(AGENT_OBJECT)
         .map_err(|e| bpf_err("load agent_synopt object", e))?;

@@ -47,8 +47,9 @@ const POLICY_PORTS: u32 = 1 << 2;
 /// `BYP_PORTS` max_entries in bypass.c.
 pub const MAX_PORTS: usize = 64;
 
-/// `struct bypass_key` in bypass.c (48 bytes).
-type Key = [u8; 48];
+/// `struct bypass_key` in bypass.c (48 bytes; pinned there, checked by
+/// `bpf::layout`).
+pub(super) type Key = [u8; 48];
 
 /// Why a bypass operation failed. Every variant names the failing party.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +81,9 @@ pub enum BypassError {
     Btf(String),
     #[error("internal: {0}")]
     Internal(String),
+    /// [`super::SKIPPED`]: this build carries no bypass.o.
+    #[error("{0}")]
+    NotBuilt(&'static str),
 }
 
 fn kernel(op: &str, e: impl std::error::Error) -> BypassError {
@@ -422,6 +426,9 @@ where
 }
 
 fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, BypassError> {
+    if let Some(why) = super::SKIPPED {
+        return Err(BypassError::NotBuilt(why));
+    }
     // The kernel's BTF, read once: the read counter's field offsets come
     // from it, and its BTF tracepoint is loaded against it.
     let btf_bytes = std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| {
@@ -714,7 +721,7 @@ fn may_pair_this_process() -> bool {
     own.is_none_or(|own| own.starts_with(Path::new(&bypass_cgroup)))
 }
 
-/// [`may_pair_this_process`] as of at most [`MAY_PAIR_STALE`] ago: for
+/// `may_pair_this_process()` as of at most [`MAY_PAIR_STALE`] ago: for
 /// per-connection decisions, where the stat would be a syscall per
 /// connection. `enable` records its cgroup and waits that long before it
 /// pairs anything, so no socket is paired unseen.

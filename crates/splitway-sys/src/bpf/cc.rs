@@ -26,11 +26,10 @@
 //! Names are machine-wide. If another process (a second relay on the host)
 //! already registered the name, [`register`] reports
 //! [`CcRegistered::ByAnotherProcess`]: new sockets can still select it, but
-//! it vanishes when that process exits; [`ensure_registered`] is then called
-//! again on the `ENOENT` from `TCP_CONGESTION`.
+//! it vanishes when that process exits; splitway-relay's `congestion::ensure`
+//! registers it again on the `ENOENT` from `TCP_CONGESTION`.
 
-use std::ffi::{CString, c_char, c_int, c_void};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use thiserror::Error;
 
@@ -92,6 +91,9 @@ pub enum CcRegistered {
 /// `SPLITWAY_KERNEL_BTF` replaces the BTF path, so tests can show what a
 /// kernel without BTF gets.
 pub fn unsupported_reason() -> Option<String> {
+    if let Some(why) = super::SKIPPED {
+        return Some(why.to_owned());
+    }
     let btf_path = std::env::var("SPLITWAY_KERNEL_BTF")
         .unwrap_or_else(|_| "/sys/kernel/btf/vmlinux".to_owned());
     match std::fs::read(&btf_path) {
@@ -136,106 +138,34 @@ fn register_with(name: &str, pin_state: bool) -> Result<CcRegistered, CcError> {
     if let Some(reason) = unsupported_reason() {
         return Err(CcError::Unsupported(reason));
     }
-    let load_err = |detail: String| CcError::Load {
-        name: name.to_owned(),
-        detail,
-    };
+    let load = |pin| libbpf::register(shipped.object, shipped.name, shipped.map, pin);
     // Pinned state first; without a bpf filesystem (or with a pinned map
     // libbpf cannot reuse) the state lives as long as this registration.
     let pinned = pin_state.then(|| pinned_state_path(shipped)).flatten();
-    let object = match pinned.as_ref() {
-        Some(path) => match load_object(shipped, Some(path)) {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::warn!(algorithm = shipped.name, error = %e, "learned state not pinned; kept for this registration only");
-                load_object(shipped, None).map_err(load_err)?
-            }
-        },
-        None => load_object(shipped, None).map_err(load_err)?,
-    };
-    let map = object.map(shipped.map).map_err(load_err)?;
-    // libbpf 1.1 fills the map value (program fds) and updates it; with
-    // BPF_F_LINK that only stores the value, registration is the link.
-    // SAFETY: `map` is a loaded struct_ops map of `object`.
-    let fake_link = unsafe { ffi::bpf_map__attach_struct_ops(map) };
-    if fake_link.is_null() {
-        return Err(load_err(format!(
-            "filling the struct_ops map: {}",
-            std::io::Error::last_os_error()
-        )));
+    let registered = match (&pinned, shipped.state) {
+        (Some(path), Some((state, _))) => load(Some((state, path))).or_else(|e| {
+            tracing::warn!(algorithm = shipped.name, error = %e, "learned state not pinned; kept for this registration only");
+            load(None)
+        }),
+        _ => load(None),
     }
-    // The returned libbpf link would delete the map element on destroy;
-    // disconnect it first so destroy only frees its memory.
-    // SAFETY: `fake_link` is a valid link just returned by libbpf; it is not
-    // used after destroy.
-    unsafe {
-        ffi::bpf_link__disconnect(fake_link);
-        ffi::bpf_link__destroy(fake_link);
-    }
-    // SAFETY: `map` is valid while `object` is open.
-    let map_fd = unsafe { ffi::bpf_map__fd(map) };
-    match link_create_struct_ops(map_fd) {
-        Ok(link) => Ok(CcRegistered::Owned(Registration {
+    .map_err(|detail| CcError::Load {
+        name: name.to_owned(),
+        detail,
+    })?;
+    Ok(match registered {
+        Some(link) => CcRegistered::Owned(Registration {
             name: shipped.name,
             _link: link,
-        })),
-        // The name is taken machine-wide: by another process (we hold
-        // nothing under it, or we would not be registering).
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(CcRegistered::ByAnotherProcess),
-        Err(e) => Err(load_err(format!("BPF_LINK_CREATE(struct_ops): {e}"))),
-    }
-    // `object` drops here: program and map fds close; the link keeps both.
+        }),
+        None => CcRegistered::ByAnotherProcess,
+    })
 }
 
-const BPF_F_LINK: u32 = 1 << 13;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_STRUCT_OPS: u32 = 44;
-
-/// `bpf(BPF_LINK_CREATE)` for a struct_ops map: registers it.
-fn link_create_struct_ops(map_fd: c_int) -> std::io::Result<OwnedFd> {
-    // union bpf_attr's link_create prefix: map_fd (shares the prog_fd slot),
-    // target_fd, attach_type, flags; the rest zero.
-    #[repr(C)]
-    struct LinkCreate {
-        map_fd: u32,
-        target_fd: u32,
-        attach_type: u32,
-        flags: u32,
-        rest: [u64; 8],
-    }
-    let attr = LinkCreate {
-        map_fd: map_fd as u32,
-        target_fd: 0,
-        attach_type: BPF_STRUCT_OPS,
-        flags: 0,
-        rest: [0; 8],
-    };
-    // SAFETY: attr is a properly sized, initialised bpf_attr prefix that the
-    // kernel only reads; the size passed matches it.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            &attr as *const LinkCreate,
-            std::mem::size_of::<LinkCreate>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as c_int) })
-}
-
-fn errno_str(rc: c_int) -> String {
-    std::io::Error::from_raw_os_error(rc.abs()).to_string()
-}
-
-/// A libbpf `bpf_object`, closed on drop.
 /// Where `shipped`'s learned state is pinned, if it has any and the host
 /// has a bpf filesystem at [`super::BPFFS`] (not mounted here: a private
 /// mount, as under `ip netns exec`, would share nothing).
-fn pinned_state_path(shipped: &Shipped) -> Option<CString> {
+fn pinned_state_path(shipped: &Shipped) -> Option<std::ffi::CString> {
     let (_, file) = shipped.state?;
     let root = std::path::Path::new(super::BPFFS);
     if super::fs_magic(root).ok()? != super::BPF_FS_MAGIC {
@@ -245,159 +175,23 @@ fn pinned_state_path(shipped: &Shipped) -> Option<CString> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).ok()?;
     }
-    CString::new(path.into_os_string().into_encoded_bytes()).ok()
+    std::ffi::CString::new(path.into_os_string().into_encoded_bytes()).ok()
 }
 
-/// Opens and loads `shipped` with its struct_ops map set up for a link
-/// (`BPF_F_LINK`), its state map pinned at `pin` if given (libbpf reuses a
-/// map already pinned there, or pins the new one).
-fn load_object(shipped: &Shipped, pin: Option<&CString>) -> Result<Object, String> {
-    let object = Object::open(shipped.object, shipped.name)?;
-    let map = object.map(shipped.map)?;
-    // SAFETY: `map` belongs to `object`, which is open and not yet loaded.
-    let rc = unsafe { ffi::bpf_map__set_map_flags(map, BPF_F_LINK) };
-    if rc != 0 {
-        return Err(format!("bpf_map__set_map_flags: {}", errno_str(rc)));
-    }
-    if let (Some(path), Some((state, _))) = (pin, shipped.state) {
-        let state = object.map(state)?;
-        // SAFETY: `state` belongs to the open, not yet loaded `object`;
-        // libbpf copies `path`.
-        let rc = unsafe { ffi::bpf_map__set_pin_path(state, path.as_ptr()) };
-        if rc != 0 {
-            return Err(format!("bpf_map__set_pin_path: {}", errno_str(rc)));
-        }
-    }
-    // SAFETY: `object.ptr` is a valid open object.
-    let rc = unsafe { ffi::bpf_object__load(object.ptr) };
-    if rc != 0 {
-        return Err(format!(
-            "bpf_object__load: {} (libbpf's log is on stderr)",
-            errno_str(rc)
-        ));
-    }
-    Ok(object)
-}
+#[cfg(not(splitway_bpf_skip))]
+mod libbpf;
 
-struct Object {
-    ptr: *mut ffi::bpf_object,
-    _name: CString,
-}
-
-impl Object {
-    fn open(bytes: &'static [u8], name: &str) -> Result<Self, String> {
-        let name = CString::new(name).map_err(|e| e.to_string())?;
-        let opts = ffi::bpf_object_open_opts {
-            sz: std::mem::size_of::<ffi::bpf_object_open_opts>(),
-            object_name: name.as_ptr(),
-            ..ffi::bpf_object_open_opts::default()
-        };
-        // SAFETY: `bytes` is 'static (libbpf keeps pointing into it), opts
-        // is a valid, correctly sized struct that outlives the call.
-        let ptr = unsafe { ffi::bpf_object__open_mem(bytes.as_ptr().cast(), bytes.len(), &opts) };
-        if ptr.is_null() {
-            return Err(format!(
-                "bpf_object__open_mem: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(Object { ptr, _name: name })
-    }
-
-    fn map(&self, name: &str) -> Result<*mut ffi::bpf_map, String> {
-        let c = CString::new(name).map_err(|e| e.to_string())?;
-        // SAFETY: self.ptr is a valid open object; c is NUL-terminated.
-        let map = unsafe { ffi::bpf_object__find_map_by_name(self.ptr, c.as_ptr()) };
-        if map.is_null() {
-            Err(format!("object has no map `{name}`"))
-        } else {
-            Ok(map)
-        }
-    }
-}
-
-impl Drop for Object {
-    fn drop(&mut self) {
-        // SAFETY: self.ptr came from bpf_object__open_mem and is closed once.
-        unsafe { ffi::bpf_object__close(self.ptr) }
-    }
-}
-
-/// The libbpf 1.1 functions used (see `libbpf.h`).
-#[allow(non_camel_case_types)]
-mod ffi {
-    use super::*;
-
-    #[repr(C)]
-    pub struct bpf_object {
-        _private: [u8; 0],
-    }
-    #[repr(C)]
-    pub struct bpf_map {
-        _private: [u8; 0],
-    }
-    #[repr(C)]
-    pub struct bpf_link {
-        _private: [u8; 0],
-    }
-
-    /// `struct bpf_object_open_opts` as of libbpf 1.1; `sz` lets libbpf
-    /// accept older/shorter layouts, so only the prefix must be exact.
-    #[repr(C)]
-    pub struct bpf_object_open_opts {
-        pub sz: usize,
-        pub object_name: *const c_char,
-        pub relaxed_maps: bool,
-        pub _pad0: [u8; 7],
-        pub pin_root_path: *const c_char,
-        pub _unused: u32,
-        pub kconfig: *const c_char,
-        pub btf_custom_path: *const c_char,
-        pub kernel_log_buf: *mut c_char,
-        pub kernel_log_size: usize,
-        pub kernel_log_level: u32,
-        /// Explicit so it is zero: libbpf rejects non-zero bytes past the
-        /// fields it knows.
-        pub _pad1: u32,
-    }
-
-    impl Default for bpf_object_open_opts {
-        fn default() -> Self {
-            bpf_object_open_opts {
-                sz: 0,
-                object_name: std::ptr::null(),
-                relaxed_maps: false,
-                _pad0: [0; 7],
-                pin_root_path: std::ptr::null(),
-                _unused: 0,
-                kconfig: std::ptr::null(),
-                btf_custom_path: std::ptr::null(),
-                kernel_log_buf: std::ptr::null_mut(),
-                kernel_log_size: 0,
-                kernel_log_level: 0,
-                _pad1: 0,
-            }
-        }
-    }
-
-    unsafe extern "C" {
-        pub fn bpf_object__open_mem(
-            obj_buf: *const c_void,
-            obj_buf_sz: usize,
-            opts: *const bpf_object_open_opts,
-        ) -> *mut bpf_object;
-        pub fn bpf_object__load(obj: *mut bpf_object) -> c_int;
-        pub fn bpf_object__close(obj: *mut bpf_object);
-        pub fn bpf_object__find_map_by_name(
-            obj: *const bpf_object,
-            name: *const c_char,
-        ) -> *mut bpf_map;
-        pub fn bpf_map__set_map_flags(map: *mut bpf_map, flags: u32) -> c_int;
-        pub fn bpf_map__set_pin_path(map: *mut bpf_map, path: *const c_char) -> c_int;
-        pub fn bpf_map__fd(map: *const bpf_map) -> c_int;
-        pub fn bpf_map__attach_struct_ops(map: *const bpf_map) -> *mut bpf_link;
-        pub fn bpf_link__disconnect(link: *mut bpf_link);
-        pub fn bpf_link__destroy(link: *mut bpf_link) -> c_int;
+/// Stands in for `cc/libbpf.rs` in a build without BPF programs:
+/// [`unsupported_reason`] names the skip first, so this is not reached.
+#[cfg(splitway_bpf_skip)]
+mod libbpf {
+    pub(super) fn register(
+        _object: &'static [u8],
+        _name: &str,
+        _map_name: &str,
+        _pin: Option<(&str, &std::ffi::CString)>,
+    ) -> Result<Option<std::os::fd::OwnedFd>, String> {
+        Err(super::super::SKIPPED.unwrap_or_default().to_owned())
     }
 }
 
@@ -442,7 +236,8 @@ mod tests {
     /// splitway_resume's saved windows are pinned where the host has a
     /// bpf filesystem: the map outlives the registration (a relay's
     /// restart, or the exit of the relay that registered it for its
-    /// siblings), and a trial registration (`--check`) pins nothing.
+    /// siblings), the next registration loads with it, and a trial
+    /// registration (`--check`) pins nothing.
     #[test]
     fn resume_state_outlives_its_registration() {
         // SAFETY: geteuid has no preconditions.
@@ -457,31 +252,32 @@ mod tests {
         };
         let path = std::path::PathBuf::from(path.to_str().expect("utf-8 path"));
         let existed = path.exists();
+        let owned = |r: CcRegistered| match r {
+            CcRegistered::Owned(r) => Some(r),
+            CcRegistered::ByAnotherProcess => None,
+        };
         if !existed {
-            match register_trial("splitway_resume").expect("trial") {
-                CcRegistered::Owned(r) => drop(r),
-                CcRegistered::ByAnotherProcess => {
-                    eprintln!("skipping: splitway_resume is registered by another process");
-                    return;
-                }
-            }
-            assert!(!path.exists(), "a trial pinned {path:?}");
-        }
-        let reg = match register("splitway_resume").expect("register") {
-            CcRegistered::Owned(r) => r,
-            CcRegistered::ByAnotherProcess => {
+            let Some(trial) = owned(register_trial("splitway_resume").expect("trial")) else {
                 eprintln!("skipping: splitway_resume is registered by another process");
                 return;
-            }
+            };
+            drop(trial);
+            assert!(!path.exists(), "a trial pinned {path:?}");
+        }
+        let Some(reg) = owned(register("splitway_resume").expect("register")) else {
+            eprintln!("skipping: splitway_resume is registered by another process");
+            return;
         };
         assert!(path.exists(), "{path:?} not pinned");
         drop(reg);
         assert!(!is_available("splitway_resume"));
         assert!(path.exists(), "{path:?} gone with the registration");
-        // The next registration takes the pinned map (libbpf checks its
-        // layout; a mismatch would fail the pinned load).
-        let again = pinned_state_path(program).expect("pin path");
-        load_object(program, Some(&again)).expect("load with the pinned state");
+        // The next registration loads with the pinned map (libbpf checks
+        // its layout; only a failure would fall back to an unpinned one,
+        // and the pinned load is what is tried first).
+        let again =
+            owned(register("splitway_resume").expect("register again")).expect("still free");
+        drop(again);
         if !existed {
             std::fs::remove_file(&path).expect("remove the test's pin");
         }

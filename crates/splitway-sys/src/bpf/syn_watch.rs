@@ -47,7 +47,7 @@
 //! a crashed run is replaced). Both work on L3-only devices
 //! (TUN): the program reads headers relative to the network header.
 
-mod event;
+pub(super) mod event;
 
 use std::fs::File;
 use std::net::IpAddr;
@@ -99,10 +99,10 @@ pub fn near_sample(client_port: u16) -> bool {
 /// addresses count as IPv4).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct NearKey {
-    family: u8,
+pub(super) struct NearKey {
+    pub(super) family: u8,
     _pad: [u8; 7],
-    prefix: [u8; 8],
+    pub(super) prefix: [u8; 8],
 }
 // SAFETY: plain-old-data with no implicit padding (1 + 7 + 8 = 16 bytes,
 // align 1), every bit pattern valid.
@@ -610,6 +610,12 @@ fn add_clsact(interface: &str) -> Result<bool, SysError> {
 }
 
 fn load(filter_ports: bool) -> Result<Ebpf, SysError> {
+    if let Some(why) = super::SKIPPED {
+        return Err(SysError::Bpf {
+            op: "load syn_watch object".into(),
+            detail: why.into(),
+        });
+    }
     let mut ebpf = EbpfLoader::new()
         .override_global(FILTER_PORTS_GLOBAL, &u8::from(filter_ports), true)
         .load(SYN_WATCH_OBJECT)

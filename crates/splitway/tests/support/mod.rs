@@ -6,8 +6,13 @@
 //! Every namespace, process and temp file belongs to a [`Lab`] and is removed
 //! when it drops, on success and on panic alike.
 
-// Each test binary uses a different subset of the harness.
-#![allow(dead_code)]
+// Each test binary (24 include this module) uses a different part of the
+// harness and of its re-exports; every one leaves some of both unused.
+#![expect(
+    dead_code,
+    unused_imports,
+    reason = "each test binary uses a different part of the harness"
+)]
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -22,7 +27,6 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use sha2::{Digest as _, Sha256};
-#[allow(unused_imports)]
 pub use splitway_lab::testbed::config::{
     self as testbed, DataPath, Intercept, ListenMode, RawAccel, RawConfig, RawForwarding,
     RawLimits, RawListener, RawPeer, RawPolicy, RawPool, RawRoute, RawTimeouts, RawTls, RawTuning,
@@ -34,11 +38,8 @@ use splitway_sys::netns::{self, Netns};
 mod emulated;
 mod nginx;
 mod proxy_clients;
-#[allow(unused_imports)]
 pub use emulated::*;
-#[allow(unused_imports)]
 pub use nginx::*;
-#[allow(unused_imports)]
 pub use proxy_clients::*;
 
 /// The binary under test.
@@ -60,7 +61,6 @@ pub const HTTP_CONNECT_PORT: u16 = 3128;
 
 pub const MIB: u64 = 1024 * 1024;
 
-#[allow(unused_imports)]
 pub use splitway_lab::testbed::chain::{EAST_IF, WEST_IF, link_v4, link_v6};
 
 // ---------------------------------------------------------------------------

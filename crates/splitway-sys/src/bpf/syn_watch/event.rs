@@ -41,18 +41,19 @@ impl TcpOptions {
     }
 }
 
-// Offsets of `struct syn_event` in bpf/syn_watch.c.
-const AT_NS: usize = 0;
-const SADDR: usize = 8;
-const DADDR: usize = 24;
-const SPORT: usize = 40;
-const DPORT: usize = 42;
-const FAMILY: usize = 48;
-const TTL: usize = 49;
-const SYNOPT: usize = 50;
-const OPT_LEN: usize = 51;
-const OPTS: usize = 56;
-const OPTS_MAX: usize = 40;
+// Offsets of `struct syn_event` in bpf/syn_watch.c (pinned there, and
+// checked against these by `bpf::layout`).
+pub(in crate::bpf) const AT_NS: usize = 0;
+pub(in crate::bpf) const SADDR: usize = 8;
+pub(in crate::bpf) const DADDR: usize = 24;
+pub(in crate::bpf) const SPORT: usize = 40;
+pub(in crate::bpf) const DPORT: usize = 42;
+pub(in crate::bpf) const FAMILY: usize = 48;
+pub(in crate::bpf) const TTL: usize = 49;
+pub(in crate::bpf) const SYNOPT: usize = 50;
+pub(in crate::bpf) const OPT_LEN: usize = 51;
+pub(in crate::bpf) const OPTS: usize = 56;
+pub(in crate::bpf) const OPTS_MAX: usize = 40;
 /// `sizeof(struct syn_event)`.
 pub(crate) const RECORD_LEN: usize = 96;
 
