@@ -10,7 +10,7 @@
 // "Dual BSD/GPL" (GPL-compatible, needed for the kfuncs CUBIC calls).
 //
 // - Saved: when a connection ends (release), its cwnd and smoothed RTT, per
-//   peer address, in an LRU hash map that lives as long as the registration
+//   peer address (the RTT is the connection's minimum), in an LRU hash map that lives as long as the registration
 //   (the relay process). Only windows above RESUME_MIN_CWND are saved. A
 //   connection that never left slow start may raise the saved window but not
 //   lower it (a short transfer ends with a small window that says nothing of
@@ -51,6 +51,8 @@ struct resume_key {
 
 struct resume_val {
 	__u32 cwnd;
+	/* The saving connection's minimum RTT (its smoothed RTT if it had no
+	 * minimum): the path's RTT without queueing. */
 	__u32 srtt_us;
 	__u64 at_ns;
 	/* The saving connection had left slow start (a loss or HyStart), so
@@ -120,6 +122,7 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	struct resume_key key;
 	struct resume_val *saved;
 	__u32 srtt, jump;
+	__u64 rate;
 
 	/* Only a connection's first use: later idle periods follow the
 	 * kernel's rules like any CUBIC flow. */
@@ -135,7 +138,11 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	srtt = tp->srtt_us >> 3;
 	/* No RTT sample, or clearly a different path: start normally.
 	 * Careful Resume's bounds (half to ten times the saved RTT), widened
-	 * by 1 ms so that microsecond jitter on short paths does not count. */
+	 * by 1 ms so that microsecond jitter on short paths does not count.
+	 * The saved RTT is the path's minimum, not its smoothed RTT: a
+	 * transfer that filled a bottleneck's queue (a window probe into a
+	 * GEO link's 1.2 s buffer) would otherwise save an RTT more than
+	 * twice the empty path's, and every later leg would fail the check. */
 	if (!srtt || srtt + 1000 < saved->srtt_us / 2 ||
 	    srtt > saved->srtt_us * 10 + 1000)
 		return;
@@ -153,6 +160,14 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	if (saved->exited_slow_start)
 		tp->snd_ssthresh = saved->cwnd;
 	sk->sk_pacing_status = SW_SK_PACING_NEEDED;
+	/* The kernel recomputes the pacing rate from cwnd only at the next
+	 * ACK; until then the jump would leave at the old window's rate
+	 * (measured: a resumed leg's first round trip carried about 20
+	 * segments, so 100 KB took two). Pace the jump over one RTT now. */
+	rate = (__u64)jump * tp->mss_cache * 1000000ULL / srtt;
+	if (rate > sk->sk_max_pacing_rate)
+		rate = sk->sk_max_pacing_rate;
+	sk->sk_pacing_rate = rate;
 	ca->jump_cwnd = jump;
 	ca->jump_at_us = now_us(tp);
 	ca->validate_us = 2 * srtt;
@@ -224,7 +239,9 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 		return;
 	}
 	val.cwnd = tp->snd_cwnd;
-	val.srtt_us = tp->srtt_us >> 3;
+	val.srtt_us = tp->rtt_min.s[0].v;
+	if (!val.srtt_us || val.srtt_us == ~0U)
+		val.srtt_us = tp->srtt_us >> 3;
 	val.at_ns = now;
 	val.exited_slow_start = exited;
 	bpf_map_update_elem(&splitway_resume_peers, &key, &val, BPF_ANY);

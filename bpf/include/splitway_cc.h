@@ -34,12 +34,22 @@ struct sock_common {
 struct sock {
 	struct sock_common __sk_common;
 	unsigned long sk_pacing_rate;
+	unsigned long sk_max_pacing_rate;
 	__u32 sk_pacing_status;
 } __attribute__((preserve_access_index));
 
 struct inet_connection_sock {
 	__u64 icsk_ca_priv[13];
 } __attribute__((preserve_access_index));
+
+struct minmax_sample {
+	__u32 t;
+	__u32 v;
+};
+
+struct minmax {
+	struct minmax_sample s[3];
+};
 
 struct tcp_sock {
 	__u32 snd_cwnd;
@@ -52,6 +62,8 @@ struct tcp_sock {
 	__u32 lsndtime;
 	__u32 srtt_us;
 	__u32 data_segs_out;
+	__u32 mss_cache;
+	struct minmax rtt_min;
 	__u64 tcp_mstamp;
 	__u8 is_cwnd_limited : 1;
 } __attribute__((preserve_access_index));

@@ -149,9 +149,9 @@ impl<T> EarlyStarts<T> {
     }
 
     /// How long a leg started for `client`'s SYN waits for its accept:
-    /// [`WAIT_RTTS`] of the prefix's minimum handshake round trip plus
-    /// [`WAIT_MARGIN`], or [`UNMEASURED_WAIT`] for a prefix not measured
-    /// yet; never longer than the expiry.
+    /// `WAIT_RTTS` of the prefix's minimum handshake round trip plus
+    /// `WAIT_MARGIN`, or `UNMEASURED_WAIT` for a prefix not measured yet;
+    /// never longer than the expiry.
     pub fn wait_for(&self, client: IpAddr) -> Duration {
         let wait = match self.near.min_rtt(client) {
             Some(rtt) => rtt.saturating_mul(WAIT_RTTS).saturating_add(WAIT_MARGIN),
