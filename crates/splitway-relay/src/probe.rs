@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
@@ -312,10 +312,9 @@ pub async fn answer_window(
     accepted: peer::Accepted,
     upstream: IpAddr,
 ) {
-    static ANSWERED: Mutex<Option<HashMap<IpAddr, Instant>>> = Mutex::new(None);
+    static ANSWERED: LazyLock<Mutex<HashMap<IpAddr, Instant>>> = LazyLock::new(Mutex::default);
     {
         let mut answered = ANSWERED.lock().unwrap_or_else(|p| p.into_inner());
-        let answered = answered.get_or_insert_with(HashMap::new);
         if answered
             .get(&upstream)
             .is_some_and(|at| at.elapsed() < WINDOW_PROBE_MIN_GAP)
@@ -362,13 +361,17 @@ pub async fn answer_window(
     }
 }
 
+/// The filler a window probe sends, in writes of this size. A static, not
+/// a local: a local buffer would live in the future of every accepted
+/// peer connection's admission, which can answer a window probe.
+static FILLER: [u8; 64 << 10] = [0; 64 << 10];
+
 /// [`WINDOW_PROBE_BYTES`] of zeros, then the write side closed.
 async fn send_filler(io: LegIo<'_>) -> std::io::Result<()> {
-    let chunk = [0u8; 64 << 10];
     let mut left = WINDOW_PROBE_BYTES;
     while left > 0 {
-        let n = left.min(chunk.len() as u64) as usize;
-        io.write_all(&chunk[..n]).await?;
+        let n = left.min(FILLER.len() as u64) as usize;
+        io.write_all(&FILLER[..n]).await?;
         left -= n as u64;
     }
     io.shutdown_write().await

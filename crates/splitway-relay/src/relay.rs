@@ -251,14 +251,15 @@ impl Relay {
                 turbo_routes.insert(addr, r);
             }
         }
+        let hello_listeners = accel::hello_listeners(&cfg);
         let hellos = cfg.accel.zero_rtt.then(|| {
-            let register = match accel::hello_listeners(&cfg) {
+            let register = match hello_listeners {
                 Some(shares_port) => HelloRegister::open(shares_port),
                 None => HelloRegister::Local("no plain peer listener".into()),
             };
             Arc::new(HelloWindow::new(cfg.accel.zero_rtt_window, register))
         });
-        if accel::hello_listeners(&cfg).is_some() {
+        if hello_listeners.is_some() {
             host.hello_register = hellos.as_ref().map(|h| h.describe());
         }
         let strict = match (&early, strict_queue) {
