@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod agent;
 mod bypass;
 mod ctl;
+mod docgen;
 mod relay_cmd;
 
 #[derive(Parser)]
@@ -50,6 +51,9 @@ enum Command {
     Ctl(ctl::CtlArgs),
     Agent(agent::AgentArgs),
     Bypass(bypass::BypassArgs),
+    /// Write the man pages and shell completions (`make deb` packages them).
+    #[command(hide = true)]
+    GenerateDocs(docgen::DocgenArgs),
 }
 
 const RELAY_ABOUT: &str = "Run a relay (or validate its config with --check).";
@@ -196,6 +200,7 @@ fn main() -> ExitCode {
         Command::Ctl(args) => ctl::run(args),
         Command::Agent(args) => agent::run(args),
         Command::Bypass(args) => bypass::run(args),
+        Command::GenerateDocs(args) => docgen::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Lab(args) => splitway_lab::cli::run(*args)
             .map(|()| ExitCode::SUCCESS)
             .map_err(anyhow::Error::from),
