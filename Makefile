@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: startup-order footprint demo test deps build release deb deb-test lint check-no-bpf import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
+.PHONY: startup-order footprint demo test deps build release deb deb-test image lint check-no-bpf import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -50,6 +50,17 @@ deb: release
 deb-test: deb
 	./scripts/deb-test.sh
 
+## image: the container image localhost/splitway:0.1.0 from deploy/Containerfile (the binary
+## and its shared libraries, FROM scratch: no registry), then `relay --check` run from it on
+## the DaemonSet's config (deploy/k8s/). PODMAN_RUN_FLAGS: this machine's crun (1.8) refuses
+## hybrid cgroups and no process here may raise rlimits, so runc with lowered limits.
+IMAGE ?= localhost/splitway:0.1.0
+PODMAN_RUN_FLAGS ?= --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
+image: release
+	./scripts/image-root.sh target/release/splitway target/image-root
+	podman build -f deploy/Containerfile -t $(IMAGE) target/image-root
+	./scripts/image-check.sh $(IMAGE) $(PODMAN_RUN_FLAGS)
+
 ## startup-order: re-trace which functions an idle relay runs (4 KB pages,
 ## scripts/lib/pagetouch.c) and rewrite crates/splitway/startup-order.txt,
 ## the link order of release builds (crates/splitway/build.rs). Run after
@@ -74,6 +85,7 @@ lint: import-graph
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
 	./scripts/check-no-bpf.sh
 	./scripts/deny.sh
+	kubernetes-validate --strict --quiet deploy/k8s/*.yaml
 
 ## check-no-bpf: `SPLITWAY_BPF_SKIP=1 cargo check --workspace` with clang hidden from PATH
 ## (its own target dir, target/no-bpf); the layout pins of bpf/*.c are a unit test of splitway-sys.

@@ -46,6 +46,13 @@ for svc in nginx ssh redis-server; do
   if command -v systemctl >/dev/null 2>&1; then systemctl stop "$svc" >/dev/null 2>&1 || true; fi
 done
 command -v cargo >/dev/null || { echo "install-deps: cargo (stable Rust) is required" >&2; exit 1; }
+# make lint validates deploy/k8s/ against Kubernetes' schemas (bundled in
+# the package: no cluster or network needed to validate).
+# Debian's own python3 refuses pip into the system (PEP 668) unless told.
+if ! command -v kubernetes-validate >/dev/null; then
+  python3 -m pip install --quiet kubernetes-validate 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages kubernetes-validate
+fi
 # rust-toolchain.toml pins 1.95.0; nothing can be downloaded here, so a rustup
 # that has 1.95 only as "stable" gets it linked under the pinned name.
 pinned=$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
