@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the README's headline table (markdown) from a `splitway lab --json`
+"""Prints the lab table of docs/benchmarks.md (markdown; the README's headline is four of its rows) from a `splitway lab --json`
 file: medians in ms with the model in brackets, * SUSPECT, † PREMISE, and
 the 10 MB download time against e2e's. Usage: readme-table.py RUN.json"""
 import json
