@@ -62,11 +62,11 @@ image: release
 	./scripts/image-check.sh $(IMAGE) $(PODMAN_RUN_FLAGS)
 
 ## startup-order: re-trace which functions an idle relay runs (4 KB pages,
-## scripts/lib/pagetouch.c) and rewrite crates/splitway/startup-order.txt,
+## scripts/bench/lib/pagetouch.c) and rewrite crates/splitway/startup-order.txt,
 ## the link order of release builds (crates/splitway/build.rs). Run after
 ## changes to start-up code; running it twice refines the order.
 startup-order: deps release
-	python3 scripts/startup-order.py target/release/splitway
+	python3 scripts/bench/startup-order.py target/release/splitway
 
 ## footprint: idle RSS/PSS and exec -> READY=1 of the release binary with
 ## and without the startup order, alternating, 20 rounds (bench-results/).
@@ -75,9 +75,9 @@ footprint: deps release
 	SPLITWAY_NO_STARTUP_ORDER=1 $(CARGO) build --release -p splitway
 	cp target/release/splitway target/splitway-unordered
 	$(CARGO) build --release -p splitway
-	cc -O2 -o target/listen-floor scripts/lib/listen-floor.c
-	python3 scripts/startup-order.py --coverage target/splitway-ordered
-	python3 scripts/footprint-binaries.py 20 ordered=target/splitway-ordered unordered=target/splitway-unordered floor=target/listen-floor | tee bench-results/footprint-$$(date -u +%Y%m%dT%H%M%SZ).txt
+	cc -O2 -o target/listen-floor scripts/bench/lib/listen-floor.c
+	python3 scripts/bench/startup-order.py --coverage target/splitway-ordered
+	python3 scripts/bench/footprint-binaries.py 20 ordered=target/splitway-ordered unordered=target/splitway-unordered floor=target/listen-floor | tee bench-results/footprint-$$(date -u +%Y%m%dT%H%M%SZ).txt
 
 lint: import-graph
 	$(CARGO) fmt --all -- --check
@@ -123,20 +123,20 @@ fidelity: deps release
 ## CONNECT), then bench-tproxy; results in bench-results/.
 bench: deps release
 	./target/release/splitway lab bench --json bench-results/latest.json
-	./scripts/bench-tproxy.sh
+	./scripts/bench/bench-tproxy.sh
 
 ## bench-tproxy: the same work as the peers: one relay host, TPROXY in, direct out; splitway vs
 ## HAProxy (transparent, splice-auto) vs kernel forwarding, and the relay pair (rc + rs), with
 ## sockperf, ab + nginx, iperf3, redis-benchmark and the built-in setup-latency generator, methods
 ## alternating per round; bench-results/tproxy-bench-*.txt.
 bench-tproxy: deps release
-	./scripts/bench-tproxy.sh
+	./scripts/bench/bench-tproxy.sh
 
 ## bench-growth: how cost grows, splitway vs HAProxy vs the relay pair (TPROXY rig): CPU per GB
 ## against 1-64 iperf3 streams, RSS against 1,000-18,000 open connections (two copies of each proxy process), setup p50/p99 against 100-5,000
 ## new connections/s; bench-results/growth-*.txt and SVG charts beside it (10 min here).
 bench-growth: deps release
-	./scripts/bench-growth.sh
+	./scripts/bench/bench-growth.sh
 
 ## lab-paths: the path-choice scenario (issue #20, about 3.5 min): `splitway lab scenario path-choice`
 ## (a detour, +100 ms, a dead relay, 20 % loss); JSON per phase to PATHS_JSON; fails on a missed target.
@@ -193,14 +193,14 @@ bypass-long: deps
 ## bypass-probes: the sk_msg-redirect hazards on this kernel (splice, FIONREAD,
 ## backpressure, blocking readers), paired vs plain; bench-results/bypass-probes-*.txt.
 bypass-probes: deps release
-	./scripts/bypass-probes.sh
+	./scripts/bench/bypass-probes.sh
 
-## bypass-floor: plain vs bypass vs the least any sk_msg redirect costs (scripts/lib/bypass-floor.c)
+## bypass-floor: plain vs bypass vs the least any sk_msg redirect costs (scripts/bench/lib/bypass-floor.c)
 ## vs the read counter alone vs an empty program on its tracepoint; bench-results/bypass-floor-*.txt.
 bypass-floor: deps release
-	./scripts/bypass-floor.sh
+	./scripts/bench/bypass-floor.sh
 
 ## bench-bypass: plain loopback vs bypass, alternating rounds (sockperf, redis-benchmark,
 ## iperf3); refuses to run at load average >= 3 unless FORCE=1; bench-results/bypass-bench-*.txt.
 bench-bypass: deps release
-	./scripts/bench-bypass.sh
+	./scripts/bench/bench-bypass.sh

@@ -1,5 +1,5 @@
 //! `splitway lab load`: the bench's backends and built-in generators on any
-//! address, for the namespace benches (`scripts/bench-growth.sh`) that put
+//! address, for the namespace benches (`scripts/bench/bench-growth.sh`) that put
 //! splitway and HAProxy behind the same TPROXY rule. Each generator prints
 //! one line of `key=value` pairs for the script to record.
 

@@ -8,7 +8,7 @@
 // (a static "READY=1" sent to NOTIFY_SOCKET did), which would change what
 // the traced process does. SIGUSR2 writes the records so
 // far to $PAGETOUCH_OUT as "file-offset-of-page ip-vaddr prot" lines.
-// Used by scripts/startup-order.py only; never shipped.
+// Used by scripts/bench/startup-order.py only; never shipped.
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
 // conn-floor: the least a TPROXY forwarder can do per connection, as the
-// floor that splitway and HAProxy are measured against (scripts/bench-tproxy.sh
+// floor that splitway and HAProxy are measured against (scripts/bench/bench-tproxy.sh
 // method `floor`, issue #21). Never shipped: no limits, no timeouts, no
 // loop guard, no crash safety (no SO_LINGER), no error reporting, no
 // logging; a connection the kernel refuses is simply closed.

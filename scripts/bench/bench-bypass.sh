@@ -6,21 +6,21 @@
 # bypass is enabled (for the benchmark ports only) in "bypass" rounds and
 # disabled in "plain" rounds. Request/response runs in three placements of
 # client and server on the CPUs (see client_cpus). Raw output:
-# bench-results/bypass-bench-*.txt; summary: scripts/bypass-bench-summary.py.
+# bench-results/bypass-bench-*.txt; summary: scripts/bench/bypass-bench-summary.py.
 #
 # The machine is shared: the run refuses to start at load average >= MAX_LOAD
 # (default 3) unless FORCE=1, and records the load before and after.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/splitway}
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 MAX_LOAD=${MAX_LOAD:-3}
 PLACES=${PLACES:-any cpu1 cpu0}
 # shellcheck source=lib/bypass-cg.sh
-. scripts/lib/bypass-cg.sh
+. scripts/bench/lib/bypass-cg.sh
 # shellcheck source=lib/bypass-bench.sh
-. scripts/lib/bypass-bench.sh
+. scripts/bench/lib/bypass-bench.sh
 bench_quiet_or_exit bench-bypass
 bypass_cg_up bypass-bench
 out="bench-results/bypass-bench-$(date -u +%Y%m%dT%H%M%SZ).txt"

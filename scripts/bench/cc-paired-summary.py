@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summary of scripts/cc-paired.sh's output: per chain, the paired ratio
+"""Summary of scripts/bench/cc-paired.sh's output: per chain, the paired ratio
 splitway_cubic / cubic for each loss seed, their median and spread, and the
 njit-lossy split rows per algorithm. Usage: cc-paired-summary.py DIR"""
 import json, math, statistics, sys

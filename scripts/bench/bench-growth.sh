@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-growth: how a relay's cost grows (issue #21), splitway beside HAProxy
-# on the same work (TPROXY on the relay host, scripts/lib/tproxy-rig.sh),
+# on the same work (TPROXY on the relay host, scripts/bench/lib/tproxy-rig.sh),
 # and the relay pair (rc + rs) with each relay's own cost:
 #   cpu     proxy CPU-seconds per GB against 1–64 parallel streams (iperf3);
 #   setup   setup latency p50/p99 (connect to first response byte) against
@@ -19,9 +19,9 @@
 # Methods alternate at every point. Raw rows in
 # bench-results/growth-<stamp>.txt (round method test x value unit); the
 # charts (SVG) and least-squares slopes are drawn from that file by
-# scripts/growth-svg.py.
+# scripts/bench/growth-svg.py.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-$PWD/target/release/splitway}
 ROUNDS=${ROUNDS:-2}
 SECS=${SECS:-4}
@@ -37,8 +37,8 @@ mkdir -p bench-results
 # The backends and the holders of idle connections hold up to 9,000 each
 # and inherit this shell's soft limit (the proxies raise their own).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
-# shellcheck source=scripts/lib/tproxy-rig.sh
-source scripts/lib/tproxy-rig.sh
+# shellcheck source=scripts/bench/lib/tproxy-rig.sh
+source scripts/bench/lib/tproxy-rig.sh
 rig_up || exit 1
 
 cpu_point() { # round method streams
@@ -181,6 +181,6 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 echo "# load after $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out"
-python3 scripts/growth-svg.py "$out" || exit 1
+python3 scripts/bench/growth-svg.py "$out" || exit 1
 grep -q "FAIL" "$out" && { echo "bench-growth: a measurement failed (see $out)" >&2; exit 1; }
 exit 0

@@ -12,13 +12,13 @@
 #              within 10 s, with the stuck sockets (ss) of each.
 # Output: bench-results/bypass-stall-*.txt (LABEL names the build). Root.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/splitway}
 RUNS=${RUNS:-100}
 MAXB=${MAXB:-3000000}
 LABEL=${LABEL:-$(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)}
 # shellcheck source=lib/bypass-cg.sh
-. scripts/lib/bypass-cg.sh
+. scripts/bench/lib/bypass-cg.sh
 bypass_cg_up bypass-stall
 tmp=$(mktemp -d); out="bench-results/bypass-stall-$(date -u +%Y%m%dT%H%M%SZ).txt"
 pids=()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-$PWD/target/release/splitway}
 P=swva$$
 # Variants of the minimal tproxy config beside HAProxy, on the bench-tproxy rig:
@@ -17,7 +17,7 @@ exec > >(tee "$out")
 echo "# bench-tproxy-variants $(date -u +%FT%TZ), commit $(git rev-parse --short=12 HEAD), $(uname -r), $(nproc) cpus, load before $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# columns: round variant ab_req_s cpu_us_per_conn segs_per_conn(in=out) early-SYN outcomes per conn | setup p50/p99 us at 1,000/s"
 dir=$(mktemp -d /tmp/$P.XXXX)
-source scripts/lib/tproxy-rig.sh
+source scripts/bench/lib/tproxy-rig.sh
 rig_up || exit 1
 cp $dir/splitway.toml $dir/default.toml
 { cat $dir/splitway.toml; printf '[accel]\nearly_syn = false\n'; } > $dir/noes.toml

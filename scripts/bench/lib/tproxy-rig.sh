@@ -1,4 +1,4 @@
-# Shared by scripts/bench-tproxy.sh and scripts/bench-growth.sh (sourced).
+# Shared by scripts/bench/bench-tproxy.sh and scripts/bench/bench-growth.sh (sourced).
 # Four namespaces joined by veth: client C — relay host R — T — server S.
 # The client's traffic to S is routed through R, where a proxy intercepts it
 # with TPROXY; T forwards like a router, and for the relay pair it is the
@@ -10,7 +10,7 @@
 #             listener, direct): the real deployment, two relays;
 #   baseline  like splitway, but the binary $BIN_BASELINE (an earlier build,
 #             for before/after in one run);
-#   floor     scripts/lib/conn-floor.c behind HAProxy's rule: the least a
+#   floor     scripts/bench/lib/conn-floor.c behind HAProxy's rule: the least a
 #             forwarder does per connection (no limits, no loop guard, no
 #             crash safety; never shipped), one thread per CPU;
 #   splitway1, haproxy1, floor1
@@ -296,7 +296,7 @@ start_proxy() { # method
       wait_listen $R $RELAY_PORT || { cat "$dir/haproxy.log" >&2; return 1; }
       ;;
     floor | floor1)
-      [ -x "$dir/conn-floor" ] || cc -O2 -Wall -pthread -o "$dir/conn-floor" scripts/lib/conn-floor.c || return 1
+      [ -x "$dir/conn-floor" ] || cc -O2 -Wall -pthread -o "$dir/conn-floor" scripts/bench/lib/conn-floor.c || return 1
       nsx $R nft -f "$dir/haproxy.nft"
       local threads=$(nproc)
       [ "$1" = floor1 ] && threads=1

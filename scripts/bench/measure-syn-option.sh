@@ -3,7 +3,7 @@
 # mode) and the destination option's end-to-end tests; writes
 # lab-results/syn-option-space-<date>.txt with date, commit, kernel and load.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out="lab-results/syn-option-space-$(date -u +%Y%m%d).txt"
 {
     echo "# splitway destination TCP option: SYN option space (docs/syn-option.md)"

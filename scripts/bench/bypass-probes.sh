@@ -5,10 +5,10 @@
 # blocking threads vs epoll (tokio). Output: bench-results/bypass-probes-*.txt
 # (date, commit, kernel, load in the header). Needs root; uses its own cgroup.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/splitway}
 # shellcheck source=lib/bypass-cg.sh
-. scripts/lib/bypass-cg.sh
+. scripts/bench/lib/bypass-cg.sh
 bypass_cg_up bypass-probe
 out="bench-results/bypass-probes-$(date -u +%Y%m%dT%H%M%SZ).txt"
 trap bypass_cg_down EXIT

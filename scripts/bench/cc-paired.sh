@@ -2,7 +2,7 @@
 # Issue #17 measurements: cc-parity paired by loss seed (common random
 # numbers: cubic and splitway_cubic see the same emulator loss decisions for
 # seed k), then njit-lossy's split row per relay algorithm. Each run's load
-# is recorded in runs.jsonl. Usage: scripts/cc-paired.sh OUTDIR NSEEDS STOP_HHMM
+# is recorded in runs.jsonl. Usage: scripts/bench/cc-paired.sh OUTDIR NSEEDS STOP_HHMM
 # (no new parity pair starts after STOP_HHMM UTC, so njit-lossy still runs).
 set -u
 out=$1 seeds=$2 stop=$3

@@ -8,7 +8,7 @@ code scattered over the 8 MB of .text makes RSS, page faults and, with a cold
 page cache, disk reads grow with how scattered it is, not with how much runs.
 Packed together in the order it runs, the same code costs a fraction of that.
 
-How: scripts/lib/pagetouch.c (LD_PRELOAD) records every 4 KB page of the
+How: scripts/bench/lib/pagetouch.c (LD_PRELOAD) records every 4 KB page of the
 binary a process touches and the instruction that touched it. The functions
 holding those instructions come first; the other functions on touched pages
 follow (they may have run too: only a page's first touch is seen). Running
@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NS = f"swpt{os.getpid()}"
 
 FOOTPRINT = """name = "footprint"
@@ -252,7 +252,7 @@ def main():
     binary = os.path.abspath(args[0] if args else os.path.join(ROOT, "target/release/splitway"))
     with tempfile.TemporaryDirectory(prefix="splitway-startup-order-") as d:
         sh("cc", "-O2", "-shared", "-fPIC", "-o", os.path.join(d, "pagetouch.so"),
-           os.path.join(ROOT, "scripts/lib/pagetouch.c"))
+           os.path.join(ROOT, "scripts/bench/lib/pagetouch.c"))
         psk = os.path.join(d, "psk.key")
         with open(psk, "w") as f:
             f.write(subprocess.run([binary, "keygen"], capture_output=True, text=True,

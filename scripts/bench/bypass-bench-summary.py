@@ -4,7 +4,7 @@ per test, the median of every mode, and for each mode other than plain the
 median (and range) of its per-round ratios to plain (> 1 = better than
 plain; latency is inverted).
 
-usage: scripts/bypass-bench-summary.py bench-results/bypass-bench-X.txt
+usage: scripts/bench/bypass-bench-summary.py bench-results/bypass-bench-X.txt
 """
 import statistics
 import sys

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The floor of scripts/footprint-binaries.py's exec -> READY=1 timing: a C
+// The floor of scripts/bench/footprint-binaries.py's exec -> READY=1 timing: a C
 // program that listens on the footprint config's port and sends READY=1 to
 // NOTIFY_SOCKET, nothing else. Its arguments are ignored.
 #include <netinet/in.h>

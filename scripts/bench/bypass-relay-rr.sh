@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Does a local client of the relay gain from `splitway bypass`? 64 B
-# request/response (scripts/bypass/relay_rr.py, Python) through the relay's
+# request/response (scripts/bench/bypass/relay_rr.py, Python) through the relay's
 # HTTP CONNECT listener to an echo server, client, relay and server all in
 # one cgroup and pinned to CPU 0 (the placement where the bypass shows, see
 # docs/bypass.md); plain and paired (both legs' ports) in alternating rounds.
 # Output: bench-results/bypass-relay-rr-*.txt. Needs root.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/splitway}
 ROUNDS=${ROUNDS:-3}; N=${N:-20000}
 # shellcheck source=lib/bypass-cg.sh
-. scripts/lib/bypass-cg.sh
+. scripts/bench/lib/bypass-cg.sh
 bypass_cg_up bypass-relay-rr
 tmp=$(mktemp -d); out="bench-results/bypass-relay-rr-$(date -u +%Y%m%dT%H%M%SZ).txt"
 pids=()
@@ -27,9 +27,9 @@ for _ in $(seq 50); do ss -ltn | grep -q ':23190 ' && break; sleep 0.1; done
   echo "# $ROUNDS rounds of $N round trips, 64 B, client, relay and echo server on CPU 0"
   for r in $(seq "$ROUNDS"); do
     "$BIN" bypass disable >/dev/null
-    incg taskset -c 0 python3 scripts/bypass/relay_rr.py 23190 23191 "$N" "$r plain"
+    incg taskset -c 0 python3 scripts/bench/bypass/relay_rr.py 23190 23191 "$N" "$r plain"
     "$BIN" bypass enable --cgroup "$cg" --loopback-only --ports 23190,23191 >/dev/null
-    incg taskset -c 0 python3 scripts/bypass/relay_rr.py 23190 23191 "$N" "$r paired"
+    incg taskset -c 0 python3 scripts/bench/bypass/relay_rr.py 23190 23191 "$N" "$r paired"
   done
   "$BIN" bypass status --json | tr -d ' \n'; echo
 } | tee "$out"

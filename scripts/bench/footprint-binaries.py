@@ -9,7 +9,7 @@ does not compete for the 2 cores the way polling connect() did. Before each
 start the binary is read once, so its pages are in the page cache: this
 machine's page cache is reclaimed continually (a relay started after 20 s
 idle took 5 major faults), and a start that reads from disk measures the
-disk. Its shared libraries are read the same way. A `floor` binary (scripts/lib/listen-floor.c) gives the same harness's
+disk. Its shared libraries are read the same way. A `floor` binary (scripts/bench/lib/listen-floor.c) gives the same harness's
 time for a C program that only listens and notifies.
 
 Usage: footprint-binaries.py ROUNDS LABEL=BINARY [LABEL=BINARY ...]

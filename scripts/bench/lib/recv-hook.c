@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-// The least a per-recvmsg hook costs, for scripts/bypass-floor.sh (mode
+// The least a per-recvmsg hook costs, for scripts/bench/bypass-floor.sh (mode
 // `hook`): a raw tracepoint on sock_recv_length, the event bpf/bypass.c's
 // read counter uses, whose program does nothing. What it costs is the
 // tracepoint's dispatch alone. Never part of splitway.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-// The floor of the sk_msg bypass on this kernel, for scripts/bypass-floor.sh:
+// The floor of the sk_msg bypass on this kernel, for scripts/bench/bypass-floor.sh:
 // every established IPv4 connection to or from a port in FLOOR_PORT_MIN ..=
 // FLOOR_PORT_MAX joins a sockhash,
 // and every send is redirected into the peer's receive queue. No ordering

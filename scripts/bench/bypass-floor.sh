@@ -7,19 +7,19 @@
 #           paired, only the host-wide read counter runs;
 #   bypass  `splitway bypass enable` (bpf/bypass.c: ordering rules, the read
 #           counter, statistics);
-#   floor   scripts/lib/bypass-floor.c: every send of a paired socket
+#   floor   scripts/bench/lib/bypass-floor.c: every send of a paired socket
 #           redirected, the least work an sk_msg program can do. Not safe
 #           for streams; request/response only, and never part of splitway;
-#   hook    scripts/lib/recv-hook.c: a program that does nothing on the
+#   hook    scripts/bench/lib/recv-hook.c: a program that does nothing on the
 #           read counter's tracepoint (what its dispatch alone costs).
 # MODES picks some (default: all); PLACES="" leaves only the bulk test.
 # Debian's sockperf (ping-pong 64 B / 1 KB / 16 KB) and redis-benchmark (GET,
 # one client), client and server on one CPU (`cpu0`) and on two (`cpu1`),
-# as in scripts/bench-bypass.sh, and iperf3 bulk with 1 KB writes (not in
+# as in scripts/bench/bench-bypass.sh, and iperf3 bulk with 1 KB writes (not in
 # `floor`, which redirects every write of a stream). Raw output:
 # bench-results/bypass-floor-*.txt.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/splitway}
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
@@ -27,19 +27,19 @@ MAX_LOAD=${MAX_LOAD:-3}
 PLACES=${PLACES-cpu0 cpu1}
 read -ra modes <<< "${MODES:-plain counter bypass floor hook}"
 # shellcheck source=lib/bypass-cg.sh
-. scripts/lib/bypass-cg.sh
+. scripts/bench/lib/bypass-cg.sh
 # shellcheck source=lib/bypass-bench.sh
-. scripts/lib/bypass-bench.sh
+. scripts/bench/lib/bypass-bench.sh
 bench_quiet_or_exit bypass-floor
 P_SOCKPERF=23121 P_REDIS=23122 P_IPERF=23123 P_UNUSED=23129
 pin="/sys/fs/bpf/swfloor-$$"
 tmp=$(mktemp -d /tmp/swfloor.XXXXXX)
 obj=$tmp/floor.o
 clang -O2 -g -target bpf -DFLOOR_PORT_MIN=$P_SOCKPERF -DFLOOR_PORT_MAX=$P_REDIS \
-  -I"/usr/include/$(uname -m)-linux-gnu" -c scripts/lib/bypass-floor.c -o "$obj" || exit 1
+  -I"/usr/include/$(uname -m)-linux-gnu" -c scripts/bench/lib/bypass-floor.c -o "$obj" || exit 1
 clang -O2 -g -target bpf -I"/usr/include/$(uname -m)-linux-gnu" \
-  -c scripts/lib/recv-hook.c -o "$tmp/recv-hook.o" || exit 1
-gcc -O2 -Wall scripts/lib/bpf-attach.c -o "$tmp/bpf-attach" -lbpf || exit 1
+  -c scripts/bench/lib/recv-hook.c -o "$tmp/recv-hook.o" || exit 1
+gcc -O2 -Wall scripts/bench/lib/bpf-attach.c -o "$tmp/bpf-attach" -lbpf || exit 1
 bypass_cg_up bypass-floor
 out="bench-results/bypass-floor-$(date -u +%Y%m%dT%H%M%SZ).txt"
 pids=()

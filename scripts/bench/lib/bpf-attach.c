@@ -1,6 +1,6 @@
 // bpf-attach OBJECT: loads a BPF object with libbpf, attaches every program
 // (by its section name), prints "attached" and holds the links until stdin
-// closes. For the measurement scripts only (scripts/bypass-floor.sh).
+// closes. For the measurement scripts only (scripts/bench/bypass-floor.sh).
 #include <bpf/libbpf.h>
 #include <stdio.h>
 

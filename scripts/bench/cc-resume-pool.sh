@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue #17: cc-resume's split+es+pool row (pooled legs), splitway_resume vs
 # cubic, alternating, each run's load in runs.jsonl.
-# Usage: scripts/cc-resume-pool.sh OUTDIR BINARY ROUNDS
+# Usage: scripts/bench/cc-resume-pool.sh OUTDIR BINARY ROUNDS
 set -u
 out=$1 bin=$2 rounds=$3
 mkdir -p "$out"

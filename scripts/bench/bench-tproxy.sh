@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-tproxy: one relay doing the same work as its peers (issue #21), and
 # the relay pair. Namespaces client — relay host — T — server joined by veth
-# (scripts/lib/tproxy-rig.sh); the client's traffic to the server is routed
+# (scripts/bench/lib/tproxy-rig.sh); the client's traffic to the server is routed
 # through the relay host, where, in turn:
 #   direct    the kernel only forwards (the floor: no proxy at all);
 #   splitway  a splitway relay intercepts it with TPROXY (its minimal config:
@@ -14,7 +14,7 @@
 #             binary BIN_BASELINE: an earlier build, before/after in one run;
 #   splitway1, haproxy1, floor, floor1
 #             (only when METHODS names them) one-thread variants and the
-#             least a forwarder does per connection (scripts/lib/tproxy-rig.sh).
+#             least a forwarder does per connection (scripts/bench/lib/tproxy-rig.sh).
 # Third-party tools from Debian, run in the client namespace against servers
 # in the server namespace: sockperf ping-pong 64 B (one connection),
 # ab against nginx (a new connection per request), iperf3 bulk (the proxy's
@@ -26,7 +26,7 @@
 # Raw output: bench-results/tproxy-bench-*.txt (columns: round method test
 # value unit), ratios against haproxy at the end.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-$PWD/target/release/splitway}
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
@@ -37,8 +37,8 @@ P=swbt$$
 dir=$(mktemp -d /tmp/$P.XXXX)
 out="bench-results/tproxy-bench-$(date -u +%Y%m%dT%H%M%SZ).txt"
 mkdir -p bench-results
-# shellcheck source=scripts/lib/tproxy-rig.sh
-source scripts/lib/tproxy-rig.sh
+# shellcheck source=scripts/bench/lib/tproxy-rig.sh
+source scripts/bench/lib/tproxy-rig.sh
 rig_up || exit 1
 
 wanted() { [[ $TESTS == *" $1 "* ]]; }

@@ -6,10 +6,10 @@
 # client<->relay connection paired.
 # Output: bench-results/bypass-relay-*.txt. Needs root.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/splitway}
 # shellcheck source=lib/bypass-cg.sh
-. scripts/lib/bypass-cg.sh
+. scripts/bench/lib/bypass-cg.sh
 bypass_cg_up bypass-relay
 tmp=$(mktemp -d); out="bench-results/bypass-relay-$(date -u +%Y%m%dT%H%M%SZ).txt"
 pids=()
@@ -26,7 +26,7 @@ run() {
     got=$(incg curl -s -p -x http://127.0.0.1:23180 --max-time 10 http://127.0.0.1:23181/blob | sha256sum | cut -c1-16)
     echo "$1 download $i: sha256 $got, want $want"
   done
-  incg timeout 40 python3 scripts/bypass/connect_upload.py 4000000 "$1 upload"
+  incg timeout 40 python3 scripts/bench/bypass/connect_upload.py 4000000 "$1 upload"
 }
 {
   echo "# bypass relay probe $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
