@@ -43,16 +43,18 @@ deb: release
 ## install the .deb there with apt resolving its dependencies, then in the root (chroot):
 ## `splitway relay --check` on the shipped examples, `systemd-analyze verify` on the units,
 ## nothing enabled, the user and modes set. Needs root and deb.debian.org; not in `make test`.
-## Time here (2026-11-27, 2 shared vCPUs): the script 85 s (debootstrap and apt dominate), `make deb`
-## 75 s from a built release binary, the release build itself 9 min cold (fat LTO): about
-## 12 min in all, which fits CI's 90 min beside `make test` and fuzz-ci (about 20) as a step
-## after them in .ci/run.
+## Time here (2 shared vCPUs, load about 5): 2m12s from a built release binary, of which
+## deb-test.sh 56 s (debootstrap and apt dominate; bench-results/deb-test-20261128T000717Z.txt);
+## 9m35s when the release build (fat LTO) must rebuild the binary first
+## (bench-results/deb-test-20261127T235358Z.txt). That fits CI's 90 min beside `make test` and
+## fuzz-ci (about 20) as one more step in .ci/run; it is not there yet (the lead's call).
 deb-test: deb
 	./scripts/deb-test.sh
 
 ## image: the container image localhost/splitway:0.1.0 from deploy/Containerfile (the binary
-## and its shared libraries, FROM scratch: no registry), then `relay --check` run from it on
-## the DaemonSet's config (deploy/k8s/). PODMAN_RUN_FLAGS: this machine's crun (1.8) refuses
+## and its shared libraries, FROM scratch: no registry), then from it, in containers without a
+## network: `relay --check` on the DaemonSet's config (deploy/k8s/), and a relay that answers
+## `ctl status` and `ctl drain` and exits 0 on SIGTERM. PODMAN_RUN_FLAGS: this machine's crun (1.8) refuses
 ## hybrid cgroups and no process here may raise rlimits, so runc with lowered limits.
 IMAGE ?= localhost/splitway:0.1.0
 PODMAN_RUN_FLAGS ?= --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024

@@ -41,6 +41,8 @@ debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$root.debootstrap.log
 rm -f "$root.debootstrap.log"
 mount -t proc proc "$root/proc"
 mount --bind /dev "$root/dev"
+# apt's log wants a terminal: a devpts of the root's own.
+mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts"
 
 step "apt install $(basename "$deb")"
 cp "$deb" "$root/tmp/"
@@ -64,7 +66,18 @@ for f in /usr/bin/splitway /usr/share/man/man8/splitway.8.gz /usr/share/man/man8
   /lib/systemd/system/splitway-agent.service /usr/share/doc/splitway/copyright; do
   [ -f "$root$f" ] || { echo "missing: $f" >&2; exit 1; }
 done
-in_root sh -c 'dpkg-query --control-show splitway conffiles' | tee /dev/stderr | grep -q '^/etc/splitway/rc.toml'
+# Every page a unit's Documentation= names is one the package installed.
+for page in $(sed -n 's/^Documentation=//p' "$root"/lib/systemd/system/splitway*.service); do
+  case $page in
+    man:*) name=${page#man:} section=${name##*(} section=${section%)} name=${name%(*}
+      [ -f "$root/usr/share/man/man$section/$name.$section.gz" ] \
+        || { echo "Documentation=$page: not installed" >&2; exit 1; } ;;
+    *) echo "Documentation=$page: not a man page the package installs" >&2; exit 1 ;;
+  esac
+done
+conffiles=$(in_root dpkg-query --control-show splitway conffiles)
+echo "$conffiles"
+grep -q '^/etc/splitway/rc.toml$' <<<"$conffiles" || { echo "rc.toml is not a conffile" >&2; exit 1; }
 if file "$root/usr/bin/splitway" | grep -qv ', stripped'; then
   echo "the packaged binary is not stripped" >&2
   exit 1
