@@ -87,3 +87,46 @@ fn write_man(cmd: &clap::Command, path: &Path, see_also: &[String]) -> anyhow::R
         .with_context(|| format!("rendering {}", path.display()))?;
     std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every visible subcommand gets a page that the top page and the
+    /// shells know; the hidden one appears nowhere.
+    #[test]
+    fn pages_and_completions_cover_the_visible_cli() {
+        let out = std::env::temp_dir().join(format!("splitway-docgen-{}", std::process::id()));
+        run(&DocgenArgs { out: out.clone() }).expect("generate-docs");
+        let read = |path: PathBuf| {
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        let top = read(out.join("man/splitway.8"));
+        assert!(
+            top.contains(".SH \"SEE ALSO\""),
+            "no SEE ALSO in splitway.8"
+        );
+        assert!(top.contains("\\fBsplitway.toml\\fR(5)"));
+        let bash = read(out.join("completions/splitway"));
+        for sub in ["relay", "ctl", "keygen", "lab", "agent", "bypass"] {
+            let page = read(out.join(format!("man/splitway-{sub}.8")));
+            assert!(page.contains(".TH "), "{sub}: not a man page");
+            assert!(
+                top.contains(&format!("splitway\\-{sub}")),
+                "splitway.8 lacks {sub}"
+            );
+            assert!(bash.contains(sub), "bash completion lacks {sub}");
+        }
+        for file in ["completions/_splitway", "completions/splitway.fish"] {
+            assert!(read(out.join(file)).contains("relay"), "{file} lacks relay");
+        }
+        let everything: String = std::fs::read_dir(out.join("man"))
+            .expect("man/")
+            .map(|e| read(e.expect("man page").path()))
+            .chain([bash, read(out.join("completions/_splitway"))])
+            .collect();
+        assert!(!everything.contains("generate-docs") && !everything.contains("generate\\-docs"));
+        assert!(!out.join("man/splitway-help.8").exists());
+        std::fs::remove_dir_all(&out).expect("remove the output");
+    }
+}
