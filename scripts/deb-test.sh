@@ -9,9 +9,12 @@
 # - the installed binary passes `relay --check` on the shipped rc.toml and
 #   rs.toml with a key written as the docs say (0640 root:splitway);
 # - the man pages and completions are where man and the shells look;
-# - `systemd-analyze verify` passes the installed units (systemd installed
-#   after the package, so the package's postinst ran without it: the
-#   adduser fallback).
+# - `systemd-analyze verify` passes the installed units and every page their
+#   Documentation= names is installed;
+# - systemd is installed after the package, so its postinst first ran the
+#   adduser fallback; run again (dpkg-reconfigure) it creates the user from
+#   the sysusers.d entry, and the tmpfiles.d entry sets a key back to 0640
+#   root:splitway.
 # Usage: deb-test.sh [DEB]   (default: the newest target/debian/splitway_*.deb)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,4 +99,15 @@ apt_in_root install -y -qq --no-install-recommends systemd >"$root/tmp/systemd-i
 # The template needs an instance whose config exists: rc.
 in_root sh -c 'printf "CGROUP=/sys/fs/cgroup/proxied.slice\nROUTES=\n" > /etc/splitway/agent.env'
 in_root systemd-analyze verify --man=no /lib/systemd/system/splitway@rc.service /lib/systemd/system/splitway-agent.service
+
+step "sysusers.d and tmpfiles.d entries, now that systemd is there"
+# The postinst again, this time creating the user from sysusers.d.
+in_root userdel splitway
+in_root dpkg-reconfigure splitway
+in_root getent passwd splitway
+# A key with the wrong mode is set back to 0640 root:splitway.
+in_root chmod 600 /etc/splitway/psk.key
+in_root systemd-tmpfiles --create /usr/lib/tmpfiles.d/splitway.conf
+mode=$(in_root stat -c '%a %U:%G' /etc/splitway/psk.key)
+[ "$mode" = "640 root:splitway" ] || { echo "psk.key is $mode after tmpfiles, want 640 root:splitway" >&2; exit 1; }
 step "ok: $(basename "$deb") installs into a fresh $suite root and its checks pass"
