@@ -10,8 +10,10 @@
 // "Dual BSD/GPL" (GPL-compatible, needed for the kfuncs CUBIC calls).
 //
 // - Saved: when a connection ends (release), its cwnd and smoothed RTT, per
-//   peer address (the RTT is the connection's minimum), in an LRU hash map that lives as long as the registration
-//   (the relay process). Only windows above RESUME_MIN_CWND are saved. A
+//   peer address (the RTT is the connection's minimum), in an LRU hash map
+//   (`sw_resume_peers`) pinned where the host has a bpf filesystem, else
+//   living as long as the registration. Only windows above
+//   RESUME_MIN_CWND are saved. A
 //   connection that never left slow start may raise the saved window but not
 //   lower it (a short transfer ends with a small window that says nothing of
 //   the path); one that left it (loss, HyStart) replaces it.
@@ -37,6 +39,7 @@
 // not a measured flight size, which is why only half of it is used.
 
 #include "cubic_core.h"
+#include "layout.h"
 #include "parse.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -61,6 +64,13 @@ struct resume_val {
 	__u32 pad;
 };
 
+SW_PIN_SIZE(resume_key, 20);
+SW_PIN_OFFSET(resume_key, addr, 4);
+SW_PIN_SIZE(resume_val, 24);
+SW_PIN_OFFSET(resume_val, srtt_us, 4);
+SW_PIN_OFFSET(resume_val, at_ns, 8);
+SW_PIN_OFFSET(resume_val, exited_slow_start, 16);
+
 /* The kernel's initial ssthresh: the connection never left slow start. */
 #define SW_INFINITE_SSTHRESH 0x7fffffff
 
@@ -69,7 +79,42 @@ struct {
 	__uint(max_entries, 4096);
 	__type(key, struct resume_key);
 	__type(value, struct resume_val);
-} splitway_resume_peers SEC(".maps");
+} sw_resume_peers SEC(".maps");
+
+/* What the algorithm did, host-wide (the name is registered machine-wide,
+ * so every relay's legs run this one instance): read by the relays for
+ * `splitway_learned_window_events_total` and `ctl status`. The map names
+ * fit the kernel's 15 characters, so relays find the maps by name. */
+enum {
+	EV_JUMP,	/* a connection started from a saved window */
+	EV_RTT_MISMATCH,	/* a saved window was refused: the RTT did not match */
+	EV_VALIDATED,	/* a jump's unvalidated phase ended without loss */
+	EV_RETREAT,	/* a loss in the unvalidated phase: safe retreat */
+	EV_SAVED,	/* a connection's window was saved for its peer */
+	EV_COUNT,
+};
+
+struct resume_events {
+	__u64 n[EV_COUNT];
+};
+
+SW_PIN_SIZE(resume_events, 40);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct resume_events);
+} sw_resume_stats SEC(".maps");
+
+static __always_inline void count_event(__u32 ev)
+{
+	__u32 zero = 0;
+	struct resume_events *events = bpf_map_lookup_elem(&sw_resume_stats, &zero);
+
+	if (events && ev < EV_COUNT)
+		__sync_fetch_and_add(&events->n[ev], 1);
+}
 
 enum { CR_OFF = 0, CR_UNVALIDATED = 1 };
 
@@ -130,7 +175,7 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 		return;
 	if (!peer_key(sk, &key))
 		return;
-	saved = bpf_map_lookup_elem(&splitway_resume_peers, &key);
+	saved = bpf_map_lookup_elem(&sw_resume_peers, &key);
 	if (!saved)
 		return;
 	if (bpf_ktime_get_ns() - saved->at_ns > RESUME_MAX_AGE_NS)
@@ -144,8 +189,10 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	 * GEO link's 1.2 s buffer) would otherwise save an RTT more than
 	 * twice the empty path's, and every later leg would fail the check. */
 	if (!srtt || srtt + 1000 < saved->srtt_us / 2 ||
-	    srtt > saved->srtt_us * 10 + 1000)
+	    srtt > saved->srtt_us * 10 + 1000) {
+		count_event(EV_RTT_MISMATCH);
 		return;
+	}
 	jump = saved->cwnd / 2;
 	if (jump <= tp->snd_cwnd)
 		return;
@@ -172,6 +219,7 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	ca->jump_at_us = now_us(tp);
 	ca->validate_us = 2 * srtt;
 	ca->phase = CR_UNVALIDATED;
+	count_event(EV_JUMP);
 }
 
 /* Ends the unvalidated phase once two RTTs passed without a loss. */
@@ -183,6 +231,7 @@ static __always_inline void maybe_validated(struct sock *sk, struct sw_resume *c
 	    (__s32)(now_us(tp) - ca->jump_at_us) > (__s32)ca->validate_us) {
 		ca->phase = CR_OFF;
 		sk->sk_pacing_status = SW_SK_PACING_NONE;
+		count_event(EV_VALIDATED);
 	}
 }
 
@@ -207,7 +256,8 @@ __u32 BPF_PROG(splitway_resume_ssthresh, struct sock *sk)
 	ca->phase = CR_OFF;
 	sk->sk_pacing_status = SW_SK_PACING_NONE;
 	if (peer_key(sk, &key))
-		bpf_map_delete_elem(&splitway_resume_peers, &key);
+		bpf_map_delete_elem(&sw_resume_peers, &key);
+	count_event(EV_RETREAT);
 	cubic_ssthresh(sk);
 	retreat = SW_MAX(ca->jump_cwnd / 4, 2U);
 	ca->cubic.last_max_cwnd = retreat;
@@ -232,7 +282,7 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 	 * got (a short transfer ends small): it may raise the saved window
 	 * but not lower it. Lowering takes a congestion signal, so what was
 	 * learned follows a capacity drop. */
-	saved = bpf_map_lookup_elem(&splitway_resume_peers, &key);
+	saved = bpf_map_lookup_elem(&sw_resume_peers, &key);
 	if (saved && !exited && now - saved->at_ns <= RESUME_MAX_AGE_NS &&
 	    saved->cwnd >= tp->snd_cwnd) {
 		saved->at_ns = now;
@@ -244,7 +294,8 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 		val.srtt_us = tp->srtt_us >> 3;
 	val.at_ns = now;
 	val.exited_slow_start = exited;
-	bpf_map_update_elem(&splitway_resume_peers, &key, &val, BPF_ANY);
+	bpf_map_update_elem(&sw_resume_peers, &key, &val, BPF_ANY);
+	count_event(EV_SAVED);
 }
 
 SEC("struct_ops/splitway_resume_cwnd_event")

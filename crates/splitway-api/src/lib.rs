@@ -47,6 +47,9 @@ api! {
         pub accel: BTreeMap<String, Accel>,
         /// BPF congestion controls this process registered or shares.
         pub congestion_controls: Vec<CongestionControl>,
+        /// What `splitway_resume` learned per peer and did; `null` when it
+        /// is not registered on the host.
+        pub learned_windows: Option<LearnedWindows>,
         pub features: Features,
         pub connections_open: u64,
         pub limits: Limits,
@@ -154,6 +157,49 @@ api! {
         pub held_by: String,
         /// Whether the kernel lists it now.
         pub available: bool,
+    }
+
+    /// `splitway_resume`'s state. The algorithm is registered machine-wide,
+    /// so this is the host's: every relay on it shares the windows and the
+    /// counters.
+    pub struct LearnedWindows {
+        pub events: LearnedWindowEvents,
+        /// One entry per peer address a relay leg ran to, newest first.
+        pub peers: Vec<LearnedWindow>,
+    }
+
+    /// Counters since the algorithm's maps were created.
+    pub struct LearnedWindowEvents {
+        /// Connections that started from a saved window.
+        pub jumps: u64,
+        /// Saved windows not used: the RTT no longer matched.
+        pub rtt_mismatches: u64,
+        /// Jumps whose unvalidated phase ended without a loss.
+        pub validated: u64,
+        /// Losses in the unvalidated phase: the window retreated and the
+        /// peer's entry was forgotten.
+        pub retreats: u64,
+        /// Windows saved when a connection ended.
+        pub saved: u64,
+    }
+
+    /// The window saved for one peer address.
+    pub struct LearnedWindow {
+        pub addr: String,
+        /// The `[[peer]]` with this address; `null` for an upstream relay
+        /// (its legs are accepted, not dialed).
+        pub peer: Option<String>,
+        /// The saving connection's congestion window; a new leg jumps to
+        /// half of it.
+        pub cwnd_segments: u64,
+        /// The path's RTT without queueing, as the saving connection saw it.
+        pub min_rtt_ms: f64,
+        pub age_s: f64,
+        /// The saving connection left slow start, so the window measured
+        /// the path's capacity rather than how far it grew.
+        pub capacity_estimate: bool,
+        /// Young enough to be resumed from (at most 600 s).
+        pub current: bool,
     }
 
     /// The older summary of `accel`, kept for existing readers.
@@ -413,6 +459,10 @@ api! {
         pub loss: Option<f64>,
         pub probes: u64,
         pub down_reason: Option<String>,
+        /// The window learned on legs to this peer; `null` for `direct`,
+        /// or when nothing is learned (yet).
+        #[serde(default)]
+        pub learned_window: Option<LearnedWindow>,
     }
 }
 

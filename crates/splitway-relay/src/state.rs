@@ -296,6 +296,7 @@ impl Shared {
             // Effective states: what runs, not what the file asked for.
             accel: self.accel.api(),
             congestion_controls: crate::congestion::status(),
+            learned_windows: crate::congestion::learned_windows(&self.cfg),
             features: api::Features {
                 data_path: format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
                 early_syn: self.accel.state(AccelName::EarlySyn) == AccelState::Active,
