@@ -123,6 +123,10 @@ struct sw_resume {
 	__u32 jump_cwnd;
 	__u32 jump_at_us;
 	__u32 validate_us;
+	/* The ssthresh the jump took from the saved entry (0: none): a
+	 * connection whose ssthresh is still this one did not leave slow
+	 * start itself, so it measured nothing new about the path. */
+	__u32 inherited_ssthresh;
 	__u8 phase;
 };
 
@@ -156,6 +160,7 @@ void BPF_PROG(splitway_resume_init, struct sock *sk)
 
 	cubic_init(sk);
 	ca->phase = CR_OFF;
+	ca->inherited_ssthresh = 0;
 }
 
 /* Called at a send with nothing in flight (CA_EVENT_TX_START), after the
@@ -204,8 +209,10 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	 * connection ended says nothing about where to stop: capping there
 	 * would leave a bigger transfer in congestion avoidance far below
 	 * the path's capacity (measured: 1 MB 9 % slower than no resume). */
-	if (saved->exited_slow_start)
+	if (saved->exited_slow_start) {
 		tp->snd_ssthresh = saved->cwnd;
+		ca->inherited_ssthresh = saved->cwnd;
+	}
 	sk->sk_pacing_status = SW_SK_PACING_NEEDED;
 	/* The kernel recomputes the pacing rate from cwnd only at the next
 	 * ACK; until then the jump would leave at the old window's rate
@@ -271,23 +278,34 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 	struct resume_key key;
 	struct resume_val val = {};
 	struct resume_val *saved;
+	struct sw_resume *ca = sw_ca_priv(sk);
 	__u64 now = bpf_ktime_get_ns();
-	__u32 exited = tp->snd_ssthresh < SW_INFINITE_SSTHRESH;
+	/* Left slow start itself: a loss or HyStart set an ssthresh other
+	 * than the one the jump inherited. */
+	__u32 exited = tp->snd_ssthresh < SW_INFINITE_SSTHRESH &&
+		       tp->snd_ssthresh != ca->inherited_ssthresh;
+	__u32 fresh;
 
 	if (tp->snd_cwnd < RESUME_MIN_CWND || !tp->srtt_us)
 		return;
 	if (!peer_key(sk, &key))
 		return;
-	/* A connection that ended still in slow start only shows how far it
-	 * got (a short transfer ends small): it may raise the saved window
-	 * but not lower it. Lowering takes a congestion signal, so what was
-	 * learned follows a capacity drop. */
+	/* A connection that did not leave slow start itself only shows how
+	 * far it got (a short transfer ends small): it may raise the saved
+	 * window but not lower it, and a raise keeps what the entry knew
+	 * of the path's capacity. Lowering takes a congestion signal, so
+	 * what was learned follows a capacity drop. (Measured before this
+	 * rule counted an inherited ssthresh as an exit: each 100 KB
+	 * download halved a GEO hop's saved window, and the next 1 MB ones
+	 * took three satellite round trips more.) */
 	saved = bpf_map_lookup_elem(&sw_resume_peers, &key);
-	if (saved && !exited && now - saved->at_ns <= RESUME_MAX_AGE_NS &&
-	    saved->cwnd >= tp->snd_cwnd) {
+	fresh = saved && now - saved->at_ns <= RESUME_MAX_AGE_NS;
+	if (fresh && !exited && saved->cwnd >= tp->snd_cwnd) {
 		saved->at_ns = now;
 		return;
 	}
+	if (fresh && !exited)
+		exited = saved->exited_slow_start;
 	val.cwnd = tp->snd_cwnd;
 	val.srtt_us = tp->rtt_min.s[0].v;
 	if (!val.srtt_us || val.srtt_us == ~0U)
