@@ -108,6 +108,8 @@ impl Diff {
         self.restart_if("admin", &o.admin, &new.admin);
         // The runtime's threads are started once.
         self.restart_if("workers", &o.workers, &new.workers);
+        // Opened once, at start.
+        self.restart_if("access_log", &o.access_log, &new.access_log);
         // Each listener added, removed or changed (mode, interception).
         let mut sockets: Vec<String> = Vec::new();
         for (a, b) in [
