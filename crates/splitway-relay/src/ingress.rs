@@ -375,6 +375,7 @@ async fn admit(
         accepted_at,
         tls: learned.tls,
         unconfirmed: learned.unconfirmed,
+        answered_by_server: learned.answered_by_server,
     });
     Some((inbound, active, permit))
 }

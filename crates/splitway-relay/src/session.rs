@@ -57,6 +57,8 @@ pub struct Inbound {
     /// only `early_data` (covered by the Hello's MAC) may go on before it.
     /// Boxed: only 0-RTT legs have one, and every session holds the field.
     pub unconfirmed: Option<Box<Unconfirmed>>,
+    /// See `listeners::Learned::answered_by_server`.
+    pub answered_by_server: bool,
 }
 
 impl Inbound {
@@ -151,6 +153,7 @@ async fn confirm(inbound: &Inbound, out: &TcpStream) -> std::io::Result<()> {
         out,
         client: inbound.client,
         optimistic: inbound.optimistic,
+        answered_by_server: inbound.answered_by_server,
     };
     let Some((bytes, more)) = inbound.listener.confirmation(confirm) else {
         return Ok(());
@@ -439,6 +442,7 @@ fn relay_preamble<'a>(
             out: out.tcp,
             client: inbound.client,
             optimistic: inbound.optimistic,
+            answered_by_server: inbound.answered_by_server,
         };
         if let Some((bytes, _)) = inbound.listener.confirmation(confirm) {
             inbound

@@ -1,4 +1,8 @@
-//! `mode = "http-connect"`: HTTP `CONNECT` tunnels.
+//! `mode = "http-connect"`: an HTTP proxy. `CONNECT host:port` opens a
+//! tunnel; an absolute-form request (`GET http://host/path`, what
+//! `http_proxy=` clients send) goes to its server rewritten (origin-form,
+//! `Connection: close`: one request per connection), through the same
+//! routes and policy. Errors carry a one-line reason body.
 
 use std::net::SocketAddr;
 
@@ -27,17 +31,23 @@ impl Listen for HttpConnect {
     fn learn<'a>(&'a self, hs: Handshake<'a>) -> Learning<'a> {
         Box::pin(async move {
             let deadline = hs.shared.cfg.timeouts.handshake;
-            let (dst, early_data) = within(deadline, handshake(hs.stream)).await?;
-            Ok(Learned::explicit(dst, early_data, hs.client))
+            let (dst, early_data, forwarded) = within(deadline, handshake(hs.stream)).await?;
+            Ok(Learned {
+                answered_by_server: forwarded,
+                ..Learned::explicit(dst, early_data, hs.client)
+            })
         })
     }
 
     fn refusal(&self, status: ReplyStatus, _: SocketAddr) -> Option<Vec<u8>> {
-        Some(http_connect::response(http_connect::status_for(status)))
+        Some(http_connect::error_response(
+            http_connect::status_for(status),
+            http_connect::reason_for(status),
+        ))
     }
 
-    fn confirmation(&self, _: Confirm<'_>) -> Option<(Vec<u8>, bool)> {
-        Some((http_connect::response(200), false))
+    fn confirmation(&self, c: Confirm<'_>) -> Option<(Vec<u8>, bool)> {
+        (!c.answered_by_server).then(|| (http_connect::response(200), false))
     }
 
     fn client_waits(&self) -> bool {
@@ -53,14 +63,23 @@ impl Listen for HttpConnect {
     }
 }
 
-/// The request: the destination and whatever the client sent after it.
-async fn handshake(stream: &TcpStream) -> Result<(Destination, Vec<u8>), ConnError> {
+/// The request: the destination, what goes to it first (a forwarded
+/// request's rewritten head, then whatever the client sent after its head)
+/// and whether the request itself is forwarded.
+async fn handshake(stream: &TcpStream) -> Result<(Destination, Vec<u8>, bool), ConnError> {
     let mut buf = Vec::new();
     match read_frame(stream, &mut buf, http_connect::parse_request).await {
-        Ok(req) => Ok((req.dst, buf)),
+        Ok(req) => match req.forward {
+            Some(mut head) => {
+                head.append(&mut buf);
+                Ok((req.dst, head, true))
+            }
+            None => Ok((req.dst, buf, false)),
+        },
         Err(FrameError::Bad(e)) => {
             // Best effort: the client is refused either way.
-            let _ = write_all(stream, &http_connect::response(e.status())).await;
+            let answer = http_connect::error_response(e.status(), &e.to_string());
+            let _ = write_all(stream, &answer).await;
             Err(ConnError::ClientProtocol(e.to_string()))
         }
         Err(e) => Err(frame_err(e)),

@@ -142,6 +142,8 @@ pub struct Confirm<'a> {
     pub client: SocketAddr,
     /// Nobody upstream waits for our Reply (see `Learned::optimistic`).
     pub optimistic: bool,
+    /// See `Learned::answered_by_server`.
+    pub answered_by_server: bool,
 }
 
 /// A handshake under way. Boxed: each mode's handshake state differs, and
@@ -183,6 +185,10 @@ pub struct Learned {
     pub unconfirmed: Option<Box<crate::peer::Unconfirmed>>,
     /// The TLS session of a leg accepted on a `tls = true` peer listener.
     pub tls: Option<TlsLeg>,
+    /// The client's request itself goes to the server (an absolute-form
+    /// HTTP request): the server's response is its only answer, ours
+    /// would come before it.
+    pub answered_by_server: bool,
 }
 
 impl Learned {
@@ -199,6 +205,7 @@ impl Learned {
             optimistic: true,
             unconfirmed: None,
             tls: None,
+            answered_by_server: false,
         }
     }
 

@@ -96,5 +96,6 @@ async fn learn(hs: Handshake<'_>) -> Result<Learned, NotLearned> {
         next_ttl: a.header.ttl.saturating_sub(1),
         origin: a.header.src,
         tls: a.tls,
+        answered_by_server: false,
     })
 }
