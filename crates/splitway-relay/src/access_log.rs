@@ -14,7 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use splitway_proto::Destination;
 use tracing::warn;
 
-use crate::config::AccessLogFormat;
+use crate::config::{AccessLogConfig, AccessLogFormat};
+use crate::error::RelayError;
 use crate::policy::LogThrottle;
 
 /// The open access log.
@@ -47,6 +48,21 @@ pub struct Entry<'a> {
 static WRITE_ERRORS: LogThrottle = LogThrottle::new();
 
 impl AccessLog {
+    /// The access log `[access_log]` asks for, opened; `None` when off.
+    pub fn start(
+        cfg: Option<&AccessLogConfig>,
+    ) -> Result<Option<std::sync::Arc<AccessLog>>, RelayError> {
+        let Some(cfg) = cfg else {
+            return Ok(None);
+        };
+        let log =
+            AccessLog::open(&cfg.path, cfg.format).map_err(|source| RelayError::AccessLog {
+                path: cfg.path.clone(),
+                source,
+            })?;
+        Ok(Some(std::sync::Arc::new(log)))
+    }
+
     /// Opens (creating, appending to) the file at `path`.
     pub fn open(path: &Path, format: AccessLogFormat) -> std::io::Result<AccessLog> {
         let file = std::fs::OpenOptions::new()

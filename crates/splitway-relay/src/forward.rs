@@ -461,22 +461,7 @@ impl<'a> Pump<'a> {
                     if let Err(e) = ready!(self.src.poll_read_ready(cx)) {
                         return Poll::Ready(Err(self.rd(e)));
                     }
-                    let next = if self.use_splice {
-                        match Pipe::take() {
-                            Ok(pipe) => self.fill_pipe(pipe),
-                            // Out of descriptors (EMFILE/ENFILE near the
-                            // open-file limit): this step copies through a
-                            // buffer instead. A local shortage must not fail
-                            // a healthy connection.
-                            Err(e) => {
-                                tracing::debug!(error = %e, "no pipe for splice; copying this step");
-                                self.fill_buf()
-                            }
-                        }
-                    } else {
-                        self.fill_buf()
-                    };
-                    match next {
+                    match self.fill() {
                         // Spurious readiness: poll again (now registered).
                         Ok(None) => {}
                         Ok(Some(state)) => self.state = state,
@@ -540,6 +525,23 @@ impl<'a> Pump<'a> {
                     }
                     self.moved(&self.counters.splice, n);
                 }
+            }
+        }
+    }
+
+    /// One read from the source, into a pipe or a buffer.
+    fn fill(&mut self) -> Result<Option<PumpState>, PumpError> {
+        if !self.use_splice {
+            return self.fill_buf();
+        }
+        match Pipe::take() {
+            Ok(pipe) => self.fill_pipe(pipe),
+            // Out of descriptors (EMFILE/ENFILE near the open-file limit):
+            // this step copies through a buffer instead. A local shortage
+            // must not fail a healthy connection.
+            Err(e) => {
+                tracing::debug!(error = %e, "no pipe for splice; copying this step");
+                self.fill_buf()
             }
         }
     }

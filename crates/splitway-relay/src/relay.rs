@@ -298,17 +298,8 @@ impl Relay {
             metrics.clone(),
             host.peer_fast_open(&cfg),
         ));
-        let access_log = match &cfg.access_log {
-            Some(a) => Some(Arc::new(AccessLog::open(&a.path, a.format).map_err(
-                |source| RelayError::AccessLog {
-                    path: a.path.clone(),
-                    source,
-                },
-            )?)),
-            None => None,
-        };
         let shared = Arc::new(Shared {
-            access_log,
+            access_log: AccessLog::start(cfg.access_log.as_ref())?,
             accel,
             accept_paths,
             own: Arc::new(own),

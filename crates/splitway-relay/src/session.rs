@@ -313,21 +313,7 @@ pub async fn run(
     if let Some(addr) = next_addr {
         live.set_next_hop(addr);
     }
-    // The PROXY header goes in the same write as the client's first bytes
-    // (the same segment, or the SYN with TFO). Built here, where nothing is
-    // awaited: a binding in the match arm below would live in every
-    // session's future.
-    if let Next::Direct(ServerLeg {
-        proxy_header: header @ Some(_),
-        ..
-    }) = &mut next
-        && let Some(mut header) = header.take()
-    {
-        // A PROXY header is at most 16 + 216 bytes.
-        opts.own_prefix = u16::try_from(header.len()).unwrap_or(u16::MAX);
-        header.append(&mut early);
-        early = header;
-    }
+    opts.own_prefix = prepend_proxy_header(&mut next, &mut early);
     // Taken apart before any await: a `next` or a leg kept whole would
     // hold its dialer's room in every session's future while forwarding.
     let (outbound, relay) = match next {
@@ -381,6 +367,27 @@ pub async fn run(
         shared.paths.sample(i, &outbound);
     }
     ended(shared, &outbound, next_addr, outcome)
+}
+
+/// Puts a server leg's PROXY header before the client's first bytes, so
+/// that both go in one write (the same segment, or the SYN with TFO); its
+/// length, which forwarding does not count as the client's. Done before
+/// anything is awaited: a binding held across an await would live in every
+/// session's future.
+fn prepend_proxy_header(next: &mut Next, early: &mut Vec<u8>) -> u16 {
+    let Next::Direct(ServerLeg {
+        proxy_header: Some(header),
+        ..
+    }) = next
+    else {
+        return 0;
+    };
+    let mut header = std::mem::take(header);
+    // A PROXY header is at most 16 + 216 bytes.
+    let len = u16::try_from(header.len()).unwrap_or(u16::MAX);
+    header.append(early);
+    *early = header;
+    len
 }
 
 /// The next leg: the one started at the SYN, or one dialed now.

@@ -247,26 +247,7 @@ impl Shared {
                 .listeners
                 .iter()
                 .enumerate()
-                .map(|(i, l)| api::Listener {
-                    mode: l.mode.as_str().to_owned(),
-                    addr: l.addr.to_string(),
-                    intercept: l.intercept.as_ref().map(|i| api::Intercept {
-                        interfaces: i.interfaces.clone(),
-                        ports: i.ports.clone(),
-                    }),
-                    accept_proxy_protocol: l
-                        .accept_proxy_protocol
-                        .iter()
-                        .map(|n| n.to_string())
-                        .collect(),
-                    // One entry per accept socket: connections it accepted.
-                    accept_paths: self.accept_paths.get(i).map(|paths| {
-                        paths
-                            .iter()
-                            .map(|p| api::AcceptPath { accepted: p.get() })
-                            .collect()
-                    }),
-                })
+                .map(|(i, l)| self.listener_status(i, l))
                 .collect(),
             peers: self
                 .cfg
@@ -334,6 +315,32 @@ impl Shared {
                 peer: self.metrics.active_count(Mode::Peer),
             },
             log_level: None,
+        }
+    }
+}
+
+impl Shared {
+    /// One `[[listen]]` entry of `/status`; `i` its index.
+    fn listener_status(&self, i: usize, l: &crate::config::Listener) -> api::Listener {
+        api::Listener {
+            mode: l.mode.as_str().to_owned(),
+            addr: l.addr.to_string(),
+            intercept: l.intercept.as_ref().map(|i| api::Intercept {
+                interfaces: i.interfaces.clone(),
+                ports: i.ports.clone(),
+            }),
+            accept_proxy_protocol: l
+                .accept_proxy_protocol
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
+            // One entry per accept socket: connections it accepted.
+            accept_paths: self.accept_paths.get(i).map(|paths| {
+                paths
+                    .iter()
+                    .map(|p| api::AcceptPath { accepted: p.get() })
+                    .collect()
+            }),
         }
     }
 }
