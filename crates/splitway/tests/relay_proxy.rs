@@ -201,6 +201,20 @@ fn http_proxy_clients_get_absolute_form_requests_served() {
             body.contains("not allowed by the relay's policy"),
             "{target}: the 403 says no reason: {body:?}"
         );
+        // The refusal is logged inside the connection's span, which names
+        // the connection, its client and its destination once.
+        let dst = format!("dst={target}:80}}");
+        let log = wait_until(deadline, "rc logs the refusal", || {
+            let log = lab.relay_log("rc");
+            log.lines()
+                .find(|l| l.contains(&dst) && l.contains(" denied "))
+                .map(str::to_owned)
+        });
+        assert!(
+            log.contains("conn{") && log.contains("id=") && log.contains("client=10."),
+            "the refusal's log line lacks its span: {log}"
+        );
+        eprintln!("refusal logged: {log}");
     }
     deadline.remaining("http_proxy downloads");
     lab.assert_relays_alive();
