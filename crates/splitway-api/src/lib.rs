@@ -259,10 +259,12 @@ api! {
         pub client: String,
         pub dst: String,
         pub age_seconds: f64,
-        /// Next hop; the relay does not send it yet.
+        /// Next hop: a peer relay's name, or `direct` for a server leg;
+        /// absent until the next leg is up.
         #[serde(skip_serializing_if = "Option::is_none")]
         pub via: Option<String>,
-        /// Not sent by the relay yet (counting per connection costs).
+        /// Bytes forwarded so far each way (absent from relays before
+        /// they were counted per connection).
         #[serde(skip_serializing_if = "Option::is_none")]
         pub bytes_to_server: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]

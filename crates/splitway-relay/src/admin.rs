@@ -142,7 +142,8 @@ impl AdminHandler for RelayAdmin {
     }
 
     fn connections(&self, sample: usize) -> Result<api::Connections, AdminError> {
-        Ok(self.current.load().conns.snapshot(sample))
+        let shared = self.current.load();
+        Ok(shared.conns.snapshot(sample, &shared.cfg))
     }
 
     fn routes(&self) -> Result<api::RoutesView, AdminError> {

@@ -28,11 +28,12 @@ use tracing::{debug, info};
 
 use crate::config::LEARNED_WINDOW_CC;
 use crate::error::ConnError;
+use crate::leg_io::{FrameError, LegIo, read_frame};
 use crate::paths::{PROBE_EVERY, PROBE_TIMEOUT};
-use crate::peer::{self, FrameError, read_frame};
+use crate::peer;
 use crate::shutdown::stopped;
 use crate::state::{Current, Shared};
-use crate::tls::{LegIo, TlsLeg};
+use crate::tls::TlsLeg;
 
 /// Probes every peer that is a candidate of some route, and the direct
 /// candidate of every route where it is not the choice, once per
