@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: startup-order footprint demo test deps build release deb deb-test image lint check-no-bpf import-graph fuzz fuzz-ci lab-full fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
+.PHONY: startup-order footprint demo test deps build release deb deb-test image lint check-no-bpf import-graph fuzz fuzz-ci lab-full lab-window-safety fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -145,6 +145,12 @@ bench-growth: deps release
 PATHS_JSON ?= lab-results/path-choice.json
 lab-paths: deps release
 	./target/release/splitway lab scenario path-choice --json $(PATHS_JSON)
+
+## lab-window-safety: learned relay-leg windows against a competing end-to-end CUBIC flow and a
+## capacity drop, beside the kernel's default (issue #29; about 2 min per rep, WINDOW_SAFETY_REPS).
+WINDOW_SAFETY_REPS ?= 5
+lab-window-safety: deps release
+	./target/release/splitway lab window-safety --reps $(WINDOW_SAFETY_REPS) --json lab-results/window-safety-$$(date -u +%Y%m%dT%H%MZ).json
 
 ## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
 faults-long: deps

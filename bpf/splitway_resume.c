@@ -10,8 +10,10 @@
 // "Dual BSD/GPL" (GPL-compatible, needed for the kfuncs CUBIC calls).
 //
 // - Saved: when a connection ends (release), its cwnd and smoothed RTT, per
-//   peer address (the RTT is the connection's minimum), in an LRU hash map that lives as long as the registration
-//   (the relay process). Only windows above RESUME_MIN_CWND are saved. A
+//   peer address (the RTT is the connection's minimum), in an LRU hash map
+//   (`sw_resume_peers`) pinned where the host has a bpf filesystem, else
+//   living as long as the registration. Only windows above
+//   RESUME_MIN_CWND are saved. A
 //   connection that never left slow start may raise the saved window but not
 //   lower it (a short transfer ends with a small window that says nothing of
 //   the path); one that left it (loss, HyStart) replaces it.
@@ -37,6 +39,7 @@
 // not a measured flight size, which is why only half of it is used.
 
 #include "cubic_core.h"
+#include "layout.h"
 #include "parse.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -61,6 +64,13 @@ struct resume_val {
 	__u32 pad;
 };
 
+SW_PIN_SIZE(resume_key, 20);
+SW_PIN_OFFSET(resume_key, addr, 4);
+SW_PIN_SIZE(resume_val, 24);
+SW_PIN_OFFSET(resume_val, srtt_us, 4);
+SW_PIN_OFFSET(resume_val, at_ns, 8);
+SW_PIN_OFFSET(resume_val, exited_slow_start, 16);
+
 /* The kernel's initial ssthresh: the connection never left slow start. */
 #define SW_INFINITE_SSTHRESH 0x7fffffff
 
@@ -69,7 +79,42 @@ struct {
 	__uint(max_entries, 4096);
 	__type(key, struct resume_key);
 	__type(value, struct resume_val);
-} splitway_resume_peers SEC(".maps");
+} sw_resume_peers SEC(".maps");
+
+/* What the algorithm did, host-wide (the name is registered machine-wide,
+ * so every relay's legs run this one instance): read by the relays for
+ * `splitway_learned_window_events_total` and `ctl status`. The map names
+ * fit the kernel's 15 characters, so relays find the maps by name. */
+enum {
+	EV_JUMP,	/* a connection started from a saved window */
+	EV_RTT_MISMATCH,	/* a saved window was refused: the RTT did not match */
+	EV_VALIDATED,	/* a jump's unvalidated phase ended without loss */
+	EV_RETREAT,	/* a loss in the unvalidated phase: safe retreat */
+	EV_SAVED,	/* a connection's window was saved for its peer */
+	EV_COUNT,
+};
+
+struct resume_events {
+	__u64 n[EV_COUNT];
+};
+
+SW_PIN_SIZE(resume_events, 40);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct resume_events);
+} sw_resume_stats SEC(".maps");
+
+static __always_inline void count_event(__u32 ev)
+{
+	__u32 zero = 0;
+	struct resume_events *events = bpf_map_lookup_elem(&sw_resume_stats, &zero);
+
+	if (events && ev < EV_COUNT)
+		__sync_fetch_and_add(&events->n[ev], 1);
+}
 
 enum { CR_OFF = 0, CR_UNVALIDATED = 1 };
 
@@ -78,6 +123,10 @@ struct sw_resume {
 	__u32 jump_cwnd;
 	__u32 jump_at_us;
 	__u32 validate_us;
+	/* The ssthresh the jump took from the saved entry (0: none): a
+	 * connection whose ssthresh is still this one did not leave slow
+	 * start itself, so it measured nothing new about the path. */
+	__u32 inherited_ssthresh;
 	__u8 phase;
 };
 
@@ -111,6 +160,7 @@ void BPF_PROG(splitway_resume_init, struct sock *sk)
 
 	cubic_init(sk);
 	ca->phase = CR_OFF;
+	ca->inherited_ssthresh = 0;
 }
 
 /* Called at a send with nothing in flight (CA_EVENT_TX_START), after the
@@ -130,7 +180,7 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 		return;
 	if (!peer_key(sk, &key))
 		return;
-	saved = bpf_map_lookup_elem(&splitway_resume_peers, &key);
+	saved = bpf_map_lookup_elem(&sw_resume_peers, &key);
 	if (!saved)
 		return;
 	if (bpf_ktime_get_ns() - saved->at_ns > RESUME_MAX_AGE_NS)
@@ -144,8 +194,10 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	 * GEO link's 1.2 s buffer) would otherwise save an RTT more than
 	 * twice the empty path's, and every later leg would fail the check. */
 	if (!srtt || srtt + 1000 < saved->srtt_us / 2 ||
-	    srtt > saved->srtt_us * 10 + 1000)
+	    srtt > saved->srtt_us * 10 + 1000) {
+		count_event(EV_RTT_MISMATCH);
 		return;
+	}
 	jump = saved->cwnd / 2;
 	if (jump <= tp->snd_cwnd)
 		return;
@@ -157,8 +209,10 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	 * connection ended says nothing about where to stop: capping there
 	 * would leave a bigger transfer in congestion avoidance far below
 	 * the path's capacity (measured: 1 MB 9 % slower than no resume). */
-	if (saved->exited_slow_start)
+	if (saved->exited_slow_start) {
 		tp->snd_ssthresh = saved->cwnd;
+		ca->inherited_ssthresh = saved->cwnd;
+	}
 	sk->sk_pacing_status = SW_SK_PACING_NEEDED;
 	/* The kernel recomputes the pacing rate from cwnd only at the next
 	 * ACK; until then the jump would leave at the old window's rate
@@ -172,6 +226,7 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	ca->jump_at_us = now_us(tp);
 	ca->validate_us = 2 * srtt;
 	ca->phase = CR_UNVALIDATED;
+	count_event(EV_JUMP);
 }
 
 /* Ends the unvalidated phase once two RTTs passed without a loss. */
@@ -183,6 +238,7 @@ static __always_inline void maybe_validated(struct sock *sk, struct sw_resume *c
 	    (__s32)(now_us(tp) - ca->jump_at_us) > (__s32)ca->validate_us) {
 		ca->phase = CR_OFF;
 		sk->sk_pacing_status = SW_SK_PACING_NONE;
+		count_event(EV_VALIDATED);
 	}
 }
 
@@ -207,7 +263,8 @@ __u32 BPF_PROG(splitway_resume_ssthresh, struct sock *sk)
 	ca->phase = CR_OFF;
 	sk->sk_pacing_status = SW_SK_PACING_NONE;
 	if (peer_key(sk, &key))
-		bpf_map_delete_elem(&splitway_resume_peers, &key);
+		bpf_map_delete_elem(&sw_resume_peers, &key);
+	count_event(EV_RETREAT);
 	cubic_ssthresh(sk);
 	retreat = SW_MAX(ca->jump_cwnd / 4, 2U);
 	ca->cubic.last_max_cwnd = retreat;
@@ -221,30 +278,42 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 	struct resume_key key;
 	struct resume_val val = {};
 	struct resume_val *saved;
+	struct sw_resume *ca = sw_ca_priv(sk);
 	__u64 now = bpf_ktime_get_ns();
-	__u32 exited = tp->snd_ssthresh < SW_INFINITE_SSTHRESH;
+	/* Left slow start itself: a loss or HyStart set an ssthresh other
+	 * than the one the jump inherited. */
+	__u32 exited = tp->snd_ssthresh < SW_INFINITE_SSTHRESH &&
+		       tp->snd_ssthresh != ca->inherited_ssthresh;
+	__u32 fresh;
 
 	if (tp->snd_cwnd < RESUME_MIN_CWND || !tp->srtt_us)
 		return;
 	if (!peer_key(sk, &key))
 		return;
-	/* A connection that ended still in slow start only shows how far it
-	 * got (a short transfer ends small): it may raise the saved window
-	 * but not lower it. Lowering takes a congestion signal, so what was
-	 * learned follows a capacity drop. */
-	saved = bpf_map_lookup_elem(&splitway_resume_peers, &key);
-	if (saved && !exited && now - saved->at_ns <= RESUME_MAX_AGE_NS &&
-	    saved->cwnd >= tp->snd_cwnd) {
+	/* A connection that did not leave slow start itself only shows how
+	 * far it got (a short transfer ends small): it may raise the saved
+	 * window but not lower it, and a raise keeps what the entry knew
+	 * of the path's capacity. Lowering takes a congestion signal, so
+	 * what was learned follows a capacity drop. (Measured before this
+	 * rule counted an inherited ssthresh as an exit: each 100 KB
+	 * download halved a GEO hop's saved window, and the next 1 MB ones
+	 * took three satellite round trips more.) */
+	saved = bpf_map_lookup_elem(&sw_resume_peers, &key);
+	fresh = saved && now - saved->at_ns <= RESUME_MAX_AGE_NS;
+	if (fresh && !exited && saved->cwnd >= tp->snd_cwnd) {
 		saved->at_ns = now;
 		return;
 	}
+	if (fresh && !exited)
+		exited = saved->exited_slow_start;
 	val.cwnd = tp->snd_cwnd;
 	val.srtt_us = tp->rtt_min.s[0].v;
 	if (!val.srtt_us || val.srtt_us == ~0U)
 		val.srtt_us = tp->srtt_us >> 3;
 	val.at_ns = now;
 	val.exited_slow_start = exited;
-	bpf_map_update_elem(&splitway_resume_peers, &key, &val, BPF_ANY);
+	bpf_map_update_elem(&sw_resume_peers, &key, &val, BPF_ANY);
+	count_event(EV_SAVED);
 }
 
 SEC("struct_ops/splitway_resume_cwnd_event")

@@ -294,17 +294,17 @@ LAYERS = {
         # one area each, built from the config, taking no `Shared`; the
         # typed errors, which wrap some areas' errors
         [
-            "policy.rs", "tls.rs", "congestion.rs", "tuning.rs", "transparent.rs",
+            "policy.rs", "tls.rs", "leg_io.rs", "congestion.rs", "tuning.rs", "transparent.rs",
             "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn.rs",
             "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs", "pool.rs",
-            "paths.rs", "accel.rs", "error.rs",
+            "paths.rs", "accel.rs", "error.rs", "access_log.rs",
         ],
         # the snapshot: `Shared` and what it holds
         ["state.rs"],
         # what runs per connection or per SYN against a snapshot
         [
-            "dial.rs", "syn_start.rs", "probe.rs", "proxy_header.rs", "session.rs",
-            "ingress.rs", "strict.rs",
+            "dial.rs", "syn_start.rs", "probe.rs", "proxy_header.rs", "listeners/",
+            "session.rs", "ingress.rs", "strict.rs",
         ],
         # operating the relay: reload, the admin handler
         ["reload.rs", "admin.rs"],

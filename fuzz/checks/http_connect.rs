@@ -1,5 +1,6 @@
 //! HTTP CONNECT head parser: no panic, never waits past the size limit,
-//! consumption ends at a line feed, the target survives a text round trip.
+//! consumption ends at a line feed, the target survives a text round trip,
+//! an absolute-form request's rewritten head is whole.
 //!
 //! Shared by the cargo-fuzz target and the stable corpus replay test.
 
@@ -14,6 +15,10 @@ pub fn check(data: &[u8]) {
             assert_eq!(data[used - 1], b'\n');
             let text = request.dst.to_string();
             assert_eq!(Destination::parse_authority(&text), Ok(request.dst));
+            // A forwarded head is whole, and closes the connection after.
+            if let Some(head) = &request.forward {
+                assert!(head.ends_with(b"Connection: close\r\n\r\n"));
+            }
         }
         Ok(None) => assert!(data.len() < MAX_REQUEST_HEAD),
         Err(err) => {

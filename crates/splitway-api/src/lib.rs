@@ -47,6 +47,9 @@ api! {
         pub accel: BTreeMap<String, Accel>,
         /// BPF congestion controls this process registered or shares.
         pub congestion_controls: Vec<CongestionControl>,
+        /// What `splitway_resume` learned per peer and did; `null` when it
+        /// is not registered on the host.
+        pub learned_windows: Option<LearnedWindows>,
         pub features: Features,
         pub connections_open: u64,
         pub limits: Limits,
@@ -156,6 +159,49 @@ api! {
         pub available: bool,
     }
 
+    /// `splitway_resume`'s state. The algorithm is registered machine-wide,
+    /// so this is the host's: every relay on it shares the windows and the
+    /// counters.
+    pub struct LearnedWindows {
+        pub events: LearnedWindowEvents,
+        /// One entry per peer address a relay leg ran to, newest first.
+        pub peers: Vec<LearnedWindow>,
+    }
+
+    /// Counters since the algorithm's maps were created.
+    pub struct LearnedWindowEvents {
+        /// Connections that started from a saved window.
+        pub jumps: u64,
+        /// Saved windows not used: the RTT no longer matched.
+        pub rtt_mismatches: u64,
+        /// Jumps whose unvalidated phase ended without a loss.
+        pub validated: u64,
+        /// Losses in the unvalidated phase: the window retreated and the
+        /// peer's entry was forgotten.
+        pub retreats: u64,
+        /// Windows saved when a connection ended.
+        pub saved: u64,
+    }
+
+    /// The window saved for one peer address.
+    pub struct LearnedWindow {
+        pub addr: String,
+        /// The `[[peer]]` with this address; `null` for an upstream relay
+        /// (its legs are accepted, not dialed).
+        pub peer: Option<String>,
+        /// The saving connection's congestion window; a new leg jumps to
+        /// half of it.
+        pub cwnd_segments: u64,
+        /// The path's RTT without queueing, as the saving connection saw it.
+        pub min_rtt_ms: f64,
+        pub age_s: f64,
+        /// The saving connection left slow start, so the window measured
+        /// the path's capacity rather than how far it grew.
+        pub capacity_estimate: bool,
+        /// Young enough to be resumed from (at most 600 s).
+        pub current: bool,
+    }
+
     /// The older summary of `accel`, kept for existing readers.
     pub struct Features {
         pub data_path: String,
@@ -213,10 +259,12 @@ api! {
         pub client: String,
         pub dst: String,
         pub age_seconds: f64,
-        /// Next hop; the relay does not send it yet.
+        /// Next hop: a peer relay's name, or `direct` for a server leg;
+        /// absent until the next leg is up.
         #[serde(skip_serializing_if = "Option::is_none")]
         pub via: Option<String>,
-        /// Not sent by the relay yet (counting per connection costs).
+        /// Bytes forwarded so far each way (absent from relays before
+        /// they were counted per connection).
         #[serde(skip_serializing_if = "Option::is_none")]
         pub bytes_to_server: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -413,6 +461,10 @@ api! {
         pub loss: Option<f64>,
         pub probes: u64,
         pub down_reason: Option<String>,
+        /// The window learned on legs to this peer; `null` for `direct`,
+        /// or when nothing is learned (yet).
+        #[serde(default)]
+        pub learned_window: Option<LearnedWindow>,
     }
 }
 

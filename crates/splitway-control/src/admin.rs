@@ -62,6 +62,10 @@ pub trait AdminHandler: Send + Sync + 'static {
         Err(AdminError::Unsupported)
     }
 
+    /// Called before `GET /metrics` is encoded: copies in what the relay
+    /// only reads on demand (the kernel's learned-window counters).
+    fn refresh_metrics(&self) {}
+
     /// `GET /routes`: each route's candidate next hops as measured (state,
     /// RTT, loss) and the current choice (`splitway ctl routes`).
     fn routes(&self) -> Result<api::RoutesView, AdminError> {
@@ -470,11 +474,14 @@ impl Api {
             );
         }
         match (request.path.as_str(), is_get) {
-            ("/metrics", _) => Response::new(
-                Status::Ok,
-                OPENMETRICS_CONTENT_TYPE,
-                self.metrics.encode().into_bytes(),
-            ),
+            ("/metrics", _) => {
+                self.handler.refresh_metrics();
+                Response::new(
+                    Status::Ok,
+                    OPENMETRICS_CONTENT_TYPE,
+                    self.metrics.encode().into_bytes(),
+                )
+            }
             ("/status", _) => Response::json(Status::Ok, &self.handler.status()),
             ("/connections", _) => match sample_size(request.query.as_deref()) {
                 Ok(sample) => outcome(self.handler.connections(sample)),

@@ -451,6 +451,7 @@ fn serve(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                                     splitway_relay::forward::no_preamble(Vec::new()),
                                     opts,
                                     &metrics,
+                                    &splitway_relay::forward::Counters::default(),
                                 )
                                 .await;
                             });

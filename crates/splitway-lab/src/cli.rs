@@ -5,6 +5,7 @@
 //! - `splitway lab run --rtt 40,120,20 [--loss ..] [--rate ..] [--sizes 10KB,1MB] ...`
 //! - `splitway lab fidelity`: the emulator measured against its configuration
 //! - `splitway lab list`: the scenarios
+//! - `splitway lab window-safety [--reps N] [--json FILE]`: learned windows vs a competing flow and a capacity drop
 //! - `splitway lab soak [--connections N] [--duration 10m]`: long concurrent load, resources checked
 //!
 //! `--model-only` prints the model's predictions without running anything
@@ -73,6 +74,16 @@ pub enum LabCommand {
         #[arg(long)]
         quick: bool,
         /// Write the fidelity report as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Learned relay-leg windows against a competing CUBIC flow and a
+    /// capacity drop, beside the kernel's default (`make lab-window-safety`).
+    WindowSafety {
+        /// Repetitions of each phase per configuration.
+        #[arg(long, default_value_t = 3)]
+        reps: u32,
+        /// Write the results as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -181,6 +192,9 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
         Some(LabCommand::Bench(bench)) => crate::bench::run(bench),
         Some(LabCommand::Load(load)) => Ok(crate::bench::loadgen::run(load)?),
         Some(LabCommand::Soak(soak)) => crate::soak::run(soak),
+        Some(LabCommand::WindowSafety { reps, json }) => {
+            runner::window_safety::run(reps.max(1), json.as_deref()).map(drop)
+        }
         Some(LabCommand::List) => {
             print!("{}", list());
             Ok(())

@@ -95,6 +95,11 @@ pub struct Measurement {
     pub suspect_reasons: Vec<String>,
     /// Why the model's premises failed for this row (empty: they held).
     pub premise: Vec<String>,
+    /// What the learned windows did during this row's downloads (host-wide
+    /// counters of `splitway_resume`, read from the last relay before and
+    /// after); absent where no relay runs it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned_window_events: Option<splitway_api::LearnedWindowEvents>,
 }
 
 impl Measurement {
@@ -119,6 +124,7 @@ impl Measurement {
             suspect: false,
             suspect_reasons: Vec::new(),
             premise: Vec::new(),
+            learned_window_events: None,
         }
     }
 }

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod paths;
+pub mod window_safety;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -339,6 +340,16 @@ fn run_chain(
         if interrupted() {
             return Err(LabError::Interrupted);
         }
+        // A relay pair in use has learned its legs' windows: with learned
+        // windows on, wait for the first relay's window probe as part of
+        // the warm-up (on a GEO hop it takes several seconds).
+        let warm = warm.and_then(|()| {
+            if config == Config::Default {
+                wait_window_probe(&topo)
+            } else {
+                Ok(())
+            }
+        });
         if let Err(e) = warm {
             for row in &mut rows {
                 row.status = Status::Failed;
@@ -354,8 +365,12 @@ fn run_chain(
                 chain.name,
                 format_size(row.size_bytes)
             ));
+            let before = learned_window_events(&topo);
             let stats = measure(&topo, &setup, row, reps, scenario.timeout, bar);
             judge_row(chain, config, row, &stats);
+            row.learned_window_events = before
+                .zip(learned_window_events(&topo))
+                .map(|(b, a)| events_since(&b, &a));
             if interrupted() {
                 return Err(LabError::Interrupted);
             }
@@ -364,6 +379,74 @@ fn run_chain(
         out.results.extend(rows);
     }
     Ok(out)
+}
+
+/// How long the warm-up waits for a window probe.
+const WINDOW_PROBE_WAIT: Duration = Duration::from_secs(90);
+
+/// Waits until the first relay counts a window probe sent (to its peer),
+/// if its learned windows are active; Err after [`WINDOW_PROBE_WAIT`].
+fn wait_window_probe(topo: &Topology) -> Result<(), String> {
+    let Some(first) = topo.relays().first() else {
+        return Ok(());
+    };
+    if topo.relays().len() < 2 {
+        return Ok(());
+    }
+    let active = relay_status(first)
+        .map_err(|e| e.to_string())?
+        .accel
+        .get("learned_window")
+        .is_some_and(|a| a.state == "active");
+    if !active {
+        return Ok(());
+    }
+    let url = format!("http://127.0.0.1:{ADMIN_PORT}/metrics");
+    let deadline = Instant::now() + WINDOW_PROBE_WAIT;
+    loop {
+        let out = first
+            .netns()
+            .exec("curl", &["-s", "--max-time", "5", &url])
+            .map_err(|e| format!("GET /metrics from {}: {e}", first.name()))?;
+        let sent = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.starts_with("splitway_window_probes_total{outcome=\"sent\"}"))
+            .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if sent >= 1.0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline || interrupted() {
+            return Err(format!(
+                "{}'s window probe did not finish within {} s",
+                first.name(),
+                WINDOW_PROBE_WAIT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The host's learned-window counters, as the last relay reports them;
+/// `None` where it runs no `splitway_resume` (or is not splitway).
+fn learned_window_events(topo: &Topology) -> Option<splitway_api::LearnedWindowEvents> {
+    let last = topo.relays().last()?;
+    relay_status(last).ok()?.learned_windows.map(|l| l.events)
+}
+
+/// What grew from `before` to `after` (maps made anew count from zero).
+fn events_since(
+    before: &splitway_api::LearnedWindowEvents,
+    after: &splitway_api::LearnedWindowEvents,
+) -> splitway_api::LearnedWindowEvents {
+    let d = |b: u64, a: u64| if a >= b { a - b } else { a };
+    splitway_api::LearnedWindowEvents {
+        jumps: d(before.jumps, after.jumps),
+        rtt_mismatches: d(before.rtt_mismatches, after.rtt_mismatches),
+        validated: d(before.validated, after.validated),
+        retreats: d(before.retreats, after.retreats),
+        saved: d(before.saved, after.saved),
+    }
 }
 
 /// Whether the emulator could have moved `row`'s figures and whether the

@@ -1,7 +1,12 @@
-//! HTTP/1.x `CONNECT host:port` proxy requests (RFC 9110 §9.3.6, RFC 9112).
+//! HTTP/1.x proxy requests: `CONNECT host:port` tunnels (RFC 9110
+//! §9.3.6) and absolute-form `http://` requests (RFC 9112 §3.2.2), as
+//! `http_proxy=` clients send them.
 //!
-//! Only the request head is parsed; headers are checked for well-formedness
-//! and otherwise ignored. Lines may end in CRLF or bare LF (RFC 9112 §2.2).
+//! Only the request head is parsed; headers are checked for well-formedness.
+//! A CONNECT's headers are ignored; an absolute-form request's head is
+//! rewritten for the origin server (origin-form target, hop-by-hop headers
+//! dropped, `Connection: close`: one request per connection). Lines may end
+//! in CRLF or bare LF (RFC 9112 §2.2).
 
 use crate::addr::{AddrError, Destination};
 use crate::header::ReplyStatus;
@@ -12,6 +17,9 @@ pub const MAX_REQUEST_HEAD: usize = 8192;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectRequest {
     pub dst: Destination,
+    /// `None` for a CONNECT tunnel. For an absolute-form request, the head
+    /// to send the server in its place.
+    pub forward: Option<Vec<u8>>,
 }
 
 /// An HTTP client sent a request this proxy cannot accept.
@@ -33,6 +41,12 @@ pub enum HttpConnectError {
     BadHost,
     #[error("HTTP client: malformed header line")]
     BadHeader,
+    #[error(
+        "HTTP client: not a proxy request (the target must be an http:// URI, or CONNECT host:port)"
+    )]
+    NotProxyRequest,
+    #[error("HTTP client: only http:// URIs are proxied as requests (https goes through CONNECT)")]
+    UnsupportedScheme,
 }
 
 impl HttpConnectError {
@@ -46,7 +60,9 @@ impl HttpConnectError {
             | HttpConnectError::MissingPort
             | HttpConnectError::BadPort
             | HttpConnectError::BadHost
-            | HttpConnectError::BadHeader => 400,
+            | HttpConnectError::BadHeader
+            | HttpConnectError::NotProxyRequest
+            | HttpConnectError::UnsupportedScheme => 400,
         }
     }
 
@@ -61,32 +77,58 @@ impl HttpConnectError {
             HttpConnectError::BadPort => "bad_port",
             HttpConnectError::BadHost => "bad_host",
             HttpConnectError::BadHeader => "bad_header",
+            HttpConnectError::NotProxyRequest => "not_proxy_request",
+            HttpConnectError::UnsupportedScheme => "unsupported_scheme",
         }
     }
 }
 
-/// Parses a CONNECT request head. `consumed` runs through the blank line;
-/// anything after it is tunnel data from the client.
+/// Parses a proxy request head. `consumed` runs through the blank line;
+/// anything after it is the client's data (tunnel bytes, or the request's
+/// body).
 ///
 /// Fails as soon as a complete line is invalid, without waiting for the rest.
 pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest, usize)>, HttpConnectError> {
     // The head must end within the limit, so never look beyond it.
     let window = &buf[..buf.len().min(MAX_REQUEST_HEAD)];
     let mut pos = 0;
-    let mut dst = None;
+    let mut target = None;
+    let mut has_host = false;
     while let Some(newline) = window[pos..].iter().position(|&b| b == b'\n') {
         let raw = &window[pos..pos + newline];
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
         pos += newline + 1;
-        match &dst {
+        match &mut target {
             // RFC 9112 §2.2: ignore empty lines before the request line.
             None if line.is_empty() => {}
-            None => dst = Some(parse_request_line(line)?),
+            None => target = Some(parse_request_line(line)?),
             Some(_) if line.is_empty() => {
-                let dst = dst.expect("request line parsed");
-                return Ok(Some((ConnectRequest { dst }, pos)));
+                let request = match target.take().expect("request line parsed") {
+                    Target::Connect(dst) => ConnectRequest { dst, forward: None },
+                    Target::Absolute { dst, mut head } => {
+                        if !has_host {
+                            head.extend_from_slice(format!("Host: {}\r\n", dst).as_bytes());
+                        }
+                        head.extend_from_slice(b"Connection: close\r\n\r\n");
+                        ConnectRequest {
+                            dst,
+                            forward: Some(head),
+                        }
+                    }
+                };
+                return Ok(Some((request, pos)));
             }
-            Some(_) => check_header_line(line)?,
+            Some(Target::Connect(_)) => {
+                check_header_line(line)?;
+            }
+            Some(Target::Absolute { head, .. }) => {
+                let name = check_header_line(line)?;
+                has_host |= name.eq_ignore_ascii_case(b"host");
+                if !is_hop_by_hop(name) {
+                    head.extend_from_slice(line);
+                    head.extend_from_slice(b"\r\n");
+                }
+            }
         }
     }
     if buf.len() >= MAX_REQUEST_HEAD {
@@ -95,7 +137,73 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest, usize)>, Http
     Ok(None)
 }
 
-fn parse_request_line(line: &[u8]) -> Result<Destination, HttpConnectError> {
+/// What a request line asks for.
+enum Target {
+    /// `CONNECT host:port`.
+    Connect(Destination),
+    /// `GET http://host[:port]/path`: the server, and the head being
+    /// rewritten for it (request line so far).
+    Absolute { dst: Destination, head: Vec<u8> },
+}
+
+/// Headers about this hop only (RFC 9110 §7.6.1), and the proxy's own
+/// credentials: not passed on. `Connection: close` is added instead.
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"proxy-connection",
+        b"keep-alive",
+        b"proxy-authorization",
+        b"te",
+        b"upgrade",
+    ]
+    .iter()
+    .any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// An absolute `http://` URI's destination (port 80 unless given) and its
+/// origin-form path (`/` when empty).
+fn parse_absolute(target: &str) -> Result<(Destination, String), HttpConnectError> {
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return Err(HttpConnectError::NotProxyRequest);
+    };
+    if !scheme.eq_ignore_ascii_case("http") {
+        return Err(HttpConnectError::UnsupportedScheme);
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    // Credentials in the URI are not passed to anyone.
+    if authority.is_empty() || authority.contains('@') {
+        return Err(HttpConnectError::BadHost);
+    }
+    // The fragment is the client's alone (RFC 9110 §4.2.4).
+    let path = path.split('#').next().unwrap_or("");
+    let path = match path.strip_prefix('?') {
+        Some(_) => format!("/{path}"),
+        None if path.is_empty() => "/".to_owned(),
+        None => path.to_owned(),
+    };
+    let has_port = match authority.rfind(':') {
+        Some(colon) => !authority[colon..].contains(']'),
+        None => false,
+    };
+    let authority = if has_port {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    Ok((parse_authority(&authority)?, path))
+}
+
+fn parse_authority(authority: &str) -> Result<Destination, HttpConnectError> {
+    Destination::parse_authority(authority).map_err(|err| match err {
+        AddrError::MissingPort => HttpConnectError::MissingPort,
+        AddrError::BadPort => HttpConnectError::BadPort,
+        AddrError::BadDomain | AddrError::BadAddressType(_) => HttpConnectError::BadHost,
+    })
+}
+
+fn parse_request_line(line: &[u8]) -> Result<Target, HttpConnectError> {
     if !line.iter().all(|&b| b == b' ' || b.is_ascii_graphic()) {
         return Err(HttpConnectError::BadRequestLine);
     }
@@ -119,19 +227,18 @@ fn parse_request_line(line: &[u8]) -> Result<Destination, HttpConnectError> {
         }
         _ => return Err(HttpConnectError::BadRequestLine),
     }
-    if method != "CONNECT" {
-        return Err(HttpConnectError::MethodNotAllowed);
+    if method == "CONNECT" {
+        return parse_authority(target).map(Target::Connect);
     }
-    Destination::parse_authority(target).map_err(|err| match err {
-        AddrError::MissingPort => HttpConnectError::MissingPort,
-        AddrError::BadPort => HttpConnectError::BadPort,
-        AddrError::BadDomain | AddrError::BadAddressType(_) => HttpConnectError::BadHost,
-    })
+    let (dst, path) = parse_absolute(target)?;
+    let head = format!("{method} {path} {version}\r\n").into_bytes();
+    Ok(Target::Absolute { dst, head })
 }
 
-/// `name: value` with a token name and no control bytes besides tab in the value.
-/// Obsolete line folding (a line starting with whitespace) is refused, as RFC 9112 allows.
-fn check_header_line(line: &[u8]) -> Result<(), HttpConnectError> {
+/// `name: value` with a token name and no control bytes besides tab in the value;
+/// the name. Obsolete line folding (a line starting with whitespace) is
+/// refused, as RFC 9112 allows.
+fn check_header_line(line: &[u8]) -> Result<&[u8], HttpConnectError> {
     let colon = line
         .iter()
         .position(|&b| b == b':')
@@ -142,7 +249,7 @@ fn check_header_line(line: &[u8]) -> Result<(), HttpConnectError> {
         .iter()
         .all(|&b| b == b'\t' || b == b' ' || b.is_ascii_graphic() || b >= 0x80);
     if name_ok && value_ok {
-        Ok(())
+        Ok(name)
     } else {
         Err(HttpConnectError::BadHeader)
     }
@@ -169,6 +276,32 @@ pub fn response(status: u16) -> Vec<u8> {
         reason_phrase(status)
     )
     .into_bytes()
+}
+
+/// An error response whose body says why, in a line: what `curl -v` or a
+/// browser shows the user.
+pub fn error_response(status: u16, why: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}\n",
+        reason_phrase(status),
+        why.len() + 1
+    )
+    .into_bytes()
+}
+
+/// Why the relay chain could not reach the destination, for a client.
+pub fn reason_for(status: ReplyStatus) -> &'static str {
+    match status {
+        ReplyStatus::Ok => "connected",
+        ReplyStatus::Refused => "splitway: the destination refused the connection",
+        ReplyStatus::Unreachable => "splitway: the destination is unreachable",
+        ReplyStatus::Timeout => "splitway: timed out connecting to the destination",
+        ReplyStatus::NoRoute => "splitway: no route to the destination",
+        ReplyStatus::TtlExceeded => "splitway: relay loop (hop limit exceeded)",
+        ReplyStatus::NotAllowed => "splitway: the destination is not allowed by the relay's policy",
+        ReplyStatus::BadHeader => "splitway: bad request between relays",
+        ReplyStatus::Internal => "splitway: relay failure",
+    }
 }
 
 fn reason_phrase(status: u16) -> &'static str {
@@ -285,16 +418,26 @@ mod tests {
 
     #[test]
     fn errors_and_statuses() {
-        let cases: [(&[u8], HttpConnectError, u16); 16] = [
+        let cases: [(&[u8], HttpConnectError, u16); 18] = [
             (
-                b"GET http://example.com/ HTTP/1.1\r\n",
-                HttpConnectError::MethodNotAllowed,
-                405,
+                b"GET / HTTP/1.1\r\n",
+                HttpConnectError::NotProxyRequest,
+                400,
             ),
             (
                 b"connect h:1 HTTP/1.1\r\n",
-                HttpConnectError::MethodNotAllowed,
-                405,
+                HttpConnectError::NotProxyRequest,
+                400,
+            ),
+            (
+                b"GET https://example.com/ HTTP/1.1\r\n",
+                HttpConnectError::UnsupportedScheme,
+                400,
+            ),
+            (
+                b"GET http://user@example.com/ HTTP/1.1\r\n",
+                HttpConnectError::BadHost,
+                400,
             ),
             (
                 b"CONNECT h:1 HTTP/2.0\r\n",
@@ -376,6 +519,55 @@ mod tests {
             parse_request(b"CONNECT h:1 HTTP/1.1\r\nX: a\x01b\r\n\r\n"),
             Err(HttpConnectError::BadHeader)
         );
+    }
+
+    #[test]
+    fn absolute_form_requests_are_rewritten_for_the_origin() {
+        let head = b"GET http://example.com/a/b?q=1#frag HTTP/1.1\r\nHost: example.com\r\nProxy-Connection: keep-alive\r\nUser-Agent: t\r\nProxy-Authorization: Basic eA==\r\nconnection: Keep-Alive\r\n\r\nBODY";
+        let (req, n) = parse_request(head).unwrap().unwrap();
+        assert_eq!(req.dst.to_string(), "example.com:80");
+        assert_eq!(&head[n..], b"BODY");
+        assert_eq!(
+            String::from_utf8(req.forward.unwrap()).unwrap(),
+            "GET /a/b?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: t\r\nConnection: close\r\n\r\n"
+        );
+        // No Host header, a port, an IPv6 literal, a query without a path.
+        let (req, _) = parse_request(b"HEAD http://[2001:db8::1]:8080?x HTTP/1.0\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(req.dst.to_string(), "[2001:db8::1]:8080");
+        assert_eq!(
+            String::from_utf8(req.forward.unwrap()).unwrap(),
+            "HEAD /?x HTTP/1.0\r\nHost: [2001:db8::1]:8080\r\nConnection: close\r\n\r\n"
+        );
+        let (req, _) = parse_request(b"POST HTTP://10.0.0.1 HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(req.dst.to_string(), "10.0.0.1:80");
+        assert!(req.forward.unwrap().starts_with(b"POST / HTTP/1.1\r\n"));
+        let (req, _) = parse_request(b"CONNECT h:1 HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(req.forward, None, "a tunnel forwards nothing of its head");
+    }
+
+    #[test]
+    fn error_responses_say_why() {
+        let text =
+            String::from_utf8(error_response(403, reason_for(ReplyStatus::NotAllowed))).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{head}");
+        assert!(
+            head.contains(&format!("Content-Length: {}", body.len())),
+            "{head}"
+        );
+        assert_eq!(
+            body,
+            "splitway: the destination is not allowed by the relay's policy\n"
+        );
+        for status in ReplyStatus::ALL {
+            assert!(!reason_for(status).is_empty());
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use splitway_api as api;
 use splitway_control::metrics::{AccelName, AccelState, Metrics};
 
-use crate::config::{Config, LEARNED_WINDOW_CC, ListenMode, Switch};
+use crate::config::{Config, LEARNED_WINDOW_CC, Switch};
 
 /// The sysctl file that holds `tcp_fastopen` also holds the fix.
 const TFO_FIX: &str = "set net.ipv4.tcp_fastopen = 3 (deploy/sysctl.d/60-splitway-tfo.conf)";
@@ -78,7 +78,7 @@ pub fn hello_listeners(cfg: &Config) -> Option<bool> {
     let mut plain = cfg
         .listeners
         .iter()
-        .filter(|l| l.mode == ListenMode::Peer && l.tls.is_none())
+        .filter(|l| l.mode.accepts_relays() && l.tls.is_none())
         .peekable();
     plain.peek()?;
     Some(plain.any(|l| l.reuse_port))
@@ -124,8 +124,8 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
                 r.early_syn,
                 "early_syn",
                 if cfg.listeners.iter().any(|l| {
-                    (l.mode == ListenMode::Tproxy && l.intercept.is_some())
-                        || (l.mode == ListenMode::SynOption && !l.watch.is_empty())
+                    (l.mode.intercepts() && l.intercept.is_some())
+                        || (l.mode.syn_carries_dst() && !l.watch.is_empty())
                 }) {
                     "a tproxy listener takes PROXY headers (the client is known only after accept)"
                 } else {
@@ -139,7 +139,7 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
         let intercepting = cfg
             .listeners
             .iter()
-            .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some());
+            .any(|l| l.mode.intercepts() && l.intercept.is_some());
         let near = if r.early_syn == Switch::Auto && intercepting {
             "; client prefixes whose handshakes take under 200 µs (a LAN) get 1 SYN in 16 reported"
         } else {
@@ -210,7 +210,7 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
     let plain_accepts = cfg
         .listeners
         .iter()
-        .any(|l| l.mode == ListenMode::Peer && l.tls.is_none());
+        .any(|l| l.mode.accepts_relays() && l.tls.is_none());
     out.push(if !a.zero_rtt {
         entry(
             AccelName::ZeroRtt,
@@ -286,7 +286,7 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
         )
     });
 
-    let client_facing = cfg.listeners.iter().any(|l| l.mode != ListenMode::Peer);
+    let client_facing = cfg.listeners.iter().any(|l| !l.mode.accepts_relays());
     // Both TFO entries follow the one `[accel] tfo` switch.
     let client = |state, reason| entry(AccelName::TfoClient, r.tfo, state, reason);
     out.push(if !a.tfo {
@@ -350,8 +350,7 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
 fn learned_window(cfg: &Config, host: &HostFacts) -> Entry {
     use AccelState::{Active, Off, Unavailable};
     let r = cfg.accel.requested.learned_window;
-    let relay_legs =
-        !cfg.peers.is_empty() || cfg.listeners.iter().any(|l| l.mode == ListenMode::Peer);
+    let relay_legs = !cfg.peers.is_empty() || cfg.listeners.iter().any(|l| l.mode.accepts_relays());
     let entry = |state, reason| entry(AccelName::LearnedWindow, r, state, reason);
     if !cfg.accel.learned_window {
         let why = if cfg.accel.turbo.is_some() {

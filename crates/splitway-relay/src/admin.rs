@@ -142,12 +142,28 @@ impl AdminHandler for RelayAdmin {
     }
 
     fn connections(&self, sample: usize) -> Result<api::Connections, AdminError> {
-        Ok(self.current.load().conns.snapshot(sample))
+        let shared = self.current.load();
+        Ok(shared.conns.snapshot(sample, &shared.cfg))
     }
 
     fn routes(&self) -> Result<api::RoutesView, AdminError> {
         let shared = self.current.load();
-        Ok(shared.paths.snapshot(&shared.path_inputs()))
+        let mut view = shared.paths.snapshot(&shared.path_inputs());
+        if let Some(learned) = crate::congestion::learned_windows(&shared.cfg) {
+            for candidate in view.routes.iter_mut().flat_map(|r| &mut r.candidates) {
+                candidate.learned_window = learned
+                    .peers
+                    .iter()
+                    .find(|w| w.peer.as_deref() == Some(candidate.name.as_str()))
+                    .cloned();
+            }
+        }
+        Ok(view)
+    }
+
+    fn refresh_metrics(&self) {
+        let shared = self.current.load();
+        crate::congestion::observe_learned_windows(&shared.cfg, &shared.metrics);
     }
 
     fn params(&self) -> Vec<ParamInfo> {

@@ -37,7 +37,7 @@ use splitway_api as api;
 use splitway_control::metrics::{EarlySynMetrics, EarlySynOutcome, Metrics};
 use splitway_sys::bpf::{near_prefix, near_sample};
 
-use crate::config::{Config, ListenMode};
+use crate::config::Config;
 
 const SHARDS: usize = 16;
 
@@ -621,10 +621,7 @@ pub fn watched_interfaces(cfg: &Config) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let names = cfg.listeners.iter().flat_map(|l| {
         let intercept = l.intercept.iter().flat_map(|i| i.interfaces.iter());
-        let watch = l
-            .watch
-            .iter()
-            .filter(move |_| l.mode == ListenMode::SynOption);
+        let watch = l.watch.iter().filter(move |_| l.mode.syn_carries_dst());
         intercept.chain(watch)
     });
     for name in names {
@@ -647,7 +644,7 @@ pub fn watched_ports(cfg: &Config) -> (Vec<u16>, Vec<u16>) {
     let option = cfg
         .listeners
         .iter()
-        .filter(|l| l.mode == ListenMode::SynOption && !l.watch.is_empty())
+        .filter(|l| l.mode.syn_carries_dst() && !l.watch.is_empty())
         .map(|l| l.addr.port())
         .collect();
     (plain, option)

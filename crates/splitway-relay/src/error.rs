@@ -208,6 +208,12 @@ mod libc_consts {
 /// Errors that stop the relay as a whole (startup, listeners).
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
+    #[error("cannot open the access log {}: {source}", path.display())]
+    AccessLog {
+        path: std::path::PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("cannot listen on {addr} ({mode}): {source}")]
     Listen {
         addr: SocketAddr,

@@ -31,7 +31,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::bytes::{give_buf, more_queued, take_buf, try_read_draining};
-use crate::config::{DataPath, ListenMode};
+use crate::config::DataPath;
 use crate::error::ConnError;
 
 /// Which leg an I/O error happened on.
@@ -72,8 +72,8 @@ pub struct Options {
     /// not counted as forwarded. u16 keeps `Options`, which the session
     /// future holds, at 24 bytes.
     pub own_prefix: u16,
-    /// The inbound inherited SO_LINGER 0 from its listener
-    /// (`armed_at_accept`): arming it again would be one more syscall per
+    /// The inbound inherited SO_LINGER 0 from its listener (a transparent
+    /// one's, `Listen::transparent`): arming it again would be one more syscall per
     /// connection for nothing.
     pub inbound_armed: bool,
 }
@@ -87,6 +87,26 @@ pub(crate) struct DirCounters {
     copy: AtomicU64,
 }
 
+/// Bytes a connection moved so far, each way, by path: kept outside the
+/// forwarding future so that `GET /connections` reads them while it runs.
+/// The PROXY header this relay wrote (`Options::own_prefix`) counts until
+/// the connection ends.
+#[derive(Default)]
+pub struct Counters {
+    pub(crate) up: DirCounters,
+    pub(crate) down: DirCounters,
+}
+
+impl Counters {
+    pub fn to_server(&self) -> u64 {
+        self.up.total()
+    }
+
+    pub fn to_client(&self) -> u64 {
+        self.down.total()
+    }
+}
+
 impl DirCounters {
     fn total(&self) -> u64 {
         self.splice.load(Relaxed) + self.copy.load(Relaxed)
@@ -95,15 +115,6 @@ impl DirCounters {
     pub(crate) fn copied(&self, n: usize) {
         self.copy.fetch_add(n as u64, Relaxed);
     }
-}
-
-/// Whether connections accepted in `mode` carry SO_LINGER 0 from their
-/// listener (`ingress::set_accept_options` sets it there): transparent
-/// ones, so that a relay that dies between accept and forwarding resets its
-/// client as it would once forwarding; every other close of a transparent
-/// client before the clean end is a reset already.
-pub(crate) fn armed_at_accept(mode: ListenMode) -> bool {
-    mode == ListenMode::Tproxy
 }
 
 /// Until the connection ends cleanly, closing a leg means reset: if this
@@ -225,11 +236,11 @@ pub async fn forward(
     preamble: Preamble<'_>,
     opts: Options,
     metrics: &Metrics,
+    counters: &Counters,
 ) -> Outcome {
     arm_reset(inbound, outbound, &opts);
     let activity = Activity::new();
-    let up = DirCounters::default();
-    let down = DirCounters::default();
+    let (up, down) = (&counters.up, &counters.down);
 
     // `join_directions` keeps this future small (test
     // `idle_connection_footprint` in tests/forward.rs).
@@ -241,7 +252,7 @@ pub async fn forward(
         to_server_prefix,
         opts.data_path,
         &activity,
-        &up,
+        up,
     );
     let to_client = async {
         let prefix = preamble.await.map_err(Stop::Setup)?;
@@ -253,7 +264,7 @@ pub async fn forward(
             prefix,
             opts.data_path,
             &activity,
-            &down,
+            down,
         )
         .await
     };
@@ -262,7 +273,7 @@ pub async fn forward(
     let end = join_directions(to_server, to_client, idle).await;
 
     disarm_if_clean(&end, [inbound, outbound]);
-    account(end, &up, &down, opts.own_prefix, Path::Copy, metrics)
+    account(end, up, down, opts.own_prefix, Path::Copy, metrics)
 }
 
 /// Runs both directions to their end; the first failure, or the idle
@@ -450,22 +461,7 @@ impl<'a> Pump<'a> {
                     if let Err(e) = ready!(self.src.poll_read_ready(cx)) {
                         return Poll::Ready(Err(self.rd(e)));
                     }
-                    let next = if self.use_splice {
-                        match Pipe::take() {
-                            Ok(pipe) => self.fill_pipe(pipe),
-                            // Out of descriptors (EMFILE/ENFILE near the
-                            // open-file limit): this step copies through a
-                            // buffer instead. A local shortage must not fail
-                            // a healthy connection.
-                            Err(e) => {
-                                tracing::debug!(error = %e, "no pipe for splice; copying this step");
-                                self.fill_buf()
-                            }
-                        }
-                    } else {
-                        self.fill_buf()
-                    };
-                    match next {
+                    match self.fill() {
                         // Spurious readiness: poll again (now registered).
                         Ok(None) => {}
                         Ok(Some(state)) => self.state = state,
@@ -529,6 +525,23 @@ impl<'a> Pump<'a> {
                     }
                     self.moved(&self.counters.splice, n);
                 }
+            }
+        }
+    }
+
+    /// One read from the source, into a pipe or a buffer.
+    fn fill(&mut self) -> Result<Option<PumpState>, PumpError> {
+        if !self.use_splice {
+            return self.fill_buf();
+        }
+        match Pipe::take() {
+            Ok(pipe) => self.fill_pipe(pipe),
+            // Out of descriptors (EMFILE/ENFILE near the open-file limit):
+            // this step copies through a buffer instead. A local shortage
+            // must not fail a healthy connection.
+            Err(e) => {
+                tracing::debug!(error = %e, "no pipe for splice; copying this step");
+                self.fill_buf()
             }
         }
     }

@@ -11,10 +11,10 @@ use splitway_control::metrics::{Metrics, Path};
 
 use crate::bytes::{give_buf, take_buf};
 use crate::forward::{
-    self, Activity, DirCounters, Options, Outcome, Preamble, PumpError, Side, Stop, account,
-    arm_reset, disarm_if_clean, join_directions,
+    self, Activity, Counters, DirCounters, Options, Outcome, Preamble, PumpError, Side, Stop,
+    account, arm_reset, disarm_if_clean, join_directions,
 };
-use crate::tls::LegIo;
+use crate::leg_io::LegIo;
 
 /// Forwards between two legs, either of which may be TLS; the arguments and
 /// the outcome are `forward::forward`'s.
@@ -25,6 +25,7 @@ pub async fn forward_legs(
     preamble: Preamble<'_>,
     opts: Options,
     metrics: &Metrics,
+    counters: &Counters,
 ) -> Outcome {
     if inbound.tls.is_none() && outbound.tls.is_none() {
         return forward::forward(
@@ -34,6 +35,7 @@ pub async fn forward_legs(
             preamble,
             opts,
             metrics,
+            counters,
         )
         .await;
     }
@@ -46,6 +48,7 @@ pub async fn forward_legs(
         preamble,
         opts,
         metrics,
+        counters,
     ))
     .await
 }
@@ -57,11 +60,11 @@ async fn forward_tls(
     preamble: Preamble<'_>,
     opts: Options,
     metrics: &Metrics,
+    counters: &Counters,
 ) -> Outcome {
     arm_reset(inbound.tcp, outbound.tcp, &opts);
     let activity = Activity::new();
-    let up = DirCounters::default();
-    let down = DirCounters::default();
+    let (up, down) = (&counters.up, &counters.down);
     let to_server = async {
         pump(
             inbound,
@@ -70,7 +73,7 @@ async fn forward_tls(
             Side::Outbound,
             &to_server_prefix,
             &activity,
-            &up,
+            up,
         )
         .await
         .map_err(Stop::Pump)
@@ -84,7 +87,7 @@ async fn forward_tls(
             Side::Inbound,
             &prefix,
             &activity,
-            &down,
+            down,
         )
         .await
         .map_err(Stop::Pump)
@@ -93,7 +96,7 @@ async fn forward_tls(
     let idle = std::pin::pin!(forward::idle_watch(&activity, opts.idle));
     let end = join_directions(to_server, to_client, idle).await;
     disarm_if_clean(&end, [inbound.tcp, outbound.tcp]);
-    account(end, &up, &down, opts.own_prefix, Path::Tls, metrics)
+    account(end, up, down, opts.own_prefix, Path::Tls, metrics)
 }
 
 async fn pump(

@@ -5,25 +5,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::RngCore;
 use socket2::{Domain, Protocol, Socket, Type};
 use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason};
-use splitway_proto::header::{DEFAULT_TTL, FLAG_OPTIMISTIC, FLAG_PROBE, FLAG_WINDOW_PROBE};
-use splitway_proto::{Destination, http_connect, socks5, syn_option};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
-use crate::bytes::write_all;
-use crate::config::{Accel, ListenMode, Listener, MAX_ACCEPT_SOCKETS};
+use crate::config::{Accel, Listener, MAX_ACCEPT_SOCKETS};
 use crate::error::{ConnError, RelayError};
-use crate::limits::{Permit, Refused};
-use crate::peer::{self, FrameError, read_frame};
+use crate::limits::{Handshaking, Permit, Refused};
+use crate::listeners::{self, Listen, NotLearned};
 use crate::policy::{LogThrottle, REFUSALS};
 use crate::route::allowed;
-use crate::session::{self, Inbound, unspecified};
+use crate::session::{self, Inbound};
 use crate::shutdown::stopped;
-use crate::state::{AcceptCount, Current, Shared, metric_mode};
+use crate::state::{AcceptCount, Current, Shared};
 use crate::tuning;
 
 /// Accept backlog: large enough for connection bursts (KTCP's 1k conn/s).
@@ -101,7 +97,7 @@ fn new_socket(l: &Listener, reuse_port: bool) -> std::io::Result<Socket> {
     if l.addr.is_ipv6() {
         sock.set_only_v6(l.v6_only)?;
     }
-    if l.mode == ListenMode::Tproxy {
+    if listeners::of(l.mode).transparent() {
         splitway_sys::sock::set_transparent(&sock, l.addr.is_ipv6())
             .map_err(|e| std::io::Error::other(e.to_string()))?;
     }
@@ -129,7 +125,8 @@ fn set_accept_options(
     accel: &Accel,
     leg_buffer: Option<usize>,
 ) -> std::io::Result<()> {
-    if let (ListenMode::Peer, Some(n)) = (l.mode, leg_buffer) {
+    let listener = listeners::of(l.mode);
+    if let (true, Some(n)) = (listener.relays(), leg_buffer) {
         // Accepted sockets inherit the listener's buffers; the receive
         // buffer must be set before the SYN to scale the window.
         sock.set_recv_buffer_size(n)?;
@@ -138,22 +135,17 @@ fn set_accept_options(
     // Accepted sockets inherit both (one setsockopt each per connection
     // saved): TCP_NODELAY, the client legs' default (`tuning::apply_accepted`
     // sets it per connection only where the config turns it off), and
-    // SO_LINGER 0 where `forward::armed_at_accept`.
+    // SO_LINGER 0 on transparent clients' (`Listen::transparent`).
     sock.set_nodelay(true)?;
-    if crate::forward::armed_at_accept(l.mode) {
+    if listener.transparent() {
         splitway_sys::sock::set_linger_zero(sock)?;
     }
-    if matches!(l.mode, ListenMode::Tproxy | ListenMode::SynOption) {
+    if listener.saves_syn() {
         // The client SYN's TTL is the loop guard's hop count (`loops`);
         // a syn-option client's SYN also carries the destination.
         splitway_sys::hops::set_save_syn(sock).map_err(|e| std::io::Error::other(e.to_string()))?;
     }
-    let fast_open = match l.mode {
-        // An upstream relay's 0-RTT Hello rides its SYN (not inside TLS).
-        ListenMode::Peer => accel.zero_rtt && l.tls.is_none(),
-        _ => accel.tfo,
-    };
-    if fast_open {
+    if listener.fast_open(l, accel) {
         // A TFO client's request (or a relay's Hello) rides its SYN;
         // accept() returns at the SYN with it readable, so the next leg
         // starts a round trip earlier.
@@ -201,9 +193,9 @@ pub async fn accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut snapshot = current.cached();
-    let (addr, mode) = {
+    let (addr, kind) = {
         let spec = &snapshot.get().cfg.listeners[index];
-        (spec.addr, spec.mode)
+        (spec.addr, listeners::of(spec.mode))
     };
     let mut spare = SpareDescriptor::open();
     loop {
@@ -212,13 +204,13 @@ pub async fn accept_loop(
                 Ok(x) => x,
                 Err(e) => {
                     let shared = snapshot.get();
-                    shared.metrics.accept_error(metric_mode(mode));
+                    shared.metrics.accept_error(kind.label());
                     // Out of descriptors: the pending connection would stay
                     // in the backlog, and every retry fail. Shed it instead
                     // (a reset) with the descriptor kept for this.
                     if splitway_sys::sock::is_descriptor_exhaustion(&e) && spare.shed_one(&listener).await {
                         shared.metrics.denied(DenyReason::Descriptors);
-                        shared.metrics.closed(metric_mode(mode), CloseReason::NotAllowed);
+                        shared.metrics.closed(kind.label(), CloseReason::NotAllowed);
                         if let Some(suppressed) = ACCEPT_ERRORS.admit() {
                             warn!(listener = %addr, error = %e, suppressed, "out of descriptors: shedding new connections");
                         }
@@ -245,8 +237,8 @@ pub async fn accept_loop(
         let source = SocketAddr::new(client.ip().to_canonical(), client.port());
         let balancer = !spec.accept_proxy_protocol.is_empty()
             && allowed(&spec.accept_proxy_protocol, source.ip(), false);
-        if !balancer && !allowed(&spec.allow_clients, source.ip(), is_explicit(spec.mode)) {
-            shared.metrics.accepted(metric_mode(spec.mode));
+        if !balancer && !allowed(&spec.allow_clients, source.ip(), kind.explicit()) {
+            shared.metrics.accepted(kind.label());
             deny(&shared, spec, &stream, source, DenyReason::Client);
             continue;
         }
@@ -254,22 +246,26 @@ pub async fn accept_loop(
         // before forwarding starts, and the task captures nothing else but
         // `shared`: an idle connection keeps only the session's future.
         let admission = Box::pin(admit(shared.clone(), index, stream, client));
-        tokio::spawn(async move {
-            if let Some((inbound, _active, _permit)) = admission.await {
-                session::run(shared, inbound).await;
+        // Every line logged about the connection from here on names it:
+        // the client once known (after a PROXY header), its id and
+        // destination once its handshake named them.
+        // At level ERROR so that it is on whenever any line is logged.
+        let span = tracing::error_span!(
+            "conn",
+            id = tracing::field::Empty,
+            client = tracing::field::Empty,
+            dst = tracing::field::Empty,
+        );
+        tokio::spawn(
+            async move {
+                if let Some((inbound, _active, _permit)) = admission.await {
+                    session::serve(shared, inbound).await;
+                }
             }
-        });
+            .instrument(span),
+        );
     }
-    info!(listener = %addr, mode = mode.as_str(), "stopped accepting");
-}
-
-/// Explicit listeners take loopback clients only when `allow_clients` is
-/// empty (no open relay); the others take any.
-fn is_explicit(mode: ListenMode) -> bool {
-    matches!(
-        mode,
-        ListenMode::Socks5 | ListenMode::HttpConnect | ListenMode::SynOption
-    )
+    info!(listener = %addr, mode = kind.mode().as_str(), "stopped accepting");
 }
 
 /// One log line a second for accept failures: a descriptor exhaustion
@@ -304,11 +300,6 @@ impl SpareDescriptor {
     }
 }
 
-fn conn_id() -> u64 {
-    // The thread's CSPRNG (seeded from the OS): no syscall per connection.
-    rand::thread_rng().next_u64()
-}
-
 /// Counts the connection, applies the listener's ACL and the connection
 /// limits, and runs the listener's handshake. `None`: refused or failed
 /// (already counted and answered).
@@ -319,217 +310,60 @@ async fn admit(
     client: SocketAddr,
 ) -> Option<(Box<Inbound>, ActiveGuard, Permit)> {
     let spec = &shared.cfg.listeners[index];
+    let listener = listeners::of(spec.mode);
     let accepted_at = Instant::now();
-    let mode = metric_mode(spec.mode);
+    let mode = listener.label();
     shared.metrics.accepted(mode);
     let active = shared.metrics.active(mode);
     // Until the permit is taken (or refused), a drain waits on this.
     let _admitting = shared.limiter.admitting();
     let client = SocketAddr::new(client.ip().to_canonical(), client.port());
-    let explicit = is_explicit(spec.mode);
     // Behind a trusted load balancer the PROXY header names the client.
-    let client = crate::proxy_header::admit(&shared, spec, &stream, client).await?;
-
-    let per_client = (spec.mode != ListenMode::Peer).then_some(client.ip());
-    let proxy = matches!(spec.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
-    // Refused here, before a byte is read: a refused socket is closed at
-    // once and holds nothing for `timeouts.handshake`.
-    let admitted = if !allowed(&spec.allow_clients, client.ip(), explicit) {
-        Err(DenyReason::Client)
-    } else if proxy && !shared.cfg.policy.allow_relay_clients && is_relay(&shared, client) {
-        Err(DenyReason::Nesting)
-    } else {
-        shared
-            .limiter
-            .acquire(per_client)
-            .and_then(|permit| {
-                // Proxy clients and unauthenticated relays are waited for:
-                // their handshakes are capped per address (the permit
-                // counts them against the totals and the descriptor cap).
-                // An upstream relay that has authenticated here before is
-                // exempt on the peer listener: a burst that drains its pool
-                // opens hundreds of legs at once from one address, and
-                // resetting them would fail real connections (measured:
-                // 393 of a 5,000-connection burst). A spoofer cannot
-                // complete a handshake as that address without the path.
-                let known_relay =
-                    spec.mode == ListenMode::Peer && shared.upstreams.contains(client.ip());
-                let gate = if (proxy || spec.mode == ListenMode::Peer) && !known_relay {
-                    shared.limiter.handshaking(client.ip())?
-                } else {
-                    None
-                };
-                Ok((permit, gate))
-            })
-            .map_err(Refused::reason)
-    };
-    let (permit, mut handshaking) = match admitted {
+    let client =
+        crate::proxy_header::admit(&shared, spec, mode, listener.proxies(), &stream, client)
+            .await?;
+    tracing::Span::current().record("client", tracing::field::display(client));
+    let (permit, mut gate) = match limit(&shared, spec, listener, client) {
         Ok(p) => p,
         Err(why) => {
             deny(&shared, spec, &stream, client, why);
             return None;
         }
     };
-    // Client-facing tuning applies to explicit and transparent clients;
-    // a leg from an upstream relay gets `[upstream]` (its dialer's
-    // `[[peer]]` tuning only governs what the dialer sends).
-    let tuning_result = if spec.mode == ListenMode::Peer {
-        tuning::apply_accepted(
-            &stream,
-            &shared.cfg.upstream,
-            Some(tuning::PEER_KEEPALIVE_DEFAULT),
-        )
-    } else {
-        tuning::apply_accepted(&stream, &shared.cfg.client, None)
+    tune(&shared, listener, &stream);
+    let handshake = listeners::Handshake {
+        shared: &shared,
+        spec,
+        stream: &stream,
+        client,
+        gate: &mut gate,
     };
-    if let Err(e) = tuning_result {
-        warn!(%client, error = %e, "cannot tune accepted socket");
-    }
-
-    let handshake = shared.cfg.timeouts.handshake;
-    let mut inbound_tls = None;
-    let ingress = match spec.mode {
-        ListenMode::Tproxy => {
-            // The SYN is read for the loop guard's TTL; it also names the
-            // original destination (TPROXY keeps it as the local address),
-            // so no getsockname unless a SYN cookie lost the SYN.
-            let syn = splitway_sys::hops::saved_syn(&stream).unwrap_or_else(|e| {
-                debug!(%client, error = %e, "no saved SYN");
-                None
-            });
-            let original_dst = match syn.as_deref().and_then(syn_option::syn_destination) {
-                Some(dst) => Ok(dst),
-                None => stream.local_addr(),
-            };
-            match original_dst {
-                Ok(local) => Ok(Learned {
-                    dst: Destination::Ip(SocketAddr::new(local.ip().to_canonical(), local.port())),
-                    early_data: Vec::new(),
-                    conn_id: conn_id(),
-                    next_ttl: DEFAULT_TTL,
-                    // Unknown (a SYN cookie lost it): the kernel's default.
-                    arrived_hops: syn.as_deref().and_then(splitway_sys::hops::ip_hop_limit),
-                    origin: client,
-                    optimistic: true,
-                    unconfirmed: None,
-                }),
-                Err(e) => Err(ConnError::Internal(format!("getsockname: {e}"))),
-            }
-        }
-        ListenMode::SynOption => match crate::syn_dst::learn(&stream, &spec.syn_option_prefixes) {
-            Ok((dst, arrived_hops)) => Ok(Learned {
-                dst: Destination::Ip(dst),
-                early_data: Vec::new(),
-                conn_id: conn_id(),
-                next_ttl: DEFAULT_TTL,
-                arrived_hops,
-                origin: client,
-                optimistic: true,
-                unconfirmed: None,
-            }),
-            Err(e) => {
-                debug!(%client, listener = %spec.addr, error = %e, "no usable destination option");
-                deny(&shared, spec, &stream, client, DenyReason::SynOption);
-                return None;
-            }
-        },
-        ListenMode::Socks5 => socks5_handshake(&stream, client, handshake)
-            .await
-            .map(|(dst, early_data)| Learned::explicit(dst, early_data, client)),
-        ListenMode::HttpConnect => http_connect_handshake(&stream, handshake)
-            .await
-            .map(|(dst, early_data)| Learned::explicit(dst, early_data, client)),
-        ListenMode::Peer => {
-            // During a rollover both the current and the previous key pass.
-            let keys: Vec<_> = shared
-                .cfg
-                .psk
-                .iter()
-                .chain(shared.cfg.psk_previous.iter())
-                .cloned()
-                .collect();
-            match peer::accept(
-                &stream,
-                spec.tls.as_ref(),
-                &keys,
-                &shared.cfg.timeouts,
-                &shared.metrics,
-                shared.hellos.as_deref(),
-                {
-                    // Authenticated: no longer an unknown source's
-                    // handshake (a pooled leg may now wait long for its
-                    // header), and a relay, whose proxy requests would be
-                    // nesting.
-                    let gate = handshaking.take();
-                    let upstreams = &shared.upstreams;
-                    move || {
-                        drop(gate);
-                        upstreams.learn(client.ip());
-                    }
-                },
-            )
-            .await
-            {
-                Ok(a) if a.header.flags & FLAG_PROBE != 0 => {
-                    crate::probe::answer(&shared, &stream, a.tls.as_ref(), &a.header).await;
-                    shared.metrics.closed(mode, CloseReason::Completed);
-                    return None;
-                }
-                Ok(a) if a.header.flags & FLAG_WINDOW_PROBE != 0 => {
-                    crate::probe::answer_window(&shared, &stream, a, client.ip()).await;
-                    shared.metrics.closed(mode, CloseReason::Completed);
-                    return None;
-                }
-                Ok(a) => {
-                    shared.learn_upstream(client.ip());
-                    inbound_tls = a.tls;
-                    Ok(Learned {
-                        arrived_hops: a.header.hop_limit(),
-                        optimistic: a.header.flags & FLAG_OPTIMISTIC != 0,
-                        dst: a.header.dst,
-                        early_data: a.early_data,
-                        unconfirmed: a.unconfirmed.map(Box::new),
-                        conn_id: a.header.conn_id,
-                        next_ttl: a.header.ttl.saturating_sub(1),
-                        origin: a.header.src,
-                    })
-                }
-                Err(e) => Err(e),
-            }
-        }
-    };
-    drop(handshaking);
-    let learned = match ingress {
+    let learned = listener.learn(handshake).await;
+    drop(gate);
+    let learned = match learned {
         Ok(x) => x,
-        Err(ConnError::PooledUnused) => {
-            shared
-                .metrics
-                .closed(mode, ConnError::PooledUnused.close_reason());
-            tracing::debug!(%client, "pooled connection closed unused");
+        Err(NotLearned::Answered) => {
+            shared.metrics.closed(mode, CloseReason::Completed);
             return None;
         }
-        Err(e) => {
-            let reason = e.close_reason();
-            shared.metrics.closed(mode, reason);
-            // Throttled per reason and source prefix: an unauthenticated
-            // flood of the peer port must not flood the log.
-            match REFUSALS.admit(reason.as_str(), client.ip()) {
-                Some(l) => {
-                    info!(%client, listener = %spec.addr, mode = spec.mode.as_str(), culprit = e.culprit().as_str(), error = %e, suppressed = l.suppressed, suppressed_other = l.suppressed_other, "refused")
-                }
-                None => {
-                    debug!(%client, listener = %spec.addr, mode = spec.mode.as_str(), culprit = e.culprit().as_str(), error = %e, "refused")
-                }
-            }
-            if spec.mode == ListenMode::Tproxy {
-                let _ = splitway_sys::sock::set_linger_zero(&stream);
-            }
+        Err(NotLearned::Denied(why)) => {
+            deny(&shared, spec, &stream, client, why);
+            return None;
+        }
+        Err(NotLearned::Failed(e)) => {
+            not_learned(&shared, spec, listener, &stream, client, e);
             return None;
         }
     };
+    let span = tracing::Span::current();
+    span.record(
+        "id",
+        tracing::field::display(format_args!("{:016x}", learned.conn_id)),
+    );
+    span.record("dst", tracing::field::display(&learned.dst));
     let inbound = Box::new(Inbound {
         stream,
-        mode: spec.mode,
+        listener,
         client,
         dst: learned.dst,
         early_data: learned.early_data,
@@ -539,38 +373,100 @@ async fn admit(
         origin: learned.origin,
         optimistic: learned.optimistic,
         accepted_at,
-        tls: inbound_tls,
+        tls: learned.tls,
         unconfirmed: learned.unconfirmed,
+        answered_by_server: learned.answered_by_server,
     });
     Some((inbound, active, permit))
 }
 
-/// What an ingress handshake learned about a connection.
-struct Learned {
-    dst: Destination,
-    early_data: Vec<u8>,
-    conn_id: u64,
-    next_ttl: u8,
-    arrived_hops: Option<u8>,
-    origin: SocketAddr,
-    optimistic: bool,
-    /// A 0-RTT leg's Confirm, still owed.
-    unconfirmed: Option<Box<peer::Unconfirmed>>,
+/// The ACL, nesting and the connection limits, before a byte is read: a
+/// refused socket is closed at once and holds nothing for
+/// `timeouts.handshake`. The permit, and the source's handshake slot
+/// where its handshake is waited for.
+fn limit(
+    shared: &Arc<Shared>,
+    spec: &Listener,
+    listener: &dyn Listen,
+    client: SocketAddr,
+) -> Result<(Permit, Option<Handshaking>), DenyReason> {
+    if !allowed(&spec.allow_clients, client.ip(), listener.explicit()) {
+        return Err(DenyReason::Client);
+    }
+    if listener.proxies() && !shared.cfg.policy.allow_relay_clients && is_relay(shared, client) {
+        return Err(DenyReason::Nesting);
+    }
+    let per_client = (!listener.relays()).then_some(client.ip());
+    let permit = shared
+        .limiter
+        .acquire(per_client)
+        .map_err(Refused::reason)?;
+    // Proxy clients and unauthenticated relays are waited for: their
+    // handshakes are capped per address (the permit counts them against
+    // the totals and the descriptor cap). An upstream relay that has
+    // authenticated here before is exempt on the peer listener: a burst
+    // that drains its pool opens hundreds of legs at once from one
+    // address, and resetting them would fail real connections (measured:
+    // 393 of a 5,000-connection burst). A spoofer cannot complete a
+    // handshake as that address without the path.
+    let known_relay = listener.relays() && shared.upstreams.contains(client.ip());
+    let gate = if (listener.proxies() || listener.relays()) && !known_relay {
+        shared
+            .limiter
+            .handshaking(client.ip())
+            .map_err(Refused::reason)?
+    } else {
+        None
+    };
+    Ok((permit, gate))
 }
 
-impl Learned {
-    /// An explicit proxy's client waits for our answer: not optimistic.
-    fn explicit(dst: Destination, early_data: Vec<u8>, client: SocketAddr) -> Learned {
-        Learned {
-            dst,
-            early_data,
-            conn_id: conn_id(),
-            next_ttl: DEFAULT_TTL,
-            arrived_hops: None,
-            origin: client,
-            optimistic: false,
-            unconfirmed: None,
+/// Client-facing tuning applies to explicit and transparent clients; a leg
+/// from an upstream relay gets `[upstream]` (its dialer's `[[peer]]` tuning
+/// only governs what the dialer sends).
+fn tune(shared: &Shared, listener: &dyn Listen, stream: &TcpStream) {
+    let result = if listener.relays() {
+        tuning::apply_accepted(
+            stream,
+            &shared.cfg.upstream,
+            Some(tuning::PEER_KEEPALIVE_DEFAULT),
+        )
+    } else {
+        tuning::apply_accepted(stream, &shared.cfg.client, None)
+    };
+    if let Err(e) = result {
+        warn!(error = %e, "cannot tune accepted socket");
+    }
+}
+
+/// A handshake that failed or was refused: counted and logged, throttled.
+fn not_learned(
+    shared: &Shared,
+    spec: &Listener,
+    listener: &dyn Listen,
+    stream: &TcpStream,
+    client: SocketAddr,
+    e: ConnError,
+) {
+    let reason = e.close_reason();
+    shared.metrics.closed(listener.label(), reason);
+    if let ConnError::PooledUnused = e {
+        debug!("pooled connection closed unused");
+        return;
+    }
+    // Throttled per reason and source prefix: an unauthenticated flood of
+    // the peer port must not flood the log.
+    match REFUSALS.admit(reason.as_str(), client.ip()) {
+        Some(l) => {
+            info!(listener = %spec.addr, mode = spec.mode.as_str(), culprit = e.culprit().as_str(), error = %e, suppressed = l.suppressed, suppressed_other = l.suppressed_other, "refused")
         }
+        None => {
+            debug!(listener = %spec.addr, mode = spec.mode.as_str(), culprit = e.culprit().as_str(), error = %e, "refused")
+        }
+    }
+    if listener.transparent() {
+        // Best effort: the socket is closed either way.
+        let _ = splitway_sys::sock::set_linger_zero(stream);
     }
 }
 
@@ -594,7 +490,7 @@ fn deny(shared: &Shared, spec: &Listener, stream: &TcpStream, client: SocketAddr
     let _ = splitway_sys::sock::set_linger_zero(stream);
     shared
         .metrics
-        .closed(metric_mode(spec.mode), CloseReason::NotAllowed);
+        .closed(listeners::of(spec.mode).label(), CloseReason::NotAllowed);
     shared.metrics.denied(why);
     let reason = why;
     let why = match why {
@@ -618,77 +514,4 @@ fn deny(shared: &Shared, spec: &Listener, stream: &TcpStream, client: SocketAddr
         }
         None => debug!(%client, listener = %spec.addr, why, "refused"),
     }
-}
-
-fn frame_err<E: std::fmt::Display>(e: FrameError<E>) -> ConnError {
-    match e {
-        FrameError::Closed => ConnError::ClientProtocol("closed during handshake".into()),
-        FrameError::Io(source) => ConnError::ClientIo {
-            op: "handshake",
-            source,
-        },
-        FrameError::Bad(e) => ConnError::ClientProtocol(e.to_string()),
-    }
-}
-
-async fn socks5_handshake(
-    stream: &TcpStream,
-    client: SocketAddr,
-    deadline: Duration,
-) -> Result<(Destination, Vec<u8>), ConnError> {
-    let fail = |code: Option<socks5::ReplyCode>| async move {
-        if let Some(code) = code {
-            let _ = write_all(stream, &socks5::encode_reply(code, unspecified(client))).await;
-        }
-    };
-    let run = async {
-        let mut buf = Vec::new();
-        let greeting = match read_frame(stream, &mut buf, socks5::parse_greeting).await {
-            Ok(g) => g,
-            Err(e) => return Err(frame_err(e)),
-        };
-        if !greeting.offers(socks5::NO_AUTH) {
-            let _ = write_all(stream, &socks5::method_selection(socks5::NO_ACCEPTABLE)).await;
-            return Err(ConnError::ClientProtocol(
-                "SOCKS5 client offers no method we support (only no-auth)".into(),
-            ));
-        }
-        write_all(stream, &socks5::method_selection(socks5::NO_AUTH))
-            .await
-            .map_err(|source| ConnError::ClientIo {
-                op: "socks5 method",
-                source,
-            })?;
-        match read_frame(stream, &mut buf, socks5::parse_request).await {
-            Ok(req) => Ok((req.dst, buf)),
-            Err(FrameError::Bad(e)) => {
-                fail(e.reply_code()).await;
-                Err(ConnError::ClientProtocol(e.to_string()))
-            }
-            Err(e) => Err(frame_err(e)),
-        }
-    };
-    tokio::time::timeout(deadline, run)
-        .await
-        .map_err(|_| ConnError::ClientTimeout(deadline))?
-}
-
-async fn http_connect_handshake(
-    stream: &TcpStream,
-    deadline: Duration,
-) -> Result<(Destination, Vec<u8>), ConnError> {
-    let run = async {
-        let mut buf = Vec::new();
-        match read_frame(stream, &mut buf, http_connect::parse_request).await {
-            Ok(req) => Ok((req.dst, buf)),
-            Err(FrameError::Bad(e)) => {
-                let _ = write_all(stream, &http_connect::response(e.status())).await;
-                Err(ConnError::ClientProtocol(e.to_string()))
-            }
-            Err(e) => Err(frame_err(e)),
-        }
-    };
-    tokio::time::timeout(deadline, run)
-        .await
-        .map_err(|_| ConnError::ClientTimeout(deadline))?
 }

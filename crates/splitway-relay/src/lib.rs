@@ -7,20 +7,24 @@
 //! - `state`: the config snapshot a connection runs on, live values, the
 //!   open-connection registry
 //! - `ingress`, `proxy_header`, `limits`, `policy`, `syn_dst`: accept and admit
+//! - `listeners`: one module per listener mode: learn the destination,
+//!   refuse or confirm in the client's protocol
 //! - `peer`: relay legs, one file for each end (`upstream`, `downstream`)
 //! - `early_syn`, `syn_start`, `strict`: next legs started at the SYN
 //! - `session`: one split connection from accept to close
 //! - `dial`, `next_leg`: the next leg: policy, resolve (`resolve`), route
 //!   (`route`, `paths`, `probe`), pooled (`pool`) or dialed
-//! - `forward`, `forward_tls`, `bytes`, `tls`: moving bytes, exact half-close
+//! - `forward`, `forward_tls`, `bytes`, `leg_io`, `tls`: moving bytes, exact half-close
 //!   and reset propagation
 //! - `admin`, `reload`: the admin handler; re-reading the config
+//! - `access_log`: one line per closed connection (`[access_log]`)
 //! - `accel`, `congestion`, `tuning`, `transparent`, `loops`: accelerations,
 //!   BPF congestion controls, per-leg socket options, server legs from the
 //!   client's address, loop guards
 //! - `config`, `error`, `shutdown`: the TOML file, typed errors, the stop watch
 
 pub mod accel;
+pub mod access_log;
 pub mod admin;
 pub mod bytes;
 pub mod config;
@@ -31,7 +35,9 @@ pub mod error;
 pub mod forward;
 pub mod forward_tls;
 pub mod ingress;
+pub mod leg_io;
 pub mod limits;
+pub mod listeners;
 pub mod loops;
 pub mod next_leg;
 pub mod paths;

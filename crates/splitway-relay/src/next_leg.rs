@@ -30,6 +30,13 @@ pub struct ServerLeg {
     pub proxy_header: Option<Vec<u8>>,
 }
 
+impl ServerLeg {
+    /// The socket alone, the rest dropped now.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
+    }
+}
+
 /// What dialing the next leg needs to know.
 pub struct LegRequest {
     pub dst: Destination,

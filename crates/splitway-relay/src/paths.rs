@@ -664,6 +664,8 @@ impl Paths {
                 loss: s.direct_loss.fraction(),
                 probes: s.direct_probes,
                 down_reason: s.direct_down.as_ref().map(|(_, why)| why.clone()),
+                // Filled by the admin handler, which reads the kernel's maps.
+                learned_window: None,
             },
             Via::Peer(i) => {
                 let p = self.peer(*i);
@@ -691,6 +693,7 @@ impl Paths {
                             }
                             _ => None,
                         }),
+                    learned_window: None,
                 }
             }
         }

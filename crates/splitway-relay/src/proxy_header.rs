@@ -11,15 +11,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use splitway_control::metrics::{CloseReason, ProxyRefusal};
+use splitway_control::metrics::{CloseReason, Mode, ProxyRefusal};
 use splitway_proto::proxy_protocol::{self, MAX_HEADER_LEN, ProxyError, V2_SIGNATURE};
 use tokio::net::TcpStream;
 use tracing::{debug, info};
 
-use crate::config::{ListenMode, Listener, Route};
+use crate::config::{Listener, Route};
 use crate::policy::REFUSALS;
 use crate::route::allowed;
-use crate::state::{Shared, metric_mode};
+use crate::state::Shared;
 
 /// Why a connection's PROXY header was refused. Always the client's (the
 /// load balancer's, or whoever forged it) fault.
@@ -139,6 +139,8 @@ fn has_signature(first: &[u8]) -> bool {
 pub async fn admit(
     shared: &Shared,
     spec: &Listener,
+    mode: Mode,
+    client_speaks_first: bool,
     stream: &TcpStream,
     source: SocketAddr,
 ) -> Option<SocketAddr> {
@@ -166,12 +168,11 @@ pub async fn admit(
             }),
         }
     } else {
-        untrusted(spec.mode, stream, source, timeout).await
+        untrusted(client_speaks_first, stream, source, timeout).await
     };
     match outcome {
         Ok(client) => Some(client),
         Err(e) => {
-            let mode = metric_mode(spec.mode);
             let close = match e.reason() {
                 Some(reason) => {
                     shared.metrics.proxy_refused(reason);
@@ -199,18 +200,16 @@ pub async fn admit(
 /// 0-RTT Hello came with the SYN), so for them only what already arrived
 /// is looked at.
 async fn untrusted(
-    mode: ListenMode,
+    client_speaks_first: bool,
     stream: &TcpStream,
     source: SocketAddr,
     timeout: Duration,
 ) -> Result<SocketAddr, ProxyRefused> {
     let mut first = [0u8; V2_SIGNATURE.len()];
-    let n = match mode {
+    let n = match client_speaks_first {
         // WouldBlock (nothing yet) or an error the session will meet.
-        ListenMode::Tproxy | ListenMode::Peer | ListenMode::SynOption => {
-            splitway_sys::sock::peek_now(stream, &mut first).unwrap_or(0)
-        }
-        ListenMode::Socks5 | ListenMode::HttpConnect => {
+        false => splitway_sys::sock::peek_now(stream, &mut first).unwrap_or(0),
+        true => {
             match tokio::time::timeout(timeout, stream.peek(&mut first)).await {
                 Ok(Ok(n)) => n,
                 // The handshake meets the error again and reports it.

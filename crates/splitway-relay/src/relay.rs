@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::accel::{self, AccelStatus, HostFacts};
+use crate::access_log::AccessLog;
 use crate::admin::{LogControl, RelayAdmin};
 use crate::config::{Config, ListenMode, Switch};
 use crate::error::RelayError;
@@ -231,7 +232,7 @@ impl Relay {
             let peer_prefixes = cfg
                 .listeners
                 .iter()
-                .filter(|l| l.mode == ListenMode::Peer)
+                .filter(|l| l.mode.accepts_relays())
                 .flat_map(|l| l.allow_clients.iter());
             for (addr, len) in cfg
                 .peers
@@ -298,6 +299,7 @@ impl Relay {
             host.peer_fast_open(&cfg),
         ));
         let shared = Arc::new(Shared {
+            access_log: AccessLog::start(cfg.access_log.as_ref())?,
             accel,
             accept_paths,
             own: Arc::new(own),
@@ -699,7 +701,7 @@ fn match_inherited(
                     .join(", ")
             )));
         };
-        if cfg.listeners[index].mode == ListenMode::Tproxy {
+        if cfg.listeners[index].mode.intercepts() {
             return Err(fail(
                 "tproxy listeners need IP_TRANSPARENT before bind: let the relay bind them".into(),
             ));

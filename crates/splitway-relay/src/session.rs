@@ -1,7 +1,10 @@
 //! One split connection, from an accepted inbound socket to the end of
 //! forwarding: resolve, route, dial the next leg, answer the client in its
-//! own protocol, forward, account.
+//! own protocol, forward. Every way it ends goes through one exit
+//! ([`serve`]'s `finish`), which answers the client when setup failed,
+//! counts and logs the close.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,25 +12,27 @@ use std::time::Instant;
 use splitway_control::metrics::{CloseReason, Direction, Path};
 use splitway_proto::Destination;
 use splitway_proto::header::ReplyStatus;
-use splitway_proto::{http_connect, socks5};
 use tokio::net::TcpStream;
 use tracing::{debug, info, warn};
 
-use crate::config::ListenMode;
+use crate::access_log::Entry;
 use crate::dial::connect_next;
 use crate::error::{ConnError, Culprit};
 use crate::forward::{self, End, Side};
 use crate::forward_tls::forward_legs;
-use crate::next_leg::{LegRequest, Next, ServerLeg};
-use crate::peer::{PeerLeg, Unconfirmed, reply_bytes};
+use crate::leg_io::LegIo;
+use crate::listeners::{Confirm, Listen};
+use crate::next_leg::{LegRequest, Next, ServerLeg, Started};
+use crate::peer::{PeerLeg, Unconfirmed};
 use crate::policy::REFUSALS;
-use crate::state::{Shared, metric_mode};
-use crate::tls::{LegIo, TlsLeg};
+use crate::state::{ConnLive, Shared};
+use crate::tls::TlsLeg;
 
 /// A connection accepted on one of the listeners, with its destination known.
 pub struct Inbound {
     pub stream: TcpStream,
-    pub mode: ListenMode,
+    /// The mode of the listener that accepted it.
+    pub listener: &'static dyn Listen,
     pub client: SocketAddr,
     pub dst: Destination,
     /// Client bytes read during the ingress handshake, to be sent first.
@@ -51,7 +56,9 @@ pub struct Inbound {
     /// A leg accepted with a 0-RTT Hello: its Confirm is still owed, and
     /// only `early_data` (covered by the Hello's MAC) may go on before it.
     /// Boxed: only 0-RTT legs have one, and every session holds the field.
-    pub unconfirmed: Option<Box<crate::peer::Unconfirmed>>,
+    pub unconfirmed: Option<Box<Unconfirmed>>,
+    /// See `listeners::Learned::answered_by_server`.
+    pub answered_by_server: bool,
 }
 
 impl Inbound {
@@ -60,61 +67,96 @@ impl Inbound {
     }
 }
 
+/// A session that forwarded to its end: both directions closed, or idle.
+#[derive(Debug)]
+pub struct Closed {
+    pub reason: CloseReason,
+    pub to_server: u64,
+    pub to_client: u64,
+}
+
+/// A session that failed, with who failed (`error`) and what the client
+/// is still owed.
+#[derive(Debug)]
+pub struct Failed {
+    pub error: ConnError,
+    pub reason: CloseReason,
+    pub answer: Answer,
+    pub to_server: u64,
+    pub to_client: u64,
+}
+
+/// What the exit still tells the client of a failed session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Setup failed: refused in its own protocol (a reset for transparent
+    /// clients, as if the server had refused).
+    Refuse(ReplyStatus),
+    /// Reset.
+    Reset,
+    /// Already told, or gone.
+    Nothing,
+}
+
+impl Failed {
+    /// Before any byte was forwarded.
+    fn early(error: ConnError, answer: Answer) -> Failed {
+        Failed {
+            reason: error.close_reason(),
+            error,
+            answer,
+            to_server: 0,
+            to_client: 0,
+        }
+    }
+
+    /// Setup failed: the client is refused with the error's status.
+    fn refused(error: ConnError) -> Failed {
+        let status = error.reply_status();
+        Failed::early(error, Answer::Refuse(status))
+    }
+}
+
+/// Runs one split connection to its end and accounts for it: the session's
+/// single exit.
+pub async fn serve(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
+    let registered = shared.conns.register(
+        inbound.conn_id,
+        inbound.listener.mode(),
+        inbound.client,
+        inbound.dst.clone(),
+        shared.clone(),
+    );
+    let result = run(&shared, &mut inbound, registered.live()).await;
+    finish(&shared, &inbound, registered.live(), result).await;
+}
+
 /// Tells the inbound side that setup failed, in its own protocol, then
 /// closes it: a reset for transparent clients (as if the server had
 /// refused), the protocol's error reply for explicit proxies and peers.
 async fn refuse(inbound: &Inbound, status: ReplyStatus) {
-    let s = &inbound.stream;
-    let reply = match inbound.mode {
-        ListenMode::Tproxy | ListenMode::SynOption => None,
-        ListenMode::Socks5 => Some(socks5::encode_reply(
-            socks5::ReplyCode::from(status),
-            unspecified(inbound.client),
-        )),
-        ListenMode::HttpConnect => Some(http_connect::response(http_connect::status_for(status))),
-        ListenMode::Peer => Some(reply_bytes(status)),
-    };
-    match reply {
+    match inbound.listener.refusal(status, inbound.client) {
         // Best effort: the client may already be gone, and it is refused either way.
         Some(bytes) => {
             let _ = inbound.io().write_all(&bytes).await;
             let _ = inbound.io().shutdown_write().await;
         }
         None => {
-            let _ = splitway_sys::sock::set_linger_zero(s);
+            let _ = splitway_sys::sock::set_linger_zero(&inbound.stream);
         }
-    }
-}
-
-/// The unspecified address of `like`'s family (SOCKS replies' BND.ADDR).
-pub(crate) fn unspecified(like: SocketAddr) -> SocketAddr {
-    match like {
-        SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
-        SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
     }
 }
 
 /// Tells an explicit-proxy client or upstream relay that the chain is up.
-///
-/// When the chain is optimistic nobody upstream waits for a peer Reply
-/// before sending, so it may wait (MSG_MORE) for the server's first bytes
-/// and share their segment instead of taking a slot of the initial window.
 async fn confirm(inbound: &Inbound, out: &TcpStream) -> std::io::Result<()> {
-    let (bytes, more) = match inbound.mode {
-        ListenMode::Tproxy | ListenMode::SynOption => return Ok(()),
-        ListenMode::Socks5 => {
-            // Only SOCKS5 tells the client the bound address: the one
-            // getsockname a connection needs, asked only here.
-            let bound = out
-                .local_addr()
-                .unwrap_or_else(|_| unspecified(inbound.client));
-            (
-                socks5::encode_reply(socks5::ReplyCode::Succeeded, bound),
-                false,
-            )
-        }
-        ListenMode::HttpConnect => (http_connect::response(200), false),
-        ListenMode::Peer => (reply_bytes(ReplyStatus::Ok), inbound.optimistic),
+    let confirm = Confirm {
+        out,
+        client: inbound.client,
+        optimistic: inbound.optimistic,
+        answered_by_server: inbound.answered_by_server,
+    };
+    let Some((bytes, more)) = inbound.listener.confirmation(confirm) else {
+        return Ok(());
     };
     if inbound.tls.is_some() {
         return inbound.io().write_all(&bytes).await;
@@ -123,28 +165,26 @@ async fn confirm(inbound: &Inbound, out: &TcpStream) -> std::io::Result<()> {
 }
 
 /// The next leg is up: records the setup time, answers the client in its
-/// protocol, then forwards. `None` when the answer could not be sent (the
-/// connection is then finished and counted).
+/// protocol, then forwards.
+/// `first`: the bytes to send each way first (to the server, to the client).
 async fn confirm_and_forward(
     shared: &Shared,
     inbound: &Inbound,
     out: LegIo<'_>,
-    mut to_server_first: Vec<u8>,
-    to_client_first: Vec<u8>,
+    (mut to_server_first, to_client_first): (Vec<u8>, Vec<u8>),
     unconfirmed: Option<Box<Unconfirmed>>,
     mut opts: forward::Options,
-) -> Option<forward::Outcome> {
-    let mode = metric_mode(inbound.mode);
+    live: &ConnLive,
+) -> Result<forward::Outcome, Failed> {
     shared
         .metrics
-        .observe_setup(mode, inbound.accepted_at.elapsed());
+        .observe_setup(inbound.listener.label(), inbound.accepted_at.elapsed());
     if let Err(source) = confirm(inbound, out.tcp).await {
         let e = ConnError::ClientIo {
             op: "send reply",
             source,
         };
-        finish(shared, inbound, e.close_reason(), Some(&e), 0, 0);
-        return None;
+        return Err(Failed::early(e, Answer::Nothing));
     }
     // After the Reply (an upstream that waits for it is not held up by the
     // Confirm's round trip), before any byte beyond the covered ones.
@@ -168,17 +208,18 @@ async fn confirm_and_forward(
         forward::no_preamble(to_client_first),
         opts,
         &shared.metrics,
+        &live.counters,
     )
     .await;
-    Some(outcome)
+    Ok(outcome)
 }
 
 /// On a leg accepted with a 0-RTT Hello: sends `to_server_first` (the
 /// bytes the Hello's MAC covers, after this relay's own `own_prefix`) at
 /// once, which keeps 0-RTT's gain, then waits for the Confirm and leaves
-/// the client bytes after it in `to_server_first`. `None` when the Confirm
-/// failed (a replayed Hello): both legs are then reset and the connection
-/// finished, nothing but the covered bytes having gone on.
+/// the client bytes after it in `to_server_first`. When the Confirm failed
+/// (a replayed Hello) both legs are reset, nothing but the covered bytes
+/// having gone on.
 async fn await_confirm(
     shared: &Shared,
     inbound: &Inbound,
@@ -186,16 +227,20 @@ async fn await_confirm(
     mut to_server_first: Vec<u8>,
     mut own_prefix: u16,
     u: Box<Unconfirmed>,
-) -> Option<(Vec<u8>, u16)> {
-    let reset = |e: &ConnError| {
+) -> Result<(Vec<u8>, u16), Failed> {
+    let reset = |e: ConnError| {
+        // Best effort: a socket already gone is reset enough.
         let _ = splitway_sys::sock::set_linger_zero(&inbound.stream);
         let _ = splitway_sys::sock::set_linger_zero(out.tcp);
-        finish(shared, inbound, e.close_reason(), Some(e), 0, 0);
+        Failed::early(e, Answer::Nothing)
     };
     if !to_server_first.is_empty() {
         if let Err(source) = out.write_all(&to_server_first).await {
-            reset(&next_leg_error(shared, out.tcp.peer_addr().ok(), source));
-            return None;
+            return Err(reset(next_leg_error(
+                shared,
+                out.tcp.peer_addr().ok(),
+                source,
+            )));
         }
         let own = usize::from(own_prefix).min(to_server_first.len());
         let forwarded = (to_server_first.len() - own) as u64;
@@ -218,296 +263,301 @@ async fn await_confirm(
         )
         .await
     {
-        Ok(rest) => Some((rest, own_prefix)),
+        Ok(rest) => Ok((rest, own_prefix)),
         Err(e) => {
-            info!(client = %inbound.client, conn_id = inbound.conn_id, error = %e, "0-RTT leg not confirmed; both legs reset");
-            reset(&e);
-            None
+            info!(error = %e, "0-RTT leg not confirmed; both legs reset");
+            Err(reset(e))
         }
     }
 }
 
-/// Runs one split connection to its end.
-pub async fn run(shared: Arc<Shared>, mut inbound: Box<Inbound>) {
-    let mode = metric_mode(inbound.mode);
-    let _registered = shared.conns.register(
-        inbound.conn_id,
-        inbound.mode,
-        inbound.client,
-        inbound.dst.clone(),
-        shared.clone(),
-    );
-    let metrics = shared.metrics.clone();
-    if matches!(inbound.mode, ListenMode::Tproxy | ListenMode::SynOption) {
+/// Runs one split connection: picks up or dials the next leg, answers the
+/// client, forwards until both directions end. The error says who failed.
+pub async fn run(
+    shared: &Shared,
+    inbound: &mut Inbound,
+    live: &ConnLive,
+) -> Result<Closed, Failed> {
+    let listener = inbound.listener;
+    if listener.takes_queued_bytes() {
         // Whatever the client already sent (a TFO client's request rode its
         // SYN) goes out with the next leg's first segment.
-        if let Err(source) =
-            crate::bytes::take_ready_bytes(&inbound.stream, &mut inbound.early_data)
-        {
-            let e = ConnError::ClientIo { op: "read", source };
-            let _ = splitway_sys::sock::set_linger_zero(&inbound.stream);
-            finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
-            return;
-        }
+        crate::bytes::take_ready_bytes(&inbound.stream, &mut inbound.early_data).map_err(
+            |source| Failed::early(ConnError::ClientIo { op: "read", source }, Answer::Reset),
+        )?;
     }
-    let early_start = match (&shared.early, &inbound.dst) {
-        (Some(early), Destination::Ip(dst)) if inbound.mode == ListenMode::Tproxy => {
-            let taken = early.take_reporting(inbound.client, *dst);
-            // 0: no sample (the SYN-ACK was retransmitted).
-            if taken.wants_rtt
-                && let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream)
-                && info.rtt_us > 0
-            {
-                early.client_rtt(
-                    inbound.client,
-                    std::time::Duration::from_micros(u64::from(info.rtt_us)),
-                );
-            }
-            taken.leg
-        }
-        // Paired by (client, the option's destination), as the SYN was.
-        (Some(early), Destination::Ip(dst))
-            if inbound.mode == ListenMode::SynOption
-                && crate::syn_start::watches_syn_option(&shared) =>
-        {
-            early.take(inbound.client, *dst)
-        }
-        _ => None,
-    };
-    // A transparent connection whose original destination is one of our
-    // own listeners was not intercepted at all (a port scan, a health
-    // check reaching the TPROXY port): refused whatever the route says.
-    if let (ListenMode::Tproxy, Destination::Ip(dst)) = (inbound.mode, &inbound.dst)
-        && let Err(denied) = shared.own.check(*dst)
-    {
-        drop(early_start);
-        let e = ConnError::from(denied);
-        refuse(&inbound, e.reply_status()).await;
-        finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
-        return;
-    }
+    let early_start = listener.early_leg(shared, &inbound.stream, inbound.client, &inbound.dst);
+    // Refused whatever the route says; a leg started at the SYN is dropped.
+    listener
+        .check_dst(shared, &inbound.dst)
+        .map_err(Failed::refused)?;
     // Boxed: connecting takes more state than forwarding; it is freed once
     // the leg is up instead of staying in every connection's future.
-    let mut next = match Box::pin(async {
-        match early_start {
-            // The leg was started when the client's SYN arrived.
-            Some(started) => started.await.unwrap_or_else(|_| {
-                Err(ConnError::Internal("early-started leg was dropped".into()))
-            }),
-            None => {
-                let mut req = LegRequest {
-                    dst: inbound.dst.clone(),
-                    conn_id: inbound.conn_id,
-                    next_ttl: inbound.next_ttl,
-                    arrived_hops: inbound.arrived_hops,
-                    origin: inbound.origin,
-                    client: inbound.client.ip(),
-                    early_data: std::mem::take(&mut inbound.early_data),
-                    speculative: false,
-                    optimistic: inbound.optimistic,
-                };
-                let r = connect_next(&shared, &mut req).await;
-                inbound.early_data = req.early_data;
-                r
-            }
-        }
-    })
-    .await
-    {
-        Ok(n) => n,
-        Err(e) => {
-            refuse(&inbound, e.reply_status()).await;
-            finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
-            return;
-        }
-    };
-
+    let mut next = Box::pin(next_leg(shared, inbound, early_start))
+        .await
+        .map_err(Failed::refused)?;
     let mut opts = forward::Options {
         data_path: shared.cfg.forwarding.data_path,
         idle: shared.live.idle(),
         own_prefix: 0,
-        inbound_armed: forward::armed_at_accept(inbound.mode),
+        inbound_armed: listener.transparent(),
     };
     let mut early = std::mem::take(&mut inbound.early_data);
     let unconfirmed = inbound.unconfirmed.take();
-
     // Kept to name the culprit should the leg fail: a reset socket no
     // longer knows its peer.
     let next_addr = match &next {
         Next::Direct(out) => Some(out.server),
         Next::Peer(leg) => leg.stream.peer_addr().ok(),
     };
-    // The PROXY header goes in the same write as the client's first bytes
-    // (the same segment, or the SYN with TFO). Built here, where nothing is
-    // awaited: a binding in the match arm below would live in every
-    // session's future.
-    if let Next::Direct(ServerLeg {
-        proxy_header: header @ Some(_),
-        ..
-    }) = &mut next
-        && let Some(mut header) = header.take()
-    {
-        // A PROXY header is at most 16 + 216 bytes.
-        opts.own_prefix = u16::try_from(header.len()).unwrap_or(u16::MAX);
-        header.append(&mut early);
-        early = header;
+    if let Some(addr) = next_addr {
+        live.set_next_hop(addr);
     }
-    let (outbound, outcome) = match next {
-        Next::Direct(ServerLeg { stream: out, .. }) => {
-            let Some(outcome) = confirm_and_forward(
-                &shared,
-                &inbound,
-                (&out).into(),
-                early,
-                Vec::new(),
-                unconfirmed,
-                opts,
-            )
-            .await
-            else {
-                return;
-            };
-            (out, outcome)
-        }
+    opts.own_prefix = prepend_proxy_header(&mut next, &mut early);
+    // Taken apart before any await: a `next` or a leg kept whole would
+    // hold its dialer's room in every session's future while forwarding.
+    let (outbound, relay) = match next {
+        Next::Direct(leg) => (leg.into_stream(), None),
         Next::Peer(leg) => {
             let (out, peer_name, dialer, buf, tls) = leg.into_parts();
-            let out_io = LegIo::new(&out, tls.as_ref());
-            match inbound.mode {
-                // Explicit clients wait for our answer before sending, so we
-                // wait for the chain's Reply before giving it.
-                ListenMode::Socks5 | ListenMode::HttpConnect => {
-                    let reply = Box::pin(tokio::time::timeout(
-                        shared.reply_timeout(),
-                        PeerLeg::await_reply(out_io, &peer_name, dialer, buf),
-                    ))
-                    .await
-                    .unwrap_or(Err(ConnError::PeerTimeout {
+            (out, Some((peer_name, tls, dialer, buf)))
+        }
+    };
+    let outcome = match relay {
+        None => {
+            let out = (&outbound).into();
+            let first = (early, Vec::new());
+            confirm_and_forward(shared, inbound, out, first, unconfirmed, opts, live).await?
+        }
+        Some((peer_name, tls, dialer, buf)) => {
+            let out = LegIo::new(&outbound, tls.as_ref());
+            let reply = PeerLeg::await_reply(out, &peer_name, dialer, buf);
+            if inbound.listener.client_waits() {
+                // Boxed, as the preamble below: the reply's state is freed
+                // once it came.
+                let reply = Box::pin(tokio::time::timeout(shared.reply_timeout(), reply));
+                let leftover = reply.await.unwrap_or_else(|_| {
+                    Err(ConnError::PeerTimeout {
                         peer: peer_name.clone(),
                         during: "waiting for its reply",
-                    }));
-                    let leftover = match reply {
-                        Ok((ReplyStatus::Ok, leftover)) => leftover,
-                        Ok((status, _)) => {
-                            let e = ConnError::Downstream {
-                                peer: peer_name,
-                                status,
-                            };
-                            refuse(&inbound, status).await;
-                            finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
-                            return;
-                        }
-                        Err(e) => {
-                            refuse(&inbound, e.reply_status()).await;
-                            finish(&shared, &inbound, e.close_reason(), Some(&e), 0, 0);
-                            return;
-                        }
-                    };
-                    let Some(outcome) = confirm_and_forward(
-                        &shared,
-                        &inbound,
-                        out_io,
-                        early,
-                        leftover,
-                        unconfirmed,
-                        opts,
-                    )
-                    .await
-                    else {
-                        return;
-                    };
-                    (out, outcome)
-                }
-                // Transparent clients and upstream relays get their data
-                // forwarded at once (optimistically); the chain's Reply is
-                // read concurrently and only a failure interrupts.
-                ListenMode::Tproxy | ListenMode::Peer | ListenMode::SynOption => {
-                    metrics.observe_setup(mode, inbound.accepted_at.elapsed());
-                    // Built (not started) before the Confirm wait, so that
-                    // the dialer it takes waits on the heap, not in every
-                    // session's future.
-                    let preamble = Box::pin(async {
-                        let (status, leftover) =
-                            PeerLeg::await_reply(out_io, &peer_name, dialer, buf).await?;
-                        if status != ReplyStatus::Ok {
-                            return Err(ConnError::Downstream {
-                                peer: peer_name.clone(),
-                                status,
-                            });
-                        }
-                        if inbound.mode == ListenMode::Peer {
-                            inbound
-                                .io()
-                                .write_all(&reply_bytes(ReplyStatus::Ok))
-                                .await
-                                .map_err(|source| ConnError::ClientIo {
-                                    op: "relay reply",
-                                    source,
-                                })?;
-                        }
-                        Ok(leftover)
-                    });
-                    // A middle relay's Reply upstream waits for the Confirm
-                    // too: forwarding starts both directions at once.
-                    if let Some(u) = unconfirmed {
-                        let confirmed = Box::pin(await_confirm(
-                            &shared,
-                            &inbound,
-                            out_io,
-                            early,
-                            opts.own_prefix,
-                            u,
-                        ))
-                        .await;
-                        let Some(confirmed) = confirmed else {
-                            return;
-                        };
-                        (early, opts.own_prefix) = confirmed;
-                    }
-                    let outcome =
-                        forward_legs(inbound.io(), out_io, early, preamble, opts, &metrics).await;
-                    (out, outcome)
-                }
+                    })
+                });
+                let leftover = reply_ok(&peer_name, leftover).map_err(Failed::refused)?;
+                let first = (early, leftover);
+                confirm_and_forward(shared, inbound, out, first, unconfirmed, opts, live).await?
+            } else {
+                let preamble = relay_preamble(inbound, out, &peer_name, reply);
+                optimistic(
+                    shared,
+                    inbound,
+                    out,
+                    preamble,
+                    early,
+                    unconfirmed,
+                    opts,
+                    live,
+                )
+                .await?
             }
         }
     };
-
     // The leg's RTT now includes what its data saw (pooled legs' handshake
     // RTT may be old): a passive sample for path choice.
     if let Some(i) = next_addr.and_then(|a| crate::paths::Paths::peer_at(&shared.cfg, a)) {
         shared.paths.sample(i, &outbound);
     }
-    let (reason, err) = match outcome.end {
-        End::Completed => (CloseReason::Completed, None),
-        End::IdleTimeout => (CloseReason::IdleTimeout, None),
-        End::Failed { side, source } => {
-            let reason = match side {
-                Side::Inbound => CloseReason::ClientReset,
-                Side::Outbound => CloseReason::NextLegReset,
-            };
-            let e = match side {
-                Side::Inbound => ConnError::ClientIo {
-                    op: "forward",
+    ended(shared, &outbound, next_addr, outcome)
+}
+
+/// Puts a server leg's PROXY header before the client's first bytes, so
+/// that both go in one write (the same segment, or the SYN with TFO); its
+/// length, which forwarding does not count as the client's. Done before
+/// anything is awaited: a binding held across an await would live in every
+/// session's future.
+fn prepend_proxy_header(next: &mut Next, early: &mut Vec<u8>) -> u16 {
+    let Next::Direct(ServerLeg {
+        proxy_header: Some(header),
+        ..
+    }) = next
+    else {
+        return 0;
+    };
+    let mut header = std::mem::take(header);
+    // A PROXY header is at most 16 + 216 bytes.
+    let len = u16::try_from(header.len()).unwrap_or(u16::MAX);
+    header.append(early);
+    *early = header;
+    len
+}
+
+/// The next leg: the one started at the SYN, or one dialed now.
+async fn next_leg(
+    shared: &Shared,
+    inbound: &mut Inbound,
+    early_start: Option<Started>,
+) -> Result<Next, ConnError> {
+    if let Some(started) = early_start {
+        // The leg was started when the client's SYN arrived.
+        return started
+            .await
+            .unwrap_or_else(|_| Err(ConnError::Internal("early-started leg was dropped".into())));
+    }
+    let mut req = LegRequest {
+        dst: inbound.dst.clone(),
+        conn_id: inbound.conn_id,
+        next_ttl: inbound.next_ttl,
+        arrived_hops: inbound.arrived_hops,
+        origin: inbound.origin,
+        client: inbound.client.ip(),
+        early_data: std::mem::take(&mut inbound.early_data),
+        speculative: false,
+        optimistic: inbound.optimistic,
+    };
+    let r = connect_next(shared, &mut req).await;
+    inbound.early_data = req.early_data;
+    r
+}
+
+/// The leftover bytes of a relay leg's Reply that said Ok; otherwise the
+/// downstream chain's refusal.
+fn reply_ok(
+    peer: &str,
+    reply: Result<(ReplyStatus, Vec<u8>), ConnError>,
+) -> Result<Vec<u8>, ConnError> {
+    match reply? {
+        (ReplyStatus::Ok, leftover) => Ok(leftover),
+        (status, _) => Err(ConnError::Downstream {
+            peer: peer.to_owned(),
+            status,
+        }),
+    }
+}
+
+/// What runs on a relay leg before its to-client direction starts, for a
+/// client that does not wait: the chain's Reply, then our own answer
+/// upstream (an upstream relay hears that the chain is up only now).
+/// Boxed: its state is freed once done.
+fn relay_preamble<'a>(
+    inbound: &'a Inbound,
+    out: LegIo<'a>,
+    peer_name: &'a str,
+    reply: impl Future<Output = Result<(ReplyStatus, Vec<u8>), ConnError>> + Send + 'a,
+) -> forward::Preamble<'a> {
+    Box::pin(async move {
+        let leftover = reply_ok(peer_name, reply.await)?;
+        let confirm = Confirm {
+            out: out.tcp,
+            client: inbound.client,
+            optimistic: inbound.optimistic,
+            answered_by_server: inbound.answered_by_server,
+        };
+        if let Some((bytes, _)) = inbound.listener.confirmation(confirm) {
+            inbound
+                .io()
+                .write_all(&bytes)
+                .await
+                .map_err(|source| ConnError::ClientIo {
+                    op: "relay reply",
                     source,
-                },
-                Side::Outbound => next_leg_error(&shared, next_addr, source),
-            };
-            (reason, Some(e))
+                })?;
         }
+        Ok(leftover)
+    })
+}
+
+/// Forwards over a relay leg for a client that does not wait for our
+/// answer (transparent clients, upstream relays): its data goes on at once
+/// while `preamble` reads the chain's Reply, and only a failure interrupts.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one forwarding start: both legs, what goes first, and the session's own state"
+)]
+async fn optimistic(
+    shared: &Shared,
+    inbound: &Inbound,
+    out: LegIo<'_>,
+    preamble: forward::Preamble<'_>,
+    mut early: Vec<u8>,
+    unconfirmed: Option<Box<Unconfirmed>>,
+    mut opts: forward::Options,
+    live: &ConnLive,
+) -> Result<forward::Outcome, Failed> {
+    shared
+        .metrics
+        .observe_setup(inbound.listener.label(), inbound.accepted_at.elapsed());
+    // A middle relay's Reply upstream waits for the Confirm too:
+    // forwarding starts both directions at once.
+    if let Some(u) = unconfirmed {
+        (early, opts.own_prefix) = Box::pin(await_confirm(
+            shared,
+            inbound,
+            out,
+            early,
+            opts.own_prefix,
+            u,
+        ))
+        .await?;
+    }
+    let metrics = &shared.metrics;
+    let counters = &live.counters;
+    Ok(forward_legs(inbound.io(), out, early, preamble, opts, metrics, counters).await)
+}
+
+/// How forwarding ended, as the session's result.
+fn ended(
+    shared: &Shared,
+    outbound: &TcpStream,
+    next_addr: Option<SocketAddr>,
+    outcome: forward::Outcome,
+) -> Result<Closed, Failed> {
+    let (to_server, to_client) = (outcome.to_server, outcome.to_client);
+    let (error, reason, answer) = match outcome.end {
+        End::Completed | End::IdleTimeout => {
+            let reason = if matches!(outcome.end, End::Completed) {
+                CloseReason::Completed
+            } else {
+                CloseReason::IdleTimeout
+            };
+            return Ok(Closed {
+                reason,
+                to_server,
+                to_client,
+            });
+        }
+        End::Failed {
+            side: Side::Inbound,
+            source,
+        } => (
+            ConnError::ClientIo {
+                op: "forward",
+                source,
+            },
+            CloseReason::ClientReset,
+            Answer::Nothing,
+        ),
+        End::Failed {
+            side: Side::Outbound,
+            source,
+        } => (
+            next_leg_error(shared, next_addr, source),
+            CloseReason::NextLegReset,
+            Answer::Nothing,
+        ),
         End::Setup(e) => {
             // The downstream chain failed after we started forwarding.
-            refuse(&inbound, e.reply_status()).await;
-            let _ = splitway_sys::sock::set_linger_zero(&outbound);
-            (e.close_reason(), Some(e))
+            // Best effort: a socket already gone is reset enough.
+            let _ = splitway_sys::sock::set_linger_zero(outbound);
+            let (reason, status) = (e.close_reason(), e.reply_status());
+            (e, reason, Answer::Refuse(status))
         }
     };
-    finish(
-        &shared,
-        &inbound,
+    Err(Failed {
+        error,
         reason,
-        err.as_ref(),
-        outcome.to_server,
-        outcome.to_client,
-    );
+        answer,
+        to_server,
+        to_client,
+    })
 }
 
 /// A failure of the next leg while forwarding, blamed on whoever is at its
@@ -527,16 +577,45 @@ fn next_leg_error(shared: &Shared, addr: Option<SocketAddr>, source: std::io::Er
     }
 }
 
-fn finish(
+/// The session's one exit: answers a client whose setup failed, then counts
+/// and logs the close (the span names the connection).
+async fn finish(
     shared: &Shared,
     inbound: &Inbound,
-    reason: CloseReason,
-    err: Option<&ConnError>,
-    to_server: u64,
-    to_client: u64,
+    live: &ConnLive,
+    result: Result<Closed, Failed>,
 ) {
-    shared.metrics.closed(metric_mode(inbound.mode), reason);
-    let conn = format_args!("{:016x}", inbound.conn_id);
+    let (reason, err, to_server, to_client) = match result {
+        Ok(c) => (c.reason, None, c.to_server, c.to_client),
+        Err(f) => {
+            match f.answer {
+                Answer::Refuse(status) => refuse(inbound, status).await,
+                Answer::Reset => {
+                    // Best effort: a socket already gone is reset enough.
+                    let _ = splitway_sys::sock::set_linger_zero(&inbound.stream);
+                }
+                Answer::Nothing => {}
+            }
+            (f.reason, Some(f.error), f.to_server, f.to_client)
+        }
+    };
+    shared.metrics.closed(inbound.listener.label(), reason);
+    let err = err.as_ref();
+    if let Some(log) = &shared.access_log {
+        log.write(&Entry {
+            conn_id: inbound.conn_id,
+            mode: inbound.listener.mode().as_str(),
+            client: inbound.client,
+            dst: &inbound.dst,
+            via: live.next_hop(&shared.cfg).as_deref(),
+            to_server,
+            to_client,
+            duration: inbound.accepted_at.elapsed(),
+            outcome: reason.as_str(),
+            culprit: err.map(|e| e.culprit().as_str()),
+            error: err.map(ToString::to_string),
+        });
+    }
     let denied = err.and_then(|e| e.deny_reason().map(|r| (e, r)));
     if let Some((_, why)) = denied {
         shared.metrics.denied(why);
@@ -548,20 +627,16 @@ fn finish(
             inbound.client.ip(),
         ) {
             Some(l) => {
-                info!(%conn, client = %inbound.client, dst = %inbound.dst, reason = reason.as_str(), error = %e, suppressed = l.suppressed, suppressed_other = l.suppressed_other, "denied")
+                info!(reason = reason.as_str(), error = %e, suppressed = l.suppressed, suppressed_other = l.suppressed_other, "denied")
             }
-            None => {
-                debug!(%conn, client = %inbound.client, dst = %inbound.dst, reason = reason.as_str(), error = %e, "denied")
-            }
+            None => debug!(reason = reason.as_str(), error = %e, "denied"),
         },
-        None => {
-            debug!(%conn, client = %inbound.client, dst = %inbound.dst, to_server, to_client, reason = reason.as_str(), "closed")
-        }
+        None => debug!(to_server, to_client, reason = reason.as_str(), "closed"),
         Some(e) if e.culprit() == Culprit::Internal => {
-            warn!(%conn, client = %inbound.client, dst = %inbound.dst, to_server, to_client, reason = reason.as_str(), culprit = e.culprit().as_str(), error = %e, "failed")
+            warn!(to_server, to_client, reason = reason.as_str(), culprit = e.culprit().as_str(), error = %e, "failed")
         }
         Some(e) => {
-            info!(%conn, client = %inbound.client, dst = %inbound.dst, to_server, to_client, reason = reason.as_str(), culprit = e.culprit().as_str(), error = %e, "failed")
+            info!(to_server, to_client, reason = reason.as_str(), culprit = e.culprit().as_str(), error = %e, "failed")
         }
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use splitway_api as api;
@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use crate::accel::AccelStatus;
 use crate::config::{Config, ListenMode, Turbo, Via};
 use crate::early_syn::EarlyStarts;
+use crate::forward::Counters;
 use crate::limits::ConnLimiter;
 use crate::loops::OwnListeners;
 use crate::next_leg::Started;
@@ -64,6 +65,8 @@ pub struct Shared {
     pub accel: Arc<AccelStatus>,
     /// Measured candidates and each route's choice (`GET /routes`).
     pub paths: Arc<crate::paths::Paths>,
+    /// `[access_log]`, opened at start (a reload keeps it).
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
 }
 
 /// The snapshot new connections start on, swapped by a reload.
@@ -161,6 +164,7 @@ impl Shared {
             host: self.host.clone(),
             upstreams: self.upstreams.clone(),
             accel: self.accel.clone(),
+            access_log: self.access_log.clone(),
         }
     }
 }
@@ -196,7 +200,7 @@ impl Shared {
         self.cfg
             .listeners
             .iter()
-            .filter(|l| l.mode == ListenMode::Peer)
+            .filter(|l| l.mode.accepts_relays())
             .flat_map(|l| l.allow_clients.iter())
             .any(|n| n.contains(&addr))
     }
@@ -243,26 +247,7 @@ impl Shared {
                 .listeners
                 .iter()
                 .enumerate()
-                .map(|(i, l)| api::Listener {
-                    mode: l.mode.as_str().to_owned(),
-                    addr: l.addr.to_string(),
-                    intercept: l.intercept.as_ref().map(|i| api::Intercept {
-                        interfaces: i.interfaces.clone(),
-                        ports: i.ports.clone(),
-                    }),
-                    accept_proxy_protocol: l
-                        .accept_proxy_protocol
-                        .iter()
-                        .map(|n| n.to_string())
-                        .collect(),
-                    // One entry per accept socket: connections it accepted.
-                    accept_paths: self.accept_paths.get(i).map(|paths| {
-                        paths
-                            .iter()
-                            .map(|p| api::AcceptPath { accepted: p.get() })
-                            .collect()
-                    }),
-                })
+                .map(|(i, l)| self.listener_status(i, l))
                 .collect(),
             peers: self
                 .cfg
@@ -296,6 +281,7 @@ impl Shared {
             // Effective states: what runs, not what the file asked for.
             accel: self.accel.api(),
             congestion_controls: crate::congestion::status(),
+            learned_windows: crate::congestion::learned_windows(&self.cfg),
             features: api::Features {
                 data_path: format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
                 early_syn: self.accel.state(AccelName::EarlySyn) == AccelState::Active,
@@ -335,6 +321,32 @@ impl Shared {
 }
 
 impl Shared {
+    /// One `[[listen]]` entry of `/status`; `i` its index.
+    fn listener_status(&self, i: usize, l: &crate::config::Listener) -> api::Listener {
+        api::Listener {
+            mode: l.mode.as_str().to_owned(),
+            addr: l.addr.to_string(),
+            intercept: l.intercept.as_ref().map(|i| api::Intercept {
+                interfaces: i.interfaces.clone(),
+                ports: i.ports.clone(),
+            }),
+            accept_proxy_protocol: l
+                .accept_proxy_protocol
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
+            // One entry per accept socket: connections it accepted.
+            accept_paths: self.accept_paths.get(i).map(|paths| {
+                paths
+                    .iter()
+                    .map(|p| api::AcceptPath { accepted: p.get() })
+                    .collect()
+            }),
+        }
+    }
+}
+
+impl Shared {
     /// What path choice reads besides its own measurements.
     pub fn path_inputs(&self) -> paths::Inputs<'_> {
         paths::Inputs {
@@ -342,17 +354,6 @@ impl Shared {
             pools: &self.pools,
             metrics: &self.metrics,
         }
-    }
-}
-
-/// The metrics label of a listener mode.
-pub fn metric_mode(mode: ListenMode) -> Mode {
-    match mode {
-        ListenMode::Tproxy => Mode::Tproxy,
-        ListenMode::Socks5 => Mode::Socks5,
-        ListenMode::HttpConnect => Mode::HttpConnect,
-        ListenMode::Peer => Mode::Peer,
-        ListenMode::SynOption => Mode::SynOption,
     }
 }
 
@@ -409,11 +410,12 @@ impl Live {
 const SHARDS: usize = 16;
 
 /// One entry per open connection, so kept small: 96 bytes with its key
-/// (112 with the mode as a `&str` and the start as an `Instant`).
+/// (112 with the mode as a `&str` and the start as an `Instant`), plus
+/// its `ConnLive`.
 struct ConnInfo {
     mode: ListenMode,
-    /// Milliseconds since the registry was created.
-    started_ms: u64,
+    /// What the session updates while it runs, and its start.
+    live: Arc<ConnLive>,
     client: SocketAddr,
     /// Kept as is and formatted only for `GET /connections`: a string per
     /// connection would cost every idle connection an allocation.
@@ -435,10 +437,46 @@ impl Default for ConnRegistry {
     }
 }
 
+/// What an open connection's session tells the registry as it goes.
+#[derive(Default)]
+pub struct ConnLive {
+    /// Milliseconds since the registry was created.
+    started_ms: u64,
+    /// Bytes forwarded so far, each way.
+    pub counters: Counters,
+    /// Where its next leg goes, once it is up.
+    next_hop: OnceLock<SocketAddr>,
+}
+
+impl ConnLive {
+    /// The next leg is up, to `addr` (a peer relay or the server).
+    pub fn set_next_hop(&self, addr: SocketAddr) {
+        // Set once per connection: a second call has nothing new to say.
+        let _ = self.next_hop.set(addr);
+    }
+
+    /// The next hop as `/routes` names it: a peer relay's name, or
+    /// `direct` for a server leg; `None` while no leg is up.
+    pub fn next_hop(&self, cfg: &Config) -> Option<String> {
+        let addr = *self.next_hop.get()?;
+        Some(match cfg.peers.iter().find(|p| p.addr == addr) {
+            Some(peer) => peer.name.clone(),
+            None => "direct".to_owned(),
+        })
+    }
+}
+
 /// Removes its connection from the registry when dropped.
 pub struct Registered {
     shared: Arc<Shared>,
     id: u64,
+    live: Arc<ConnLive>,
+}
+
+impl Registered {
+    pub fn live(&self) -> &ConnLive {
+        &self.live
+    }
 }
 
 impl ConnRegistry {
@@ -455,26 +493,39 @@ impl ConnRegistry {
         shared: Arc<Shared>,
     ) -> Registered {
         let started_ms = self.epoch.elapsed().as_millis() as u64;
+        let live = Arc::new(ConnLive {
+            started_ms,
+            ..ConnLive::default()
+        });
         self.shard(id).lock().expect("registry lock").insert(
             id,
             ConnInfo {
                 mode,
-                started_ms,
+                live: live.clone(),
                 client,
                 dst,
             },
         );
-        Registered { shared, id }
+        Registered { shared, id, live }
     }
 
-    /// Counts by mode and up to `sample` connections, oldest first.
-    pub fn snapshot(&self, sample: usize) -> api::Connections {
+    /// Counts by mode and up to `sample` connections, oldest first, with
+    /// their next hop (named by `cfg`'s peers) and bytes so far.
+    pub fn snapshot(&self, sample: usize, cfg: &Config) -> api::Connections {
         let mut by_mode: BTreeMap<String, u64> = BTreeMap::new();
         let mut all = Vec::new();
         for shard in &self.shards {
             for (id, c) in shard.lock().expect("registry lock").iter() {
                 *by_mode.entry(c.mode.as_str().to_owned()).or_default() += 1;
-                all.push((c.started_ms, *id, c.mode, c.client, c.dst.to_string()));
+                let dst = c.dst.to_string();
+                all.push((
+                    c.live.started_ms,
+                    *id,
+                    c.mode,
+                    c.client,
+                    dst,
+                    c.live.clone(),
+                ));
             }
         }
         let total = all.len();
@@ -483,17 +534,19 @@ impl ConnRegistry {
         let sample = all
             .into_iter()
             .take(sample)
-            .map(|(started_ms, id, mode, client, dst)| api::Connection {
-                id: format!("{id:016x}"),
-                mode: mode.as_str().to_owned(),
-                state: "open".to_owned(),
-                client: client.to_string(),
-                dst,
-                age_seconds: (now_ms - started_ms as f64).max(0.0) / 1e3,
-                via: None,
-                bytes_to_server: None,
-                bytes_to_client: None,
-            })
+            .map(
+                |(started_ms, id, mode, client, dst, live)| api::Connection {
+                    id: format!("{id:016x}"),
+                    mode: mode.as_str().to_owned(),
+                    state: "open".to_owned(),
+                    client: client.to_string(),
+                    dst,
+                    age_seconds: (now_ms - started_ms as f64).max(0.0) / 1e3,
+                    via: live.next_hop(cfg),
+                    bytes_to_server: Some(live.counters.to_server()),
+                    bytes_to_client: Some(live.counters.to_client()),
+                },
+            )
             .collect();
         api::Connections {
             total: total as u64,
@@ -535,12 +588,13 @@ mod tests {
             0,
             ConnInfo {
                 mode: ListenMode::Socks5,
-                started_ms: 0,
+                live: Arc::default(),
                 client,
                 dst,
             },
         );
-        let snap = registry.snapshot(10);
+        let cfg = "name = \"r\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n[[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n";
+        let snap = registry.snapshot(10, &Config::parse_str(cfg).unwrap());
         assert_eq!(snap.total, 1);
         assert_eq!(snap.by_mode["socks5"], 1);
         let entry = &snap.sample[0];
@@ -548,5 +602,7 @@ mod tests {
         assert_eq!(entry.client, "192.0.2.1:4000");
         assert_eq!(entry.dst, "198.51.100.2:443");
         assert!(entry.age_seconds >= 0.0);
+        assert_eq!(entry.via, None, "no leg up yet");
+        assert_eq!(entry.bytes_to_server, Some(0));
     }
 }

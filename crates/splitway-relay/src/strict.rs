@@ -41,12 +41,12 @@ use tracing::{debug, warn};
 
 use crate::dial::connect_next;
 use crate::error::ConnError;
+use crate::leg_io::{FrameError, LegIo, read_frame};
 use crate::next_leg::{LegRequest, Next};
-use crate::peer::{FrameError, PeerLeg, read_frame, reply_bytes};
+use crate::peer::{PeerLeg, reply_bytes};
 use crate::shutdown::stopped;
 use crate::state::{Current, Shared};
 use crate::syn_start::{EarlyLegs, admissible};
-use crate::tls::LegIo;
 
 /// The queue strict mode binds ("SW"); one strict relay per network
 /// namespace.

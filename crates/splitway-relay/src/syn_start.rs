@@ -11,7 +11,7 @@ use splitway_proto::Destination;
 use splitway_proto::header::DEFAULT_TTL;
 use tokio::sync::oneshot;
 
-use crate::config::{ListenMode, Listener};
+use crate::config::Listener;
 use crate::dial::connect_next;
 use crate::early_syn::EarlyStarts;
 use crate::limits::Refused;
@@ -120,7 +120,7 @@ pub fn admissible(shared: &Shared, client: SocketAddr) -> Result<(), DenyReason>
         .cfg
         .listeners
         .iter()
-        .filter(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some())
+        .filter(|l| l.mode.intercepts() && l.intercept.is_some())
         .any(|l| allowed(&l.allow_clients, ip, false));
     if !allowed_somewhere {
         return Err(DenyReason::Client);
@@ -157,7 +157,7 @@ fn within_limits(shared: &Shared, ip: std::net::IpAddr) -> Result<(), DenyReason
 fn syn_option_listener(shared: &Shared, to: SocketAddr) -> Option<&Listener> {
     let to = canonical(to);
     shared.cfg.listeners.iter().find(|l| {
-        l.mode == ListenMode::SynOption
+        l.mode.syn_carries_dst()
             && l.addr.port() == to.port()
             && (l.addr.ip().is_unspecified() || l.addr.ip().to_canonical() == to.ip())
     })
@@ -170,7 +170,7 @@ pub fn watches_syn_option(shared: &Shared) -> bool {
         .cfg
         .listeners
         .iter()
-        .any(|l| l.mode == ListenMode::SynOption && !l.watch.is_empty())
+        .any(|l| l.mode.syn_carries_dst() && !l.watch.is_empty())
 }
 
 /// Whether a plain (option-less) SYN event is for a syn-option listener:

@@ -23,7 +23,6 @@ use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerCo
 use splitway_proto::auth::NONCE_LEN;
 use tokio::net::TcpStream;
 
-use crate::bytes;
 use crate::config::source::Source;
 
 /// TLS exporter label for the PSK handshake's channel binding (RFC 8446
@@ -344,54 +343,5 @@ impl TlsLeg {
         self.lock().send_close_notify();
         self.flush(tcp).await?;
         splitway_sys::sock::shutdown_write(tcp)
-    }
-}
-
-/// One side of a leg as forwarding and the handshakes see it: plain TCP,
-/// or TLS over it.
-#[derive(Clone, Copy)]
-pub struct LegIo<'a> {
-    pub tcp: &'a TcpStream,
-    pub tls: Option<&'a TlsLeg>,
-}
-
-impl<'a> From<&'a TcpStream> for LegIo<'a> {
-    fn from(tcp: &'a TcpStream) -> Self {
-        LegIo { tcp, tls: None }
-    }
-}
-
-impl<'a> LegIo<'a> {
-    pub fn new(tcp: &'a TcpStream, tls: Option<&'a TlsLeg>) -> Self {
-        LegIo { tcp, tls }
-    }
-
-    /// Reads some bytes; `Ok(0)` is EOF.
-    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Some(t) = self.tls {
-            return t.read(self.tcp, buf).await;
-        }
-        loop {
-            self.tcp.readable().await?;
-            match self.tcp.try_read(buf) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    pub async fn write_all(&self, data: &[u8]) -> io::Result<()> {
-        match self.tls {
-            Some(t) => t.write_all(self.tcp, data).await,
-            None => bytes::write_all(self.tcp, data).await,
-        }
-    }
-
-    pub async fn shutdown_write(&self) -> io::Result<()> {
-        match self.tls {
-            Some(t) => t.shutdown_write(self.tcp).await,
-            None => splitway_sys::sock::shutdown_write(self.tcp),
-        }
     }
 }

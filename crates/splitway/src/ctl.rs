@@ -439,6 +439,41 @@ fn uptime(seconds: f64) -> String {
     }
 }
 
+/// One learned window in a cell: `1450 seg, 215.2 ms, 12 s ago`, marked
+/// when it only shows how far a transfer grew, or is too old to be used.
+fn learned_window_cell(w: &api::LearnedWindow) -> String {
+    let mut s = format!(
+        "{} seg, {:.1} ms, {:.0} s ago",
+        w.cwnd_segments, w.min_rtt_ms, w.age_s
+    );
+    if !w.capacity_estimate {
+        s.push_str(", growing");
+    }
+    if !w.current {
+        s.push_str(", expired");
+    }
+    s
+}
+
+/// `splitway_resume`'s counters and the window learned per peer address.
+fn render_learned_windows(out: &mut String, learned: &api::LearnedWindows) {
+    let e = &learned.events;
+    let _ = writeln!(
+        out,
+        "learned windows (host-wide): jumps {}, validated {}, retreats {}, RTT mismatches {}, saved {}",
+        e.jumps, e.validated, e.retreats, e.rtt_mismatches, e.saved
+    );
+    for w in &learned.peers {
+        let _ = writeln!(
+            out,
+            "  {} ({}): {}",
+            w.addr,
+            w.peer.as_deref().unwrap_or("upstream relay"),
+            learned_window_cell(w)
+        );
+    }
+}
+
 fn render_status(status: &api::Status) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -498,6 +533,10 @@ fn render_status(status: &api::Status) -> String {
             ccs.join(", ")
         }
     );
+
+    if let Some(learned) = &status.learned_windows {
+        render_learned_windows(&mut out, learned);
+    }
 
     let active = &status.connections_active;
     let modes = [
@@ -810,6 +849,14 @@ mod tests {
             "name": "rc",
             "version": "0.1.0",
             "uptime_seconds": 7390.5,
+            "learned_windows": {
+                "events": {"jumps": 12, "rtt_mismatches": 1, "validated": 10, "retreats": 2, "saved": 30},
+                "peers": [
+                    {"addr": "10.0.12.2", "peer": "rs", "cwnd_segments": 1450, "min_rtt_ms": 215.25,
+                     "age_s": 12.4, "capacity_estimate": true, "current": true},
+                    {"addr": "10.0.9.1", "peer": null, "cwnd_segments": 40, "min_rtt_ms": 30.0,
+                     "age_s": 700.0, "capacity_estimate": false, "current": false}]
+            },
             "listeners": [
                 {"mode": "tproxy", "addr": "0.0.0.0:7000",
                  "intercept": {"interfaces": ["eth0"], "ports": [80, 443]}},
@@ -887,6 +934,9 @@ mod tests {
             "  tproxy  0.0.0.0:7000    eth0 ports 80,443",
             "  socks5  127.0.0.1:1080  -",
             "2 peer(s), 2 route(s)",
+            "learned windows (host-wide): jumps 12, validated 10, retreats 2, RTT mismatches 1, saved 30",
+            "  10.0.12.2 (rs): 1450 seg, 215.2 ms, 12 s ago\n",
+            "  10.0.9.1 (upstream relay): 40 seg, 30.0 ms, 700 s ago, growing, expired",
         ] {
             assert!(
                 rendered.contains(expected),

@@ -456,6 +456,32 @@ fn the_default_config_learns_the_relay_legs_window_before_the_first_connection()
     );
     assert!(ss.contains("splitway_resume"), "{ss}");
     eprintln!("first pooled leg cwnd after the window probe {cwnd}:\n{ss}");
+    // Visible: rc's `/status` lists the window saved for rs's address, and
+    // the kernel's counters (a jump at least: the leg above) reach /metrics.
+    let status = admin_status(lab.rc()).expect("GET /status from rc");
+    let learned = status
+        .learned_windows
+        .expect("rc uses splitway_resume: /status has its learned windows");
+    let to_rs = learned
+        .peers
+        .iter()
+        .find(|w| w.peer.as_deref() == Some("rs"))
+        .unwrap_or_else(|| panic!("no window learned for rs: {learned:?}"));
+    assert!(
+        to_rs.cwnd_segments >= 20 && to_rs.current && to_rs.min_rtt_ms > 0.0,
+        "{to_rs:?}"
+    );
+    assert!(
+        learned.events.jumps >= 1 && learned.events.saved >= 1,
+        "{learned:?}"
+    );
+    let jumps = lab
+        .metrics("rc")
+        .counter("splitway_learned_window_events_total", &[("event", "jump")]);
+    assert!(
+        jumps >= 1.0,
+        "learned_window_events_total{{event=jump}} = {jumps}"
+    );
     transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
     transfer_server_to_client(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
     lab.assert_relays_alive();

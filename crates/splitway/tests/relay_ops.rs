@@ -710,3 +710,96 @@ fn the_service_manager_hears_ready_reloading_and_stopping() {
         curl_admin(lab.rc(), "/status").is_err().then_some(())
     });
 }
+
+/// `ctl connections` shows an open connection's next hop, bytes each way
+/// and age (#34 item 5); once closed, it is one line of the access log, as
+/// text on rc and JSON on rs: client, original destination, route, bytes
+/// each way, duration and outcome.
+#[test]
+fn open_connections_show_next_hop_and_bytes_and_closed_ones_are_access_logged() {
+    use splitway_relay::config::AccessLogFormat;
+    use splitway_relay::config::raw::RawAccessLog;
+
+    require_netns!();
+    let _heavy = heavy_lock();
+    let deadline = Deadline::after(Duration::from_secs(120));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    let rc_log = lab.dir.join("rc-access.log");
+    let rs_log = lab.dir.join("rs-access.log");
+    configs[0].sections.access_log = Some(RawAccessLog {
+        path: rc_log.display().to_string(),
+        format: None,
+    });
+    configs[1].sections.access_log = Some(RawAccessLog {
+        path: rs_log.display().to_string(),
+        format: Some(AccessLogFormat::Json),
+    });
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+    let total = 4 * MIB;
+    let transfer = paused_tproxy(&lab, &server, total);
+
+    // Paused after its first MiB: both relays show it with that many bytes
+    // to the server, none back, and their next hop.
+    for (relay, via) in [("rc", "rs"), ("rs", "direct")] {
+        let open = wait_until(deadline, "the first MiB counted", || {
+            let answer = curl_admin(lab.relay_ns(relay), "/connections?sample=5").ok()?;
+            let c: splitway_api::Connections = typed_answer(&answer).expect("typed /connections");
+            let conn = c.sample.first()?.clone();
+            (conn.bytes_to_server? >= MIB).then_some(conn)
+        });
+        assert_eq!(open.via.as_deref(), Some(via), "{relay}: {open:?}");
+        assert_eq!(open.bytes_to_server, Some(MIB), "{relay}: {open:?}");
+        assert_eq!(open.bytes_to_client, Some(0), "{relay}: {open:?}");
+        assert_eq!(open.dst, server_v4().to_string(), "{relay}: {open:?}");
+        assert!(open.age_seconds > 0.0, "{relay}: {open:?}");
+    }
+    let table = ctl_ok(&lab, "rc", &["connections"]);
+    let row = table
+        .lines()
+        .find(|l| l.contains(&server_v4().to_string()))
+        .unwrap_or_else(|| panic!("no row for the connection:\n{table}"));
+    assert!(
+        row.contains(" rs ") && row.contains(&MIB.to_string()),
+        "ctl connections row names neither the next hop nor the bytes: {row}"
+    );
+
+    assert_eq!(transfer.finish("paused transfer"), total);
+    let line = wait_until(deadline, "rc's access log line", || {
+        let text = std::fs::read_to_string(&rc_log).ok()?;
+        text.lines()
+            .find(|l| l.contains(&format!("dst={}", server_v4())))
+            .map(str::to_owned)
+    });
+    for field in [
+        "mode=tproxy".to_owned(),
+        "via=rs".to_owned(),
+        format!("to_server={total}"),
+        "to_client=0".to_owned(),
+        "outcome=completed".to_owned(),
+    ] {
+        assert!(
+            line.contains(&format!(" {field} ")) || line.ends_with(&field),
+            "rc access log line lacks {field}: {line}"
+        );
+    }
+    assert!(line.starts_with("time=20"), "{line}");
+    let json = wait_until(deadline, "rs's access log line", || {
+        let text = std::fs::read_to_string(&rs_log).ok()?;
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+            .find(|v| v["dst"] == server_v4().to_string())
+    });
+    assert_eq!(json["mode"], "peer", "{json}");
+    assert_eq!(json["via"], "direct", "{json}");
+    assert_eq!(json["to_server"], total, "{json}");
+    assert_eq!(json["to_client"], 0, "{json}");
+    assert_eq!(json["outcome"], "completed", "{json}");
+    assert!(
+        json["duration_ms"].as_f64().is_some_and(|d| d > 0.0),
+        "{json}"
+    );
+    assert!(!deadline.expired(), "took longer than the deadline");
+    lab.assert_relays_alive();
+}

@@ -101,6 +101,125 @@ fn socks5_and_http_connect_download_from_nginx() {
     lab.assert_relays_alive();
 }
 
+/// `http_proxy=` clients send absolute-form requests (`GET http://host/`)
+/// to the http-connect listener (#34 item 6): curl with `-x`, curl with
+/// `http_proxy=` and wget with `http_proxy=` download through the chain,
+/// by address and by a name only the relays resolve, sha256 checked. The
+/// default deny-list still refuses the link-local metadata address and the
+/// relay's own address, with a 403 whose body says why.
+#[test]
+fn http_proxy_clients_get_absolute_form_requests_served() {
+    require_netns!();
+    if !nginx_is_installed() {
+        return;
+    }
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    lab.relay_hosts_file(&format!("{SERVER_V4} {ORIGIN_NAME}"));
+    let configs = lab.default_configs(&[80], false);
+    lab.start_relays(&configs);
+    start_nginx(&mut lab);
+    let served = write_random_file(&lab.dir.join("www/file"), 3 * MIB + 7, 0xAB50);
+    let served_sha = hex::encode(served.sha256);
+    let proxy = format!("http://{ENTRY_V4}:{HTTP_CONNECT_PORT}");
+
+    let mut downloads = 0;
+    for target in [SERVER_V4, ORIGIN_NAME] {
+        let url = format!("http://{target}/file");
+        for client in ["curl -x", "curl http_proxy", "wget http_proxy"] {
+            downloads += 1;
+            let download = lab.dir.join(&format!("download-{downloads}"));
+            let mut cmd = match client {
+                "wget http_proxy" => {
+                    let mut c = lab.client.command("wget");
+                    c.args(["-q", "--tries=1", "--timeout=30", "-O"])
+                        .arg(&download);
+                    c
+                }
+                _ => {
+                    let mut c = lab.client.command("curl");
+                    c.args(["-sS", "--fail", "--max-time", "30", "-o"])
+                        .arg(&download);
+                    c
+                }
+            };
+            if client == "curl -x" {
+                cmd.args(["-x", &proxy]);
+            } else {
+                cmd.env("http_proxy", &proxy);
+            }
+            let out = output(cmd.arg(&url));
+            assert!(
+                out.status.success(),
+                "{client} {url} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                sha256_file(&download),
+                served_sha,
+                "{client} {url}: the file differs from the served one"
+            );
+        }
+    }
+    // One connection per request, each one counted.
+    lab.wait_counter(
+        "rc",
+        "splitway_connections_accepted_total",
+        &[("mode", "http_connect")],
+        downloads as f64,
+        deadline,
+    );
+    let access = std::fs::read_to_string(lab.dir.join("nginx-access.log")).unwrap_or_default();
+    let expected_line = format!("{LAST_RELAY_V4} 200 {}", served.len);
+    assert_eq!(
+        access.lines().filter(|l| *l == expected_line).count(),
+        downloads,
+        "nginx access log:\n{access}"
+    );
+
+    // Refused by the default deny-list, with the reason in the body.
+    for target in ["169.254.169.254", ENTRY_V4] {
+        let out = output(
+            lab.client
+                .command("curl")
+                .args([
+                    "-sS",
+                    "--max-time",
+                    "30",
+                    "-w",
+                    "\n%{http_code}",
+                    "-x",
+                    &proxy,
+                ])
+                .arg(format!("http://{target}/latest/meta-data/")),
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        assert_eq!(code, "403", "{target}: {text}");
+        assert!(
+            body.contains("not allowed by the relay's policy"),
+            "{target}: the 403 says no reason: {body:?}"
+        );
+        // The refusal is logged inside the connection's span, which names
+        // the connection, its client and its destination once.
+        let dst = format!("dst={target}:80}}");
+        let log = wait_until(deadline, "rc logs the refusal", || {
+            let log = lab.relay_log("rc");
+            log.lines()
+                .find(|l| l.contains(&dst) && l.contains(" denied "))
+                .map(str::to_owned)
+        });
+        assert!(
+            log.contains("conn{") && log.contains("id=") && log.contains("client=10."),
+            "the refusal's log line lacks its span: {log}"
+        );
+        eprintln!("refusal logged: {log}");
+    }
+    deadline.remaining("http_proxy downloads");
+    lab.assert_relays_alive();
+}
+
 /// A destination that refuses the connection is reported to each kind of
 /// client in its own protocol.
 #[test]

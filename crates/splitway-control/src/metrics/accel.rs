@@ -138,3 +138,104 @@ impl WindowProbeMetrics {
         self.outcomes[outcome.index()].inc();
     }
 }
+
+label_enum! {
+    /// What `splitway_resume` did on relay legs (learned windows).
+    pub enum LearnedWindowEvent {
+        /// A connection started from its peer's saved window.
+        Jump => "jump",
+        /// A saved window was not used: the RTT no longer matched.
+        RttMismatch => "rtt_mismatch",
+        /// A jump's unvalidated phase ended without a loss.
+        Validated => "validated",
+        /// A loss in the unvalidated phase: the window retreated and the
+        /// peer's entry was forgotten.
+        Retreat => "retreat",
+        /// A connection's window was saved for its peer.
+        Saved => "saved",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LearnedWindowLabels {
+    event: LearnedWindowEvent,
+}
+
+/// `learned_window_events_total` and `learned_window_peers`. The kernel
+/// counts (in the algorithm's BPF map, host-wide); the relay copies the
+/// totals in before each scrape, and this adds what grew since.
+#[derive(Clone, Debug)]
+pub struct LearnedWindowMetrics {
+    events: [CounterU64; LearnedWindowEvent::COUNT],
+    peers: Gauge,
+    /// The totals last copied in: a counter only grows by the difference.
+    seen: std::sync::Arc<std::sync::Mutex<[u64; LearnedWindowEvent::COUNT]>>,
+}
+
+impl LearnedWindowMetrics {
+    /// Declares both families in `registry`, at zero.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let family: Family<LearnedWindowLabels, CounterU64> = declare(
+            registry,
+            "learned_window_events",
+            "What splitway_resume did on relay legs, host-wide (every relay on the host shares it)",
+        );
+        let peers = Gauge::default();
+        registry.register(
+            "learned_window_peers",
+            "Peer addresses with a learned window young enough to resume from, host-wide",
+            peers.clone(),
+        );
+        LearnedWindowMetrics {
+            events: series(&family, LearnedWindowEvent::ALL, |event| {
+                LearnedWindowLabels { event }
+            }),
+            peers,
+            seen: Default::default(),
+        }
+    }
+
+    /// Copies in the kernel's totals (in [`LearnedWindowEvent::ALL`]'s
+    /// order) and the number of current peers. Totals below the last ones
+    /// mean the maps were made anew (the algorithm registered again): they
+    /// count from zero.
+    pub fn observe(&self, totals: [u64; LearnedWindowEvent::COUNT], current_peers: u64) {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for ((counter, last), total) in self.events.iter().zip(seen.iter_mut()).zip(totals) {
+            let grew = if total >= *last { total - *last } else { total };
+            counter.inc_by(grew);
+            *last = total;
+        }
+        self.peers
+            .set(i64::try_from(current_peers).unwrap_or(i64::MAX));
+    }
+
+    /// The exported total of `event`.
+    pub fn get(&self, event: LearnedWindowEvent) -> u64 {
+        self.events[event.index()].get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learned_window_totals_add_only_what_grew() {
+        let mut registry = Registry::default();
+        let m = LearnedWindowMetrics::register(&mut registry);
+        m.observe([3, 1, 2, 0, 5], 2);
+        m.observe([4, 1, 2, 1, 7], 1);
+        assert_eq!(m.get(LearnedWindowEvent::Jump), 4);
+        assert_eq!(m.get(LearnedWindowEvent::Retreat), 1);
+        assert_eq!(m.get(LearnedWindowEvent::Saved), 7);
+        // The maps were made anew: their totals restart from zero.
+        m.observe([1, 0, 0, 0, 1], 1);
+        assert_eq!(m.get(LearnedWindowEvent::Jump), 5);
+        assert_eq!(m.get(LearnedWindowEvent::Saved), 8);
+        assert_eq!(m.peers.get(), 1);
+    }
+}

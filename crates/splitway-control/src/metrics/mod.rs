@@ -34,7 +34,10 @@ mod pool;
 mod proxy_protocol;
 mod strict;
 
-pub use accel::{AccelMetrics, AccelName, AccelState, WindowProbe, WindowProbeMetrics};
+pub use accel::{
+    AccelMetrics, AccelName, AccelState, LearnedWindowEvent, LearnedWindowMetrics, WindowProbe,
+    WindowProbeMetrics,
+};
 pub use connections::{
     ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
 };
@@ -71,6 +74,8 @@ pub use strict::{StrictMetrics, StrictOutcome};
 /// | `early_syn_total` | counter | `outcome` | `early_syn` |
 /// | `accel_state` | gauge (1 for the current state, else 0) | `accel`, `state` | `accel` |
 /// | `window_probes_total` | counter | `outcome` | `accel` |
+/// | `learned_window_events_total` | counter | `event` | `accel` |
+/// | `learned_window_peers` | gauge | | `accel` |
 /// | `strict_syn_total` | counter | `outcome` | `strict` |
 /// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
 /// | `pool_events_total` | counter | `peer`, `event` | `pool` |
@@ -84,6 +89,7 @@ pub struct Metrics {
     early_syn: EarlySynMetrics,
     accel: AccelMetrics,
     window_probes: WindowProbeMetrics,
+    learned_window: LearnedWindowMetrics,
     strict: StrictMetrics,
     proxy_protocol: ProxyProtocolMetrics,
     pools: pool::PoolFamilies,
@@ -115,6 +121,7 @@ impl Metrics {
             early_syn: EarlySynMetrics::register(&mut registry),
             accel: AccelMetrics::register(&mut registry),
             window_probes: WindowProbeMetrics::register(&mut registry),
+            learned_window: LearnedWindowMetrics::register(&mut registry),
             strict: StrictMetrics::register(&mut registry),
             proxy_protocol: ProxyProtocolMetrics::register(&mut registry),
             pools: pool::PoolFamilies::register(&mut registry),
@@ -224,6 +231,11 @@ impl Metrics {
     /// Counts a window probe's outcome.
     pub fn window_probe(&self, outcome: WindowProbe) {
         self.window_probes.count(outcome);
+    }
+
+    /// The learned-window series, which the relay fills before a scrape.
+    pub fn learned_window(&self) -> &LearnedWindowMetrics {
+        &self.learned_window
     }
 
     /// The state last recorded for `accel`.
@@ -356,6 +368,8 @@ mod tests {
             "# HELP splitway_denied Connections refused by access policy or connection limits, by reason.",
             "# HELP splitway_early_syn Client SYNs seen by the early-SYN detector, by outcome.",
             "# HELP splitway_forwarded_bytes Bytes forwarded, by direction and data path.",
+            "# HELP splitway_learned_window_events What splitway_resume did on relay legs, host-wide (every relay on the host shares it).",
+            "# HELP splitway_learned_window_peers Peer addresses with a learned window young enough to resume from, host-wide.",
             "# HELP splitway_leg_sent_bytes Bytes the relay wrote to its legs, by leg kind and direction.",
             "# HELP splitway_path_choices New connections on a multi-candidate route, by route index and the candidate taken.",
             "# HELP splitway_path_flips Changes of a route's chosen candidate, by route index and cause (failure, better).",
@@ -380,6 +394,8 @@ mod tests {
             "# TYPE splitway_denied counter",
             "# TYPE splitway_early_syn counter",
             "# TYPE splitway_forwarded_bytes counter",
+            "# TYPE splitway_learned_window_events counter",
+            "# TYPE splitway_learned_window_peers gauge",
             "# TYPE splitway_leg_sent_bytes counter",
             "# TYPE splitway_path_choices counter",
             "# TYPE splitway_path_flips counter",

@@ -108,6 +108,8 @@ impl Diff {
         self.restart_if("admin", &o.admin, &new.admin);
         // The runtime's threads are started once.
         self.restart_if("workers", &o.workers, &new.workers);
+        // Opened once, at start.
+        self.restart_if("access_log", &o.access_log, &new.access_log);
         // Each listener added, removed or changed (mode, interception).
         let mut sockets: Vec<String> = Vec::new();
         for (a, b) in [
@@ -187,19 +189,7 @@ impl Diff {
             })
             .collect();
         new.listeners = listeners;
-        new.name = o.name.clone();
-        new.admin = o.admin;
-        new.workers = o.workers;
-        new.accel.tfo = o.accel.tfo;
-        new.accel.tfo_direct = o.accel.tfo_direct;
-        new.accel.zero_rtt = o.accel.zero_rtt;
-        new.accel.zero_rtt_window = o.accel.zero_rtt_window;
-        new.accel.turbo = o.accel.turbo;
-        new.accel.learned_window = o.accel.learned_window;
-        new.accel.early_syn_budget = o.accel.early_syn_budget;
-        new.accel.early_syn_prefix_budget = o.accel.early_syn_prefix_budget;
-        new.accel.early_syn_expiry = o.accel.early_syn_expiry;
-        new.accel.strict = o.accel.strict;
+        keep_running(o, &mut new);
         new
     }
 
@@ -354,6 +344,25 @@ impl Diff {
             self.change("psk_file_previous", previous(&o.psk_previous), new_state);
         }
     }
+}
+
+/// What only a restart changes keeps its running value in the config a
+/// reload runs.
+fn keep_running(o: &Config, new: &mut Config) {
+    new.name = o.name.clone();
+    new.admin = o.admin;
+    new.workers = o.workers;
+    new.access_log = o.access_log.clone();
+    new.accel.tfo = o.accel.tfo;
+    new.accel.tfo_direct = o.accel.tfo_direct;
+    new.accel.zero_rtt = o.accel.zero_rtt;
+    new.accel.zero_rtt_window = o.accel.zero_rtt_window;
+    new.accel.turbo = o.accel.turbo;
+    new.accel.learned_window = o.accel.learned_window;
+    new.accel.early_syn_budget = o.accel.early_syn_budget;
+    new.accel.early_syn_prefix_budget = o.accel.early_syn_prefix_budget;
+    new.accel.early_syn_expiry = o.accel.early_syn_expiry;
+    new.accel.strict = o.accel.strict;
 }
 
 #[cfg(test)]

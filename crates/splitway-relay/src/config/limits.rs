@@ -1,9 +1,9 @@
 //! The small sections of plain values: `[timeouts]`, `[forwarding]`,
-//! `[limits]`.
+//! `[limits]`, `[access_log]`.
 
 use super::check::Checker;
-use super::raw::{RawForwarding, RawLimits, RawTimeouts};
-use super::types::{Forwarding, Limits, Timeouts};
+use super::raw::{RawAccessLog, RawForwarding, RawLimits, RawTimeouts};
+use super::types::{AccessLogConfig, Forwarding, Limits, Timeouts};
 
 pub(super) fn timeouts(c: &mut Checker, table: &toml::Table) -> Timeouts {
     let mut timeouts = Timeouts::default();
@@ -40,6 +40,18 @@ pub(super) fn forwarding(c: &mut Checker, table: &toml::Table) -> Forwarding {
             data_path: r.data_path.unwrap_or_default(),
         })
         .unwrap_or_default()
+}
+
+pub(super) fn access_log(c: &mut Checker, table: &toml::Table) -> Option<AccessLogConfig> {
+    let raw = c.table::<RawAccessLog>(table, "access_log")?;
+    if raw.path.trim().is_empty() {
+        c.err("access_log.path", "must name a file");
+        return None;
+    }
+    Some(AccessLogConfig {
+        path: c.base.join(&raw.path),
+        format: raw.format.unwrap_or_default(),
+    })
 }
 
 pub(super) fn limits(c: &mut Checker, table: &toml::Table) -> Limits {

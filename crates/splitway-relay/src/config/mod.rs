@@ -99,6 +99,7 @@ impl Config {
         let upstream = tuning::leg(c, &table, "upstream");
         let timeouts = limits::timeouts(c, &table);
         let forwarding = limits::forwarding(c, &table);
+        let access_log = limits::access_log(c, &table);
         let limits = limits::limits(c, &table);
         let policy = policy::policy(c, &table);
         let accel = accel::accel(c, &table, &listeners, &peers);
@@ -124,6 +125,7 @@ impl Config {
                 limits,
                 policy,
                 tls: tls.context,
+                access_log,
             }),
             _ => Err(std::mem::take(&mut c.issues)),
         }

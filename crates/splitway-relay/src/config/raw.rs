@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::types::{DataPath, Intercept, ListenMode};
+use super::types::{AccessLogFormat, DataPath, Intercept, ListenMode};
 
 /// A whole config file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -35,6 +35,7 @@ pub struct RawConfig {
     pub limits: Option<RawLimits>,
     pub policy: Option<RawPolicy>,
     pub tls: Option<RawTls>,
+    pub access_log: Option<RawAccessLog>,
 }
 
 impl RawConfig {
@@ -63,6 +64,7 @@ pub(super) const TOP_LEVEL_KEYS: &[&str] = &[
     "limits",
     "policy",
     "tls",
+    "access_log",
 ];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -266,6 +268,16 @@ pub struct RawPolicy {
     pub allow_link_local: Option<bool>,
     pub allow_host_addresses: Option<bool>,
     pub allow_relay_clients: Option<bool>,
+}
+
+/// `[access_log]`: one line per closed connection.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccessLog {
+    /// The file lines are appended to.
+    pub path: String,
+    /// `text` (the default) or `json`.
+    pub format: Option<AccessLogFormat>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -863,6 +863,7 @@ fn raw_config_has_exactly_the_top_level_keys() {
             key: String::new(),
             ca: String::new(),
         }),
+        access_log: Some(Default::default()),
     };
     let table: toml::Table = toml::from_str(&all.to_toml()).unwrap();
     let mut keys: Vec<&str> = table.keys().map(String::as_str).collect();

@@ -44,6 +44,26 @@ pub struct Config {
     pub policy: Policy,
     /// `[tls]`: this relay's certificate for `tls = true` peer legs.
     pub tls: Option<TlsContext>,
+    /// `[access_log]`; `None`: off.
+    pub access_log: Option<AccessLogConfig>,
+}
+
+/// `[access_log]`: where closed connections are logged, one line each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    pub path: PathBuf,
+    pub format: AccessLogFormat,
+}
+
+/// An access log line's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessLogFormat {
+    /// `key=value` pairs.
+    #[default]
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 /// Connection limits (0 = unlimited).
@@ -266,6 +286,21 @@ impl ListenMode {
             ListenMode::Peer => "peer",
             ListenMode::SynOption => "syn-option",
         }
+    }
+
+    /// Upstream relays connect here (`mode = "peer"`).
+    pub fn accepts_relays(self) -> bool {
+        self == ListenMode::Peer
+    }
+
+    /// Connections arrive intercepted, addressed to their server (TPROXY).
+    pub fn intercepts(self) -> bool {
+        self == ListenMode::Tproxy
+    }
+
+    /// The destination rides the client's SYN (`mode = "syn-option"`).
+    pub fn syn_carries_dst(self) -> bool {
+        self == ListenMode::SynOption
     }
 }
 

@@ -19,9 +19,10 @@ use tokio::net::TcpStream;
 
 use crate::config::Timeouts;
 use crate::error::ConnError;
-use crate::tls::{LegIo, TlsLeg};
+use crate::leg_io::{FrameError, LegIo, read_frame};
+use crate::tls::TlsLeg;
 
-use super::{FrameError, hello_kind, nonce, read_frame, reply_bytes, unix_ms};
+use super::{hello_kind, nonce, reply_bytes, unix_ms};
 
 /// Where accepted Hello nonces are remembered beyond this process's own
 /// window: what makes "accepted once" hold for the host, not the process.

@@ -19,7 +19,6 @@ mod upstream;
 pub use downstream::{Accepted, HelloRegister, HelloWindow, Unconfirmed, accept};
 pub use upstream::{PeerLeg, Pooled, connect, dial, dial_pooled};
 
-use std::io;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
@@ -29,44 +28,7 @@ use splitway_proto::header::{Reply, ReplyStatus};
 use tokio::net::TcpStream;
 
 use crate::error::ConnError;
-use crate::tls::LegIo;
-
-/// Why reading a frame stopped.
-#[derive(Debug)]
-pub enum FrameError<E> {
-    /// The other side closed before the frame was complete.
-    Closed,
-    Io(io::Error),
-    Bad(E),
-}
-
-/// Reads from `s` into `buf` until `decode` yields a frame; the frame's bytes
-/// are removed from `buf` and whatever followed stays there (it belongs to
-/// the data stream).
-pub async fn read_frame<'a, T, E>(
-    s: impl Into<LegIo<'a>>,
-    buf: &mut Vec<u8>,
-    mut decode: impl FnMut(&[u8]) -> Result<Option<(T, usize)>, E>,
-) -> Result<T, FrameError<E>> {
-    let s = s.into();
-    loop {
-        if !buf.is_empty()
-            && let Some((v, n)) = decode(buf).map_err(FrameError::Bad)?
-        {
-            buf.drain(..n);
-            return Ok(v);
-        }
-        let mut chunk = [0u8; 2048];
-        match s.read(&mut chunk).await {
-            Ok(0) => return Err(FrameError::Closed),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            // A TLS leg closed without close_notify: between frames that is
-            // a plain close (a pooled connection retired by its owner).
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-            Err(e) => return Err(FrameError::Io(e)),
-        }
-    }
-}
+use crate::leg_io::FrameError;
 
 pub(crate) fn nonce() -> [u8; NONCE_LEN] {
     let mut n = [0u8; NONCE_LEN];

@@ -11,10 +11,11 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use crate::config::{Peer, Timeouts};
 use crate::error::ConnError;
-use crate::tls::{LegIo, TlsLeg};
+use crate::leg_io::{FrameError, LegIo, read_frame};
+use crate::tls::TlsLeg;
 use crate::tuning::{self, PEER_KEEPALIVE_DEFAULT};
 
-use super::{FrameError, hello_kind, nonce, peer_frame_error, read_frame, unix_ms};
+use super::{hello_kind, nonce, peer_frame_error, unix_ms};
 
 /// A connected, authenticated-by-us leg to the next relay whose own proof
 /// and Reply are still to be read.

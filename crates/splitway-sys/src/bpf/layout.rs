@@ -17,7 +17,9 @@ fn rust_pins() -> Vec<Pin> {
     let event = |member, at| ("syn_watch.c", "syn_event", Some(member), at);
     let near = |member, at| ("syn_watch.c", "near_key", Some(member), at);
     let route = |member, at| ("agent_synopt.c", "route_val", Some(member), at);
+    let resume = |strukt, member, at| ("splitway_resume.c", strukt, Some(member), at);
     type RouteVal = super::agent_synopt::RouteVal;
+    use super::resume_state::{ResumeEvents, ResumeKey, ResumeVal};
     // The LPM keys are aya's `Key<[u8; N]>` (prefix length, then the address).
     type LpmKey<const N: usize> = aya::maps::lpm_trie::Key<[u8; N]>;
     vec![
@@ -52,6 +54,32 @@ fn rust_pins() -> Vec<Pin> {
             "bypass_key",
             None,
             size_of::<super::bypass::Key>(),
+        ),
+        (
+            "splitway_resume.c",
+            "resume_key",
+            None,
+            size_of::<ResumeKey>(),
+        ),
+        resume("resume_key", "addr", offset_of!(ResumeKey, addr)),
+        (
+            "splitway_resume.c",
+            "resume_val",
+            None,
+            size_of::<ResumeVal>(),
+        ),
+        resume("resume_val", "srtt_us", offset_of!(ResumeVal, srtt_us)),
+        resume("resume_val", "at_ns", offset_of!(ResumeVal, at_ns)),
+        resume(
+            "resume_val",
+            "exited_slow_start",
+            offset_of!(ResumeVal, exited_slow_start),
+        ),
+        (
+            "splitway_resume.c",
+            "resume_events",
+            None,
+            size_of::<ResumeEvents>(),
         ),
         // BYP_POLICY is read and written as an `Array<MapData, u64>`.
         ("bypass.c", "policy", None, size_of::<u64>()),

@@ -18,6 +18,7 @@ pub mod bypass;
 pub mod cc;
 #[cfg(test)]
 mod layout;
+pub mod resume_state;
 mod splitway_cubic;
 mod splitway_resume;
 pub mod strikes;

@@ -1,5 +1,5 @@
 //! `bpf/splitway_resume.c`: CUBIC with Careful Resume per peer (its
-//! `splitway_resume_peers` map), registered by [`super::cc`].
+//! `sw_resume_peers` map), registered by [`super::cc`].
 
 use super::Shipped;
 
@@ -7,5 +7,5 @@ pub(crate) static PROGRAM: Shipped = Shipped {
     name: "splitway_resume",
     map: "splitway_resume_ops",
     object: aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/splitway_resume.o")),
-    state: Some(("splitway_resume_peers", "splitway/resume-peers-v2")),
+    state: Some(("sw_resume_peers", "splitway/resume-peers-v3")),
 };

@@ -78,7 +78,7 @@ fn ms(v: Option<f64>) -> String {
 /// One row per candidate: state, own leg RTT, what the next relay reported
 /// for its onward legs, the sum (loss included), retransmits per sampled
 /// leg, the recent share of segments retransmitted, and a `*`
-/// on the current choice.
+/// on the current choice, and the window learned on legs to it.
 pub(super) fn render_candidates(doc: &api::RoutesView) -> String {
     let mut rows = Vec::new();
     for route in &doc.routes {
@@ -97,6 +97,9 @@ pub(super) fn render_candidates(doc: &api::RoutesView) -> String {
                 c.retrans_per_leg.map_or("-".into(), |r| format!("{r:.2}")),
                 c.loss.map_or("-".into(), |l| format!("{:.1}%", l * 100.0)),
                 c.probes.to_string(),
+                c.learned_window
+                    .as_ref()
+                    .map_or("-".into(), super::learned_window_cell),
                 c.down_reason.clone().unwrap_or_default(),
             ]);
         }
@@ -115,6 +118,7 @@ pub(super) fn render_candidates(doc: &api::RoutesView) -> String {
             "RETRANS",
             "LOSS",
             "PROBES",
+            "LEARNED",
             "WHY DOWN",
         ],
         &rows,
@@ -140,7 +144,10 @@ mod tests {
                  "onward_ms": null, "retrans_per_leg": 0.0, "probes": 7,
                  "down_reason": "connection refused"},
                 {"name": "rs2", "state": "up", "estimate_ms": 1.5, "leg_rtt_ms": 0.5,
-                 "onward_ms": 1.0, "retrans_per_leg": 0.25, "probes": 8, "down_reason": null}]}]}"#;
+                 "onward_ms": 1.0, "retrans_per_leg": 0.25, "probes": 8, "down_reason": null,
+                 "learned_window": {"addr": "10.0.2.2", "peer": "rs2", "cwnd_segments": 1450,
+                  "min_rtt_ms": 215.25, "age_s": 12.4, "capacity_estimate": true,
+                  "current": true}}]}]}"#;
         let doc: api::RoutesView = serde_json::from_str(doc).expect("a routes document");
         let out = render_candidates(&doc);
         let lines: Vec<&str> = out.lines().collect();
@@ -158,6 +165,8 @@ mod tests {
             "{out}"
         );
         assert!(lines[2].contains("0.25"), "{out}");
+        assert!(lines[2].contains("1450 seg, 215.2 ms, 12 s ago"), "{out}");
+        assert!(lines[1].contains("  -  "), "{out}");
         assert!(lines[3].contains("60 s"), "{out}");
         assert_eq!(
             render_candidates(&api::RoutesView::default()),

@@ -851,6 +851,15 @@ impl Lab {
         self.helpers_running.push(child);
     }
 
+    /// What relay `name` has logged so far.
+    pub fn relay_log(&self, name: &str) -> String {
+        self.relays_running
+            .iter()
+            .find(|p| p.name == name)
+            .map(RelayProcess::stderr)
+            .unwrap_or_else(|| panic!("no running relay {name}"))
+    }
+
     /// Prints every relay's output (used on failure): first, for all
     /// relays, the lines that usually explain a failure (warnings, errors,
     /// connections that did not complete), since CI shows only the head
