@@ -39,6 +39,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+mod handover;
 pub mod paths;
 pub mod window_safety;
 
@@ -300,6 +301,8 @@ fn run_chain(
         .left_addr()
         .ok_or_else(|| LabError::Usage("the server has no link".into()))?;
     let _nginx = start_nginx(server, work)?;
+    // Timed RTT changes and loss bursts run through every configuration.
+    let _handovers = handover::Handovers::start(&topo, chain);
 
     for &config in configs {
         let mut rows: Vec<Measurement> = scenario

@@ -46,6 +46,18 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         "path-choice",
         include_str!("../../../lab/scenarios/path-choice.toml"),
     ),
+    (
+        "geo-satellite",
+        include_str!("../../../lab/scenarios/geo-satellite.toml"),
+    ),
+    (
+        "geo-satellite-lossy",
+        include_str!("../../../lab/scenarios/geo-satellite-lossy.toml"),
+    ),
+    (
+        "leo-handover",
+        include_str!("../../../lab/scenarios/leo-handover.toml"),
+    ),
 ];
 
 /// The scenario `splitway lab` runs without arguments.
@@ -170,6 +182,19 @@ struct LinkFile {
     /// the first relay's accepted sockets; server link: the last relay's
     /// direct legs; relay↔relay links: the dialing relay's peer legs).
     relay_congestion: Option<String>,
+    /// Timed RTT changes with loss bursts (a LEO satellite's handovers).
+    handover: Option<HandoverFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HandoverFile {
+    every_s: f64,
+    /// The RTTs the link cycles through, the link's `rtt_ms` first.
+    rtt_ms: Vec<f64>,
+    /// Loss each way for `loss_ms` after each handover (default 0).
+    loss: Option<f64>,
+    loss_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -213,6 +238,19 @@ pub struct Chain {
     /// Per link: splitway's congestion control there, `None` = the lab's
     /// default ([`crate::model::RELAY_CONGESTION`]).
     pub relay_congestion: Vec<Option<Congestion>>,
+    /// Per link: its handovers, if it has them (the model sees its first
+    /// RTT only).
+    pub handovers: Vec<Option<Handover>>,
+}
+
+/// A link's handovers: every `every`, the next RTT of `rtts`, with `loss`
+/// each way for `loss_for` (loss that congestion did not cause).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Handover {
+    pub every: Duration,
+    pub rtts: Vec<Duration>,
+    pub loss: f64,
+    pub loss_for: Duration,
 }
 
 impl Chain {
@@ -374,6 +412,7 @@ impl Scenario {
                     .filter(|r| *r > 0.0)
                     .map(|r| e2e_queue_packets(r, path_rtt_ms)),
                 relay_congestion: None,
+                handover: None,
             })
             .collect();
         let rtt_text: Vec<String> = rtts_ms.iter().map(|r| trim_float(*r)).collect();
@@ -554,6 +593,7 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
         }
         let mut links = Vec::new();
         let mut congestions = Vec::new();
+        let mut handovers = Vec::new();
         for (l, link) in chain.link.iter().enumerate() {
             let key = |field: &str| format!("{at}.link[{l}].{field}");
             let ms = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1000.0);
@@ -632,6 +672,62 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
                 bad(key("queue_packets"), "must be at least 1".into());
                 ok = false;
             }
+            let mut handover = None;
+            if let Some(h) = &link.handover {
+                let key = |field: &str| format!("{at}.link[{l}].handover.{field}");
+                let mut good = true;
+                if !(h.every_s.is_finite() && (1.0..=3600.0).contains(&h.every_s)) {
+                    bad(key("every_s"), "must be between 1 and 3600 s".into());
+                    good = false;
+                }
+                if h.rtt_ms.len() < 2
+                    || h.rtt_ms
+                        .iter()
+                        .any(|r| !(r.is_finite() && (0.0..=10_000.0).contains(r)))
+                {
+                    bad(
+                        key("rtt_ms"),
+                        "at least two RTTs, each between 0 and 10000 ms".into(),
+                    );
+                    good = false;
+                } else if (h.rtt_ms[0] - link.rtt_ms).abs() > 1e-9 {
+                    bad(
+                        key("rtt_ms"),
+                        "must start with the link's rtt_ms (the RTT before the first handover)"
+                            .into(),
+                    );
+                    good = false;
+                }
+                let burst_loss = h.loss.unwrap_or(0.0);
+                if !(0.0..1.0).contains(&burst_loss) {
+                    bad(key("loss"), "must be a fraction in [0, 1)".into());
+                    good = false;
+                }
+                let loss_ms = h.loss_ms.unwrap_or(0.0);
+                if !(loss_ms.is_finite() && loss_ms >= 0.0 && loss_ms <= h.every_s * 1000.0) {
+                    bad(
+                        key("loss_ms"),
+                        "must be between 0 and the handover interval".into(),
+                    );
+                    good = false;
+                }
+                if link.one_way_ms.is_some() {
+                    bad(
+                        key("rtt_ms"),
+                        "a link with handovers takes no one_way_ms".into(),
+                    );
+                    good = false;
+                }
+                ok &= good;
+                if good {
+                    handover = Some(Handover {
+                        every: Duration::from_secs_f64(h.every_s),
+                        rtts: h.rtt_ms.iter().map(|&r| ms(r)).collect(),
+                        loss: burst_loss,
+                        loss_for: ms(loss_ms),
+                    });
+                }
+            }
             if ok {
                 let mut spec = match link.one_way_ms {
                     Some([a, b]) => LinkSpec::asymmetric(ms(a), ms(b)),
@@ -646,6 +742,7 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
                 }
                 links.push(spec);
                 congestions.push(congestion);
+                handovers.push(handover);
             }
         }
         let mut spec = ChainSpec::chain(links);
@@ -692,6 +789,7 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
             spec,
             model,
             relay_congestion: congestions,
+            handovers,
         };
         if turbo_bdp {
             let links = chain.model_links();
@@ -741,6 +839,44 @@ mod tests {
             let s = Scenario::parse(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(&s.name, name);
             assert!(!s.chains.is_empty() || s.graph.is_some());
+        }
+    }
+
+    #[test]
+    fn leo_handover_cycles_its_satellite_hop() {
+        let s = Scenario::load("leo-handover").expect("built in");
+        let h = s.chains[0].handovers[1]
+            .as_ref()
+            .expect("the satellite hop");
+        assert_eq!(h.every, Duration::from_secs(15));
+        assert_eq!(
+            h.rtts,
+            [Duration::from_millis(30), Duration::from_millis(80)]
+        );
+        assert_eq!((h.loss, h.loss_for), (0.015, Duration::from_secs(1)));
+        assert!(s.chains[0].handovers[0].is_none());
+        let bad = r#"
+name = "x"
+configs = ["e2e", "default"]
+[workload]
+sizes = ["1MB"]
+reps = 1
+[[chain]]
+name = "c"
+[[chain.link]]
+rtt_ms = 10
+[[chain.link]]
+rtt_ms = 30
+handover = { every_s = 0.5, rtt_ms = [40, 80], loss = 1.5, loss_ms = 99999 }
+"#;
+        let e = Scenario::parse(bad, "test").expect_err("invalid");
+        let keys: Vec<&str> = e.issues().iter().map(|i| i.key.as_str()).collect();
+        for key in ["every_s", "rtt_ms", "loss", "loss_ms"] {
+            let full = format!("chain[0].link[1].handover.{key}");
+            assert!(
+                keys.contains(&full.as_str()),
+                "{full} missing from {keys:?}"
+            );
         }
     }
 

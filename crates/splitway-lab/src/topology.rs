@@ -204,7 +204,7 @@ impl LinkSpec {
     /// Packet buffers one direction may need: what is in flight at the rate
     /// (or an assumed 4 Gbit/s without a cap) over the delay, plus the queue,
     /// times two.
-    fn buffer_budget(&self) -> (usize, usize) {
+    pub(crate) fn buffer_budget(&self) -> (usize, usize) {
         let (fwd, rev) = self.one_way_delays();
         let longest = fwd.max(rev) + self.jitter;
         let bps = self.rate_mbit.map_or(4e9, |m| m * 1e6);
@@ -550,6 +550,13 @@ impl Topology {
         std::thread::sleep(old_rtt + Duration::from_millis(50));
         self.reset_stats();
         Ok(())
+    }
+
+    /// A handle that changes link `index` from another thread (see
+    /// [`crate::emu::link::LinkControl`]); `set_link`'s record of the spec
+    /// is not updated by it.
+    pub fn link_control(&self, index: usize) -> Option<crate::emu::link::LinkControl> {
+        self.links.get(index).map(|l| l.handle.control())
     }
 
     /// Everything the emulator counted since the last reset, plus the TUN

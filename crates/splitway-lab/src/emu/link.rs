@@ -94,6 +94,30 @@ struct Shared {
     reverse: DirectionCounters,
 }
 
+/// Changes a running link's parameters ([`LinkHandle::control`]); it does
+/// not keep the link alive.
+#[derive(Debug, Clone)]
+pub struct LinkControl {
+    shared: Arc<Shared>,
+}
+
+impl LinkControl {
+    /// As [`LinkHandle::set_params`].
+    pub fn set_params(
+        &self,
+        forward: DirectionParams,
+        reverse: DirectionParams,
+        max_buffers: usize,
+    ) {
+        *self
+            .shared
+            .params
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = (forward, reverse, max_buffers);
+        self.shared.generation.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// A running link emulator. Dropping it stops and joins the thread, which
 /// closes the devices.
 #[derive(Debug)]
@@ -160,6 +184,14 @@ impl LinkHandle {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = (forward, reverse, max_buffers);
         self.shared.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// A handle that changes this link's parameters from another thread
+    /// (timed events such as a satellite handover), while the link runs.
+    pub fn control(&self) -> LinkControl {
+        LinkControl {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     pub fn forward(&self) -> &DirectionCounters {
