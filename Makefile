@@ -47,8 +47,11 @@ deb: release
 ## deb-test.sh 56 s (debootstrap and apt dominate; bench-results/deb-test-20261128T000717Z.txt);
 ## 9m35s when the release build (fat LTO) must rebuild the binary first
 ## (bench-results/deb-test-20261127T235358Z.txt). That fits CI's 90 min beside `make test` and
-## fuzz-ci (about 20) as one more step in .ci/run; it is not there yet (the lead's call).
+## fuzz-ci (about 20), but it is kept out of .ci/run: it needs deb.debian.org reachable from the
+## CI machine and adds a release build and cargo-deb's (about 15 min from a clean clone), and a
+## mirror hiccup would then block every landing. Run it before a release.
 deb-test: deb
+	command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
 	./scripts/deb-test.sh
 
 ## image: the container image localhost/splitway:0.1.0 from deploy/Containerfile (the binary
