@@ -158,8 +158,8 @@ impl Reloader {
                 );
             }
             Err(ReloadError::Invalid(errors)) => {
-                for issue in &errors.issues {
-                    warn!(file = %errors.path, key = %issue.key, error = %issue.message, "reload refused: config invalid");
+                for line in errors.lines() {
+                    warn!("reload refused: config invalid: {line}");
                 }
             }
             Err(e) => warn!(error = %e, "reload refused"),
