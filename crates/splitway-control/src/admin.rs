@@ -385,7 +385,10 @@ where
             }
         },
         Err(_elapsed) => {
-            debug!(timeout = ?config.read_timeout, "admin client too slow, cutting it off");
+            debug!(
+                timeout_ms = config.read_timeout.as_millis(),
+                "admin client too slow, cutting it off"
+            );
             let message = format!(
                 "request not received within {} ms",
                 config.read_timeout.as_millis()
@@ -500,7 +503,7 @@ impl Api {
                 match &result {
                     Ok(_) => info!("admin API: config reloaded"),
                     Err(AdminError::Invalid(errors)) => {
-                        warn!(errors = ?errors, "admin API: reload refused, config invalid")
+                        warn!(errors = %errors.join("; "), "admin API: reload refused, config invalid")
                     }
                     Err(error) => warn!(%error, "admin API: reload refused"),
                 }
@@ -546,7 +549,11 @@ impl Api {
                 Response::json(Status::Ok, &api::ParamsChanged { changed })
             }
             Err(errors) => {
-                warn!(errors = ?errors, "admin API: parameter change refused");
+                let text: Vec<String> = errors
+                    .iter()
+                    .map(|e| format!("{}: {}", e.param, e.message))
+                    .collect();
+                warn!(errors = %text.join("; "), "admin API: parameter change refused");
                 let errors = errors
                     .iter()
                     .map(|e| api::ErrorDetail::Param(e.api()))

@@ -56,4 +56,4 @@ pub mod tuning;
 
 pub use config::Config;
 pub use error::{ConnError, Culprit, RelayError};
-pub use relay::Relay;
+pub use relay::{Relay, Stopped};

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -280,7 +280,12 @@ impl Relay {
                 .map(|a| a.port()),
         );
         let host_addrs = crate::policy::HostAddrs::read();
-        info!(addresses = ?host_addrs.snapshot(), "this host's addresses: refused as destinations to remote clients unless policy.allow_host_addresses");
+        let addresses: Vec<String> = host_addrs
+            .snapshot()
+            .iter()
+            .map(IpAddr::to_string)
+            .collect();
+        info!(addresses = %addresses.join(", "), "this host's addresses: refused as destinations to remote clients unless policy.allow_host_addresses");
         let plan = accel::plan(&cfg, &host);
         for e in &plan {
             match e.state {
@@ -352,13 +357,14 @@ impl Relay {
         self.reloader.clone()
     }
 
-    /// Runs until `shutdown` completes, then stops accepting and lets open
-    /// connections finish for up to `drain`.
+    /// Runs until `shutdown` completes (or the admin API asks for a drain),
+    /// then stops accepting and lets open connections finish for up to
+    /// `drain`.
     pub async fn run(
         mut self,
         shutdown: impl Future<Output = ()>,
         drain: Duration,
-    ) -> Result<(), RelayError> {
+    ) -> Result<Stopped, RelayError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         // `POST /drain` ends the relay like a signal does.
         let (drain_tx, mut drain_rx) = watch::channel(false);
@@ -381,7 +387,10 @@ impl Relay {
         let admin_task = self.admin.map(|l| {
             let metrics = self.shared.metrics.clone();
             let mut stop = admin_stop_rx;
-            info!(addr = ?l.local_addr().ok(), "admin API listening");
+            match l.local_addr() {
+                Ok(addr) => info!(%addr, "admin API listening"),
+                Err(e) => info!(error = %e, "admin API listening (its address unreadable)"),
+            }
             let admin = RelayAdmin::new(
                 self.current.clone(),
                 self.reloader.clone(),
@@ -474,10 +483,13 @@ impl Relay {
         )));
         info!(name = %self.shared.cfg.name, "relay ready");
 
-        tokio::select! {
-            () = shutdown => {}
-            () = stopped(&mut drain_rx) => info!("drain requested through the admin API"),
-        }
+        let by_admin = tokio::select! {
+            () = shutdown => false,
+            () = stopped(&mut drain_rx) => {
+                info!("drain requested through the admin API");
+                true
+            }
+        };
         info!("shutting down: no new connections");
         let _ = stop_tx.send(true);
         let pools = self.reloader.stop();
@@ -504,12 +516,14 @@ impl Relay {
         // Every open connection holds a limiter permit until its task ends
         // (or, still being admitted, an admission).
         let open = &self.shared.limiter;
+        let mut cut = 0;
         if tokio::time::timeout(drain, open.all_closed())
             .await
             .is_err()
         {
+            cut = open.open();
             warn!(
-                open = open.open(),
+                open = cut,
                 "drain deadline reached; closing remaining connections"
             );
         }
@@ -518,8 +532,17 @@ impl Relay {
         if let Some(t) = admin_task {
             let _ = t.await;
         }
-        Ok(())
+        Ok(Stopped { by_admin, cut })
     }
+}
+
+/// How a relay's run ended, for the last line its command logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// The admin API asked for the drain (else the shutdown future ended).
+    pub by_admin: bool,
+    /// Connections still open at the drain's deadline, then closed.
+    pub cut: usize,
 }
 
 /// Binds strict mode's queue, then installs its rules for each

@@ -149,7 +149,7 @@ impl Reloader {
                     info!(key = %c.key, old = %c.old, new = %c.new, "reload: changed");
                 }
                 if !report.needs_restart.is_empty() {
-                    warn!(keys = ?report.needs_restart, "reload: these changes need a restart and were not applied");
+                    warn!(keys = %report.needs_restart.join(", "), "reload: these changes need a restart and were not applied");
                 }
                 info!(
                     generation = report.generation,

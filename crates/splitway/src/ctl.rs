@@ -170,10 +170,22 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 }
 
 /// Runs one `splitway ctl` command, printing its output.
-pub fn run(args: CtlArgs) -> anyhow::Result<ExitCode> {
+/// `json`: `--log-format json`, under which what goes to stderr is logged
+/// as JSON lines, one per line of text (stdout is the answer, unchanged).
+pub fn run(args: CtlArgs, json: bool) -> anyhow::Result<ExitCode> {
     let outcome = execute(&args)?;
     print!("{}", outcome.stdout);
-    eprint!("{}", outcome.stderr);
+    if json {
+        for line in outcome.stderr.lines().filter(|l| !l.trim().is_empty()) {
+            if outcome.code == 0 {
+                tracing::warn!("{line}");
+            } else {
+                tracing::error!(exit_code = outcome.code, "{line}");
+            }
+        }
+    } else {
+        eprint!("{}", outcome.stderr);
+    }
     Ok(ExitCode::from(outcome.code))
 }
 

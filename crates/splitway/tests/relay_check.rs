@@ -119,6 +119,37 @@ via = "direct"
     }
 }
 
+/// `splitway relay --check | head -1`: the reader goes away after a line;
+/// the command ends as `cat` would (SIGPIPE), not with a panic (101).
+#[test]
+fn check_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = TempDir::new();
+    let path = dir.join("relay.toml");
+    let mut cfg = testbed::relay("rc", "off", None);
+    cfg.listen = vec![RawListener::new(ListenMode::Socks5, "127.0.0.1:1080")];
+    cfg.route = vec![RawRoute::new("0.0.0.0/0", "direct")];
+    std::fs::write(&path, cfg.to_toml()).expect("write");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(SPLITWAY)
+        .args(["relay", "--check", "--config"])
+        .arg(&path)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run splitway");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    const SIGPIPE: i32 = 13;
+    assert_eq!(
+        out.status.signal(),
+        Some(SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 #[test]
 fn check_rejects_a_missing_file() {
     let out = output(Command::new(SPLITWAY).args([

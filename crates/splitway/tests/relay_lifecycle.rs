@@ -83,6 +83,13 @@ fn intercept_rules_are_removed_on_sigterm() {
         status.is_some_and(|s| s.success()),
         "rc should exit cleanly on SIGTERM, got {status:?}"
     );
+    // Its last log line says why it stopped.
+    let log = lab.relay_stderr("rc");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("relay stopped after SIGTERM: every open connection finished"),
+        "last line: {last}\n{log}"
+    );
     let after = interception_state(lab.rc());
     assert_eq!(
         before, after,

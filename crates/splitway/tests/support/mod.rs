@@ -686,6 +686,15 @@ impl Lab {
         }
     }
 
+    /// What relay `name` wrote to stderr (its log) so far.
+    pub fn relay_stderr(&self, name: &str) -> String {
+        self.relays_running
+            .iter()
+            .find(|p| p.name == name)
+            .expect("relay started")
+            .stderr()
+    }
+
     /// Stops relay by name with SIGTERM; returns its exit status (None: had to be killed).
     pub fn stop_relay(&mut self, name: &str) -> Option<std::process::ExitStatus> {
         let p = self
