@@ -2,7 +2,7 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | `GET /metrics` | OpenMetrics text |
+//! | `GET /metrics` | OpenMetrics text if `Accept` asks for it, else Prometheus text |
 //! | `GET /status` | [`AdminHandler::status`] |
 //! | `GET /connections?sample=N` | [`AdminHandler::connections`] (N default 20, at most 1000) |
 //! | `GET /routes` | [`AdminHandler::routes`] |
@@ -40,7 +40,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::error::ControlError;
 use crate::http::{self, Limits, Request, RequestError, Response, Status};
-use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE};
+use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_openmetrics};
 use crate::params::{self, ParamChange, ParamError, ParamInfo, ParamUpdate};
 
 /// What the relay offers the admin API. Every method is called on the admin
@@ -473,10 +473,17 @@ impl Api {
             );
         }
         match (request.path.as_str(), is_get) {
-            ("/metrics", _) => Response::new(
+            // What the client's Accept asks for; Prometheus's text format
+            // for the rest (curl, older scrapers).
+            ("/metrics", _) if accepts_openmetrics(request.header("accept")) => Response::new(
                 Status::Ok,
                 OPENMETRICS_CONTENT_TYPE,
                 self.metrics.encode().into_bytes(),
+            ),
+            ("/metrics", _) => Response::new(
+                Status::Ok,
+                TEXT_CONTENT_TYPE,
+                self.metrics.encode_text().into_bytes(),
             ),
             ("/status", _) => Response::json(Status::Ok, &self.handler.status()),
             ("/connections", _) => match sample_size(request.query.as_deref()) {

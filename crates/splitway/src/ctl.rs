@@ -130,7 +130,8 @@ survives reloads.\n\n\
         long_about = "Put the relay into drain: it stops accepting new connections \
 (and removes its TPROXY interception, so new connections bypass it) while open \
 connections run to completion. Use before maintenance or a restart; the process exits \
-or keeps running according to its own drain settings. A second drain is refused.\n\n\
+or keeps running according to its own drain settings. A second drain is accepted and \
+changes nothing: it answers as the first did (draining, with the connections still open).\n\n\
 Source: POST /drain."
     )]
     Drain,

@@ -13,10 +13,32 @@ mod bypass;
 mod ctl;
 mod relay_cmd;
 
+/// `splitway -V`: the version, commit and build date on one line.
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use splitway_control::build;
+    format!("{} ({} {})", build::VERSION, build::COMMIT, build::DATE)
+});
+
+/// `splitway --version`: the version line, then what this build holds.
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use splitway_control::build;
+    let bpf = match splitway_sys::bpf::SKIPPED {
+        Some(reason) => format!("none: {reason}"),
+        None => splitway_sys::bpf::PROGRAMS.replace(',', ", "),
+    };
+    format!(
+        "{}\ncommit: {}\nbuilt: {}\nBPF programs: {bpf}",
+        build::VERSION,
+        build::COMMIT,
+        build::DATE,
+    )
+});
+
 #[derive(Parser)]
 #[command(
     name = "splitway",
-    version,
+    version = VERSION.as_str(),
+    long_version = LONG_VERSION.as_str(),
     about = "Split-TCP relay for long-haul networks",
     long_about = "splitway cuts long-haul TCP connections into legs at relays placed near \
 clients and near servers, so every leg runs its own short control loop. A relay captures \
@@ -86,7 +108,8 @@ struct RelayArgs {
 #[command(
     name = "splitway relay",
     bin_name = "splitway relay",
-    version,
+    version = VERSION.as_str(),
+    long_version = LONG_VERSION.as_str(),
     about = RELAY_ABOUT,
     long_about = RELAY_LONG_ABOUT
 )]

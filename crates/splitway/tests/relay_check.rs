@@ -150,6 +150,41 @@ fn check_into_a_closed_pipe_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// `--version`: the version, the commit, the build date and which BPF
+/// programs this binary holds (or that a SPLITWAY_BPF_SKIP build has none).
+#[test]
+fn version_names_commit_date_and_bpf_programs() {
+    for args in [&["--version"][..], &["relay", "--version"]] {
+        let out = output(Command::new(SPLITWAY).args(args));
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].ends_with(&format!(" {}", env!("CARGO_PKG_VERSION"))),
+            "{text}"
+        );
+        let commit = lines[1].strip_prefix("commit: ").expect("commit line");
+        assert!(
+            commit == "unknown"
+                || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{text}"
+        );
+        let date = lines[2].strip_prefix("built: ").expect("date line");
+        assert!(
+            date.len() == 10 && date.as_bytes()[4] == b'-' && date.as_bytes()[7] == b'-',
+            "{text}"
+        );
+        let bpf = lines[3].strip_prefix("BPF programs: ").expect("BPF line");
+        assert!(
+            bpf.contains("syn_watch") || bpf.contains("SPLITWAY_BPF_SKIP=1"),
+            "{text}"
+        );
+    }
+    let short = output(Command::new(SPLITWAY).arg("-V"));
+    let short = String::from_utf8_lossy(&short.stdout);
+    assert_eq!(short.lines().count(), 1, "{short}");
+}
+
 #[test]
 fn check_rejects_a_missing_file() {
     let out = output(Command::new(SPLITWAY).args([

@@ -746,6 +746,30 @@ impl Source for Recorder {
     }
 }
 
+/// The relay starts with `-c rc.toml` (base: the empty parent) and reloads
+/// through the file's absolute path: the same key file, no change reported
+/// (the first reload used to report a psk_file change).
+#[test]
+fn a_relative_start_and_an_absolute_reload_see_the_same_key_file() {
+    let cwd = std::env::current_dir().unwrap();
+    let source = Recorder {
+        files: vec![(cwd.join("psk.key"), PSK_HEX.as_bytes().to_vec())],
+        ..Recorder::default()
+    };
+    let text =
+        "name = \"r\"\npsk_file = \"psk.key\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:1\"\n";
+    let started = Config::parse_with(text, Path::new(""), &source).unwrap();
+    let reloaded = Config::parse_with(text, &cwd, &source).unwrap();
+    assert_eq!(started.psk_file, Some(cwd.join("psk.key")));
+    let running = diff::Running {
+        idle: started.timeouts.idle,
+        early_syn: started.accel.early_syn,
+        watermarks: Vec::new(),
+    };
+    let (_, report) = diff::reload(&started, &running, reloaded, false);
+    assert!(report.changed.is_empty(), "{:?}", report.changed);
+}
+
 #[test]
 fn files_are_read_only_through_the_injected_source() {
     let text = "name = \"r\"\npsk_file = \"k/psk.key\"\n[tls]\ncert = \"c.pem\"\nkey = \"c.key\"\nca = \"ca.pem\"\n\
