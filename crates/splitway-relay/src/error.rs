@@ -232,6 +232,9 @@ pub enum RelayError {
         fd: i32,
         reason: String,
     },
+    /// The host lacks what the config names (an interface to intercept on).
+    #[error(transparent)]
+    Host(#[from] crate::preflight::HostIssues),
     /// Its own message names the admin API.
     #[error(transparent)]
     Admin(#[from] splitway_control::ControlError),

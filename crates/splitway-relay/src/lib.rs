@@ -38,6 +38,7 @@ pub mod paths;
 pub mod peer;
 pub mod policy;
 pub mod pool;
+pub mod preflight;
 pub mod probe;
 pub mod proxy_header;
 pub mod relay;

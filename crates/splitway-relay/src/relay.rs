@@ -74,6 +74,11 @@ impl Relay {
     }
 
     pub async fn bind_with(mut cfg: Config, options: RelayOptions) -> Result<Relay, RelayError> {
+        // An interface that is not there would intercept nothing, silently.
+        let missing = crate::preflight::interfaces(&cfg, &crate::preflight::present_interfaces());
+        if !missing.is_empty() {
+            return Err(RelayError::Host(crate::preflight::HostIssues(missing)));
+        }
         // Two sockets per split connection, plus pipes while data moves.
         // Beyond what the open-file limit holds, new connections are shed
         // at accept (a reset, counted) instead of failing half-way.

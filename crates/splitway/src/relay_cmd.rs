@@ -107,7 +107,13 @@ pub fn run(
         for p in &problems {
             eprintln!("{}: {p}", path.display());
         }
-        if !problems.is_empty() {
+        // What the file asks of this host: interfaces, free ports, the
+        // programs interception runs.
+        let host = splitway_relay::preflight::check(&cfg, &[]);
+        for issue in &host {
+            eprintln!("{}: {issue}", path.display());
+        }
+        if !problems.is_empty() || host.iter().any(|i| !i.warning) {
             return Ok(ExitCode::from(EX_CONFIG));
         }
         println!(
@@ -194,7 +200,7 @@ pub fn run(
         {
             Ok(relay) => relay,
             // As --check reports it: the config names what cannot run here.
-            Err(e @ RelayError::Congestion(_)) => {
+            Err(e @ (RelayError::Congestion(_) | RelayError::Host(_))) => {
                 error!("relay stopped: {}: {e}", path.display());
                 return Ok(ExitCode::from(EX_CONFIG));
             }
