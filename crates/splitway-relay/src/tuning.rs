@@ -9,11 +9,21 @@ use socket2::{SockRef, TcpKeepalive};
 use crate::config::LegTuning;
 
 /// Keepalive for relay↔relay legs when the config says nothing: a dead peer
-/// must be noticed even when the split connection is idle.
-pub const PEER_KEEPALIVE_DEFAULT: Duration = Duration::from_secs(30);
+/// must be noticed even when the split connection (or a pooled leg) is
+/// idle. Probes every 2 s after 5 s of silence; with the user timeout
+/// below, an idle leg whose path died is dropped about 11 s after it last
+/// heard from its peer.
+pub const PEER_KEEPALIVE_DEFAULT: Duration = Duration::from_secs(5);
+
+/// TCP_USER_TIMEOUT of relay legs when the config says nothing: data that
+/// stays unacknowledged this long (the path died under traffic) ends the
+/// leg, instead of the kernel's 15 retransmissions (about 15 minutes). A
+/// leg is a relay leg where the caller gives a keepalive default.
+pub const PEER_USER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
 /// Applies `tuning` to a socket. `keepalive_default` is the leg kind's
-/// default when the config leaves it unset. Failures are returned, not
+/// default when the config leaves it unset; given (a relay leg), the user
+/// timeout defaults to [`PEER_USER_TIMEOUT_DEFAULT`] too. Failures are returned, not
 /// ignored: a leg that silently ran with the wrong congestion control would
 /// falsify every measurement.
 pub fn apply(
@@ -65,6 +75,12 @@ fn apply_inner(
         s.set_recv_buffer_size(n)?;
     }
     let keepalive = tuning.keepalive.unwrap_or(keepalive_default);
+    let user_timeout = tuning
+        .user_timeout
+        .unwrap_or(keepalive_default.map(|_| PEER_USER_TIMEOUT_DEFAULT));
+    if let Some(t) = user_timeout {
+        s.set_tcp_user_timeout(Some(t))?;
+    }
     if let Some(idle) = keepalive {
         s.set_tcp_keepalive(
             &TcpKeepalive::new()

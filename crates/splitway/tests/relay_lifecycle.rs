@@ -285,3 +285,85 @@ fn idle_connections_are_closed() {
     );
     lab.assert_relays_alive();
 }
+
+/// Established relay legs in `ns` whose `side` (`dport` on the dialing
+/// end, `sport` on the accepting end) is the peer port.
+fn relay_legs(ns: &Netns, side: &str) -> usize {
+    ss_info(ns, &format!("( {side} = :{PEER_PORT} )"))
+        .lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit() || c == '['))
+        .count()
+}
+
+/// The path between rc and rs dies silently (rs drops every relay-leg
+/// packet both ways, no reset): keepalive and TCP_USER_TIMEOUT end the
+/// idle pooled legs on both ends within about 11 s (5 s idle, probes every
+/// 2 s, the user timeout at 10 s), where the kernel's defaults held them
+/// for hours. Once the path is back, the next connection gets a fresh leg:
+/// the pool drops the dead ones before handing one out.
+#[test]
+fn a_dead_path_ends_idle_relay_legs_within_the_bound() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], true);
+    lab.start_relays(&configs);
+    wait_until(deadline, "rc's pool filled", || {
+        let st = admin_status(lab.relay_ns("rc")).ok()?;
+        (st.peers.first()?.pool.as_ref()?.level > 0).then_some(())
+    });
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_client_to_server(&lab.client, &server, server_v4(), 64 * 1024, LAST_RELAY_V4);
+    assert!(relay_legs(lab.relay_ns("rc"), "dport") > 0);
+    assert!(relay_legs(lab.relay_ns("rs"), "sport") > 0);
+
+    let port = PEER_PORT.to_string();
+    let nft = |args: &[&str]| {
+        let ok = lab
+            .relay_ns("rs")
+            .command("nft")
+            .args(args)
+            .status()
+            .expect("run nft");
+        assert!(ok.success(), "nft {args:?}");
+    };
+    nft(&["add", "table", "inet", "swcut"]);
+    for (chain, hook, match_port) in [("in", "input", "dport"), ("out", "output", "sport")] {
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            "swcut",
+            chain,
+            &format!("{{ type filter hook {hook} priority -300; }}"),
+        ]);
+        nft(&[
+            "add", "rule", "inet", "swcut", chain, "tcp", match_port, &port, "drop",
+        ]);
+    }
+    let cut = Instant::now();
+    wait_until(deadline, "the dead legs ended on both ends", || {
+        (relay_legs(lab.relay_ns("rc"), "dport") == 0
+            && relay_legs(lab.relay_ns("rs"), "sport") == 0)
+            .then_some(())
+    });
+    let took = cut.elapsed();
+    println!("dead relay legs ended {took:?} after the cut");
+    assert!(
+        took < Duration::from_secs(16),
+        "dead legs lived {took:?} after the path died"
+    );
+
+    nft(&["delete", "table", "inet", "swcut"]);
+    let dead_before = lab
+        .metrics("rc")
+        .counter("splitway_pool_events_total", &[("event", "dead")]);
+    transfer_client_to_server(&lab.client, &server, server_v4(), 64 * 1024, LAST_RELAY_V4);
+    let dead_after = lab
+        .metrics("rc")
+        .counter("splitway_pool_events_total", &[("event", "dead")]);
+    assert!(
+        dead_after > dead_before,
+        "the pool handed out no fresh leg past the dead ones ({dead_before} -> {dead_after})"
+    );
+}

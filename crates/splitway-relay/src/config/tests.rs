@@ -1088,3 +1088,24 @@ fn syntax_errors_and_the_file_report_give_file_line_and_column() {
         "{text}"
     );
 }
+
+#[test]
+fn user_timeout_is_a_duration_or_off_on_every_leg_kind() {
+    let cfg = Config::parse_str(
+        "name = \"rc\"\nadmin = \"off\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n\
+         [upstream]\nuser_timeout = \"20s\"\n[direct]\nuser_timeout = \"off\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(
+        cfg.upstream.user_timeout,
+        Some(Some(Duration::from_secs(20)))
+    );
+    assert_eq!(cfg.direct.user_timeout, Some(None));
+    assert_eq!(cfg.client.user_timeout, None);
+    let issues = Config::parse_str(
+        "name = \"rc\"\nadmin = \"off\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n\
+         [upstream]\nuser_timeout = \"0s\"\nkeepalive = \"soon\"\n",
+    )
+    .unwrap_err();
+    assert_has_keys(&issues, &["upstream.user_timeout", "upstream.keepalive"]);
+}

@@ -370,6 +370,10 @@ pub struct LegTuning {
     pub rcvbuf: Option<usize>,
     /// TCP keepalive idle time; `Some(None)` = explicitly off.
     pub keepalive: Option<Option<Duration>>,
+    /// TCP_USER_TIMEOUT: how long sent data may stay unacknowledged (and,
+    /// with keepalive, how long probes may go unanswered) before the kernel
+    /// drops the connection; `Some(None)` = explicitly off.
+    pub user_timeout: Option<Option<Duration>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
