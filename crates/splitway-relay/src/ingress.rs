@@ -455,6 +455,7 @@ async fn admit(
                 &shared.cfg.timeouts,
                 &shared.metrics,
                 shared.hellos.as_deref(),
+                shared.stopping.clone(),
                 {
                     // Authenticated: no longer an unknown source's
                     // handshake (a pooled leg may now wait long for its

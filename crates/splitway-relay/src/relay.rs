@@ -62,8 +62,10 @@ pub struct Relay {
     syn_watch: Option<SynWatch>,
     /// Per `[[listen]]` entry, its accept sockets (one if inherited).
     listeners: Vec<Vec<TcpListener>>,
-    admin: Option<TcpListener>,
+    admin: Option<AdminSocket>,
     interceptions: Vec<Interception>,
+    /// Sends the stop every accept loop and waiting leg ends on.
+    stop: watch::Sender<bool>,
     /// Strict mode's SYN reader and its rules (removed before TPROXY's).
     strict: Option<(Arc<Strict>, Vec<StrictRules>)>,
 }
@@ -160,7 +162,19 @@ impl Relay {
         let mut host = HostFacts::read();
         host.learned_window = learned_window;
         let admin = match cfg.admin {
-            Some(a) => Some(splitway_control::bind(a).await?),
+            Some(a) => Some(match splitway_control::bind(a).await {
+                Ok(l) => AdminSocket::Bound(l),
+                // A relay restarted while the old one drains: the old one
+                // keeps answering there until it exits; this one serves
+                // from then on instead of refusing to start.
+                Err(splitway_control::ControlError::Bind { source, .. })
+                    if source.kind() == std::io::ErrorKind::AddrInUse =>
+                {
+                    warn!(addr = %a, "admin API address in use (by a relay still draining?): the admin API starts once it is free");
+                    AdminSocket::Waiting(a)
+                }
+                Err(e) => return Err(e.into()),
+            }),
             None => None,
         };
         let pools = cfg
@@ -280,8 +294,8 @@ impl Relay {
             listeners
                 .iter()
                 .flatten()
-                .chain(admin.iter())
                 .filter_map(|l| l.local_addr().ok())
+                .chain(admin.iter().filter_map(AdminSocket::addr))
                 .map(|a| a.port()),
         );
         let host_addrs = crate::policy::HostAddrs::read();
@@ -307,7 +321,9 @@ impl Relay {
             metrics.clone(),
             host.peer_fast_open(&cfg),
         ));
+        let (stop, stopping) = watch::channel(false);
         let shared = Arc::new(Shared {
+            stopping,
             accel,
             accept_paths,
             own: Arc::new(own),
@@ -343,6 +359,7 @@ impl Relay {
             admin,
             interceptions,
             strict,
+            stop,
         })
     }
 
@@ -370,7 +387,8 @@ impl Relay {
         shutdown: impl Future<Output = ()>,
         drain: Duration,
     ) -> Result<Stopped, RelayError> {
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = self.stop;
+        let stop_rx = stop_tx.subscribe();
         // `POST /drain` ends the relay like a signal does.
         let (drain_tx, mut drain_rx) = watch::channel(false);
         // The admin API outlives the listeners: it answers during a drain.
@@ -389,13 +407,9 @@ impl Relay {
                 )));
             }
         }
-        let admin_task = self.admin.map(|l| {
+        let admin_task = self.admin.map(|socket| {
             let metrics = self.shared.metrics.clone();
             let mut stop = admin_stop_rx;
-            match l.local_addr() {
-                Ok(addr) => info!(%addr, "admin API listening"),
-                Err(e) => info!(error = %e, "admin API listening (its address unreadable)"),
-            }
             let admin = RelayAdmin::new(
                 self.current.clone(),
                 self.reloader.clone(),
@@ -403,6 +417,19 @@ impl Relay {
                 drain_tx,
             );
             tokio::spawn(async move {
+                let l = match socket {
+                    AdminSocket::Bound(l) => l,
+                    AdminSocket::Waiting(addr) => {
+                        let Some(l) = bind_when_free(addr, &mut stop).await else {
+                            return;
+                        };
+                        l
+                    }
+                };
+                match l.local_addr() {
+                    Ok(addr) => info!(%addr, "admin API listening"),
+                    Err(e) => info!(error = %e, "admin API listening (its address unreadable)"),
+                }
                 let r = splitway_control::serve(l, metrics, Arc::new(admin), async move {
                     let _ = stop.wait_for(|s| *s).await;
                 })
@@ -500,6 +527,19 @@ impl Relay {
         let pools = self.reloader.stop();
         for t in tasks.into_iter().chain(pools) {
             let _ = t.await;
+        }
+        // Idle pooled legs to the next relays would only wait to be closed
+        // at exit: closed now, so the next relays' drains need not wait.
+        let closed: usize = self
+            .current
+            .load()
+            .pools
+            .iter()
+            .flatten()
+            .map(|p| p.close_idle())
+            .sum();
+        if closed > 0 {
+            info!(closed, "drain: closed the idle pooled legs");
         }
         // New SYNs are no longer held: they go the way TPROXY's drain
         // sends them. SYNs still held are dropped with the queue (their
@@ -738,6 +778,42 @@ fn match_inherited(
         slots[index] = Some(i.listener);
     }
     Ok(slots)
+}
+
+/// The admin API's socket: bound at start, or its address to bind once a
+/// draining predecessor lets go of it.
+enum AdminSocket {
+    Bound(TcpListener),
+    Waiting(SocketAddr),
+}
+
+impl AdminSocket {
+    fn addr(&self) -> Option<SocketAddr> {
+        match self {
+            AdminSocket::Bound(l) => l.local_addr().ok(),
+            AdminSocket::Waiting(a) => Some(*a),
+        }
+    }
+}
+
+/// Binds `addr` as soon as it is free (every 250 ms); `None` if the relay
+/// stops first or the bind fails for another reason (logged).
+async fn bind_when_free(addr: SocketAddr, stop: &mut watch::Receiver<bool>) -> Option<TcpListener> {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            () = stopped(stop) => return None,
+        }
+        match splitway_control::bind(addr).await {
+            Ok(l) => return Some(l),
+            Err(splitway_control::ControlError::Bind { source, .. })
+                if source.kind() == std::io::ErrorKind::AddrInUse => {}
+            Err(e) => {
+                warn!(error = %e, "admin API not started");
+                return None;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

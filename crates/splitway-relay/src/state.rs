@@ -64,6 +64,10 @@ pub struct Shared {
     pub accel: Arc<AccelStatus>,
     /// Measured candidates and each route's choice (`GET /routes`).
     pub paths: Arc<crate::paths::Paths>,
+    /// Turns true when the relay stops accepting (a drain): what waits
+    /// for a new connection's first bytes (a pooled leg before its header)
+    /// ends then, so upstream relays dial elsewhere or afresh.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The snapshot new connections start on, swapped by a reload.
@@ -161,6 +165,7 @@ impl Shared {
             host: self.host.clone(),
             upstreams: self.upstreams.clone(),
             accel: self.accel.clone(),
+            stopping: self.stopping.clone(),
         }
     }
 }

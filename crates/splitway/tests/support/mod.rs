@@ -727,6 +727,22 @@ impl Lab {
             .id()
     }
 
+    /// Starts relay `name` again with `config` while its old process still
+    /// runs (draining after SIGTERM): the old one keeps its entry (found
+    /// first by name) and its log moves to `NAME.old.stderr`.
+    pub fn start_relay_beside(&mut self, name: &str, config: &RelayConfig) {
+        let old = self.running(name);
+        let moved = old.stderr_path.with_extension("old.stderr");
+        fs::rename(&old.stderr_path, &moved).expect("move the old relay's log");
+        old.stderr_path = moved;
+        let r = self
+            .relay_names
+            .iter()
+            .position(|n| n == name)
+            .expect("relay name");
+        self.start_relay(r, config);
+    }
+
     /// Starts a stopped relay again with `config` (same name, same namespace).
     pub fn restart_relay(&mut self, name: &str, config: &RelayConfig) {
         if let Some(i) = self.relays_running.iter().position(|p| p.name == name) {
