@@ -296,10 +296,9 @@ fn relay_legs(ns: &Netns, side: &str) -> usize {
 }
 
 /// The path between rc and rs dies silently (rs drops every relay-leg
-/// packet both ways, no reset): keepalive and TCP_USER_TIMEOUT end the
-/// idle pooled legs on both ends within about 11 s (5 s idle, probes every
-/// 2 s, the user timeout at 10 s), where the kernel's defaults held them
-/// for hours. Once the path is back, the next connection gets a fresh leg:
+/// packet both ways, no reset): keepalive ends the idle pooled legs on both
+/// ends within about 11 s (5 s idle, then 3 probes 2 s apart), where the
+/// 30 s keepalive took over a minute and the kernel's default hours. Once the path is back, the next connection gets a fresh leg:
 /// the pool drops the dead ones before handing one out.
 #[test]
 fn a_dead_path_ends_idle_relay_legs_within_the_bound() {

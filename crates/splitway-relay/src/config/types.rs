@@ -372,7 +372,8 @@ pub struct LegTuning {
     pub keepalive: Option<Option<Duration>>,
     /// TCP_USER_TIMEOUT: how long sent data may stay unacknowledged (and,
     /// with keepalive, how long probes may go unanswered) before the kernel
-    /// drops the connection; `Some(None)` = explicitly off.
+    /// drops the connection; `None` and `Some(None)` leave it off
+    /// (`tuning::PEER_USER_TIMEOUT_SUGGESTED` says why it is not a default).
     pub user_timeout: Option<Option<Duration>>,
 }
 
