@@ -143,6 +143,14 @@ pub fn ports(cfg: &Config, inherited: &[SocketAddr]) -> Vec<HostIssue> {
                         h.pid
                     )
                 }
+                // systemd's socket unit holds it for the relay it starts.
+                Some(h) if h.pid == 1 => {
+                    warning = true;
+                    format!(
+                        "{addr} is held by {} (pid 1): fine if a splitway .socket unit passes it to this relay (socket activation); otherwise change the address",
+                        h.comm
+                    )
+                }
                 Some(h) => format!(
                     "{addr} is in use by {} (pid {}): stop it or change the address",
                     h.comm, h.pid
