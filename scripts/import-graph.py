@@ -297,7 +297,7 @@ LAYERS = {
             "policy.rs", "tls.rs", "leg_io.rs", "congestion.rs", "tuning.rs", "transparent.rs",
             "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn.rs",
             "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs", "pool.rs",
-            "paths.rs", "accel.rs", "error.rs", "access_log.rs",
+            "paths.rs", "accel.rs", "preflight.rs", "error.rs", "access_log.rs",
         ],
         # the snapshot: `Shared` and what it holds
         ["state.rs"],
@@ -311,7 +311,7 @@ LAYERS = {
         ["relay.rs", "lib.rs"],
     ],
     "splitway-control": [
-        ["error.rs", "http.rs", "params.rs", "client.rs", "metrics/family.rs"],
+        ["build.rs", "error.rs", "http.rs", "params.rs", "client.rs", "metrics/family.rs"],
         # one family module per counting area of the relay
         ["metrics/"],
         # `Metrics` assembles them

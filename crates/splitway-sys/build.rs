@@ -37,6 +37,13 @@ fn main() {
         "no BPF sources (*.c) in {}",
         bpf_dir.display()
     );
+    // What `splitway --version` lists as built: none when skipped.
+    let names: Vec<String> = sources
+        .iter()
+        .filter(|_| !skip)
+        .filter_map(|s| Some(s.file_stem()?.to_str()?.to_owned()))
+        .collect();
+    println!("cargo:rustc-env=SPLITWAY_BPF_PROGRAMS={}", names.join(","));
     if skip {
         // Empty objects keep every `include_bytes!` resolving; the loaders
         // check the cfg before parsing them.

@@ -2,7 +2,7 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | `GET /metrics` | OpenMetrics text |
+//! | `GET /metrics` | OpenMetrics text if `Accept` asks for it, else Prometheus text |
 //! | `GET /status` | [`AdminHandler::status`] |
 //! | `GET /connections?sample=N` | [`AdminHandler::connections`] (N default 20, at most 1000) |
 //! | `GET /routes` | [`AdminHandler::routes`] |
@@ -40,7 +40,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::error::ControlError;
 use crate::http::{self, Limits, Request, RequestError, Response, Status};
-use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE};
+use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, accepts_openmetrics};
 use crate::params::{self, ParamChange, ParamError, ParamInfo, ParamUpdate};
 
 /// What the relay offers the admin API. Every method is called on the admin
@@ -389,7 +389,10 @@ where
             }
         },
         Err(_elapsed) => {
-            debug!(timeout = ?config.read_timeout, "admin client too slow, cutting it off");
+            debug!(
+                timeout_ms = config.read_timeout.as_millis(),
+                "admin client too slow, cutting it off"
+            );
             let message = format!(
                 "request not received within {} ms",
                 config.read_timeout.as_millis()
@@ -474,12 +477,23 @@ impl Api {
             );
         }
         match (request.path.as_str(), is_get) {
-            ("/metrics", _) => {
+            // What the client's Accept asks for; Prometheus's text format
+            // for the rest (curl, older scrapers). The relay copies in what
+            // it only reads on demand first.
+            ("/metrics", _) if accepts_openmetrics(request.header("accept")) => {
                 self.handler.refresh_metrics();
                 Response::new(
                     Status::Ok,
                     OPENMETRICS_CONTENT_TYPE,
                     self.metrics.encode().into_bytes(),
+                )
+            }
+            ("/metrics", _) => {
+                self.handler.refresh_metrics();
+                Response::new(
+                    Status::Ok,
+                    TEXT_CONTENT_TYPE,
+                    self.metrics.encode_text().into_bytes(),
                 )
             }
             ("/status", _) => Response::json(Status::Ok, &self.handler.status()),
@@ -507,7 +521,7 @@ impl Api {
                 match &result {
                     Ok(_) => info!("admin API: config reloaded"),
                     Err(AdminError::Invalid(errors)) => {
-                        warn!(errors = ?errors, "admin API: reload refused, config invalid")
+                        warn!(errors = %errors.join("; "), "admin API: reload refused, config invalid")
                     }
                     Err(error) => warn!(%error, "admin API: reload refused"),
                 }
@@ -553,7 +567,11 @@ impl Api {
                 Response::json(Status::Ok, &api::ParamsChanged { changed })
             }
             Err(errors) => {
-                warn!(errors = ?errors, "admin API: parameter change refused");
+                let text: Vec<String> = errors
+                    .iter()
+                    .map(|e| format!("{}: {}", e.param, e.message))
+                    .collect();
+                warn!(errors = %text.join("; "), "admin API: parameter change refused");
                 let errors = errors
                     .iter()
                     .map(|e| api::ErrorDetail::Param(e.api()))

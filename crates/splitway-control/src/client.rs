@@ -193,8 +193,15 @@ impl AdminClient {
         path: &str,
         body: Option<&[u8]>,
     ) -> Result<Answer, ClientError> {
+        // `ctl metrics` prints the OpenMetrics text (it ends with `# EOF`,
+        // so a truncated answer shows); everything else is JSON.
+        let accept = if path == "/metrics" {
+            "application/openmetrics-text; version=1.0.0, text/plain; q=0.5"
+        } else {
+            "application/json"
+        };
         let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: splitway-ctl\r\nAccept: application/json\r\nConnection: close\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: splitway-ctl\r\nAccept: {accept}\r\nConnection: close\r\n"
         );
         if let Some(body) = &body {
             request.push_str(&format!(

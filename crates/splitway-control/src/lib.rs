@@ -33,6 +33,7 @@
 //! ```
 
 mod admin;
+pub mod build;
 pub mod client;
 mod error;
 mod http;
@@ -47,6 +48,7 @@ pub use error::ControlError;
 pub use metrics::{
     ActiveGuard, AuthFailureReason, CloseReason, Direction, EarlySynOutcome, Leg, Metrics, Mode,
     OPENMETRICS_CONTENT_TYPE, Path, PeerLabels, PoolEvent, SETUP_SECONDS_BUCKETS,
+    TEXT_CONTENT_TYPE,
 };
 pub use params::{
     ParamChange, ParamError, ParamInfo, ParamKind, ParamRegistry, ParamSpec, ParamUpdate,

@@ -132,7 +132,12 @@ async fn exchange(addr: SocketAddr, raw: &[u8]) -> HttpResponse {
 }
 
 async fn get(addr: SocketAddr, path: &str) -> HttpResponse {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+    get_with(addr, path, "").await
+}
+
+/// `GET path` with `headers` (each ending in CRLF) added.
+async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> HttpResponse {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{headers}\r\n");
     let response = exchange(addr, request.as_bytes()).await;
     let length: usize = response.header("content-length").unwrap().parse().unwrap();
     assert_eq!(length, response.body.len());
@@ -210,11 +215,29 @@ async fn metrics_endpoint_exports_what_was_counted() {
     metrics.peer_connect_failure("tokyo");
     metrics.peer_connect_failure("tokyo");
 
-    let response = get(server.addr, "/metrics").await;
+    // Prometheus's own Accept (OpenMetrics first); without one, the text
+    // format (below).
+    let prometheus_accept = "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n";
+    let response = get_with(server.addr, "/metrics", prometheus_accept).await;
     assert_eq!(response.status, 200);
     assert_eq!(
         response.header("content-type"),
         Some(OPENMETRICS_CONTENT_TYPE)
+    );
+    let plain = get(server.addr, "/metrics").await;
+    assert_eq!(
+        plain.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(!plain.body.contains("# EOF"), "{}", plain.body);
+    let plain_scrape = Scrape::parse(plain.body.lines().map(|line| Ok(line.to_owned()))).unwrap();
+    assert_eq!(
+        sample(
+            &plain_scrape,
+            "splitway_connections_accepted_total",
+            &[("mode", "peer")]
+        ),
+        1.0
     );
     assert!(
         response.body.ends_with("# EOF\n"),

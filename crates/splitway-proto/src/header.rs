@@ -343,6 +343,21 @@ pub enum ReplyStatus {
 }
 
 impl ReplyStatus {
+    /// In words, for logs and errors.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplyStatus::Ok => "ok",
+            ReplyStatus::Refused => "connection refused",
+            ReplyStatus::Unreachable => "unreachable",
+            ReplyStatus::Timeout => "timed out",
+            ReplyStatus::NoRoute => "no route",
+            ReplyStatus::TtlExceeded => "TTL exceeded",
+            ReplyStatus::NotAllowed => "not allowed",
+            ReplyStatus::BadHeader => "bad header",
+            ReplyStatus::Internal => "internal error",
+        }
+    }
+
     pub const ALL: [ReplyStatus; 9] = [
         ReplyStatus::Ok,
         ReplyStatus::Refused,

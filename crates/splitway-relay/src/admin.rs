@@ -223,9 +223,7 @@ impl AdminHandler for RelayAdmin {
     fn reload(&self) -> Result<api::Reload, AdminError> {
         match self.reloader.reload() {
             Ok(report) => Ok(report.api()),
-            Err(ReloadError::Invalid(errors)) => Err(AdminError::Invalid(
-                errors.issues.iter().map(|i| i.to_string()).collect(),
-            )),
+            Err(ReloadError::Invalid(errors)) => Err(AdminError::Invalid(errors.lines())),
             Err(e) => Err(AdminError::Refused(e.to_string())),
         }
     }

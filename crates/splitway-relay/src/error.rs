@@ -66,7 +66,7 @@ pub enum ConnError {
     PeerRejected { peer: String, reason: String },
     #[error("peer relay {peer}: timed out {during}")]
     PeerTimeout { peer: String, during: &'static str },
-    #[error("peer relay {peer} reported: {status:?}")]
+    #[error("peer relay {peer} reported: {}", .status.as_str())]
     Downstream { peer: String, status: ReplyStatus },
     #[error("server {addr}: connect: {source}")]
     ServerConnect {
@@ -238,7 +238,11 @@ pub enum RelayError {
         fd: i32,
         reason: String,
     },
-    #[error("admin API: {0}")]
+    /// The host lacks what the config names (an interface to intercept on).
+    #[error(transparent)]
+    Host(#[from] crate::preflight::HostIssues),
+    /// Its own message names the admin API.
+    #[error(transparent)]
     Admin(#[from] splitway_control::ControlError),
     /// A BPF congestion control the config names could not be registered.
     #[error(transparent)]

@@ -44,6 +44,7 @@ pub mod paths;
 pub mod peer;
 pub mod policy;
 pub mod pool;
+pub mod preflight;
 pub mod probe;
 pub mod proxy_header;
 pub mod relay;
@@ -62,4 +63,4 @@ pub mod tuning;
 
 pub use config::Config;
 pub use error::{ConnError, Culprit, RelayError};
-pub use relay::Relay;
+pub use relay::{Relay, Stopped};

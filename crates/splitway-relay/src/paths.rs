@@ -310,7 +310,15 @@ impl Paths {
             ReplyStatus::BadHeader => Ok(None),
             other => Err(other),
         };
-        debug!(peer = %self.peers[i].name, route = %target, ?onward, rtt_us = ?p.rtt_us, "probe answered");
+        let onward_text = match onward {
+            Ok(Some(us)) => format!("{us} us"),
+            Ok(None) => "not reported".to_owned(),
+            Err(status) => format!("refused ({})", status.as_str()),
+        };
+        let rtt = p
+            .rtt_us
+            .map_or("unmeasured".to_owned(), |us| format!("{us} us"));
+        debug!(peer = %self.peers[i].name, route = %target, onward = %onward_text, rtt = %rtt, "probe answered");
         p.onward.insert(target, onward);
         p.probes += 1;
         p.probing = false;

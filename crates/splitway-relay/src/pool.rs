@@ -113,6 +113,15 @@ impl PeerPool {
         found
     }
 
+    /// Closes every idle connection (the relay drains: none will be
+    /// taken); how many. Counted as expired, their lifetime cut short.
+    pub fn close_idle(&self) -> usize {
+        let closed = std::mem::take(&mut *self.idle.lock().expect("pool lock"));
+        self.count(PoolEvent::Expired, closed.len());
+        self.pool_metrics.level(0);
+        closed.len()
+    }
+
     /// Like [`take`](Self::take), but only while at least `low` are idle:
     /// for speculative (early-SYN) legs, which must not drain the pool.
     /// Taking at `low` leaves fewer than `low`, which starts a refill; with

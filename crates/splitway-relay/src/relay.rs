@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,8 +63,10 @@ pub struct Relay {
     syn_watch: Option<SynWatch>,
     /// Per `[[listen]]` entry, its accept sockets (one if inherited).
     listeners: Vec<Vec<TcpListener>>,
-    admin: Option<TcpListener>,
+    admin: Option<AdminSocket>,
     interceptions: Vec<Interception>,
+    /// Sends the stop every accept loop and waiting leg ends on.
+    stop: watch::Sender<bool>,
     /// Strict mode's SYN reader and its rules (removed before TPROXY's).
     strict: Option<(Arc<Strict>, Vec<StrictRules>)>,
 }
@@ -75,6 +77,11 @@ impl Relay {
     }
 
     pub async fn bind_with(mut cfg: Config, options: RelayOptions) -> Result<Relay, RelayError> {
+        // An interface that is not there would intercept nothing, silently.
+        let missing = crate::preflight::interfaces(&cfg, &crate::preflight::present_interfaces());
+        if !missing.is_empty() {
+            return Err(RelayError::Host(crate::preflight::HostIssues(missing)));
+        }
         // Two sockets per split connection, plus pipes while data moves.
         // Beyond what the open-file limit holds, new connections are shed
         // at accept (a reset, counted) instead of failing half-way.
@@ -156,7 +163,19 @@ impl Relay {
         let mut host = HostFacts::read();
         host.learned_window = learned_window;
         let admin = match cfg.admin {
-            Some(a) => Some(splitway_control::bind(a).await?),
+            Some(a) => Some(match splitway_control::bind(a).await {
+                Ok(l) => AdminSocket::Bound(l),
+                // A relay restarted while the old one drains: the old one
+                // keeps answering there until it exits; this one serves
+                // from then on instead of refusing to start.
+                Err(splitway_control::ControlError::Bind { source, .. })
+                    if source.kind() == std::io::ErrorKind::AddrInUse =>
+                {
+                    warn!(addr = %a, "admin API address in use (by a relay still draining?): the admin API starts once it is free");
+                    AdminSocket::Waiting(a)
+                }
+                Err(e) => return Err(e.into()),
+            }),
             None => None,
         };
         let pools = cfg
@@ -276,12 +295,17 @@ impl Relay {
             listeners
                 .iter()
                 .flatten()
-                .chain(admin.iter())
                 .filter_map(|l| l.local_addr().ok())
+                .chain(admin.iter().filter_map(AdminSocket::addr))
                 .map(|a| a.port()),
         );
         let host_addrs = crate::policy::HostAddrs::read();
-        info!(addresses = ?host_addrs.snapshot(), "this host's addresses: refused as destinations to remote clients unless policy.allow_host_addresses");
+        let addresses: Vec<String> = host_addrs
+            .snapshot()
+            .iter()
+            .map(IpAddr::to_string)
+            .collect();
+        info!(addresses = %addresses.join(", "), "this host's addresses: refused as destinations to remote clients unless policy.allow_host_addresses");
         let plan = accel::plan(&cfg, &host);
         for e in &plan {
             match e.state {
@@ -298,8 +322,10 @@ impl Relay {
             metrics.clone(),
             host.peer_fast_open(&cfg),
         ));
+        let (stop, stopping) = watch::channel(false);
         let shared = Arc::new(Shared {
             access_log: AccessLog::start(cfg.access_log.as_ref())?,
+            stopping,
             accel,
             accept_paths,
             own: Arc::new(own),
@@ -335,6 +361,7 @@ impl Relay {
             admin,
             interceptions,
             strict,
+            stop,
         })
     }
 
@@ -354,14 +381,16 @@ impl Relay {
         self.reloader.clone()
     }
 
-    /// Runs until `shutdown` completes, then stops accepting and lets open
-    /// connections finish for up to `drain`.
+    /// Runs until `shutdown` completes (or the admin API asks for a drain),
+    /// then stops accepting and lets open connections finish for up to
+    /// `drain`.
     pub async fn run(
         mut self,
         shutdown: impl Future<Output = ()>,
         drain: Duration,
-    ) -> Result<(), RelayError> {
-        let (stop_tx, stop_rx) = watch::channel(false);
+    ) -> Result<Stopped, RelayError> {
+        let stop_tx = self.stop;
+        let stop_rx = stop_tx.subscribe();
         // `POST /drain` ends the relay like a signal does.
         let (drain_tx, mut drain_rx) = watch::channel(false);
         // The admin API outlives the listeners: it answers during a drain.
@@ -380,10 +409,9 @@ impl Relay {
                 )));
             }
         }
-        let admin_task = self.admin.map(|l| {
+        let admin_task = self.admin.map(|socket| {
             let metrics = self.shared.metrics.clone();
             let mut stop = admin_stop_rx;
-            info!(addr = ?l.local_addr().ok(), "admin API listening");
             let admin = RelayAdmin::new(
                 self.current.clone(),
                 self.reloader.clone(),
@@ -391,6 +419,19 @@ impl Relay {
                 drain_tx,
             );
             tokio::spawn(async move {
+                let l = match socket {
+                    AdminSocket::Bound(l) => l,
+                    AdminSocket::Waiting(addr) => {
+                        let Some(l) = bind_when_free(addr, &mut stop).await else {
+                            return;
+                        };
+                        l
+                    }
+                };
+                match l.local_addr() {
+                    Ok(addr) => info!(%addr, "admin API listening"),
+                    Err(e) => info!(error = %e, "admin API listening (its address unreadable)"),
+                }
                 let r = splitway_control::serve(l, metrics, Arc::new(admin), async move {
                     let _ = stop.wait_for(|s| *s).await;
                 })
@@ -476,15 +517,31 @@ impl Relay {
         )));
         info!(name = %self.shared.cfg.name, "relay ready");
 
-        tokio::select! {
-            () = shutdown => {}
-            () = stopped(&mut drain_rx) => info!("drain requested through the admin API"),
-        }
+        let by_admin = tokio::select! {
+            () = shutdown => false,
+            () = stopped(&mut drain_rx) => {
+                info!("drain requested through the admin API");
+                true
+            }
+        };
         info!("shutting down: no new connections");
         let _ = stop_tx.send(true);
         let pools = self.reloader.stop();
         for t in tasks.into_iter().chain(pools) {
             let _ = t.await;
+        }
+        // Idle pooled legs to the next relays would only wait to be closed
+        // at exit: closed now, so the next relays' drains need not wait.
+        let closed: usize = self
+            .current
+            .load()
+            .pools
+            .iter()
+            .flatten()
+            .map(|p| p.close_idle())
+            .sum();
+        if closed > 0 {
+            info!(closed, "drain: closed the idle pooled legs");
         }
         // New SYNs are no longer held: they go the way TPROXY's drain
         // sends them. SYNs still held are dropped with the queue (their
@@ -506,12 +563,14 @@ impl Relay {
         // Every open connection holds a limiter permit until its task ends
         // (or, still being admitted, an admission).
         let open = &self.shared.limiter;
+        let mut cut = 0;
         if tokio::time::timeout(drain, open.all_closed())
             .await
             .is_err()
         {
+            cut = open.open();
             warn!(
-                open = open.open(),
+                open = cut,
                 "drain deadline reached; closing remaining connections"
             );
         }
@@ -520,8 +579,17 @@ impl Relay {
         if let Some(t) = admin_task {
             let _ = t.await;
         }
-        Ok(())
+        Ok(Stopped { by_admin, cut })
     }
+}
+
+/// How a relay's run ended, for the last line its command logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// The admin API asked for the drain (else the shutdown future ended).
+    pub by_admin: bool,
+    /// Connections still open at the drain's deadline, then closed.
+    pub cut: usize,
 }
 
 /// Binds strict mode's queue, then installs its rules for each
@@ -712,6 +780,42 @@ fn match_inherited(
         slots[index] = Some(i.listener);
     }
     Ok(slots)
+}
+
+/// The admin API's socket: bound at start, or its address to bind once a
+/// draining predecessor lets go of it.
+enum AdminSocket {
+    Bound(TcpListener),
+    Waiting(SocketAddr),
+}
+
+impl AdminSocket {
+    fn addr(&self) -> Option<SocketAddr> {
+        match self {
+            AdminSocket::Bound(l) => l.local_addr().ok(),
+            AdminSocket::Waiting(a) => Some(*a),
+        }
+    }
+}
+
+/// Binds `addr` as soon as it is free (every 250 ms); `None` if the relay
+/// stops first or the bind fails for another reason (logged).
+async fn bind_when_free(addr: SocketAddr, stop: &mut watch::Receiver<bool>) -> Option<TcpListener> {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            () = stopped(stop) => return None,
+        }
+        match splitway_control::bind(addr).await {
+            Ok(l) => return Some(l),
+            Err(splitway_control::ControlError::Bind { source, .. })
+                if source.kind() == std::io::ErrorKind::AddrInUse => {}
+            Err(e) => {
+                warn!(error = %e, "admin API not started");
+                return None;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -149,7 +149,7 @@ impl Reloader {
                     info!(key = %c.key, old = %c.old, new = %c.new, "reload: changed");
                 }
                 if !report.needs_restart.is_empty() {
-                    warn!(keys = ?report.needs_restart, "reload: these changes need a restart and were not applied");
+                    warn!(keys = %report.needs_restart.join(", "), "reload: these changes need a restart and were not applied");
                 }
                 info!(
                     generation = report.generation,
@@ -158,8 +158,8 @@ impl Reloader {
                 );
             }
             Err(ReloadError::Invalid(errors)) => {
-                for issue in &errors.issues {
-                    warn!(file = %errors.path, key = %issue.key, error = %issue.message, "reload refused: config invalid");
+                for line in errors.lines() {
+                    warn!("reload refused: config invalid: {line}");
                 }
             }
             Err(e) => warn!(error = %e, "reload refused"),

@@ -67,6 +67,10 @@ pub struct Shared {
     pub paths: Arc<crate::paths::Paths>,
     /// `[access_log]`, opened at start (a reload keeps it).
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+    /// Turns true when the relay stops accepting (a drain): what waits
+    /// for a new connection's first bytes (a pooled leg before its header)
+    /// ends then, so upstream relays dial elsewhere or afresh.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The snapshot new connections start on, swapped by a reload.
@@ -165,6 +169,7 @@ impl Shared {
             upstreams: self.upstreams.clone(),
             accel: self.accel.clone(),
             access_log: self.access_log.clone(),
+            stopping: self.stopping.clone(),
         }
     }
 }

@@ -127,7 +127,12 @@ impl Strict {
     fn verdict(&self, id: u32, verdict: Verdict, outcome: StrictOutcome) {
         self.metrics.strict_syn(outcome);
         if let Err(e) = self.queue.verdict(id, verdict) {
-            warn!(error = %e, ?verdict, "strict mode: verdict not accepted by the kernel");
+            let verdict = match verdict {
+                Verdict::Accept => "accept",
+                Verdict::AcceptMarked(_) => "accept with mark",
+                Verdict::Drop => "drop",
+            };
+            warn!(error = %e, verdict, "strict mode: verdict not accepted by the kernel");
         }
     }
 

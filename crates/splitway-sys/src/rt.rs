@@ -1,6 +1,7 @@
 //! Real-time helpers for the lab's link emulator: a monotonic nanosecond
 //! clock, waiting on fds until an absolute deadline with hrtimer precision,
-//! 1 ns timer slack and SCHED_FIFO priority for the calling thread.
+//! 1 ns timer slack and SCHED_FIFO priority for the calling thread; and
+//! SIGPIPE's default action for the commands that only print.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -142,6 +143,24 @@ pub fn wait_readable(fds: &[RawFd], deadline_ns: Option<u64>) -> io::Result<[boo
         *r = p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0;
     }
     Ok(ready)
+}
+
+/// Restores SIGPIPE's default action (end the process quietly), which
+/// Rust's runtime sets to ignored: for commands that only print to stdout
+/// (`relay --check`, `ctl`, `keygen`), so `splitway relay --check | head -1`
+/// ends like `cat` does instead of panicking on the broken pipe. Never for
+/// a running relay: a write to a reset socket must be an error there.
+pub fn default_sigpipe() -> Result<(), SysError> {
+    // SAFETY: SIG_DFL is a valid disposition for SIGPIPE; signal(2) touches
+    // no memory of ours. Called before any other thread exists.
+    let previous = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if previous == libc::SIG_ERR {
+        return Err(SysError::io(
+            "signal(SIGPIPE, SIG_DFL)",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

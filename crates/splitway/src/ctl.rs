@@ -130,7 +130,8 @@ survives reloads.\n\n\
         long_about = "Put the relay into drain: it stops accepting new connections \
 (and removes its TPROXY interception, so new connections bypass it) while open \
 connections run to completion. Use before maintenance or a restart; the process exits \
-or keeps running according to its own drain settings. A second drain is refused.\n\n\
+or keeps running according to its own drain settings. A second drain is accepted and \
+changes nothing: it answers as the first did (draining, with the connections still open).\n\n\
 Source: POST /drain."
     )]
     Drain,
@@ -170,10 +171,22 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 }
 
 /// Runs one `splitway ctl` command, printing its output.
-pub fn run(args: CtlArgs) -> anyhow::Result<ExitCode> {
+/// `json`: `--log-format json`, under which what goes to stderr is logged
+/// as JSON lines, one per line of text (stdout is the answer, unchanged).
+pub fn run(args: CtlArgs, json: bool) -> anyhow::Result<ExitCode> {
     let outcome = execute(&args)?;
     print!("{}", outcome.stdout);
-    eprint!("{}", outcome.stderr);
+    if json {
+        for line in outcome.stderr.lines().filter(|l| !l.trim().is_empty()) {
+            if outcome.code == 0 {
+                tracing::warn!("{line}");
+            } else {
+                tracing::error!(exit_code = outcome.code, "{line}");
+            }
+        }
+    } else {
+        eprint!("{}", outcome.stderr);
+    }
     Ok(ExitCode::from(outcome.code))
 }
 

@@ -14,10 +14,32 @@ mod ctl;
 mod docgen;
 mod relay_cmd;
 
+/// `splitway -V`: the version, commit and build date on one line.
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use splitway_control::build;
+    format!("{} ({} {})", build::VERSION, build::COMMIT, build::DATE)
+});
+
+/// `splitway --version`: the version line, then what this build holds.
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use splitway_control::build;
+    let bpf = match splitway_sys::bpf::SKIPPED {
+        Some(reason) => format!("none: {reason}"),
+        None => splitway_sys::bpf::PROGRAMS.replace(',', ", "),
+    };
+    format!(
+        "{}\ncommit: {}\nbuilt: {}\nBPF programs: {bpf}",
+        build::VERSION,
+        build::COMMIT,
+        build::DATE,
+    )
+});
+
 #[derive(Parser)]
 #[command(
     name = "splitway",
-    version,
+    version = VERSION.as_str(),
+    long_version = LONG_VERSION.as_str(),
     about = "Split-TCP relay for long-haul networks",
     long_about = "splitway cuts long-haul TCP connections into legs at relays placed near \
 clients and near servers, so every leg runs its own short control loop. A relay captures \
@@ -90,7 +112,8 @@ struct RelayArgs {
 #[command(
     name = "splitway relay",
     bin_name = "splitway relay",
-    version,
+    version = VERSION.as_str(),
+    long_version = LONG_VERSION.as_str(),
     about = RELAY_ABOUT,
     long_about = RELAY_LONG_ABOUT
 )]
@@ -190,14 +213,24 @@ fn main() -> ExitCode {
         (cli.log_format, cli.command)
     };
     let log = init_logging(log_format);
+    let json = matches!(log_format, LogFormat::Json);
+    // A running relay logs why it stopped, errors included, as its last line.
+    let running_relay = matches!(&command, Command::Relay(a) if !a.check);
+    // Commands that only print end quietly when their reader goes away
+    // (`splitway relay --check | head -1`).
+    let prints_only = matches!(&command, Command::Relay(a) if a.check)
+        || matches!(&command, Command::Keygen | Command::Ctl(_));
+    if prints_only && let Err(e) = splitway_sys::rt::default_sigpipe() {
+        tracing::warn!(error = %e, "a closed stdout will end this command with an error");
+    }
     let result = match command {
         Command::Relay(RelayArgs {
             config,
             check,
             drain_timeout,
-        }) => relay_cmd::run(&config, check, drain_timeout, log),
+        }) => relay_cmd::run(&config, check, drain_timeout, log, json),
         Command::Keygen => keygen(),
-        Command::Ctl(args) => ctl::run(args),
+        Command::Ctl(args) => ctl::run(args, json),
         Command::Agent(args) => agent::run(args),
         Command::Bypass(args) => bypass::run(args),
         Command::GenerateDocs(args) => docgen::run(&args).map(|()| ExitCode::SUCCESS),
@@ -208,10 +241,40 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("splitway: {e:#}");
+            let causes = causes(&e);
+            if running_relay {
+                tracing::error!("relay stopped: {causes}");
+            } else if json {
+                tracing::error!(error = %causes, "splitway failed");
+            } else {
+                eprintln!("splitway: {causes}");
+            }
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes, each said once: many errors write their
+/// source into their own message and also return it as `source()`, so
+/// `{:#}` would say it twice (`cannot listen on …: Address in use (os
+/// error 98): Address in use (os error 98)`).
+fn causes(e: &anyhow::Error) -> String {
+    let messages: Vec<String> = e.chain().map(ToString::to_string).collect();
+    let mut said: Vec<&str> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let mut own = message.as_str();
+        // What the next cause will say, dropped from this one's end.
+        if let Some(next) = messages.get(i + 1)
+            && let Some(head) = own.strip_suffix(next.as_str())
+        {
+            own = head.trim_end().trim_end_matches(':').trim_end();
+        }
+        if own.is_empty() || said.iter().any(|s| s.ends_with(own)) {
+            continue;
+        }
+        said.push(own);
+    }
+    said.join(": ")
 }
 
 fn keygen() -> anyhow::Result<ExitCode> {
@@ -222,4 +285,140 @@ fn keygen() -> anyhow::Result<ExitCode> {
     let psk = splitway_proto::auth::Psk::from_bytes(&key).context("building key")?;
     println!("{}", psk.to_hex());
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::causes;
+
+    /// As the relay's errors are: the source in the message and as source().
+    #[derive(Debug)]
+    struct Listen {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Listen {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot listen on 127.0.0.1:9090 (peer): {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Listen {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::from_raw_os_error(98);
+        let e = anyhow::Error::new(Listen { source: io }).context("starting the relay");
+        assert_eq!(
+            causes(&e),
+            "starting the relay: cannot listen on 127.0.0.1:9090 (peer): Address already in use (os error 98)"
+        );
+        // A context that repeats its cause's message adds nothing.
+        let e = anyhow::anyhow!("admin API: cannot listen on 127.0.0.1:9090")
+            .context("admin API: cannot listen on 127.0.0.1:9090");
+        assert_eq!(causes(&e), "admin API: cannot listen on 127.0.0.1:9090");
+        // Causes that do not repeat each other are all kept.
+        let e = anyhow::anyhow!("no such file").context("reading psk.key");
+        assert_eq!(causes(&e), "reading psk.key: no such file");
+    }
+
+    /// The text of every `trace!`..`error!` call in `text`, to its closing
+    /// parenthesis (strings and nesting respected).
+    fn log_calls(text: &str) -> Vec<(usize, String)> {
+        let mut calls = Vec::new();
+        for level in ["trace!(", "debug!(", "info!(", "warn!(", "error!("] {
+            for (start, _) in text.match_indices(level) {
+                let before = text[..start].chars().next_back();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+                let mut end = text.len();
+                for (i, c) in text[start..].char_indices() {
+                    match (in_string, c) {
+                        (true, _) if escaped => escaped = false,
+                        (true, '\\') => escaped = true,
+                        (_, '"') => in_string = !in_string,
+                        (false, '(') => depth += 1,
+                        (false, ')') => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = start + i + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let line = text[..start].matches('\n').count() + 1;
+                calls.push((line, text[start..end].to_owned()));
+            }
+        }
+        calls
+    }
+
+    /// Whether a log call formats something with Debug.
+    fn uses_debug(call: &str) -> bool {
+        call.contains(":?}")
+            || call.contains(":#?}")
+            || call.split([' ', '(', ',', '\n']).any(|w| {
+                w.strip_prefix('?')
+                    .is_some_and(|r| r.starts_with(|c: char| c.is_alphabetic() || c == '_'))
+            })
+    }
+
+    /// Logs show values as an operator reads them: no `Some(…)`, no struct
+    /// dumps, so no Debug formatting (`{:?}`, `{x:?}`, `?field`) in the log
+    /// calls of the crates a relay runs.
+    #[test]
+    fn no_debug_formatting_in_relay_logs() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut found = Vec::new();
+        for krate in [
+            "splitway",
+            "splitway-relay",
+            "splitway-control",
+            "splitway-sys",
+        ] {
+            let mut dirs = vec![root.join(krate).join("src")];
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(&dir).expect("read src dir") {
+                    let path = entry.expect("dir entry").path();
+                    if path.is_dir() {
+                        dirs.push(path);
+                        continue;
+                    }
+                    if path.extension().is_none_or(|e| e != "rs") {
+                        continue;
+                    }
+                    let text = std::fs::read_to_string(&path).expect("read source");
+                    // Unit tests (this one among them) are not what a relay runs.
+                    let text = text
+                        .split("#[cfg(test)]\nmod tests")
+                        .next()
+                        .unwrap_or_default();
+                    for (line, call) in log_calls(text) {
+                        let debug = uses_debug(&call);
+                        if debug {
+                            found.push(format!("{}:{line}: {call}", path.display()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "Debug formatting in logs:\n{}",
+            found.join("\n")
+        );
+        // The scan finds what it looks for.
+        let calls = log_calls("x; warn!(?state, \"a)\"); info!(\"{x:?}\"); info!(%y, \"z?\");");
+        let flagged: Vec<bool> = calls.iter().map(|(_, c)| uses_debug(c)).collect();
+        // In level order: the two info! calls, then the warn!.
+        assert_eq!(flagged, [true, false, true]);
+    }
 }

@@ -12,7 +12,7 @@ use splitway_relay::error::RelayError;
 use splitway_relay::relay::RelayOptions;
 use splitway_relay::{Config, Relay};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// sysexits.h `EX_CONFIG`: the config is wrong (systemd's
 /// `RestartPreventExitStatus=78` then stops retrying a broken file).
@@ -23,11 +23,30 @@ pub fn run(
     check: bool,
     drain: Duration,
     log: Arc<dyn LogControl>,
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
     let cfg = match Config::load(path) {
         Ok(c) => c,
-        Err(errors) => {
+        // `--check` answers a person; a start logs, as JSON if asked.
+        Err(errors) if check || !json => {
             eprint!("{errors}");
+            if !check {
+                error!("relay stopped: the config is invalid");
+            }
+            return Ok(ExitCode::from(EX_CONFIG));
+        }
+        Err(errors) => {
+            for i in &errors.issues {
+                error!(
+                    file = %errors.path,
+                    line = i.at.map(|a| a.line),
+                    column = i.at.map(|a| a.column),
+                    key = %i.key,
+                    "{}",
+                    i.message
+                );
+            }
+            error!("relay stopped: the config is invalid");
             return Ok(ExitCode::from(EX_CONFIG));
         }
     };
@@ -88,7 +107,13 @@ pub fn run(
         for p in &problems {
             eprintln!("{}: {p}", path.display());
         }
-        if !problems.is_empty() {
+        // What the file asks of this host: interfaces, free ports, the
+        // programs interception runs.
+        let host = splitway_relay::preflight::check(&cfg, &[]);
+        for issue in &host {
+            eprintln!("{}: {issue}", path.display());
+        }
+        if !problems.is_empty() || host.iter().any(|i| !i.warning) {
             return Ok(ExitCode::from(EX_CONFIG));
         }
         println!(
@@ -175,8 +200,8 @@ pub fn run(
         {
             Ok(relay) => relay,
             // As --check reports it: the config names what cannot run here.
-            Err(e @ RelayError::Congestion(_)) => {
-                eprintln!("{}: {e}", path.display());
+            Err(e @ (RelayError::Congestion(_) | RelayError::Host(_))) => {
+                error!("relay stopped: {}: {e}", path.display());
                 return Ok(ExitCode::from(EX_CONFIG));
             }
             Err(e) => return Err(e.into()),
@@ -204,16 +229,35 @@ pub fn run(
         // Listeners listen and signals are handled: `systemctl start`
         // (Type=notify) returns now, and a reload from here on is applied.
         notify_service_manager("READY=1");
+        let signal = Arc::new(std::sync::OnceLock::new());
+        let received = signal.clone();
         let shutdown = async move {
-            tokio::select! {
-                _ = term.recv() => info!("SIGTERM"),
-                _ = int.recv() => info!("SIGINT"),
-            }
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            info!("{name}: draining");
+            received.get_or_init(|| name);
             notify_service_manager("STOPPING=1");
         };
         let result = relay.run(shutdown, drain).await;
         reloads.abort();
-        result?;
+        let stopped = result?;
+        // The last line of the log says why the process ends.
+        let by = match signal.get() {
+            Some(name) => *name,
+            None if stopped.by_admin => "a drain through the admin API",
+            None => "shutdown",
+        };
+        if stopped.cut == 0 {
+            info!("relay stopped after {by}: every open connection finished");
+        } else {
+            warn!(
+                "relay stopped after {by}: {} connections were still open at the drain deadline ({}) and were closed",
+                stopped.cut,
+                humanize(drain)
+            );
+        }
         Ok::<_, anyhow::Error>(ExitCode::SUCCESS)
     })
 }
@@ -238,6 +282,17 @@ fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
 /// Tells systemd (`NOTIFY_SOCKET`) the relay's state; without one, nothing.
 fn notify_service_manager(state: &str) {
     if let Err(e) = splitway_sys::activation::notify(state) {
-        warn!(error = %e, "telling the service manager {state:?} failed");
+        // The state's first line names it (`RELOADING=1`).
+        let state = state.lines().next().unwrap_or(state);
+        warn!(error = %e, state, "telling the service manager failed");
+    }
+}
+
+/// A duration as the config writes it ("30s", "1500ms").
+fn humanize(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
     }
 }

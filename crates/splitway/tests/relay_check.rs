@@ -11,7 +11,19 @@ use splitway_lab::testbed::config::{
     RawListener, RawPeer, RawRoute, RawTimeouts,
 };
 
+use splitway_sys::netns::{self, Netns};
 use support::*;
+
+/// A fresh namespace for `--check` to test against, removed on drop: its
+/// own free ports, and the interface `west` the configs intercept on.
+fn check_host() -> Netns {
+    let ns = Netns::create(&netns::unique_name("swchk")).expect("create netns");
+    ns.ip(&[
+        "link", "add", "west", "type", "veth", "peer", "name", "westpeer",
+    ])
+    .expect("add west");
+    ns
+}
 
 fn check(config: &str) -> (bool, String) {
     let dir = TempDir::new();
@@ -19,8 +31,9 @@ fn check(config: &str) -> (bool, String) {
     write_psk(&psk, 9);
     let path = dir.join("relay.toml");
     std::fs::write(&path, config.replace("@PSK@", psk.to_str().expect("utf-8"))).expect("write");
+    let host = check_host();
     let out = output(
-        Command::new(SPLITWAY)
+        host.command(SPLITWAY)
             .args(["relay", "--config"])
             .arg(&path)
             .arg("--check"),
@@ -117,6 +130,193 @@ via = "direct"
             "--check output does not name {key}:\n{text}"
         );
     }
+}
+
+/// An interface `intercept` names that the host lacks would intercept
+/// nothing: `--check` and a start both refuse it (78), naming the key and
+/// what the host has instead.
+#[test]
+fn a_missing_interface_is_an_error_at_check_and_at_start() {
+    let mut cfg = good();
+    cfg.listen[0].intercept = Some(Intercept {
+        interfaces: vec!["west".into(), "eth9".into()],
+        ports: vec![80],
+    });
+    let (ok, text) = check(&cfg.to_toml());
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("listen[0].intercept.interfaces[1]: no interface `eth9` here, so nothing would be intercepted (this host has `west`, `westpeer`: name the one clients reach it on)"),
+        "{text}"
+    );
+    assert!(!text.contains("interfaces[0]"), "west exists: {text}");
+    // A start refuses before it installs or binds anything.
+    let dir = TempDir::new();
+    let psk = dir.join("psk.key");
+    write_psk(&psk, 9);
+    let path = dir.join("relay.toml");
+    let text = cfg.to_toml().replace("@PSK@", psk.to_str().expect("utf-8"));
+    std::fs::write(&path, text).expect("write");
+    let host = check_host();
+    let out = output(
+        host.command(SPLITWAY)
+            .args(["relay", "--config"])
+            .arg(&path),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("relay stopped:") && stderr.contains("no interface `eth9` here"),
+        "{stderr}"
+    );
+}
+
+/// A listening address another program holds fails `--check`, naming the
+/// program: here this test itself, holding the SOCKS5 port in the namespace.
+#[test]
+fn check_names_who_holds_a_listening_port() {
+    let host = check_host();
+    let held = host
+        .run_in(|| std::net::TcpListener::bind("127.0.0.1:1080"))
+        .expect("thread")
+        .expect("bind in netns");
+    let dir = TempDir::new();
+    let psk = dir.join("psk.key");
+    write_psk(&psk, 9);
+    let path = dir.join("relay.toml");
+    let text = good()
+        .to_toml()
+        .replace("@PSK@", psk.to_str().expect("utf-8"));
+    std::fs::write(&path, text).expect("write");
+    let out = output(
+        host.command(SPLITWAY)
+            .args(["relay", "--check", "--config"])
+            .arg(&path),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "listen[1].addr: 127.0.0.1:1080 is in use by {}",
+            holder_name()
+        )) && stderr.contains(&format!("(pid {})", std::process::id())),
+        "{stderr}"
+    );
+    drop(held);
+}
+
+/// This process's name as the kernel keeps it (15 bytes at most).
+fn holder_name() -> String {
+    std::fs::read_to_string("/proc/self/comm")
+        .expect("comm")
+        .trim()
+        .to_owned()
+}
+
+/// The shipped examples: on a host without `eth0`, rc.toml says exactly
+/// what to change; with one, both pass (rs.toml needs nothing of the host).
+#[test]
+fn the_shipped_examples_pass_check_or_say_what_to_change() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/etc-splitway");
+    let dir = TempDir::new();
+    for name in ["rc.toml", "rs.toml"] {
+        std::fs::copy(examples.join(name), dir.join(name)).expect("copy example");
+    }
+    write_psk(&dir.join("psk.key"), 9);
+    let run = |host: &Netns, name: &str| {
+        let out = output(
+            host.command(SPLITWAY)
+                .args(["relay", "--check", "--config"])
+                .arg(dir.join(name)),
+        );
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let bare = Netns::create(&netns::unique_name("swchk")).expect("create netns");
+    let (code, text) = run(&bare, "rc.toml");
+    assert_eq!(code, Some(78), "{text}");
+    assert!(
+        text.contains("rc.toml: listen[0].intercept.interfaces[0]: no interface `eth0` here, so nothing would be intercepted (this host has only lo: name the interface clients arrive on)"),
+        "{text}"
+    );
+    let (code, text) = run(&bare, "rs.toml");
+    assert_eq!(code, Some(0), "{text}");
+    let host = Netns::create(&netns::unique_name("swchk")).expect("create netns");
+    host.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0peer",
+    ])
+    .expect("add eth0");
+    let (code, text) = run(&host, "rc.toml");
+    assert_eq!(code, Some(0), "{text}");
+}
+
+/// `splitway relay --check | head -1`: the reader goes away after a line;
+/// the command ends as `cat` would (SIGPIPE), not with a panic (101).
+#[test]
+fn check_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = TempDir::new();
+    let path = dir.join("relay.toml");
+    let mut cfg = testbed::relay("rc", "off", None);
+    cfg.listen = vec![RawListener::new(ListenMode::Socks5, "127.0.0.1:1080")];
+    cfg.route = vec![RawRoute::new("0.0.0.0/0", "direct")];
+    std::fs::write(&path, cfg.to_toml()).expect("write");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(SPLITWAY)
+        .args(["relay", "--check", "--config"])
+        .arg(&path)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run splitway");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    const SIGPIPE: i32 = 13;
+    assert_eq!(
+        out.status.signal(),
+        Some(SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// `--version`: the version, the commit, the build date and which BPF
+/// programs this binary holds (or that a SPLITWAY_BPF_SKIP build has none).
+#[test]
+fn version_names_commit_date_and_bpf_programs() {
+    for args in [&["--version"][..], &["relay", "--version"]] {
+        let out = output(Command::new(SPLITWAY).args(args));
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].ends_with(&format!(" {}", env!("CARGO_PKG_VERSION"))),
+            "{text}"
+        );
+        let commit = lines[1].strip_prefix("commit: ").expect("commit line");
+        assert!(
+            commit == "unknown"
+                || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+            "{text}"
+        );
+        let date = lines[2].strip_prefix("built: ").expect("date line");
+        assert!(
+            date.len() == 10 && date.as_bytes()[4] == b'-' && date.as_bytes()[7] == b'-',
+            "{text}"
+        );
+        let bpf = lines[3].strip_prefix("BPF programs: ").expect("BPF line");
+        assert!(
+            bpf.contains("syn_watch") || bpf.contains("SPLITWAY_BPF_SKIP=1"),
+            "{text}"
+        );
+    }
+    let short = output(Command::new(SPLITWAY).arg("-V"));
+    let short = String::from_utf8_lossy(&short.stdout);
+    assert_eq!(short.lines().count(), 1, "{short}");
 }
 
 #[test]
@@ -284,13 +484,14 @@ fn the_relay_command_line_is_the_same_on_its_own_parser() {
     )
     .unwrap();
     let path = path.to_str().unwrap();
+    let host = check_host();
     for args in [
         vec!["relay", "--config", path, "--check"],
         vec!["relay", "-c", path, "--check", "--drain-timeout", "5s"],
         vec!["relay", "--log-format", "json", "--config", path, "--check"],
         vec!["--log-format", "json", "relay", "--config", path, "--check"],
     ] {
-        let out = output(Command::new(SPLITWAY).args(&args));
+        let out = output(host.command(SPLITWAY).args(&args));
         assert!(
             out.status.success() && String::from_utf8_lossy(&out.stdout).contains("valid ("),
             "{args:?}: {out:?}"

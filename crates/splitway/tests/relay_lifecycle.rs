@@ -83,6 +83,13 @@ fn intercept_rules_are_removed_on_sigterm() {
         status.is_some_and(|s| s.success()),
         "rc should exit cleanly on SIGTERM, got {status:?}"
     );
+    // Its last log line says why it stopped.
+    let log = lab.relay_stderr("rc");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("relay stopped after SIGTERM: every open connection finished"),
+        "last line: {last}\n{log}"
+    );
     let after = interception_state(lab.rc());
     assert_eq!(
         before, after,
@@ -277,4 +284,159 @@ fn idle_connections_are_closed() {
         deadline,
     );
     lab.assert_relays_alive();
+}
+
+/// Established relay legs in `ns` whose `side` (`dport` on the dialing
+/// end, `sport` on the accepting end) is the peer port.
+fn relay_legs(ns: &Netns, side: &str) -> usize {
+    ss_info(ns, &format!("( {side} = :{PEER_PORT} )"))
+        .lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit() || c == '['))
+        .count()
+}
+
+/// The path between rc and rs dies silently (rs drops every relay-leg
+/// packet both ways, no reset): keepalive ends the idle pooled legs on both
+/// ends within about 11 s (5 s idle, then 3 probes 2 s apart), where the
+/// 30 s keepalive took over a minute and the kernel's default hours. Once the path is back, the next connection gets a fresh leg:
+/// the pool drops the dead ones before handing one out.
+#[test]
+fn a_dead_path_ends_idle_relay_legs_within_the_bound() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], true);
+    lab.start_relays(&configs);
+    wait_until(deadline, "rc's pool filled", || {
+        let st = admin_status(lab.relay_ns("rc")).ok()?;
+        (st.peers.first()?.pool.as_ref()?.level > 0).then_some(())
+    });
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_client_to_server(&lab.client, &server, server_v4(), 64 * 1024, LAST_RELAY_V4);
+    assert!(relay_legs(lab.relay_ns("rc"), "dport") > 0);
+    assert!(relay_legs(lab.relay_ns("rs"), "sport") > 0);
+
+    let port = PEER_PORT.to_string();
+    let nft = |args: &[&str]| {
+        let ok = lab
+            .relay_ns("rs")
+            .command("nft")
+            .args(args)
+            .status()
+            .expect("run nft");
+        assert!(ok.success(), "nft {args:?}");
+    };
+    nft(&["add", "table", "inet", "swcut"]);
+    for (chain, hook, match_port) in [("in", "input", "dport"), ("out", "output", "sport")] {
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            "swcut",
+            chain,
+            &format!("{{ type filter hook {hook} priority -300; }}"),
+        ]);
+        nft(&[
+            "add", "rule", "inet", "swcut", chain, "tcp", match_port, &port, "drop",
+        ]);
+    }
+    let cut = Instant::now();
+    wait_until(deadline, "the dead legs ended on both ends", || {
+        (relay_legs(lab.relay_ns("rc"), "dport") == 0
+            && relay_legs(lab.relay_ns("rs"), "sport") == 0)
+            .then_some(())
+    });
+    let took = cut.elapsed();
+    println!("dead relay legs ended {took:?} after the cut");
+    assert!(
+        took < Duration::from_secs(16),
+        "dead legs lived {took:?} after the path died"
+    );
+
+    nft(&["delete", "table", "inet", "swcut"]);
+    let dead_before = lab
+        .metrics("rc")
+        .counter("splitway_pool_events_total", &[("event", "dead")]);
+    transfer_client_to_server(&lab.client, &server, server_v4(), 64 * 1024, LAST_RELAY_V4);
+    let dead_after = lab
+        .metrics("rc")
+        .counter("splitway_pool_events_total", &[("event", "dead")]);
+    assert!(
+        dead_after > dead_before,
+        "the pool handed out no fresh leg past the dead ones ({dead_before} -> {dead_after})"
+    );
+}
+
+/// SIGTERM to rs while a connection through it is open: rs drains, and
+/// closes the idle legs rc pooled to it at once (they used to wait for a
+/// header until their own timeout, carrying new connections into the
+/// drain). A new rs started during the drain runs (its admin API waits for
+/// the old one's address instead of failing with EADDRINUSE), new
+/// connections reach it over fresh legs, the open one finishes on the old
+/// rs, and the old rs's last log line says it stopped after SIGTERM.
+#[test]
+fn a_draining_relay_closes_idle_pooled_legs_and_a_restart_runs_beside_it() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], true);
+    lab.start_relays(&configs);
+    let pool_level = |lab: &Lab| {
+        admin_status(lab.relay_ns("rc"))
+            .ok()
+            .and_then(|st| Some(st.peers.first()?.pool.as_ref()?.level))
+    };
+    wait_until(deadline, "rc's pool filled", || {
+        pool_level(&lab).filter(|&l| l > 0)
+    });
+    let server = TestServer::bind(&lab.server, server_v4());
+    let mut open = connect_in(&lab.client, server_v4()).expect("connect through rc and rs");
+    let (mut served, _) = server.accept(Duration::from_secs(20));
+    let before = relay_legs(lab.relay_ns("rs"), "sport");
+    assert!(
+        before > 1,
+        "rs holds the open connection's leg and pooled ones: {before}"
+    );
+
+    lab.signal_relay("rs", "TERM");
+    let term = Instant::now();
+    wait_until(deadline, "rs closed its idle pooled legs", || {
+        (relay_legs(lab.relay_ns("rs"), "sport") == 1).then_some(())
+    });
+    let took = term.elapsed();
+    println!("draining rs closed {} idle legs in {took:?}", before - 1);
+    assert!(
+        took < Duration::from_secs(3),
+        "idle legs lived {took:?} into the drain"
+    );
+
+    // A restart while the old rs drains: it starts, and carries new
+    // connections over fresh legs (rc's pool drops the closed ones).
+    lab.start_relay_beside("rs", &configs[1]);
+    transfer_client_to_server(&lab.client, &server, server_v4(), 256 * 1024, LAST_RELAY_V4);
+
+    // The open connection still runs on the old rs, both ways.
+    let ping = b"still carried by the draining relay";
+    std::io::Write::write_all(&mut open, ping).expect("client writes");
+    let mut got = vec![0u8; ping.len()];
+    std::io::Read::read_exact(&mut served, &mut got).expect("server reads");
+    assert_eq!(&got, ping);
+    std::io::Write::write_all(&mut served, ping).expect("server writes");
+    std::io::Read::read_exact(&mut open, &mut got).expect("client reads");
+    assert_eq!(&got, ping);
+    drop(open);
+    drop(served);
+    let exit = lab.wait_relay_exit("rs", deadline);
+    assert!(exit.success(), "the old rs exited with {exit}");
+    let old_log = lab.relay_stderr("rs");
+    let last = old_log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("relay stopped after SIGTERM: every open connection finished"),
+        "{last}"
+    );
+    // Its address free, the new rs's admin API answers.
+    wait_until(deadline, "the new rs's admin API answers", || {
+        curl_admin(lab.relay_ns("rs"), "/status").ok()
+    });
+    transfer_client_to_server(&lab.client, &server, server_v4(), 256 * 1024, LAST_RELAY_V4);
 }

@@ -504,7 +504,7 @@ fn bad_tls_files_are_config_errors_with_their_key() {
                 tls("good-rc.pem", "good-rc.key", "good-ca.pem")
             ),
             "",
-            &["tls:"],
+            &["tls.extra:"],
         ),
     ];
     for (case, tls, peer_extra, keys) in cases {

@@ -31,6 +31,7 @@ mod forward;
 mod paths;
 mod peer;
 mod pool;
+mod process;
 mod proxy_protocol;
 mod strict;
 
@@ -48,6 +49,7 @@ pub use peer::{
     AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics, ZeroRttOutcome,
 };
 pub use pool::{PoolEvent, PoolMetrics};
+pub use process::{ProcessCollector, ProcessSample};
 pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
 pub use strict::{StrictMetrics, StrictOutcome};
 
@@ -112,21 +114,38 @@ impl Metrics {
     /// Creates the registry with every family registered and every
     /// enum-labelled series present at zero.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix(METRIC_PREFIX);
+        // The process's series keep their usual unprefixed names; the
+        // relay's own are `splitway_*`.
+        let mut root = Registry::default();
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix(METRIC_PREFIX);
+        registry.register(
+            "build",
+            "This build: its version and git commit (value 1)",
+            prometheus_client::metrics::info::Info::new([
+                ("version", crate::build::VERSION),
+                ("commit", crate::build::COMMIT),
+            ]),
+        );
+        let registry = &mut *registry;
         // Handles are Arc-backed: a clone updates the series in the registry.
+        let metrics = Self {
+            connections: ConnectionMetrics::register(registry),
+            peers: PeerMetrics::register(registry),
+            forward: ForwardMetrics::register(registry),
+            early_syn: EarlySynMetrics::register(registry),
+            accel: AccelMetrics::register(registry),
+            window_probes: WindowProbeMetrics::register(registry),
+            learned_window: LearnedWindowMetrics::register(registry),
+            strict: StrictMetrics::register(registry),
+            proxy_protocol: ProxyProtocolMetrics::register(registry),
+            pools: pool::PoolFamilies::register(registry),
+            paths: PathMetrics::register(registry),
+            registry: Registry::default(),
+        };
         Self {
-            connections: ConnectionMetrics::register(&mut registry),
-            peers: PeerMetrics::register(&mut registry),
-            forward: ForwardMetrics::register(&mut registry),
-            early_syn: EarlySynMetrics::register(&mut registry),
-            accel: AccelMetrics::register(&mut registry),
-            window_probes: WindowProbeMetrics::register(&mut registry),
-            learned_window: LearnedWindowMetrics::register(&mut registry),
-            strict: StrictMetrics::register(&mut registry),
-            proxy_protocol: ProxyProtocolMetrics::register(&mut registry),
-            pools: pool::PoolFamilies::register(&mut registry),
-            paths: PathMetrics::register(&mut registry),
-            registry,
+            registry: root,
+            ..metrics
         }
     }
 
@@ -276,6 +295,12 @@ impl Metrics {
         self.connections.active_count(mode)
     }
 
+    /// Renders the registry in Prometheus's text format; serve it with
+    /// [`TEXT_CONTENT_TYPE`].
+    pub fn encode_text(&self) -> String {
+        openmetrics_to_text(&self.encode())
+    }
+
     /// Renders the registry in the OpenMetrics text format (ends with
     /// `# EOF`); serve it with [`OPENMETRICS_CONTENT_TYPE`].
     pub fn encode(&self) -> String {
@@ -292,6 +317,76 @@ impl Metrics {
 /// Content type of [`Metrics::encode`]'s output.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Content type of [`Metrics::encode_text`]'s output: Prometheus's text
+/// format, for a client whose `Accept` does not ask for OpenMetrics.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether an `Accept` header asks for OpenMetrics (Prometheus sends
+/// `application/openmetrics-text;version=1.0.0,...;q=0.5,text/plain;...`);
+/// a type listed with `q=0` is refused, not asked for.
+pub fn accepts_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+        })
+    })
+}
+
+/// OpenMetrics text rewritten as Prometheus text format 0.0.4: no `# EOF`,
+/// `# UNIT` or `_created` lines; a counter's `# HELP`/`# TYPE` name its
+/// samples' `_total` name, an info metric is a gauge named `_info`.
+pub fn openmetrics_to_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // A family's HELP waits for its TYPE, which decides the name.
+    let mut help: Option<(&str, &str)> = None;
+    let mut counters: Vec<&str> = Vec::new();
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = rest.split_once(' ').or(Some((rest, "")));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (name, kind) = match kind {
+                "counter" => {
+                    counters.push(name);
+                    (format!("{name}_total"), "counter")
+                }
+                "info" => (format!("{name}_info"), "gauge"),
+                "stateset" | "gaugehistogram" | "unknown" => (name.to_owned(), "untyped"),
+                other => (name.to_owned(), other),
+            };
+            if let Some((_, text)) = help.take() {
+                out.push_str(&format!("# HELP {name} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name} {kind}\n"));
+            continue;
+        }
+        let sample = line.split(['{', ' ']).next().unwrap_or_default();
+        if sample
+            .strip_suffix("_created")
+            .is_some_and(|family| counters.contains(&family))
+        {
+            continue;
+        }
+        // Exemplars (` # {...}`) are OpenMetrics only.
+        let line = line.split(" # ").next().unwrap_or(line);
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
 
 #[cfg(test)]
 mod tests {
@@ -359,8 +454,15 @@ mod tests {
             .collect();
         meta.sort_unstable();
         let expected = [
+            "# HELP process_cpu_seconds User and system CPU time spent, in seconds.",
+            "# HELP process_max_fds The limit of open file descriptors (RLIMIT_NOFILE, soft).",
+            "# HELP process_open_fds Open file descriptors (sockets, pipes, files).",
+            "# HELP process_resident_memory_bytes Resident memory size in bytes.",
+            "# HELP process_start_time_seconds Start time of the process since the Unix epoch, in seconds.",
+            "# HELP process_virtual_memory_bytes Virtual memory size in bytes.",
             "# HELP splitway_accel_state Effective state of each acceleration: 1 on the state it is in, 0 on the others.",
             "# HELP splitway_accept_errors Failed accept() calls (e.g. out of file descriptors), by listener mode.",
+            "# HELP splitway_build This build: its version and git commit (value 1).",
             "# HELP splitway_connections_accepted Connections accepted, by how they arrived.",
             "# HELP splitway_connections_active Connections currently being relayed.",
             "# HELP splitway_connections_closed Connections closed, by mode and reason.",
@@ -385,8 +487,15 @@ mod tests {
             "# HELP splitway_strict_syn Client SYNs held by strict mode, by verdict.",
             "# HELP splitway_window_probes Window probes on relay legs (learned windows), by outcome.",
             "# HELP splitway_zero_rtt 0-RTT peer Hellos, by outcome (dialer and acceptor side).",
+            "# TYPE process_cpu_seconds counter",
+            "# TYPE process_max_fds gauge",
+            "# TYPE process_open_fds gauge",
+            "# TYPE process_resident_memory_bytes gauge",
+            "# TYPE process_start_time_seconds gauge",
+            "# TYPE process_virtual_memory_bytes gauge",
             "# TYPE splitway_accel_state gauge",
             "# TYPE splitway_accept_errors counter",
+            "# TYPE splitway_build info",
             "# TYPE splitway_connections_accepted counter",
             "# TYPE splitway_connections_active gauge",
             "# TYPE splitway_connections_closed counter",
@@ -415,6 +524,69 @@ mod tests {
             "# UNIT splitway_setup_seconds seconds",
         ];
         assert_eq!(meta, expected);
+    }
+
+    /// The text format a client gets without asking for OpenMetrics: a
+    /// Prometheus parser reads it, counters by their `_total` name, with
+    /// the build and process series.
+    #[test]
+    fn text_fallback_parses_as_prometheus_text() {
+        let metrics = Metrics::new();
+        metrics.accepted(Mode::Socks5);
+        let text = metrics.encode_text();
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE splitway_connections_accepted_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE splitway_build_info gauge\n"),
+            "{text}"
+        );
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+            .expect("parses");
+        let sample = |name: &str| {
+            scrape
+                .samples
+                .iter()
+                .find(|s| s.metric == name)
+                .unwrap_or_else(|| panic!("no {name}"))
+        };
+        let build = sample("splitway_build_info");
+        assert_eq!(build.labels.get("version"), Some(crate::build::VERSION));
+        assert_eq!(build.labels.get("commit"), Some(crate::build::COMMIT));
+        match sample("process_open_fds").value {
+            prometheus_parse::Value::Gauge(n) => assert!(n >= 3.0, "{n}"),
+            ref other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            sample("process_cpu_seconds_total").value,
+            prometheus_parse::Value::Counter(_)
+        ));
+        assert!(
+            scrape
+                .samples
+                .iter()
+                .any(|s| s.metric == "splitway_connections_accepted_total"
+                    && matches!(s.value, prometheus_parse::Value::Counter(n) if n == 1.0)),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn openmetrics_is_served_only_when_asked_for() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(accepts_openmetrics(Some(prometheus)));
+        assert!(accepts_openmetrics(Some("Application/OpenMetrics-Text")));
+        assert!(!accepts_openmetrics(Some("*/*")));
+        assert!(!accepts_openmetrics(Some("text/plain")));
+        assert!(!accepts_openmetrics(Some(
+            "application/openmetrics-text;q=0"
+        )));
+        assert!(!accepts_openmetrics(None));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use super::check::{Checker, valid_name};
+use super::explain;
 use super::raw::TOP_LEVEL_KEYS;
 use super::types::{DEFAULT_ADMIN, MAX_WORKERS};
 
@@ -10,13 +11,7 @@ use super::types::{DEFAULT_ADMIN, MAX_WORKERS};
 pub(super) fn unknown_keys(c: &mut Checker, table: &toml::Table) {
     for key in table.keys() {
         if !TOP_LEVEL_KEYS.contains(&key.as_str()) {
-            c.err(
-                key.clone(),
-                format!(
-                    "unknown key (expected one of: {})",
-                    TOP_LEVEL_KEYS.join(", ")
-                ),
-            );
+            c.err(key.clone(), explain::unknown_key(key, TOP_LEVEL_KEYS));
         }
     }
 }

@@ -8,6 +8,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::de::DeserializeOwned;
 
+use serde_path_to_error::Segment;
+
+use super::explain;
 use super::parse_duration;
 use super::source::Source;
 use super::types::ConfigIssue;
@@ -36,6 +39,7 @@ impl<'a> Checker<'a> {
         self.issues.push(ConfigIssue {
             key: key.into(),
             message: message.into(),
+            at: None,
         });
     }
 
@@ -51,14 +55,64 @@ impl<'a> Checker<'a> {
             .clone()
     }
 
-    /// Deserializes one value, recording a failure under `key`.
+    /// Deserializes one value, recording each failure under its full key
+    /// path (`listen[0].intercept.ports[1]`) in plain words. A key that
+    /// fails is left out and the rest deserialized again, so every bad key
+    /// of an entry is reported, not only the first; the entry without them
+    /// is returned for the checks of its other keys (the file stays invalid
+    /// all the same). `None` if no usable entry is left.
     pub fn section<T: DeserializeOwned>(&mut self, key: &str, value: &toml::Value) -> Option<T> {
-        match T::deserialize(value.clone()) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                self.err(key, e.message().trim().to_owned());
-                None
+        let mut value = value.clone();
+        let mut left_out: Vec<String> = Vec::new();
+        // Each round leaves out one key of the value, so this ends.
+        loop {
+            let error = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+                Ok(v) => return Some(v),
+                Err(e) => e,
+            };
+            let path: Vec<Segment> = error.path().iter().cloned().collect();
+            let message = error.inner().message().trim().to_owned();
+            let at = |segments: &[Segment]| join(key, segments);
+            if let Some(field) = message
+                .strip_prefix("missing field `")
+                .and_then(|f| f.strip_suffix('`'))
+            {
+                // A key left out above is reported already, as what it was.
+                let missing = format!("{}.{field}", at(&path));
+                if !left_out.contains(&missing) {
+                    self.err(missing, explain::plain(&message));
+                }
+                // A table inside the entry that lacks it is left out in
+                // turn, so that the keys after it are still checked.
+                let cut = path
+                    .iter()
+                    .rposition(|s| matches!(s, Segment::Map { .. }))?;
+                if !leave_out(&mut value, &path[..=cut]) {
+                    return None;
+                }
+                left_out.push(at(&path[..=cut]));
+                continue;
             }
+            // An unknown key: serde names it in the message, not the path.
+            let unknown = message
+                .strip_prefix("unknown field `")
+                .and_then(|rest| rest.split('`').next())
+                .map(str::to_owned);
+            let mut full = path.clone();
+            if let Some(name) = &unknown
+                && !matches!(full.last(), Some(Segment::Map { key }) if key == name)
+            {
+                full.push(Segment::Map { key: name.clone() });
+            }
+            self.err(at(&full), explain::plain(&message));
+            // Leave out the innermost table key holding the failure.
+            let cut = full
+                .iter()
+                .rposition(|s| matches!(s, Segment::Map { .. }))?;
+            if !leave_out(&mut value, &full[..=cut]) {
+                return None;
+            }
+            left_out.push(at(&full[..=cut]));
         }
     }
 
@@ -168,4 +222,47 @@ pub(super) fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// `key` followed by serde's path into its value, as the file's keys are
+/// written (`listen[0].intercept.ports[1]`).
+fn join(key: &str, segments: &[Segment]) -> String {
+    let mut out = key.to_owned();
+    for s in segments {
+        match s {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                out.push('.');
+                out.push_str(key);
+            }
+            Segment::Unknown => out.push_str(".?"),
+        }
+    }
+    out
+}
+
+/// Removes the key at `path` (its last step a table key) from `value`;
+/// false if the path does not lead to it.
+fn leave_out(value: &mut toml::Value, path: &[Segment]) -> bool {
+    let Some((Segment::Map { key }, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut node = value;
+    for step in parents {
+        node = match (step, node) {
+            (Segment::Map { key }, toml::Value::Table(t)) => match t.get_mut(key) {
+                Some(v) => v,
+                None => return false,
+            },
+            (Segment::Seq { index }, toml::Value::Array(a)) => match a.get_mut(*index) {
+                Some(v) => v,
+                None => return false,
+            },
+            _ => return false,
+        };
+    }
+    match node {
+        toml::Value::Table(t) => t.remove(key).is_some(),
+        _ => false,
+    }
 }

@@ -28,7 +28,9 @@ pub(super) fn keys(c: &mut Checker, table: &toml::Table) -> Keys {
         _ => false,
     };
     let needs_psk = table.contains_key("peer") || raw_peer_listener;
-    let psk_file = c.table::<String>(table, "psk_file").map(|p| c.base.join(p));
+    let psk_file = c
+        .table::<String>(table, "psk_file")
+        .map(|p| absolute(c.base, &p));
     let psk = match &psk_file {
         Some(p) => key_file(c, "psk_file", p),
         None => {
@@ -41,7 +43,7 @@ pub(super) fn keys(c: &mut Checker, table: &toml::Table) -> Keys {
     let base = c.base;
     let psk_previous = c
         .table::<String>(table, "psk_file_previous")
-        .and_then(|p| key_file(c, "psk_file_previous", &base.join(p)));
+        .and_then(|p| key_file(c, "psk_file_previous", &absolute(base, &p)));
     if psk_previous.is_some() && psk.is_none() && !c.has_issue("psk_file") {
         c.err("psk_file_previous", "needs psk_file (the current key)");
     }
@@ -78,4 +80,13 @@ fn key_file(c: &mut Checker, key: &str, path: &Path) -> Option<Psk> {
             None
         }
     }
+}
+
+/// `path` against `base`, made absolute (against the working directory, no
+/// file touched): a relay started with `-c rc.toml` and reloaded through
+/// the absolute path of its file names the same key file both times, so a
+/// reload reports no change that did not happen.
+fn absolute(base: &Path, path: &str) -> PathBuf {
+    let joined = base.join(path);
+    std::path::absolute(&joined).unwrap_or(joined)
 }

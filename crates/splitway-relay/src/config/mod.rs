@@ -14,6 +14,7 @@ mod accel;
 mod admin;
 mod check;
 pub mod diff;
+mod explain;
 mod keys;
 mod limits;
 mod listen;
@@ -48,6 +49,7 @@ impl Config {
             issues: vec![ConfigIssue {
                 key: "(file)".into(),
                 message: format!("cannot read: {e}"),
+                at: None,
             }],
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
@@ -76,12 +78,15 @@ impl Config {
         base: &Path,
         source: &dyn Source,
     ) -> Result<Config, Vec<ConfigIssue>> {
-        let table: toml::Table = match text.parse() {
+        let table: toml::Table = match toml::from_str(text) {
             Ok(t) => t,
             Err(e) => {
                 return Err(vec![ConfigIssue {
                     key: "(syntax)".into(),
-                    message: e.to_string().trim().replace('\n', " "),
+                    message: e.message().trim().replace('\n', " "),
+                    at: e
+                        .span()
+                        .map(|s| explain::Spans::new(text).location(text, s.start)),
                 }]);
             }
         };
@@ -127,7 +132,20 @@ impl Config {
                 tls: tls.context,
                 access_log,
             }),
-            _ => Err(std::mem::take(&mut c.issues)),
+            _ => {
+                let mut issues = std::mem::take(&mut c.issues);
+                // Spans only for a file with errors: a valid one is parsed once.
+                let spans = explain::Spans::new(text);
+                for issue in &mut issues {
+                    issue.at = spans
+                        .find(&issue.key)
+                        .map(|s| spans.location(text, s.start));
+                }
+                // In the file's order, as an editor walks them; what the
+                // file lacks (no place to point at) last.
+                issues.sort_by_key(|i| i.at.map_or((usize::MAX, 0), |a| (a.line, a.column)));
+                Err(issues)
+            }
         }
     }
 

@@ -114,6 +114,8 @@ pub struct RawTuning {
     pub rcvbuf: Option<u64>,
     /// A duration or `"off"`.
     pub keepalive: Option<String>,
+    /// TCP_USER_TIMEOUT: a duration or `"off"`.
+    pub user_timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -128,6 +130,7 @@ pub struct RawPeer {
     pub sndbuf: Option<u64>,
     pub rcvbuf: Option<u64>,
     pub keepalive: Option<String>,
+    pub user_timeout: Option<String>,
     pub pool: Option<RawPool>,
     pub tls: Option<bool>,
     pub server_name: Option<String>,
@@ -143,6 +146,7 @@ impl RawPeer {
             sndbuf: None,
             rcvbuf: None,
             keepalive: None,
+            user_timeout: None,
             pool: None,
             tls: None,
             server_name: None,
@@ -157,6 +161,7 @@ impl RawPeer {
             sndbuf: self.sndbuf,
             rcvbuf: self.rcvbuf,
             keepalive: self.keepalive.clone(),
+            user_timeout: self.user_timeout.clone(),
         }
     }
 }

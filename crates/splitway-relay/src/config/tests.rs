@@ -181,7 +181,7 @@ fn every_error_is_reported_with_its_key() {
             "colour",
             "name",
             "listen[0].addr",
-            "listen[1]",
+            "listen[1].mode",
             "peer[0].congestion",
             "peer[0].sndbuf",
             "route[0].dst",
@@ -206,7 +206,7 @@ fn unknown_key_inside_an_element_is_named() {
     assert!(
         issues
             .iter()
-            .any(|i| i.key == "listen[0]" && i.message.contains("port")),
+            .any(|i| i.key == "listen[0].port" && i.message.starts_with("unknown key")),
         "{issues:?}"
     );
     assert!(
@@ -360,13 +360,16 @@ fn every_policy_error_is_reported_with_its_key() {
     assert!(
         unknown
             .iter()
-            .any(|i| i.key == "policy" && i.message.contains("allow_dst")),
+            .any(|i| i.key == "policy.allow_dst" && i.message.contains("allow_destinations")),
         "{unknown:?}"
     );
     let not_a_list =
         Config::parse_str(&format!("{MINIMAL}[policy]\nallow_ports = 80\n")).unwrap_err();
     assert!(
-        not_a_list.iter().any(|i| i.key == "policy"),
+        not_a_list
+            .iter()
+            .any(|i| i.key == "policy.allow_ports"
+                && i.message == "expected a list ([...]), found 80"),
         "{not_a_list:?}"
     );
 }
@@ -743,6 +746,30 @@ impl Source for Recorder {
     }
 }
 
+/// The relay starts with `-c rc.toml` (base: the empty parent) and reloads
+/// through the file's absolute path: the same key file, no change reported
+/// (the first reload used to report a psk_file change).
+#[test]
+fn a_relative_start_and_an_absolute_reload_see_the_same_key_file() {
+    let cwd = std::env::current_dir().unwrap();
+    let source = Recorder {
+        files: vec![(cwd.join("psk.key"), PSK_HEX.as_bytes().to_vec())],
+        ..Recorder::default()
+    };
+    let text =
+        "name = \"r\"\npsk_file = \"psk.key\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:1\"\n";
+    let started = Config::parse_with(text, Path::new(""), &source).unwrap();
+    let reloaded = Config::parse_with(text, &cwd, &source).unwrap();
+    assert_eq!(started.psk_file, Some(cwd.join("psk.key")));
+    let running = diff::Running {
+        idle: started.timeouts.idle,
+        early_syn: started.accel.early_syn,
+        watermarks: Vec::new(),
+    };
+    let (_, report) = diff::reload(&started, &running, reloaded, false);
+    assert!(report.changed.is_empty(), "{:?}", report.changed);
+}
+
 #[test]
 fn files_are_read_only_through_the_injected_source() {
     let text = "name = \"r\"\npsk_file = \"k/psk.key\"\n[tls]\ncert = \"c.pem\"\nkey = \"c.key\"\nca = \"ca.pem\"\n\
@@ -770,7 +797,7 @@ fn files_are_read_only_through_the_injected_source() {
     let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
     assert_eq!(
         keys,
-        ["tls.cert", "tls.key", "tls.ca", "psk_file"],
+        ["psk_file", "tls.cert", "tls.key", "tls.ca"],
         "{issues:#?}"
     );
     assert!(
@@ -921,4 +948,165 @@ fn early_syn_prefix_budget_defaults_to_an_eighth_and_is_checked() {
             "{bad}: {issues:?}"
         );
     }
+}
+
+/// The issues of `text` as `(key, line:column, message)`.
+fn located(text: &str) -> Vec<(String, String, String)> {
+    Config::parse_str(text)
+        .expect_err("invalid")
+        .into_iter()
+        .map(|i| {
+            let at = i.at.map_or("-".to_owned(), |a| a.to_string());
+            (i.key, at, i.message)
+        })
+        .collect()
+}
+
+/// The issue under exactly `key`, else a failure listing them all.
+fn issue<'a>(issues: &'a [(String, String, String)], key: &str) -> &'a (String, String, String) {
+    issues
+        .iter()
+        .find(|(k, _, _)| k == key)
+        .unwrap_or_else(|| panic!("no issue for {key} in {issues:#?}"))
+}
+
+#[test]
+fn type_errors_name_the_full_path_and_a_plain_type_and_every_one_is_reported() {
+    let issues = located(
+        "name = \"rc\"
+[[listen]]
+mode = \"socks5\"
+addr = \"127.0.0.1:1080\"
+
+[[listen]]
+mode = \"tproxy\"
+addr = \"0.0.0.0:7000\"
+accept_sockets = \"four\"
+intercept = { interfaces = [\"eth0\", 7], ports = [80, 70000] }
+tls = \"yes\"
+",
+    );
+    let (_, at, message) = issue(&issues, "listen[1].accept_sockets");
+    assert_eq!(at, "9:1");
+    assert_eq!(
+        message,
+        "expected a whole number, 0 or more, found \"four\""
+    );
+    let (_, at, message) = issue(&issues, "listen[1].intercept.interfaces[1]");
+    assert_eq!(at, "10:37");
+    assert_eq!(message, "expected a string in quotes, found 7");
+    let (_, at, message) = issue(&issues, "listen[1].intercept.ports[1]");
+    assert_eq!(at, "10:54");
+    assert_eq!(message, "expected a port, 1-65535, found 70000");
+    let (_, at, message) = issue(&issues, "listen[1].tls");
+    assert_eq!(at, "11:1");
+    assert_eq!(message, "expected true or false, found \"yes\"");
+    // Nothing reported twice, and no error invented for a key left out.
+    assert_eq!(issues.len(), 4, "{issues:#?}");
+}
+
+#[test]
+fn unknown_keys_get_the_nearest_known_one() {
+    let issues = located(
+        "name = \"rc\"
+listn = 1
+[[listen]]
+mode = \"socks5\"
+addr = \"127.0.0.1:1080\"
+[timeouts]
+idel = \"5s\"
+[[peer]]
+name = \"rs\"
+addr = \"10.0.0.2:7100\"
+[peer.pool]
+hihg = 4
+zzz = 1
+",
+    );
+    let (_, at, message) = issue(&issues, "listn");
+    assert_eq!(at, "2:1");
+    assert_eq!(message, "unknown key (did you mean `listen`?)");
+    let (_, at, message) = issue(&issues, "timeouts.idel");
+    assert_eq!(at, "7:1");
+    assert_eq!(message, "unknown key (did you mean `idle`?)");
+    let (_, at, message) = issue(&issues, "peer[0].pool.hihg");
+    assert_eq!(at, "12:1");
+    assert_eq!(message, "unknown key (did you mean `high`?)");
+    // Nothing near: every known key, so the reader can pick.
+    let (_, _, message) = issue(&issues, "peer[0].pool.zzz");
+    assert_eq!(message, "unknown key (known here: low, high, idle)");
+}
+
+#[test]
+fn enum_and_missing_keys_in_plain_words() {
+    let issues = located(
+        "name = \"rc\"
+[[listen]]
+mode = \"sock5\"
+addr = \"127.0.0.1:1080\"
+[[listen]]
+mode = \"peer\"
+[[route]]
+dst = \"0.0.0.0/0\"
+via = 3
+",
+    );
+    let (_, at, message) = issue(&issues, "listen[0].mode");
+    assert_eq!(at, "3:1");
+    assert_eq!(
+        message,
+        "`sock5` is not one of: tproxy, socks5, http-connect, peer, syn-option (did you mean `socks5`?)"
+    );
+    // A missing key is placed at its entry's header.
+    let (_, at, message) = issue(&issues, "listen[1].addr");
+    assert_eq!(at, "5:1");
+    assert_eq!(message, "addr is required here");
+    let (_, at, message) = issue(&issues, "route[0].via");
+    assert_eq!(at, "9:1");
+    assert!(
+        message.starts_with("expected a hop or a list of hops"),
+        "{message}"
+    );
+}
+
+#[test]
+fn syntax_errors_and_the_file_report_give_file_line_and_column() {
+    let issues = located("name = \"rc\"\n[[listen]]\nmode = \"socks5\"\naddr = \n");
+    let (_, at, _) = issue(&issues, "(syntax)");
+    assert_eq!(at, "4:8");
+    let errors = ConfigErrors {
+        path: "/etc/splitway/rc.toml".into(),
+        issues: Config::parse_str("name = \"rc\"\nworkers = \"two\"\n").expect_err("invalid"),
+    };
+    let text = errors.to_string();
+    assert!(
+        text.contains("/etc/splitway/rc.toml:2:1: workers: expected a whole number, 0 or more, found \"two\"\n"),
+        "{text}"
+    );
+    // A key the file lacks has no place to point at.
+    assert!(
+        text.contains("/etc/splitway/rc.toml: listen: no [[listen]] section"),
+        "{text}"
+    );
+}
+
+#[test]
+fn user_timeout_is_a_duration_or_off_on_every_leg_kind() {
+    let cfg = Config::parse_str(
+        "name = \"rc\"\nadmin = \"off\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n\
+         [upstream]\nuser_timeout = \"20s\"\n[direct]\nuser_timeout = \"off\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(
+        cfg.upstream.user_timeout,
+        Some(Some(Duration::from_secs(20)))
+    );
+    assert_eq!(cfg.direct.user_timeout, Some(None));
+    assert_eq!(cfg.client.user_timeout, None);
+    let issues = Config::parse_str(
+        "name = \"rc\"\nadmin = \"off\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n\
+         [upstream]\nuser_timeout = \"0s\"\nkeepalive = \"soon\"\n",
+    )
+    .unwrap_err();
+    assert_has_keys(&issues, &["upstream.user_timeout", "upstream.keepalive"]);
 }

@@ -28,19 +28,32 @@ pub(super) fn tuning(c: &mut Checker, key: &str, raw: RawTuning) -> LegTuning {
     };
     let sndbuf = buf("sndbuf", raw.sndbuf);
     let rcvbuf = buf("rcvbuf", raw.rcvbuf);
-    let keepalive = raw.keepalive.and_then(|k| {
-        if k == "off" {
-            Some(None)
-        } else {
-            c.duration(&format!("{key}.keepalive"), &k).map(Some)
-        }
-    });
+    let mut duration_or_off = |name: &str, v: Option<String>| {
+        v.and_then(|k| {
+            if k == "off" {
+                Some(None)
+            } else {
+                let d = c.duration(&format!("{key}.{name}"), &k)?;
+                if d.is_zero() {
+                    c.err(
+                        format!("{key}.{name}"),
+                        "must be greater than zero (\"off\" turns it off)",
+                    );
+                    return None;
+                }
+                Some(Some(d))
+            }
+        })
+    };
+    let keepalive = duration_or_off("keepalive", raw.keepalive);
+    let user_timeout = duration_or_off("user_timeout", raw.user_timeout);
     LegTuning {
         congestion,
         nodelay: raw.nodelay,
         sndbuf,
         rcvbuf,
         keepalive,
+        user_timeout,
     }
 }
 

@@ -405,6 +405,11 @@ pub struct LegTuning {
     pub rcvbuf: Option<usize>,
     /// TCP keepalive idle time; `Some(None)` = explicitly off.
     pub keepalive: Option<Option<Duration>>,
+    /// TCP_USER_TIMEOUT: how long sent data may stay unacknowledged (and,
+    /// with keepalive, how long probes may go unanswered) before the kernel
+    /// drops the connection; `None` and `Some(None)` leave it off
+    /// (`tuning::PEER_USER_TIMEOUT_SUGGESTED` says why it is not a default).
+    pub user_timeout: Option<Option<Duration>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -446,8 +451,21 @@ pub struct Forwarding {
 /// One problem found in a config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigIssue {
+    /// The full key path (`listen[2].intercept.interfaces[0]`), or what
+    /// failed when no key did (`(syntax)`, `(file)`).
     pub key: String,
     pub message: String,
+    /// Where in the file: the key, or the nearest of its parents written
+    /// there (`None` for a key the file lacks wholly, or its unreadable file).
+    pub at: Option<Location>,
+}
+
+/// A place in a config file, both numbers from 1 (as editors count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    pub line: usize,
+    /// In characters, not bytes.
+    pub column: usize,
 }
 
 impl fmt::Display for ConfigIssue {
@@ -456,11 +474,32 @@ impl fmt::Display for ConfigIssue {
     }
 }
 
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
+    }
+}
+
 /// All problems of a config file.
 #[derive(Debug, Clone, thiserror::Error)]
 pub struct ConfigErrors {
     pub path: String,
     pub issues: Vec<ConfigIssue>,
+}
+
+impl ConfigErrors {
+    /// One line per issue, `file:line:col: key: message` as compilers write
+    /// them, so that an editor jumps to each (`file: key: message` for a
+    /// key the file does not have).
+    pub fn lines(&self) -> Vec<String> {
+        self.issues
+            .iter()
+            .map(|i| match i.at {
+                Some(at) => format!("{}:{at}: {i}", self.path),
+                None => format!("{}: {i}", self.path),
+            })
+            .collect()
+    }
 }
 
 impl fmt::Display for ConfigErrors {
@@ -472,8 +511,8 @@ impl fmt::Display for ConfigErrors {
             self.issues.len(),
             if self.issues.len() == 1 { "" } else { "s" }
         )?;
-        for i in &self.issues {
-            writeln!(f, "  {i}")?;
+        for line in self.lines() {
+            writeln!(f, "{line}")?;
         }
         Ok(())
     }

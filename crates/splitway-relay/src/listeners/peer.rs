@@ -74,6 +74,7 @@ async fn learn(hs: Handshake<'_>) -> Result<Learned, NotLearned> {
         &shared.cfg.timeouts,
         &shared.metrics,
         shared.hellos.as_deref(),
+        shared.stopping.clone(),
         authenticated,
     )
     .await?;

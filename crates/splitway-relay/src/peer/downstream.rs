@@ -281,6 +281,10 @@ pub struct Accepted {
 /// counted by reason and answered with a Reject frame where one helps the
 /// operator on the other end (wrong key), never with anything forwarded.
 /// `hellos`: this relay takes 0-RTT Hellos (plain legs only).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each is a distinct input of the accepting end's handshake; a struct would only rename them"
+)]
 pub async fn accept(
     stream: &TcpStream,
     tls: Option<&Arc<ServerConfig>>,
@@ -288,6 +292,7 @@ pub async fn accept(
     timeouts: &Timeouts,
     metrics: &Metrics,
     hellos: Option<&HelloWindow>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
     on_authenticated: impl FnOnce(),
 ) -> Result<Accepted, ConnError> {
     let fail = |(reason, err): (Option<AuthFailureReason>, ConnError)| {
@@ -362,17 +367,22 @@ pub async fn accept(
     };
     // Authenticated: an upstream pool may keep this connection idle for a
     // while before its header, so the header has its own, longer deadline.
-    let (header, early_data) =
-        read_header(io, buf, timeouts.pooled_header)
-            .await
-            .map_err(|(reason, err)| {
-                // A pooled connection closed unused (upstream restart, retired
-                // by age) is not an authentication failure.
-                if let Some(r) = reason {
-                    metrics.auth_failure(r);
-                }
-                err
-            })?;
+    // A drain closes it at once: the upstream's pool finds it closed and
+    // dials afresh or another candidate, instead of sending it a connection
+    // this relay would carry through its drain.
+    let header = tokio::select! {
+        biased;
+        r = read_header(io, buf, timeouts.pooled_header) => r,
+        () = crate::shutdown::stopped(&mut stopping) => Err((None, ConnError::PooledUnused)),
+    };
+    let (header, early_data) = header.map_err(|(reason, err)| {
+        // A pooled connection closed unused (upstream restart, retired
+        // by age) is not an authentication failure.
+        if let Some(r) = reason {
+            metrics.auth_failure(r);
+        }
+        err
+    })?;
     Ok(Accepted {
         header,
         early_data,

@@ -60,6 +60,10 @@ pub const SKIPPED: Option<&str> = if cfg!(splitway_bpf_skip) {
     None
 };
 
+/// The BPF programs compiled into this binary, comma-separated (`bpf/*.c`
+/// by name); empty when [`SKIPPED`].
+pub const PROGRAMS: &str = env!("SPLITWAY_BPF_PROGRAMS");
+
 pub(crate) const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// Where pinned programs and maps live.
 pub const BPFFS: &str = "/sys/fs/bpf";

@@ -686,6 +686,15 @@ impl Lab {
         }
     }
 
+    /// What relay `name` wrote to stderr (its log) so far.
+    pub fn relay_stderr(&self, name: &str) -> String {
+        self.relays_running
+            .iter()
+            .find(|p| p.name == name)
+            .expect("relay started")
+            .stderr()
+    }
+
     /// Stops relay by name with SIGTERM; returns its exit status (None: had to be killed).
     pub fn stop_relay(&mut self, name: &str) -> Option<std::process::ExitStatus> {
         let p = self
@@ -716,6 +725,22 @@ impl Lab {
             .expect("relay running")
             .child
             .id()
+    }
+
+    /// Starts relay `name` again with `config` while its old process still
+    /// runs (draining after SIGTERM): the old one keeps its entry (found
+    /// first by name) and its log moves to `NAME.old.stderr`.
+    pub fn start_relay_beside(&mut self, name: &str, config: &RelayConfig) {
+        let old = self.running(name);
+        let moved = old.stderr_path.with_extension("old.stderr");
+        fs::rename(&old.stderr_path, &moved).expect("move the old relay's log");
+        old.stderr_path = moved;
+        let r = self
+            .relay_names
+            .iter()
+            .position(|n| n == name)
+            .expect("relay name");
+        self.start_relay(r, config);
     }
 
     /// Starts a stopped relay again with `config` (same name, same namespace).
