@@ -146,6 +146,9 @@ pub struct AdminConfig {
     pub max_head_bytes: usize,
     /// Request body ceiling; larger bodies get 413. Default 64 KiB.
     pub max_body_bytes: usize,
+    /// Serve `GET /metrics` only; every other path is 404 (a metrics
+    /// address a cluster's scraper reaches, apart from the admin API).
+    pub metrics_only: bool,
 }
 
 impl Default for AdminConfig {
@@ -155,6 +158,7 @@ impl Default for AdminConfig {
             max_connections: 64,
             max_head_bytes: 8 * 1024,
             max_body_bytes: 64 * 1024,
+            metrics_only: false,
         }
     }
 }
@@ -280,7 +284,11 @@ async fn run_server<L: AdminListener>(
     config: AdminConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ControlError> {
-    let api = Arc::new(Api { metrics, handler });
+    let api = Arc::new(Api {
+        metrics,
+        handler,
+        metrics_only: config.metrics_only,
+    });
     let config = Arc::new(config);
     let slots = Arc::new(Semaphore::new(config.max_connections.max(1)));
     let mut connections = JoinSet::new();
@@ -446,6 +454,7 @@ pub const MAX_CONNECTION_SAMPLE: usize = 1000;
 struct Api {
     metrics: Arc<Metrics>,
     handler: Arc<dyn AdminHandler>,
+    metrics_only: bool,
 }
 
 const ALLOW_GET: &str = "GET, HEAD";
@@ -456,6 +465,9 @@ impl Api {
     fn handle(&self, request: &Request) -> Response {
         let method = request.method.as_str();
         let is_get = matches!(method, "GET" | "HEAD");
+        if self.metrics_only && request.path != "/metrics" {
+            return Response::error(Status::NotFound, "this address serves /metrics only");
+        }
         let allow = match request.path.as_str() {
             "/metrics" | "/status" | "/connections" | "/routes" => ALLOW_GET,
             "/params" => ALLOW_PARAMS,
@@ -631,6 +643,7 @@ mod tests {
         Api {
             metrics: Arc::new(Metrics::new()),
             handler: Arc::new(api::Status::default),
+            metrics_only: false,
         }
     }
 

@@ -478,6 +478,22 @@ async fn slowloris(addr: SocketAddr) -> (Instant, JoinHandle<(Vec<u8>, Instant)>
     (sent, reader)
 }
 
+/// A metrics-only address (`metrics = ...` in a relay's config) answers
+/// `GET /metrics` and nothing of the admin API: no status, no changes.
+#[tokio::test]
+async fn a_metrics_only_address_serves_metrics_and_nothing_else() {
+    let config = AdminConfig {
+        metrics_only: true,
+        ..AdminConfig::default()
+    };
+    let server = Server::start(config, Arc::new(splitway_api::Status::default)).await;
+    let metrics = get(server.addr, "/metrics").await;
+    assert_eq!(metrics.status, 200);
+    for path in ["/status", "/connections", "/routes", "/params"] {
+        assert_eq!(get(server.addr, path).await.status, 404, "{path}");
+    }
+}
+
 #[tokio::test]
 async fn slowloris_is_cut_off_without_blocking_others() {
     let read_timeout = Duration::from_millis(500);

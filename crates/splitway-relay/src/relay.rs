@@ -64,6 +64,8 @@ pub struct Relay {
     /// Per `[[listen]]` entry, its accept sockets (one if inherited).
     listeners: Vec<Vec<TcpListener>>,
     admin: Option<AdminSocket>,
+    /// `metrics`: the address that serves only `GET /metrics`.
+    metrics_only: Option<TcpListener>,
     interceptions: Vec<Interception>,
     /// Sends the stop every accept loop and waiting leg ends on.
     stop: watch::Sender<bool>,
@@ -176,6 +178,10 @@ impl Relay {
                 }
                 Err(e) => return Err(e.into()),
             }),
+            None => None,
+        };
+        let metrics_only = match cfg.metrics {
+            Some(a) => Some(splitway_control::bind(a).await?),
             None => None,
         };
         let pools = cfg
@@ -297,6 +303,7 @@ impl Relay {
                 .flatten()
                 .filter_map(|l| l.local_addr().ok())
                 .chain(admin.iter().filter_map(AdminSocket::addr))
+                .chain(metrics_only.iter().filter_map(|l| l.local_addr().ok()))
                 .map(|a| a.port()),
         );
         let host_addrs = crate::policy::HostAddrs::read();
@@ -359,6 +366,7 @@ impl Relay {
             syn_watch,
             listeners,
             admin,
+            metrics_only,
             interceptions,
             strict,
             stop,
@@ -409,6 +417,39 @@ impl Relay {
                 )));
             }
         }
+        // The metrics-only address lives as long as the admin API.
+        let metrics_task = self.metrics_only.map(|l| {
+            let metrics = self.shared.metrics.clone();
+            let mut stop = admin_stop_rx.clone();
+            let handler = RelayAdmin::new(
+                self.current.clone(),
+                self.reloader.clone(),
+                None,
+                drain_tx.clone(),
+            );
+            if let Ok(addr) = l.local_addr() {
+                info!(%addr, "metrics listening (GET /metrics only)");
+            }
+            tokio::spawn(async move {
+                let config = splitway_control::AdminConfig {
+                    metrics_only: true,
+                    ..splitway_control::AdminConfig::default()
+                };
+                let r = splitway_control::serve_with_config(
+                    l,
+                    metrics,
+                    Arc::new(handler),
+                    config,
+                    async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    },
+                )
+                .await;
+                if let Err(e) = r {
+                    warn!(error = %e, "metrics address stopped");
+                }
+            })
+        });
         let admin_task = self.admin.map(|socket| {
             let metrics = self.shared.metrics.clone();
             let mut stop = admin_stop_rx;
@@ -577,6 +618,9 @@ impl Relay {
         drop(self.interceptions);
         let _ = admin_stop_tx.send(true);
         if let Some(t) = admin_task {
+            let _ = t.await;
+        }
+        if let Some(t) = metrics_task {
             let _ = t.await;
         }
         Ok(Stopped { by_admin, cut })

@@ -803,3 +803,41 @@ fn open_connections_show_next_hop_and_bytes_and_closed_ones_are_access_logged() 
     assert!(!deadline.expired(), "took longer than the deadline");
     lab.assert_relays_alive();
 }
+
+/// `metrics = ADDR` (issue #30): a cluster's Prometheus scrapes a relay
+/// there from another host, while the admin API stays on loopback and the
+/// metrics address answers nothing else.
+#[test]
+fn a_metrics_address_serves_metrics_to_other_hosts_and_nothing_else() {
+    require_netns!();
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    let metrics = format!("{ENTRY_V4}:9464");
+    configs[0].sections.metrics = Some(metrics.clone());
+    lab.start_relays(&configs);
+    let get = |addr: &str, path: &str| {
+        let out = lab
+            .client
+            .command("curl")
+            .args(["-s", "--max-time", "3", "-w", "\n%{http_code}"])
+            .arg(format!("http://{addr}{path}"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", text.as_str()));
+        (code.to_owned(), body.to_owned())
+    };
+    let (code, body) = get(&metrics, "/metrics");
+    assert_eq!(code, "200", "{body}");
+    assert!(body.contains("splitway_build_info"), "{body}");
+    assert!(body.contains("splitway_connections_accepted"), "{body}");
+    for path in ["/status", "/connections", "/routes", "/params"] {
+        assert_eq!(get(&metrics, path).0, "404", "{path}");
+    }
+    // The admin API, on rc's loopback, is out of the client's reach.
+    let (code, _) = get(&format!("{ENTRY_V4}:9090"), "/status");
+    assert_eq!(code, "000", "the admin API answered another host");
+    assert!(admin_status(lab.rc()).is_ok());
+    lab.assert_relays_alive();
+}

@@ -45,6 +45,28 @@ pub(super) fn admin(c: &mut Checker, table: &toml::Table) -> Option<SocketAddr> 
     }
 }
 
+/// `metrics`: an address serving only `GET /metrics`; absent or `"off"`:
+/// none. It must differ from the admin address.
+pub(super) fn metrics(
+    c: &mut Checker,
+    table: &toml::Table,
+    admin: Option<SocketAddr>,
+) -> Option<SocketAddr> {
+    let s = c.section::<String>("metrics", table.get("metrics")?)?;
+    if s.is_empty() || s == "off" {
+        return None;
+    }
+    let addr = c.socket_addr("metrics", &s)?;
+    if admin == Some(addr) {
+        c.err(
+            "metrics",
+            "must differ from `admin` (the admin address serves /metrics too)",
+        );
+        return None;
+    }
+    Some(addr)
+}
+
 /// `workers`: how many threads run connections; absent: one per CPU.
 pub(super) fn workers(c: &mut Checker, table: &toml::Table) -> Option<usize> {
     let n = c.section::<usize>("workers", table.get("workers")?)?;

@@ -106,6 +106,7 @@ impl Diff {
     fn effective(&mut self, o: &Config, mut new: Config, syn_watch: bool) -> Config {
         self.restart_if("name", &o.name, &new.name);
         self.restart_if("admin", &o.admin, &new.admin);
+        self.restart_if("metrics", &o.metrics, &new.metrics);
         // The runtime's threads are started once.
         self.restart_if("workers", &o.workers, &new.workers);
         // Opened once, at start.
@@ -351,6 +352,7 @@ impl Diff {
 fn keep_running(o: &Config, new: &mut Config) {
     new.name = o.name.clone();
     new.admin = o.admin;
+    new.metrics = o.metrics;
     new.workers = o.workers;
     new.access_log = o.access_log.clone();
     new.accel.tfo = o.accel.tfo;

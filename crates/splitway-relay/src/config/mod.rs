@@ -94,6 +94,7 @@ impl Config {
         admin::unknown_keys(c, &table);
         let name = admin::name(c, &table);
         let admin = admin::admin(c, &table);
+        let metrics = admin::metrics(c, &table, admin);
         let workers = admin::workers(c, &table);
         let tls = tls::tls(c, &table);
         let listeners = listen::listeners(c, &table, &tls);
@@ -117,6 +118,7 @@ impl Config {
                 psk: keys.psk,
                 psk_previous: keys.psk_previous,
                 admin,
+                metrics,
                 workers,
                 listeners,
                 peers,

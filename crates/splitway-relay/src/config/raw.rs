@@ -19,6 +19,9 @@ pub struct RawConfig {
     pub psk_file_previous: Option<String>,
     /// `"off"` (or empty) turns the admin endpoint off.
     pub admin: Option<String>,
+    /// A second address serving only `GET /metrics` (absent: the metrics
+    /// are on the admin address only).
+    pub metrics: Option<String>,
     pub workers: Option<usize>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen: Vec<RawListener>,
@@ -51,6 +54,7 @@ pub(super) const TOP_LEVEL_KEYS: &[&str] = &[
     "psk_file",
     "psk_file_previous",
     "admin",
+    "metrics",
     "workers",
     "listen",
     "peer",

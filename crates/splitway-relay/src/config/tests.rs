@@ -873,6 +873,7 @@ fn raw_config_has_exactly_the_top_level_keys() {
         psk_file: Some(String::new()),
         psk_file_previous: Some(String::new()),
         admin: Some(String::new()),
+        metrics: Some(String::new()),
         workers: Some(1),
         listen: vec![raw::RawListener::new(ListenMode::Peer, "")],
         peer: vec![raw::RawPeer::new("", "")],
@@ -1109,4 +1110,28 @@ fn user_timeout_is_a_duration_or_off_on_every_leg_kind() {
     )
     .unwrap_err();
     assert_has_keys(&issues, &["upstream.user_timeout", "upstream.keepalive"]);
+}
+
+/// `metrics`: an address apart from the admin API's, or none.
+#[test]
+fn a_metrics_address_is_parsed_and_must_differ_from_admin() {
+    let listen = "mode = \"socks5\"\naddr = \"127.0.0.1:1080\"";
+    let with = |top: &str| format!("{top}\n{}", one_listener(listen));
+    let cfg = with_psk(&with("metrics = \"0.0.0.0:9464\"")).expect("valid");
+    assert_eq!(cfg.metrics, Some("0.0.0.0:9464".parse().unwrap()));
+    assert_eq!(
+        with_psk(&one_listener(listen)).expect("valid").metrics,
+        None
+    );
+    assert_eq!(
+        with_psk(&with("metrics = \"off\"")).expect("valid").metrics,
+        None
+    );
+    assert_eq!(
+        issue_keys(&with(
+            "admin = \"127.0.0.1:9090\"\nmetrics = \"127.0.0.1:9090\""
+        )),
+        ["metrics"]
+    );
+    assert_eq!(issue_keys(&with("metrics = \"nowhere\"")), ["metrics"]);
 }

@@ -26,6 +26,9 @@ pub struct Config {
     /// (`psk_file_previous`); dialers always use `psk`.
     pub psk_previous: Option<Psk>,
     pub admin: Option<SocketAddr>,
+    /// `metrics`: an address serving only `GET /metrics`, for a scraper
+    /// that must not reach the admin API (a cluster's Prometheus).
+    pub metrics: Option<SocketAddr>,
     /// Threads that run connections (`workers`); `None`: one per CPU.
     pub workers: Option<usize>,
     pub listeners: Vec<Listener>,
