@@ -14,19 +14,20 @@ use crate::config::LegTuning;
 /// whose path died is dropped about 11 s after it last heard from its peer.
 pub const PEER_KEEPALIVE_DEFAULT: Duration = Duration::from_secs(5);
 
-/// A TCP_USER_TIMEOUT for relay legs that carry traffic over a path that
-/// may die: data unacknowledged this long ends the leg, instead of the
-/// kernel's 15 retransmissions (about 15 minutes). Not on by default: with
-/// it on every relay leg, `relay_paths::loss_on_the_chosen_leg_moves_new_connections`
-/// (5 % emulated loss) saw probe legs reset within 2 s of the loss in 4 of
-/// 14 runs on kernel 6.18, against 0 of 12 without it (and 0 of 6 with the
-/// 5 s keepalive alone), a cause not yet found. Set `user_timeout` on a
-/// `[[peer]]` or `[upstream]` to have it.
-pub const PEER_USER_TIMEOUT_SUGGESTED: Duration = Duration::from_secs(10);
+/// TCP_USER_TIMEOUT of relay legs when the config says nothing: data
+/// unacknowledged this long ends the leg, instead of the kernel's 15
+/// retransmissions (about 15 minutes), so a path that dies under traffic
+/// is noticed too (keepalive only probes idle legs). Once suspected of
+/// resetting path-probe legs under 5 % loss; the resets were the probe
+/// answer's close (fixed: it lingers), and with this default
+/// `relay_paths::loss_on_the_chosen_leg_moves_new_connections` passed 12 of
+/// 12 runs. `user_timeout = "off"` removes it.
+pub const PEER_USER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
 /// Applies `tuning` to a socket. `keepalive_default` is the leg kind's
-/// default when the config leaves it unset. TCP_USER_TIMEOUT only as the
-/// config sets it ([`PEER_USER_TIMEOUT_SUGGESTED`] says why). Failures are returned, not
+/// default when the config leaves it unset; legs with one (relay legs) also
+/// get [`PEER_USER_TIMEOUT_DEFAULT`] unless the config sets `user_timeout`.
+/// Failures are returned, not
 /// ignored: a leg that silently ran with the wrong congestion control would
 /// falsify every measurement.
 pub fn apply(
@@ -78,7 +79,13 @@ fn apply_inner(
         s.set_recv_buffer_size(n)?;
     }
     let keepalive = tuning.keepalive.unwrap_or(keepalive_default);
-    if let Some(t) = tuning.user_timeout.flatten() {
+    // Relay legs (those with a keepalive default) get the user timeout by
+    // default; `user_timeout = "off"` removes it.
+    let user_timeout = match tuning.user_timeout {
+        Some(set) => set,
+        None => keepalive_default.map(|_| PEER_USER_TIMEOUT_DEFAULT),
+    };
+    if let Some(t) = user_timeout {
         s.set_tcp_user_timeout(Some(t))?;
     }
     if let Some(idle) = keepalive {

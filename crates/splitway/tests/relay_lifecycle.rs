@@ -316,30 +316,7 @@ fn a_dead_path_ends_idle_relay_legs_within_the_bound() {
     assert!(relay_legs(lab.relay_ns("rc"), "dport") > 0);
     assert!(relay_legs(lab.relay_ns("rs"), "sport") > 0);
 
-    let port = PEER_PORT.to_string();
-    let nft = |args: &[&str]| {
-        let ok = lab
-            .relay_ns("rs")
-            .command("nft")
-            .args(args)
-            .status()
-            .expect("run nft");
-        assert!(ok.success(), "nft {args:?}");
-    };
-    nft(&["add", "table", "inet", "swcut"]);
-    for (chain, hook, match_port) in [("in", "input", "dport"), ("out", "output", "sport")] {
-        nft(&[
-            "add",
-            "chain",
-            "inet",
-            "swcut",
-            chain,
-            &format!("{{ type filter hook {hook} priority -300; }}"),
-        ]);
-        nft(&[
-            "add", "rule", "inet", "swcut", chain, "tcp", match_port, &port, "drop",
-        ]);
-    }
+    let nft = cut_relay_legs(&lab);
     let cut = Instant::now();
     wait_until(deadline, "the dead legs ended on both ends", || {
         (relay_legs(lab.relay_ns("rc"), "dport") == 0
@@ -364,6 +341,82 @@ fn a_dead_path_ends_idle_relay_legs_within_the_bound() {
     assert!(
         dead_after > dead_before,
         "the pool handed out no fresh leg past the dead ones ({dead_before} -> {dead_after})"
+    );
+}
+
+/// Makes rs drop every relay-leg packet both ways (no reset: a path that
+/// died silently); returns the `nft` runner, to heal it with
+/// `nft(&["delete", "table", "inet", "swcut"])`.
+fn cut_relay_legs(lab: &Lab) -> impl Fn(&[&str]) + '_ {
+    let port = PEER_PORT.to_string();
+    let nft = move |args: &[&str]| {
+        let ok = lab
+            .relay_ns("rs")
+            .command("nft")
+            .args(args)
+            .status()
+            .expect("run nft");
+        assert!(ok.success(), "nft {args:?}");
+    };
+    nft(&["add", "table", "inet", "swcut"]);
+    for (chain, hook, match_port) in [("in", "input", "dport"), ("out", "output", "sport")] {
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            "swcut",
+            chain,
+            &format!("{{ type filter hook {hook} priority -300; }}"),
+        ]);
+        nft(&[
+            "add", "rule", "inet", "swcut", chain, "tcp", match_port, &port, "drop",
+        ]);
+    }
+    nft
+}
+
+/// The path dies under traffic: keepalive cannot help a leg with data in
+/// flight (the kernel retransmits it for about 15 minutes), the default
+/// TCP_USER_TIMEOUT of relay legs (10 s) ends it, and the client's
+/// connection fails instead of hanging.
+#[test]
+fn a_dead_path_ends_a_busy_relay_leg_within_the_user_timeout() {
+    use std::io::{Read, Write};
+    require_netns!();
+    let mut lab = Lab::two_relays();
+    let configs = lab.default_configs(&[SERVER_PORT], true);
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+    let mut conn = connect_in(&lab.client, server_v4()).expect("connect through rc and rs");
+    let (mut served, _) = server.accept(Duration::from_secs(20));
+    let first = vec![7u8; 64 * 1024];
+    conn.write_all(&first).expect("write before the cut");
+    let mut got = vec![0u8; first.len()];
+    served.read_exact(&mut got).expect("the server reads it");
+    assert_eq!(got, first);
+
+    let _nft = cut_relay_legs(&lab);
+    let cut = Instant::now();
+    conn.set_write_timeout(Some(Duration::from_secs(60)))
+        .expect("write timeout");
+    let chunk = vec![0u8; 16 * 1024];
+    let error = loop {
+        if let Err(e) = conn.write_all(&chunk) {
+            break e;
+        }
+    };
+    let took = cut.elapsed();
+    println!("the client's connection failed {took:?} after the cut: {error}");
+    assert!(
+        !matches!(
+            error.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "the client's writes blocked until the test's timeout: {error}"
+    );
+    assert!(
+        took < Duration::from_secs(16),
+        "a busy relay leg lived {took:?} after the path died"
     );
 }
 

@@ -410,8 +410,9 @@ pub struct LegTuning {
     pub keepalive: Option<Option<Duration>>,
     /// TCP_USER_TIMEOUT: how long sent data may stay unacknowledged (and,
     /// with keepalive, how long probes may go unanswered) before the kernel
-    /// drops the connection; `None` and `Some(None)` leave it off
-    /// (`tuning::PEER_USER_TIMEOUT_SUGGESTED` says why it is not a default).
+    /// drops the connection; `None`: the leg kind's default
+    /// (`tuning::PEER_USER_TIMEOUT_DEFAULT` on relay legs, none on client
+    /// and server legs); `Some(None)`: off.
     pub user_timeout: Option<Option<Duration>>,
 }
 
