@@ -404,14 +404,10 @@ fn wait_window_probe(topo: &Topology) -> Result<(), String> {
     if !active {
         return Ok(());
     }
-    let url = format!("http://127.0.0.1:{ADMIN_PORT}/metrics");
     let deadline = Instant::now() + WINDOW_PROBE_WAIT;
     loop {
-        let out = first
-            .netns()
-            .exec("curl", &["-s", "--max-time", "5", &url])
-            .map_err(|e| format!("GET /metrics from {}: {e}", first.name()))?;
-        let sent = String::from_utf8_lossy(&out.stdout)
+        let metrics = admin_get(first, "/metrics").map_err(|e| e.to_string())?;
+        let sent = String::from_utf8_lossy(&metrics)
             .lines()
             .find(|l| l.starts_with("splitway_window_probes_total{outcome=\"sent\"}"))
             .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok())
@@ -1071,13 +1067,19 @@ fn setup_ssh(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, Lab
 }
 
 /// The relay's `GET /status` document, fetched inside its namespace.
-fn relay_status(relay: &Host) -> Result<splitway_api::Status, LabError> {
-    let url = format!("http://127.0.0.1:{ADMIN_PORT}/status");
+/// `GET path` from a relay's admin API, inside its namespace.
+fn admin_get(relay: &Host, path: &str) -> Result<Vec<u8>, LabError> {
+    let url = format!("http://127.0.0.1:{ADMIN_PORT}{path}");
     let out = relay
         .netns()
         .exec("curl", &["-s", "--max-time", "5", &url])
         .map_err(|e| LabError::peer("splitway relay admin", relay.name(), e.to_string()))?;
-    serde_json::from_slice(&out.stdout).map_err(|e| {
+    Ok(out.stdout)
+}
+
+fn relay_status(relay: &Host) -> Result<splitway_api::Status, LabError> {
+    let body = admin_get(relay, "/status")?;
+    serde_json::from_slice(&body).map_err(|e| {
         LabError::peer(
             "splitway relay admin",
             relay.name(),

@@ -94,6 +94,18 @@ struct Shared {
     reverse: DirectionCounters,
 }
 
+impl Shared {
+    /// The parameters packets arriving from now on get; the thread picks
+    /// them up at its next generation check.
+    fn set_params(&self, forward: DirectionParams, reverse: DirectionParams, max_buffers: usize) {
+        *self
+            .params
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = (forward, reverse, max_buffers);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Changes a running link's parameters ([`LinkHandle::control`]); it does
 /// not keep the link alive.
 #[derive(Debug, Clone)]
@@ -109,12 +121,7 @@ impl LinkControl {
         reverse: DirectionParams,
         max_buffers: usize,
     ) {
-        *self
-            .shared
-            .params
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = (forward, reverse, max_buffers);
-        self.shared.generation.fetch_add(1, Ordering::Release);
+        self.shared.set_params(forward, reverse, max_buffers);
     }
 }
 
@@ -178,12 +185,7 @@ impl LinkHandle {
         reverse: DirectionParams,
         max_buffers: usize,
     ) {
-        *self
-            .shared
-            .params
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = (forward, reverse, max_buffers);
-        self.shared.generation.fetch_add(1, Ordering::Release);
+        self.shared.set_params(forward, reverse, max_buffers);
     }
 
     /// A handle that changes this link's parameters from another thread

@@ -32,6 +32,7 @@ use super::{
     LabError, NETNS_PREFIX, TempDir, curl, relay_status, setup_config, start_nginx, watch_signals,
     write_objects,
 };
+use crate::bench::stats::median;
 use crate::model::{Config, END_HOST_CONGESTION};
 use crate::report::{git_commit, kernel_release, load_average, utc_now_iso8601};
 use crate::scenario::Scenario;
@@ -404,19 +405,6 @@ pub fn run(reps: u32, json: Option<&Path>) -> Result<WindowSafetyReport, LabErro
     Ok(report)
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 fn render(report: &WindowSafetyReport) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
@@ -436,25 +424,28 @@ fn render(report: &WindowSafetyReport) -> String {
         let shares: Vec<f64> = c.fairness.iter().map(|r| r.relay_share).collect();
         let by_10s: Vec<String> = (0..3)
             .map(|k| {
-                f(
-                    median(
-                        c.fairness
-                            .iter()
-                            .filter_map(|r| r.relay_share_by_10s.get(k).copied())
-                            .collect(),
-                    ),
-                    3,
-                )
+                let shares: Vec<f64> = c
+                    .fairness
+                    .iter()
+                    .filter_map(|r| r.relay_share_by_10s.get(k).copied())
+                    .collect();
+                f(median(&shares), 3)
             })
             .collect();
         let _ = writeln!(
             out,
             "{:<14} fairness: relay share median {} (reps {:?}; by 10 s {by_10s:?}), relay {} / e2e {} Mbit/s",
             c.config,
-            f(median(shares.clone()), 3),
+            f(median(&shares), 3),
             shares.iter().map(|s| format!("{s:.3}")).collect::<Vec<_>>(),
-            f(median(c.fairness.iter().map(|r| r.relay_mbit).collect()), 1),
-            f(median(c.fairness.iter().map(|r| r.e2e_mbit).collect()), 1),
+            f(
+                median(&c.fairness.iter().map(|r| r.relay_mbit).collect::<Vec<_>>()),
+                1
+            ),
+            f(
+                median(&c.fairness.iter().map(|r| r.e2e_mbit).collect::<Vec<_>>()),
+                1
+            ),
         );
         for k in 0..DOWNLOADS_AFTER_DROP {
             let times: Vec<f64> = c
@@ -474,14 +465,14 @@ fn render(report: &WindowSafetyReport) -> String {
                 })
                 .collect();
             if k == 0 {
-                first_after_drop.push(median(times.clone()));
+                first_after_drop.push(median(&times));
             }
             let _ = writeln!(
                 out,
                 "{:<14} after drop, download {}: median {} ms (reps {:?}), learned after: {:?}",
                 "",
                 k + 1,
-                f(median(times.clone()), 0),
+                f(median(&times), 0),
                 times.iter().map(|t| format!("{t:.0}")).collect::<Vec<_>>(),
                 learned
             );
