@@ -126,10 +126,13 @@ pub fn ports(cfg: &Config, inherited: &[SocketAddr]) -> Vec<HostIssue> {
         .filter(|(_, l)| !l.reuse_port && !inherited.contains(&l.addr))
         .map(|(i, l)| (format!("listen[{i}].addr"), l.addr))
         .collect();
-    if let Some(admin) = cfg.admin
-        && !inherited.contains(&admin)
-    {
-        addrs.push(("admin".to_owned(), admin));
+    let own_http = [("admin", cfg.admin), ("metrics", cfg.metrics)];
+    for (key, addr) in own_http {
+        if let Some(addr) = addr
+            && !inherited.contains(&addr)
+        {
+            addrs.push((key.to_owned(), addr));
+        }
     }
     for (key, addr) in addrs {
         let Err(e) = bind_test(addr) else { continue };
@@ -368,8 +371,17 @@ mod tests {
         );
         // Passed by socket activation: this relay's own.
         assert!(ports(&cfg, &[addr]).is_empty());
+        // The metrics-only address is checked like the admin API's.
+        let metrics = Config::parse_str(&format!(
+            "name = \"rc\"\nadmin = \"off\"\nmetrics = \"{addr}\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:0\"\n"
+        ))
+        .unwrap();
+        let issues = ports(&metrics, &[]);
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].key, "metrics");
         drop(held);
         assert!(ports(&cfg, &[]).is_empty());
+        assert!(ports(&metrics, &[]).is_empty());
     }
 
     #[test]
