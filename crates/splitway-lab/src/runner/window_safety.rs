@@ -32,7 +32,6 @@ use super::{
     LabError, NETNS_PREFIX, TempDir, curl, relay_status, setup_config, start_nginx, watch_signals,
     write_objects,
 };
-use crate::bench::stats::median;
 use crate::model::{Config, END_HOST_CONGESTION};
 use crate::report::{git_commit, kernel_release, load_average, utc_now_iso8601};
 use crate::scenario::Scenario;
@@ -403,6 +402,22 @@ pub fn run(reps: u32, json: Option<&Path>) -> Result<WindowSafetyReport, LabErro
             .map_err(|e| LabError::io(format!("write {}", path.display()), e))?;
     }
     Ok(report)
+}
+
+/// The median; `None` when empty. Not `bench::stats::median`: `bench`
+/// imports `runner`, and the lint refuses the circle back.
+fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 fn render(report: &WindowSafetyReport) -> String {
