@@ -10,7 +10,11 @@ demo: deps release
 
 ## test: lint, then unit and namespace integration tests (needs root; CI runs this).
 test: deps lint
-	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --all-targets --all-features --no-fail-fast
+	@rm -f target/test-failures.txt
+	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_TEST_FAILURES=$(CURDIR)/target/test-failures.txt \
+	  $(CARGO) test --workspace --all-targets --all-features --no-fail-fast \
+	  || { echo '===== every failure, together (target/test-failures.txt) ====='; \
+	       cat target/test-failures.txt 2>/dev/null; exit 1; }
 	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --doc
 
 deps:

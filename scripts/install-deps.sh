@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   nginx-light      # the lab's and tests' real HTTP server
   curl             # the real client (SOCKS5, CONNECT, timings)
+  wget             # http_proxy= client
+  ncat             # SOCKS5 and HTTP CONNECT client with proxy credentials
   nftables         # TPROXY interception
   iptables
   iproute2         # namespaces, veth, routes

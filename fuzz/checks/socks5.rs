@@ -1,8 +1,9 @@
-//! SOCKS5 greeting and request parsers: no panic, bounded consumption,
-//! canonical re-encoding of what was accepted.
+//! SOCKS5 greeting, username/password (RFC 1929) and request parsers: no
+//! panic, bounded consumption, canonical re-encoding of what was accepted.
 //!
 //! Shared by the cargo-fuzz target and the stable corpus replay test.
 
+use splitway_proto::proxy_auth;
 use splitway_proto::socks5::{self, Socks5Error};
 
 /// Panics if `data` breaks a property above.
@@ -11,6 +12,18 @@ pub fn check(data: &[u8]) {
         assert!(used <= data.len());
         assert_eq!(used, 2 + greeting.methods.len());
         assert_eq!(&data[2..used], greeting.methods.as_slice());
+    }
+    match proxy_auth::parse_userpass(data) {
+        Ok(Some((c, used))) => {
+            assert!(used <= data.len() && used <= proxy_auth::MAX_USERPASS_LEN);
+            let mut encoded = vec![proxy_auth::USERPASS_VERSION, c.user.len() as u8];
+            encoded.extend_from_slice(&c.user);
+            encoded.push(c.password.len() as u8);
+            encoded.extend_from_slice(&c.password);
+            assert_eq!(encoded, &data[..used]);
+        }
+        Ok(None) => assert!(data.len() < proxy_auth::MAX_USERPASS_LEN),
+        Err(_) => assert_ne!(data[0], proxy_auth::USERPASS_VERSION),
     }
     match socks5::parse_request(data) {
         Ok(Some((request, used))) => {

@@ -70,6 +70,9 @@ api! {
         pub accept_proxy_protocol: Vec<String>,
         /// One entry per accept socket; `null` for a listener not bound.
         pub accept_paths: Option<Vec<AcceptPath>>,
+        /// Users in the listener's `auth_file` (proxy clients must give
+        /// one's credentials); `null`: none asked.
+        pub users: Option<usize>,
     }
 
     pub struct Intercept {

@@ -20,6 +20,9 @@ pub struct ConnectRequest {
     /// `None` for a CONNECT tunnel. For an absolute-form request, the head
     /// to send the server in its place.
     pub forward: Option<Vec<u8>>,
+    /// The first `Proxy-Authorization` header's value, if any (never
+    /// passed on to the server).
+    pub proxy_authorization: Option<Vec<u8>>,
 }
 
 /// An HTTP client sent a request this proxy cannot accept.
@@ -94,6 +97,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest, usize)>, Http
     let mut pos = 0;
     let mut target = None;
     let mut has_host = false;
+    let mut proxy_authorization = None;
     while let Some(newline) = window[pos..].iter().position(|&b| b == b'\n') {
         let raw = &window[pos..pos + newline];
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
@@ -104,7 +108,11 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest, usize)>, Http
             None => target = Some(parse_request_line(line)?),
             Some(_) if line.is_empty() => {
                 let request = match target.take().expect("request line parsed") {
-                    Target::Connect(dst) => ConnectRequest { dst, forward: None },
+                    Target::Connect(dst) => ConnectRequest {
+                        dst,
+                        forward: None,
+                        proxy_authorization,
+                    },
                     Target::Absolute { dst, mut head } => {
                         if !has_host {
                             head.extend_from_slice(format!("Host: {}\r\n", dst).as_bytes());
@@ -113,16 +121,19 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest, usize)>, Http
                         ConnectRequest {
                             dst,
                             forward: Some(head),
+                            proxy_authorization,
                         }
                     }
                 };
                 return Ok(Some((request, pos)));
             }
             Some(Target::Connect(_)) => {
-                check_header_line(line)?;
+                let name = check_header_line(line)?;
+                keep_proxy_authorization(&mut proxy_authorization, name, line);
             }
             Some(Target::Absolute { head, .. }) => {
                 let name = check_header_line(line)?;
+                keep_proxy_authorization(&mut proxy_authorization, name, line);
                 has_host |= name.eq_ignore_ascii_case(b"host");
                 if !is_hop_by_hop(name) {
                     head.extend_from_slice(line);
@@ -135,6 +146,13 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest, usize)>, Http
         return Err(HttpConnectError::TooLarge);
     }
     Ok(None)
+}
+
+/// Keeps the first `Proxy-Authorization` value (`line` is `name:value`).
+fn keep_proxy_authorization(kept: &mut Option<Vec<u8>>, name: &[u8], line: &[u8]) {
+    if kept.is_none() && name.eq_ignore_ascii_case(b"proxy-authorization") {
+        *kept = Some(line[name.len() + 1..].trim_ascii().to_vec());
+    }
 }
 
 /// What a request line asks for.
@@ -531,6 +549,7 @@ mod tests {
             String::from_utf8(req.forward.unwrap()).unwrap(),
             "GET /a/b?q=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: t\r\nConnection: close\r\n\r\n"
         );
+        assert_eq!(req.proxy_authorization.as_deref(), Some(&b"Basic eA=="[..]));
         // No Host header, a port, an IPv6 literal, a query without a path.
         let (req, _) = parse_request(b"HEAD http://[2001:db8::1]:8080?x HTTP/1.0\r\n\r\n")
             .unwrap()
@@ -549,6 +568,19 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(req.forward, None, "a tunnel forwards nothing of its head");
+        assert_eq!(req.proxy_authorization, None);
+    }
+
+    #[test]
+    fn the_first_proxy_authorization_is_kept() {
+        let head = b"CONNECT h:1 HTTP/1.1\r\nproxy-authorization:  Basic YTpi \r\nProxy-Authorization: Basic other\r\n\r\n";
+        let (req, _) = parse_request(head).unwrap().unwrap();
+        assert_eq!(req.proxy_authorization.as_deref(), Some(&b"Basic YTpi"[..]));
+        let basic = crate::proxy_auth::parse_basic(&req.proxy_authorization.unwrap()).unwrap();
+        assert_eq!(
+            (&basic.user[..], &basic.password[..]),
+            (&b"a"[..], &b"b"[..])
+        );
     }
 
     #[test]

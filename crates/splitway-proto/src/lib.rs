@@ -1,5 +1,5 @@
 //! splitway wire protocols, sans-I/O: the relay↔relay header and reply, peer
-//! authentication, SOCKS5, HTTP CONNECT, the PROXY protocol and the
+//! authentication, SOCKS5, HTTP CONNECT, proxy clients' credentials, the PROXY protocol and the
 //! destination TCP option.
 //!
 //! Nothing here reads a socket, spawns a task or draws random numbers; callers
@@ -19,6 +19,7 @@ pub mod addr;
 pub mod auth;
 pub mod header;
 pub mod http_connect;
+pub mod proxy_auth;
 pub mod proxy_protocol;
 pub mod socks5;
 pub mod syn_option;

@@ -1,4 +1,5 @@
-//! SOCKS5 server side (RFC 1928): no-auth method, CONNECT only.
+//! SOCKS5 server side (RFC 1928): no-auth or username/password (RFC
+//! 1929, in [`crate::proxy_auth`]) methods, CONNECT only.
 //!
 //! ```text
 //! client → greeting {05, n, methods[n]}     server → method selection {05, method}
@@ -12,6 +13,8 @@ use crate::header::ReplyStatus;
 
 pub const VERSION: u8 = 0x05;
 pub const NO_AUTH: u8 = 0x00;
+/// RFC 1929 username/password.
+pub const USERPASS: u8 = 0x02;
 pub const NO_ACCEPTABLE: u8 = 0xFF;
 pub const CMD_CONNECT: u8 = 0x01;
 pub const CMD_BIND: u8 = 0x02;

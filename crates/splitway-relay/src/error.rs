@@ -43,6 +43,13 @@ pub enum ConnError {
     ClientProtocol(String),
     #[error("client: handshake not finished within {0:?}")]
     ClientTimeout(std::time::Duration),
+    /// A proxy client's credentials are missing, malformed or not in the
+    /// listener's `auth_file`; `user`, when it named one.
+    #[error("client: proxy credentials refused{}: {why}", .user.as_ref().map(|u| format!(" for user \"{u}\"")).unwrap_or_default())]
+    ClientCredentials {
+        user: Option<String>,
+        why: &'static str,
+    },
     #[error("client {client} not allowed on this listener")]
     ClientNotAllowed { client: SocketAddr },
     #[error("upstream relay closed an authenticated connection without using it")]
@@ -109,6 +116,7 @@ impl ConnError {
             | ConnError::ClientProtocol(_)
             | ConnError::ClientTimeout(_)
             | ConnError::ClientNotAllowed { .. }
+            | ConnError::ClientCredentials { .. }
             | ConnError::PeerAuth(_)
             | ConnError::Denied(_)
             | ConnError::ClientTls(_)
@@ -138,7 +146,9 @@ impl ConnError {
             ConnError::Resolve { .. } => ReplyStatus::Unreachable,
             ConnError::NoRoute(_) => ReplyStatus::NoRoute,
             ConnError::TtlExceeded => ReplyStatus::TtlExceeded,
-            ConnError::ClientNotAllowed { .. } | ConnError::Denied(_) => ReplyStatus::NotAllowed,
+            ConnError::ClientNotAllowed { .. }
+            | ConnError::ClientCredentials { .. }
+            | ConnError::Denied(_) => ReplyStatus::NotAllowed,
             ConnError::ClientProtocol(_) => ReplyStatus::BadHeader,
             ConnError::PeerIo { .. }
             | ConnError::ServerIo { .. }
@@ -154,6 +164,7 @@ impl ConnError {
         match self {
             ConnError::Denied(d) => Some(d.reason()),
             ConnError::ClientNotAllowed { .. } => Some(DenyReason::Client),
+            ConnError::ClientCredentials { .. } => Some(DenyReason::Credentials),
             ConnError::Downstream {
                 status: ReplyStatus::NotAllowed,
                 ..
@@ -172,9 +183,10 @@ impl ConnError {
             // Told apart from an unreachable server: a DNS problem is the
             // operator's to fix, not the network's.
             ConnError::Resolve { .. } => CloseReason::ResolveFailed,
-            ConnError::PeerAuth(_) | ConnError::ClientTls(_) | ConnError::PeerRejected { .. } => {
-                CloseReason::AuthFailed
-            }
+            ConnError::PeerAuth(_)
+            | ConnError::ClientTls(_)
+            | ConnError::PeerRejected { .. }
+            | ConnError::ClientCredentials { .. } => CloseReason::AuthFailed,
             // An upstream pool retiring a connection it never needed.
             ConnError::PooledUnused => CloseReason::Completed,
             _ => match self.reply_status() {
@@ -277,6 +289,17 @@ mod tests {
         };
         assert_eq!(downstream.close_reason(), CloseReason::NotAllowed);
         assert_eq!(downstream.deny_reason(), Some(DenyReason::Downstream));
+        let credentials = ConnError::ClientCredentials {
+            user: Some("alice".into()),
+            why: "wrong user name or password",
+        };
+        assert_eq!(credentials.culprit(), Culprit::Client);
+        assert_eq!(credentials.close_reason(), CloseReason::AuthFailed);
+        assert_eq!(credentials.deny_reason(), Some(DenyReason::Credentials));
+        assert_eq!(
+            credentials.to_string(),
+            "client: proxy credentials refused for user \"alice\": wrong user name or password"
+        );
         let refused = ConnError::Downstream {
             peer: "rs".into(),
             status: ReplyStatus::Refused,

@@ -393,6 +393,9 @@ fn limit(
     if !allowed(&spec.allow_clients, client.ip(), listener.explicit()) {
         return Err(DenyReason::Client);
     }
+    if spec.users.is_some() && shared.limiter.guessing(client.ip()) {
+        return Err(DenyReason::Guessing);
+    }
     if listener.proxies() && !shared.cfg.policy.allow_relay_clients && is_relay(shared, client) {
         return Err(DenyReason::Nesting);
     }
@@ -450,6 +453,14 @@ fn not_learned(
 ) {
     let reason = e.close_reason();
     shared.metrics.closed(listener.label(), reason);
+    if let Some(why) = e.deny_reason() {
+        shared.metrics.denied(why);
+    }
+    // Only a named user is a guess: clients such as ncat first ask
+    // without credentials.
+    if let ConnError::ClientCredentials { user: Some(_), .. } = e {
+        shared.limiter.credentials_failed(client.ip());
+    }
     if let ConnError::PooledUnused = e {
         debug!("pooled connection closed unused");
         return;
@@ -503,6 +514,9 @@ fn deny(shared: &Shared, spec: &Listener, stream: &TcpStream, client: SocketAddr
         }
         DenyReason::Handshaking => {
             "too many handshakes in progress from this address (limits.handshaking_per_client)"
+        }
+        DenyReason::Guessing => {
+            "too many wrong proxy credentials from this address (limits.credential_failures)"
         }
         _ => why.as_str(),
     };

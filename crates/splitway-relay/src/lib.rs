@@ -6,7 +6,7 @@
 //! - `relay`: bind and run: listeners, interception, admin API, drain
 //! - `state`: the config snapshot a connection runs on, live values, the
 //!   open-connection registry
-//! - `ingress`, `proxy_header`, `limits`, `policy`, `syn_dst`: accept and admit
+//! - `ingress`, `proxy_header`, `limits`, `guessing`, `policy`, `syn_dst`: accept and admit
 //! - `listeners`: one module per listener mode: learn the destination,
 //!   refuse or confirm in the client's protocol
 //! - `peer`: relay legs, one file for each end (`upstream`, `downstream`)
@@ -34,6 +34,7 @@ pub mod early_syn;
 pub mod error;
 pub mod forward;
 pub mod forward_tls;
+pub mod guessing;
 pub mod ingress;
 pub mod leg_io;
 pub mod limits;

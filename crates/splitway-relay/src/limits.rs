@@ -6,9 +6,12 @@ use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use splitway_control::metrics::DenyReason;
 use tokio::sync::Notify;
+
+use crate::guessing::Guessing;
 
 use crate::config::Limits;
 
@@ -33,6 +36,9 @@ pub struct ConnLimiter {
     admitting: AtomicUsize,
     /// Woken when the last permit or admission ends (a drain waits on it).
     none_open: Notify,
+    /// `limits.credential_failures`, and each source's wrong credentials.
+    credential_failures: AtomicUsize,
+    guessing: Guessing,
 }
 
 /// Why a connection was refused.
@@ -134,6 +140,8 @@ impl ConnLimiter {
             hasher: RandomState::new(),
             admitting: AtomicUsize::new(0),
             none_open: Notify::new(),
+            credential_failures: AtomicUsize::new(limits.credential_failures),
+            guessing: Guessing::default(),
         })
     }
 
@@ -232,6 +240,20 @@ impl ConnLimiter {
             .store(limits.per_client, Ordering::Relaxed);
         self.handshaking_max
             .store(limits.handshaking_per_client, Ordering::Relaxed);
+        self.credential_failures
+            .store(limits.credential_failures, Ordering::Relaxed);
+    }
+
+    /// `client` gave wrong proxy credentials (see [`crate::guessing`]).
+    pub fn credentials_failed(&self, client: IpAddr) {
+        self.guessing.failed(client, Instant::now());
+    }
+
+    /// `client` has given wrong proxy credentials too often: reset it at
+    /// accept on listeners that ask for them.
+    pub fn guessing(&self, client: IpAddr) -> bool {
+        let max = self.credential_failures.load(Ordering::Relaxed);
+        self.guessing.blocked(client, max, Instant::now())
     }
 
     pub fn open(&self) -> usize {
@@ -306,6 +328,7 @@ mod tests {
             max_connections: 2,
             per_client: 0,
             handshaking_per_client: 0,
+            credential_failures: 0,
         });
         let flag = Arc::new(Flag(AtomicBool::new(false)));
         let waker = Waker::from(flag.clone());
@@ -339,6 +362,7 @@ mod tests {
             max_connections: 0,
             per_client: 0,
             handshaking_per_client: 0,
+            credential_failures: 0,
         });
         let flag = Arc::new(Flag(AtomicBool::new(false)));
         let waker = Waker::from(flag.clone());
@@ -372,6 +396,7 @@ mod tests {
             max_connections: 3,
             per_client: 2,
             handshaking_per_client: 0,
+            credential_failures: 0,
         });
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
@@ -399,6 +424,7 @@ mod tests {
             max_connections: 0,
             per_client: 0,
             handshaking_per_client: 2,
+            credential_failures: 0,
         });
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
@@ -412,6 +438,7 @@ mod tests {
             max_connections: 0,
             per_client: 0,
             handshaking_per_client: 0,
+            credential_failures: 0,
         });
         assert!(l.handshaking(a).unwrap().is_none(), "0 = no cap");
     }
@@ -426,6 +453,7 @@ mod tests {
                 max_connections: 0,
                 per_client: 0,
                 handshaking_per_client: 0,
+                credential_failures: 0,
             },
             2,
         );
@@ -444,6 +472,7 @@ mod tests {
             max_connections: 0,
             per_client: 0,
             handshaking_per_client: 0,
+            credential_failures: 0,
         });
         let permits: Vec<_> = (0..1000)
             .map(|_| l.acquire(Some("10.0.0.1".parse().unwrap())).unwrap())

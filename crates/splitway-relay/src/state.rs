@@ -347,6 +347,7 @@ impl Shared {
                     .map(|p| api::AcceptPath { accepted: p.get() })
                     .collect()
             }),
+            users: l.users.as_ref().map(|u| u.len()),
         }
     }
 }

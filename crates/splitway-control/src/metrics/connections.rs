@@ -118,6 +118,12 @@ label_enum! {
         HostAddress => "host_address",
         /// A multicast or broadcast destination.
         Multicast => "multicast",
+        /// A SOCKS5 or HTTP proxy client gave no user name and password
+        /// from the listener's `auth_file`, or a wrong one.
+        Credentials => "credentials",
+        /// The source gave wrong proxy credentials
+        /// `limits.credential_failures` times lately: reset at accept.
+        Guessing => "guessing",
         /// A SOCKS5 or CONNECT client that is a relay: a chain nested
         /// through relays (`policy.allow_relay_clients`).
         Nesting => "nesting",

@@ -25,8 +25,7 @@ pub fn relay(name: &str, admin: &str, psk_file: Option<&Path>) -> RawConfig {
 pub fn max_connections(n: usize) -> RawLimits {
     RawLimits {
         max_connections: Some(n),
-        per_client: None,
-        handshaking_per_client: None,
+        ..RawLimits::default()
     }
 }
 

@@ -206,6 +206,9 @@ impl Diff {
                 show(&l.accept_proxy_protocol),
                 show(&n.accept_proxy_protocol),
             );
+            // The file is re-read on every reload: a changed password shows.
+            let users = |l: &Listener| l.users.as_ref().map_or("(none)".into(), |u| u.summary());
+            self.change(format!("listen.{}.auth_file", l.addr), users(l), users(n));
         }
         for p in &o.peers {
             if !new.peers.iter().any(|n| n.name == p.name) {
@@ -280,6 +283,11 @@ impl Diff {
             "limits.handshaking_per_client",
             o.limits.handshaking_per_client.to_string(),
             new.limits.handshaking_per_client.to_string(),
+        );
+        self.change(
+            "limits.credential_failures",
+            o.limits.credential_failures.to_string(),
+            new.limits.credential_failures.to_string(),
         );
         let (op, np) = (&o.policy, &new.policy);
         for (key, before, after) in [

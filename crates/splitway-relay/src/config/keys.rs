@@ -86,7 +86,7 @@ fn key_file(c: &mut Checker, key: &str, path: &Path) -> Option<Psk> {
 /// file touched): a relay started with `-c rc.toml` and reloaded through
 /// the absolute path of its file names the same key file both times, so a
 /// reload reports no change that did not happen.
-fn absolute(base: &Path, path: &str) -> PathBuf {
+pub(super) fn absolute(base: &Path, path: &str) -> PathBuf {
     let joined = base.join(path);
     std::path::absolute(&joined).unwrap_or(joined)
 }

@@ -64,6 +64,7 @@ pub(super) fn limits(c: &mut Checker, table: &toml::Table) -> Limits {
                 handshaking_per_client: r
                     .handshaking_per_client
                     .unwrap_or(d.handshaking_per_client),
+                credential_failures: r.credential_failures.unwrap_or(d.credential_failures),
             }
         })
         .unwrap_or_default()

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::path::Path;
 
 use ipnet::IpNet;
 
@@ -100,6 +101,18 @@ fn listener(
             format!("must be 1 to {MAX_ACCEPT_SOCKETS} (absent: one per worker thread)"),
         );
     }
+    let users = raw.auth_file.as_deref().and_then(|f| {
+        let key = format!("{key}.auth_file");
+        if !matches!(raw.mode, ListenMode::Socks5 | ListenMode::HttpConnect) {
+            c.err(
+                &key,
+                "only a mode = \"socks5\" or \"http-connect\" listener asks its clients for credentials",
+            );
+            return None;
+        }
+        let path = super::keys::absolute(c.base, f);
+        users_file(c, &key, &path).map(std::sync::Arc::new)
+    });
     let accept_proxy_protocol = c.prefixes(
         &format!("{key}.accept_proxy_protocol"),
         &raw.accept_proxy_protocol,
@@ -120,6 +133,7 @@ fn listener(
         accept_proxy_protocol,
         syn_option_prefixes,
         watch: raw.watch,
+        users,
     })
 }
 
@@ -221,6 +235,32 @@ fn syn_option_watch(c: &mut Checker, key: &str, raw: &RawListener) {
                 format!("{key}.watch[{j}]"),
                 format!("`{iface}` is listed twice"),
             );
+        }
+    }
+}
+
+/// Reads `{key}` (a listener's `auth_file`), recording every problem.
+fn users_file(c: &mut Checker, key: &str, path: &Path) -> Option<super::users::ProxyUsers> {
+    let text = c
+        .source
+        .read(path, super::users::MAX_USERS_FILE, "a user list")
+        .and_then(|bytes| {
+            String::from_utf8(bytes)
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+        });
+    match text {
+        Ok(text) => match super::users::ProxyUsers::parse(path.to_path_buf(), &text) {
+            Ok(users) => Some(users),
+            Err(errors) => {
+                for e in errors {
+                    c.err(key, format!("{}: {e}", path.display()));
+                }
+                None
+            }
+        },
+        Err(e) => {
+            c.err(key, format!("cannot read {}: {e}", path.display()));
+            None
         }
     }
 }

@@ -9,6 +9,7 @@
 //! - `source`: the files (keys, certificates) and host facts validation
 //!   reads, injected: [`Config::parse_str`] reads none.
 //! - `diff`: what a reload changes between two configs.
+//! - `users`: an explicit listener's `auth_file` (proxy clients' users).
 
 mod accel;
 mod admin;
@@ -26,6 +27,7 @@ pub mod source;
 mod tls;
 mod tuning;
 mod types;
+mod users;
 
 use std::path::Path;
 
@@ -34,6 +36,7 @@ use crate::policy::{is_host_local, is_link_local};
 pub use raw::RawConfig;
 pub use source::{Filesystem, NoFiles, Source};
 pub use types::*;
+pub use users::ProxyUsers;
 
 /// The one duration syntax of config files, `PUT /params` and the command
 /// line: "250ms", "10s", "5m", "1h" (a bare number is seconds).

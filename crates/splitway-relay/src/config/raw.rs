@@ -88,6 +88,7 @@ pub struct RawListener {
     pub syn_option_prefixes: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watch: Vec<String>,
+    pub auth_file: Option<String>,
 }
 
 impl RawListener {
@@ -104,6 +105,7 @@ impl RawListener {
             accept_proxy_protocol: Vec::new(),
             syn_option_prefixes: Vec::new(),
             watch: Vec::new(),
+            auth_file: None,
         }
     }
 }
@@ -263,6 +265,7 @@ pub struct RawLimits {
     pub max_connections: Option<usize>,
     pub per_client: Option<usize>,
     pub handshaking_per_client: Option<usize>,
+    pub credential_failures: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

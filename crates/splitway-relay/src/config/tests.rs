@@ -1135,3 +1135,43 @@ fn a_metrics_address_is_parsed_and_must_differ_from_admin() {
     );
     assert_eq!(issue_keys(&with("metrics = \"nowhere\"")), ["metrics"]);
 }
+
+#[test]
+fn auth_file_is_read_relative_to_the_config_and_only_on_explicit_listeners() {
+    let dir = fresh_dir("users");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("users"), "alice:s3cret\nbob:b0b\n").unwrap();
+    std::fs::write(dir.join("bad-users"), "alice\nbob:\n").unwrap();
+    let cfg = Config::parse(
+        "name = \"rc\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\nauth_file = \"users\"\n",
+        &dir,
+    )
+    .unwrap();
+    let users = cfg.listeners[0].users.as_ref().expect("users read");
+    assert_eq!(users.len(), 2);
+    assert_eq!(users.file, dir.join("users"));
+    let issues = Config::parse(
+        "name = \"rc\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\nauth_file = \"users\"\n\
+         [[listen]]\nmode = \"http-connect\"\naddr = \"127.0.0.1:3128\"\nauth_file = \"bad-users\"\n\
+         [[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\nauth_file = \"missing\"\n",
+        &dir,
+    )
+    .unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    let of = |key: &str| -> Vec<&str> {
+        issues
+            .iter()
+            .filter(|i| i.key == key)
+            .map(|i| i.message.as_str())
+            .collect()
+    };
+    assert!(of("listen[0].auth_file")[0].contains("only a mode = \"socks5\" or \"http-connect\""));
+    let bad = of("listen[1].auth_file");
+    assert_eq!(bad.len(), 2, "{issues:#?}");
+    assert!(bad[0].ends_with("bad-users: line 1: no ':' between user name and password"));
+    assert!(bad[1].ends_with("bad-users: line 2: user \"bob\" has an empty password"));
+    assert!(
+        of("listen[2].auth_file")[0].contains("cannot read"),
+        "{issues:#?}"
+    );
+}

@@ -82,6 +82,10 @@ pub struct Limits {
     /// connections not yet authenticated; 0 = unlimited. Bounds what a
     /// silent source holds for `timeouts.handshake` each.
     pub handshaking_per_client: usize,
+    /// Wrong proxy credentials (`auth_file`) from one address (IPv6: its
+    /// /64) before it is reset at accept there; one is forgiven every 6 s.
+    /// 0 = unlimited.
+    pub credential_failures: usize,
 }
 
 impl Default for Limits {
@@ -90,6 +94,7 @@ impl Default for Limits {
             max_connections: 100_000,
             per_client: 0,
             handshaking_per_client: 64,
+            credential_failures: 10,
         }
     }
 }
@@ -348,6 +353,9 @@ pub struct Listener {
     /// `syn-option` listeners: interfaces whose ingress the early-SYN
     /// detector watches for this listener's option-carrying SYNs.
     pub watch: Vec<String>,
+    /// `auth_file`: SOCKS5 and HTTP proxy clients must give a user name
+    /// and password from this list (on top of `allow_clients`).
+    pub users: Option<std::sync::Arc<super::users::ProxyUsers>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -495,6 +495,7 @@ impl Lab {
     }
 
     pub fn chain(relay_names: &[&str]) -> Lab {
+        record_failures();
         let n = relay_names.len();
         assert!(n >= 1);
         let dir = TempDir::new();
@@ -892,11 +893,7 @@ impl Lab {
     pub fn dump_logs(&self) {
         eprintln!("===== unusual relay log lines =====");
         for p in &self.relays_running {
-            for line in p.stderr().lines().filter(|l| {
-                l.contains(" WARN ")
-                    || l.contains(" ERROR ")
-                    || (l.contains(" closed ") && !l.contains("reason=\"completed\""))
-            }) {
+            for line in p.stderr().lines().filter(|l| unusual_line(l)) {
                 eprintln!("[{}] {line}", p.name);
             }
         }
@@ -935,7 +932,53 @@ impl Drop for Lab {
         }
         if std::thread::panicking() {
             self.dump_logs();
+            let mut unusual = String::new();
+            for p in &self.relays_running {
+                for line in p.stderr().lines().filter(|l| unusual_line(l)).take(30) {
+                    unusual.push_str(&format!("[{}] {line}\n", p.name));
+                }
+            }
+            record_failure(&unusual);
         }
+    }
+}
+
+/// The relay log lines that usually explain a failure: warnings, errors,
+/// connections that did not complete.
+fn unusual_line(l: &str) -> bool {
+    l.contains(" WARN ")
+        || l.contains(" ERROR ")
+        || (l.contains(" closed ") && !l.contains("reason=\"completed\""))
+}
+
+/// With `SPLITWAY_TEST_FAILURES` set (`make test` sets it), every panic's
+/// message and its lab's unusual relay lines are appended to that file,
+/// which `make test` prints last: CI shows only the head and tail of a
+/// long output, and a second failing test's message fell in the cut.
+fn record_failures() {
+    static HOOK: OnceLock<()> = OnceLock::new();
+    HOOK.get_or_init(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            default(info);
+            let binary = std::env::current_exe()
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_default();
+            let thread = std::thread::current();
+            let test = thread.name().unwrap_or("?");
+            record_failure(&format!("----- {binary} {test}: {info}\n"));
+        }));
+    });
+}
+
+fn record_failure(text: &str) {
+    let Some(path) = std::env::var_os("SPLITWAY_TEST_FAILURES") else {
+        return;
+    };
+    // Best effort: the failure is on stderr anyway.
+    if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = f.write_all(text.as_bytes());
     }
 }
 
