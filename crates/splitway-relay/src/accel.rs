@@ -100,148 +100,168 @@ fn off_reason(requested: Switch, key: &str, auto_reason: &str) -> String {
     }
 }
 
+/// One acceleration's planner: its state for a config on a host, and why.
+type Planner = fn(&Config, &HostFacts) -> Entry;
+
+/// Every acceleration, in the order `ctl status` lists them. Adding one is
+/// a planner here and its `AccelName`.
+const PLANNERS: [Planner; 9] = [
+    early_syn,
+    strict,
+    pool,
+    zero_rtt,
+    tfo_peer,
+    tfo_client,
+    tfo_server,
+    turbo_start,
+    learned_window,
+];
+
 /// Every acceleration's state for `cfg` on a host with `host`.
 pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
+    PLANNERS.iter().map(|planner| planner(cfg, host)).collect()
+}
+
+fn early_syn(cfg: &Config, host: &HostFacts) -> Entry {
     use AccelState::{Active, Off, Unavailable};
     let a = &cfg.accel;
     let r = a.requested;
-    let mut out = Vec::new();
-
     let intercept: Vec<String> = crate::early_syn::watched_interfaces(cfg);
-    out.push(if a.strict {
-        entry(
+    if a.strict {
+        return entry(
             AccelName::EarlySyn,
             r.early_syn,
             Off,
             "strict mode holds the SYNs and starts their legs itself".into(),
-        )
-    } else if !a.early_syn {
-        entry(
+        );
+    }
+    if !a.early_syn {
+        let auto_reason = if cfg.listeners.iter().any(|l| {
+            (l.mode.intercepts() && l.intercept.is_some())
+                || (l.mode.syn_carries_dst() && !l.watch.is_empty())
+        }) {
+            "a tproxy listener takes PROXY headers (the client is known only after accept)"
+        } else {
+            "no tproxy listener with `intercept` or syn-option listener with `watch` (nowhere to watch SYNs)"
+        };
+        return entry(
             AccelName::EarlySyn,
             r.early_syn,
             Off,
-            off_reason(
-                r.early_syn,
-                "early_syn",
-                if cfg.listeners.iter().any(|l| {
-                    (l.mode.intercepts() && l.intercept.is_some())
-                        || (l.mode.syn_carries_dst() && !l.watch.is_empty())
-                }) {
-                    "a tproxy listener takes PROXY headers (the client is known only after accept)"
-                } else {
-                    "no tproxy listener with `intercept` or syn-option listener with `watch` (nowhere to watch SYNs)"
-                },
-            ),
-        )
+            off_reason(r.early_syn, "early_syn", auto_reason),
+        );
+    }
+    // What `auto` adds to `true` for intercepted SYNs (early_syn.rs,
+    // NearClients; SYNs carrying the agent's option are always reported).
+    let intercepting = cfg
+        .listeners
+        .iter()
+        .any(|l| l.mode.intercepts() && l.intercept.is_some());
+    let near = if r.early_syn == Switch::Auto && intercepting {
+        "; client prefixes whose handshakes take under 200 µs (a LAN) get 1 SYN in 16 reported"
     } else {
-        // What `auto` adds to `true` for intercepted SYNs (early_syn.rs,
-        // NearClients; SYNs carrying the agent's option are always reported).
-        let intercepting = cfg
-            .listeners
-            .iter()
-            .any(|l| l.mode.intercepts() && l.intercept.is_some());
-        let near = if r.early_syn == Switch::Auto && intercepting {
-            "; client prefixes whose handshakes take under 200 µs (a LAN) get 1 SYN in 16 reported"
-        } else {
-            ""
-        };
-        match &host.early_syn {
-            None => entry(
-                AccelName::EarlySyn,
-                r.early_syn,
-                Active,
-                format!(
-                    "BPF SYN detector to attach on {}{near}",
-                    intercept.join(", ")
-                ),
+        ""
+    };
+    let (state, reason) = match &host.early_syn {
+        None => (
+            Active,
+            format!(
+                "BPF SYN detector to attach on {}{near}",
+                intercept.join(", ")
             ),
-            Some(Ok(how)) => entry(
-                AccelName::EarlySyn,
-                r.early_syn,
-                Active,
-                format!("{how}{near}"),
-            ),
-            Some(Err(e)) => entry(
-                AccelName::EarlySyn,
-                r.early_syn,
-                Unavailable,
-                format!("{e}; legs start at accept"),
-            ),
-        }
-    });
+        ),
+        Some(Ok(how)) => (Active, format!("{how}{near}")),
+        Some(Err(e)) => (Unavailable, format!("{e}; legs start at accept")),
+    };
+    entry(AccelName::EarlySyn, r.early_syn, state, reason)
+}
 
-    out.push(Entry {
+fn strict(cfg: &Config, _: &HostFacts) -> Entry {
+    let on = cfg.accel.strict;
+    Entry {
         name: AccelName::Strict,
-        requested: if a.strict { "on" } else { "off" },
-        state: if a.strict { Active } else { Off },
-        reason: if a.strict {
+        requested: if on { "on" } else { "off" },
+        state: if on {
+            AccelState::Active
+        } else {
+            AccelState::Off
+        },
+        reason: if on {
             "intercepted SYNs are held until the server accepted".into()
         } else {
             "opt-in only ([accel] strict = true): it delays every SYN by the path".into()
         },
-    });
+    }
+}
 
-    out.push(if a.pool {
-        let sizes: Vec<String> = cfg
-            .peers
-            .iter()
-            .map(|p| format!("{} {}..{}", p.name, p.pool.low, p.pool.high))
-            .collect();
-        entry(
+fn pool(cfg: &Config, _: &HostFacts) -> Entry {
+    let r = cfg.accel.requested.pool;
+    let none = "no [[peer]] to pool connections to";
+    if !cfg.accel.pool {
+        return entry(
             AccelName::Pool,
-            r.pool,
-            if cfg.peers.is_empty() { Off } else { Active },
-            if cfg.peers.is_empty() {
-                "no [[peer]] to pool connections to".into()
-            } else {
-                format!("authenticated connections kept ready: {}", sizes.join(", "))
-            },
-        )
-    } else {
-        entry(
-            AccelName::Pool,
-            r.pool,
-            Off,
-            off_reason(r.pool, "pool", "no [[peer]] to pool connections to"),
-        )
-    });
+            r,
+            AccelState::Off,
+            off_reason(r, "pool", none),
+        );
+    }
+    if cfg.peers.is_empty() {
+        return entry(AccelName::Pool, r, AccelState::Off, none.into());
+    }
+    let sizes: Vec<String> = cfg
+        .peers
+        .iter()
+        .map(|p| format!("{} {}..{}", p.name, p.pool.low, p.pool.high))
+        .collect();
+    entry(
+        AccelName::Pool,
+        r,
+        AccelState::Active,
+        format!("authenticated connections kept ready: {}", sizes.join(", ")),
+    )
+}
 
-    let plain_dials = cfg.peers.iter().any(|p| p.tls.is_none());
-    let plain_accepts = cfg
+/// Whether this relay dials, and whether it accepts, plain (non-TLS)
+/// peer legs: what 0-RTT Hellos and TFO on peer legs need.
+fn plain_peer_legs(cfg: &Config) -> (bool, bool) {
+    let dials = cfg.peers.iter().any(|p| p.tls.is_none());
+    let accepts = cfg
         .listeners
         .iter()
         .any(|l| l.mode.accepts_relays() && l.tls.is_none());
-    out.push(if !a.zero_rtt {
-        entry(
+    (dials, accepts)
+}
+
+fn zero_rtt(cfg: &Config, host: &HostFacts) -> Entry {
+    use AccelState::{Active, Off, Unavailable};
+    let r = cfg.accel.requested.zero_rtt;
+    let (plain_dials, plain_accepts) = plain_peer_legs(cfg);
+    if !cfg.accel.zero_rtt {
+        return entry(AccelName::ZeroRtt, r, Off, off_reason(r, "zero_rtt", ""));
+    }
+    if !plain_dials && !plain_accepts {
+        return entry(
             AccelName::ZeroRtt,
-            r.zero_rtt,
-            Off,
-            off_reason(r.zero_rtt, "zero_rtt", ""),
-        )
-    } else if !plain_dials && !plain_accepts {
-        entry(
-            AccelName::ZeroRtt,
-            r.zero_rtt,
+            r,
             Off,
             "no plain (non-TLS) peer legs: TLS legs bind the challenge to the session".into(),
-        )
-    } else {
-        let base = "fresh peer legs open with the authenticated Hello (no challenge round trip); the challenge is the fallback";
-        match &host.hello_register {
-            None => entry(AccelName::ZeroRtt, r.zero_rtt, Active, base.into()),
-            Some(Ok(guard)) => entry(
-                AccelName::ZeroRtt,
-                r.zero_rtt,
-                Active,
-                format!("{base}; {guard}"),
-            ),
-            // Dialing with Hellos still works; taking them does not.
-            Some(Err(why)) => entry(AccelName::ZeroRtt, r.zero_rtt, Unavailable, why.clone()),
-        }
-    });
+        );
+    }
+    let base = "fresh peer legs open with the authenticated Hello (no challenge round trip); the challenge is the fallback";
+    match &host.hello_register {
+        None => entry(AccelName::ZeroRtt, r, Active, base.into()),
+        Some(Ok(guard)) => entry(AccelName::ZeroRtt, r, Active, format!("{base}; {guard}")),
+        // Dialing with Hellos still works; taking them does not.
+        Some(Err(why)) => entry(AccelName::ZeroRtt, r, Unavailable, why.clone()),
+    }
+}
 
-    // TFO on peer legs: the dialing end needs the client bit, the
-    // accepting end the server bit.
+/// TFO on peer legs: the dialing end needs the client bit, the accepting
+/// end the server bit.
+fn tfo_peer(cfg: &Config, host: &HostFacts) -> Entry {
+    use AccelState::{Active, Off, Unavailable};
+    let r = cfg.accel.requested.zero_rtt;
+    let (plain_dials, plain_accepts) = plain_peer_legs(cfg);
     let mut missing = Vec::new();
     if plain_dials && !host.tfo(1) {
         missing.push("the client bit (1): Hellos to peers leave after the handshake");
@@ -249,24 +269,15 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
     if plain_accepts && !host.tfo(2) {
         missing.push("the server bit (2): upstream relays' Hellos arrive after the handshake");
     }
-    out.push(if !a.zero_rtt {
-        entry(
-            AccelName::TfoPeer,
-            r.zero_rtt,
+    let (state, reason) = if !cfg.accel.zero_rtt {
+        (
             Off,
             "needs zero_rtt (the Hello is what rides the SYN)".into(),
         )
     } else if !plain_dials && !plain_accepts {
-        entry(
-            AccelName::TfoPeer,
-            r.zero_rtt,
-            Off,
-            "no plain (non-TLS) peer legs".into(),
-        )
+        (Off, "no plain (non-TLS) peer legs".into())
     } else if missing.is_empty() {
-        entry(
-            AccelName::TfoPeer,
-            r.zero_rtt,
+        (
             Active,
             format!(
                 "Hellos ride the SYN once a cookie is held ({})",
@@ -274,9 +285,7 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
             ),
         )
     } else {
-        entry(
-            AccelName::TfoPeer,
-            r.zero_rtt,
+        (
             Unavailable,
             format!(
                 "{} lacks {}; {TFO_FIX}",
@@ -284,53 +293,66 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
                 missing.join(", and ")
             ),
         )
-    });
+    };
+    entry(AccelName::TfoPeer, r, state, reason)
+}
 
+/// TFO from clients; follows the one `[accel] tfo` switch with
+/// [`tfo_server`].
+fn tfo_client(cfg: &Config, host: &HostFacts) -> Entry {
+    use AccelState::{Active, Off, Unavailable};
+    let r = cfg.accel.requested.tfo;
     let client_facing = cfg.listeners.iter().any(|l| !l.mode.accepts_relays());
-    // Both TFO entries follow the one `[accel] tfo` switch.
-    let client = |state, reason| entry(AccelName::TfoClient, r.tfo, state, reason);
-    out.push(if !a.tfo {
-        client(Off, off_reason(r.tfo, "tfo", ""))
+    let (state, reason) = if !cfg.accel.tfo {
+        (Off, off_reason(r, "tfo", ""))
     } else if !client_facing {
-        client(Off, "no client-facing listener".into())
+        (Off, "no client-facing listener".into())
     } else if host.tfo(2) {
-        client(
+        (
             Active,
             "clients that send data in their SYN are accepted at the SYN".into(),
         )
     } else {
-        client(
+        (
             Unavailable,
             format!("{} lacks the server bit (2); {TFO_FIX}", host.tfo_text()),
         )
-    });
+    };
+    entry(AccelName::TfoClient, r, state, reason)
+}
 
-    let server = |state, reason| entry(AccelName::TfoServer, r.tfo, state, reason);
-    out.push(if !a.tfo_direct {
-        server(
+/// TFO to servers.
+fn tfo_server(cfg: &Config, host: &HostFacts) -> Entry {
+    use AccelState::{Active, Off, Unavailable};
+    let r = cfg.accel.requested.tfo;
+    let (state, reason) = if !cfg.accel.tfo_direct {
+        (
             Off,
-            match r.tfo {
+            match r {
                 Switch::Off => "turned off ([accel] tfo = false)".into(),
                 _ => "opt-in only ([accel] tfo = true): SYN data can be replayed to a server that did not ask for TFO, and middleboxes towards arbitrary servers drop such SYNs".into(),
             },
         )
     } else if host.tfo(1) {
-        server(
+        (
             Active,
             "the client's first bytes ride the SYN to servers whose cookie is held".into(),
         )
     } else {
-        server(
+        (
             Unavailable,
             format!("{} lacks the client bit (1); {TFO_FIX}", host.tfo_text()),
         )
-    });
+    };
+    entry(AccelName::TfoServer, r, state, reason)
+}
 
-    out.push(match a.turbo {
+fn turbo_start(cfg: &Config, _: &HostFacts) -> Entry {
+    match cfg.accel.turbo {
         Some(t) => Entry {
             name: AccelName::TurboStart,
             requested: "on",
-            state: Active,
+            state: AccelState::Active,
             reason: format!(
                 "initcwnd {} initrwnd {} on routes to relays",
                 t.initcwnd, t.initrwnd
@@ -339,12 +361,10 @@ pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
         None => Entry {
             name: AccelName::TurboStart,
             requested: "off",
-            state: Off,
+            state: AccelState::Off,
             reason: "opt-in only ([accel.turbo]): it changes routes for whole prefixes".into(),
         },
-    });
-    out.push(learned_window(cfg, host));
-    out
+    }
 }
 
 fn learned_window(cfg: &Config, host: &HostFacts) -> Entry {

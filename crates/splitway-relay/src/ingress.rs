@@ -323,12 +323,29 @@ async fn admit(
         crate::proxy_header::admit(&shared, spec, mode, listener.proxies(), &stream, client)
             .await?;
     tracing::Span::current().record("client", tracing::field::display(client));
-    let (permit, mut gate) = match limit(&shared, spec, listener, client) {
+    let (permit, gate) = match limit(&shared, spec, listener, client) {
         Ok(p) => p,
         Err(why) => {
             deny(&shared, spec, &stream, client, why);
             return None;
         }
+    };
+    let mut gate = match gate {
+        // Known by now: exempt, as known relays are.
+        Some(Gate { over: true, .. })
+            if shared
+                .upstreams
+                .wait_known(client.ip(), FIRST_AUTH_WAIT)
+                .await =>
+        {
+            None
+        }
+        Some(Gate { over: true, .. }) => {
+            deny(&shared, spec, &stream, client, DenyReason::Handshaking);
+            return None;
+        }
+        Some(Gate { slot, .. }) => Some(slot),
+        None => None,
     };
     tune(&shared, listener, &stream);
     let handshake = listeners::Handshake {
@@ -389,7 +406,7 @@ fn limit(
     spec: &Listener,
     listener: &dyn Listen,
     client: SocketAddr,
-) -> Result<(Permit, Option<Handshaking>), DenyReason> {
+) -> Result<(Permit, Option<Gate>), DenyReason> {
     if !allowed(&spec.allow_clients, client.ip(), listener.explicit()) {
         return Err(DenyReason::Client);
     }
@@ -412,17 +429,38 @@ fn limit(
     // address, and resetting them would fail real connections (measured:
     // 393 of a 5,000-connection burst). A spoofer cannot complete a
     // handshake as that address without the path.
+    // Before a source's first leg authenticated, a relay starting under
+    // load opens more legs at once than the cap: those over it wait for
+    // that authentication (bounded in number and time) instead of being
+    // reset, which failed their clients' connections.
     let known_relay = listener.relays() && shared.upstreams.contains(client.ip());
-    let gate = if (listener.proxies() || listener.relays()) && !known_relay {
-        shared
-            .limiter
+    let limiter = &shared.limiter;
+    let gate = if listener.relays() && !known_relay {
+        limiter
+            .relay_handshaking(client.ip())
+            .map_err(Refused::reason)?
+            .map(|(slot, over)| Gate { slot, over })
+    } else if listener.proxies() {
+        limiter
             .handshaking(client.ip())
             .map_err(Refused::reason)?
+            .map(|slot| Gate { slot, over: false })
     } else {
         None
     };
     Ok((permit, gate))
 }
+
+/// A handshake slot: `over` the per-address cap, for a source that may be
+/// an upstream relay not authenticated yet (see `limit`).
+struct Gate {
+    slot: Handshaking,
+    over: bool,
+}
+
+/// How long a leg over the handshake cap waits for its source's first
+/// authentication: a few challenge round trips on a GEO path.
+const FIRST_AUTH_WAIT: Duration = Duration::from_secs(2);
 
 /// Client-facing tuning applies to explicit and transparent clients; a leg
 /// from an upstream relay gets `[upstream]` (its dialer's `[[peer]]` tuning

@@ -17,6 +17,12 @@ use crate::config::Limits;
 
 const SHARDS: usize = 16;
 
+/// How many times `limits.handshaking_per_client` an unknown relay's
+/// legs may be in their handshake at once, those over the cap waiting
+/// for the source's first authentication (see
+/// [`ConnLimiter::relay_handshaking`]).
+pub const RELAY_OVERFLOW: usize = 16;
+
 pub struct ConnLimiter {
     /// `Limits`, changeable by a reload; permits taken before keep counting.
     max_connections: AtomicUsize,
@@ -158,20 +164,43 @@ impl ConnLimiter {
     /// no cap). The connection's [`Permit`] counts it against the totals
     /// besides; this bounds what one address holds by saying nothing.
     pub fn handshaking(self: &Arc<Self>, client: IpAddr) -> Result<Option<Handshaking>, Refused> {
+        Ok(self.handshake_slot(client, 1)?.map(|(slot, _)| slot))
+    }
+
+    /// [`handshaking`](Self::handshaking) for a source that may be an
+    /// upstream relay whose first leg has not authenticated yet: beyond
+    /// the cap, up to [`RELAY_OVERFLOW`] times it, the slot is granted
+    /// marked `true` (over the cap), and its connection must wait for the
+    /// source's first authentication rather than be reset. A relay
+    /// starting under load opens more legs at once than the cap.
+    pub fn relay_handshaking(
+        self: &Arc<Self>,
+        client: IpAddr,
+    ) -> Result<Option<(Handshaking, bool)>, Refused> {
+        self.handshake_slot(client, RELAY_OVERFLOW)
+    }
+
+    fn handshake_slot(
+        self: &Arc<Self>,
+        client: IpAddr,
+        factor: usize,
+    ) -> Result<Option<(Handshaking, bool)>, Refused> {
         let max = self.handshaking_max.load(Ordering::Relaxed);
         if max == 0 {
             return Ok(None);
         }
         let mut shard = self.handshake_shard(&client).lock().expect("limiter lock");
         let n = shard.entry(client).or_insert(0);
-        if *n >= max {
+        if *n >= max.saturating_mul(factor) {
             return Err(Refused::Handshaking);
         }
+        let over = *n >= max;
         *n += 1;
-        Ok(Some(Handshaking {
+        let slot = Handshaking {
             limiter: self.clone(),
             client,
-        }))
+        };
+        Ok(Some((slot, over)))
     }
 
     /// Takes a slot for a connection from `client` (`None`: exempt from the
@@ -441,6 +470,28 @@ mod tests {
             credential_failures: 0,
         });
         assert!(l.handshaking(a).unwrap().is_none(), "0 = no cap");
+    }
+
+    #[test]
+    fn an_unknown_relay_gets_slots_over_the_cap_marked_as_such() {
+        let l = ConnLimiter::new(Limits {
+            max_connections: 0,
+            per_client: 0,
+            handshaking_per_client: 2,
+            credential_failures: 0,
+        });
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let slots: Vec<_> = (0..2 * RELAY_OVERFLOW)
+            .map(|_| l.relay_handshaking(a).unwrap().expect("a cap is set"))
+            .collect();
+        let over: Vec<bool> = slots.iter().map(|(_, over)| *over).collect();
+        assert_eq!(&over[..2], [false, false]);
+        assert!(over[2..].iter().all(|o| *o), "{over:?}");
+        assert_eq!(l.relay_handshaking(a).err(), Some(Refused::Handshaking));
+        // The plain cap still counts them: a proxy client from there waits.
+        assert_eq!(l.handshaking(a).err(), Some(Refused::Handshaking));
+        drop(slots);
+        assert!(!l.relay_handshaking(a).unwrap().unwrap().1, "all released");
     }
 
     #[test]

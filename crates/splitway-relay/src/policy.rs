@@ -199,6 +199,9 @@ impl HostAddrs {
 #[derive(Debug, Default)]
 pub struct KnownRelays {
     addrs: RwLock<std::collections::HashSet<IpAddr>>,
+    /// Woken when an address is learned (legs that wait for their
+    /// source's first authentication, see `ingress::limit`).
+    learned: tokio::sync::Notify,
 }
 
 impl KnownRelays {
@@ -214,6 +217,23 @@ impl KnownRelays {
         let mut set = self.addrs.write().unwrap_or_else(|e| e.into_inner());
         if set.len() < Self::MAX {
             set.insert(ip);
+        }
+        drop(set);
+        self.learned.notify_waiters();
+    }
+
+    /// Whether `ip` is known, or becomes known within `within`.
+    pub async fn wait_known(&self, ip: IpAddr, within: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Registered before the check: a learn in between still wakes it.
+            let learned = self.learned.notified();
+            if self.contains(ip) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, learned).await.is_err() {
+                return self.contains(ip);
+            }
         }
     }
 
@@ -505,6 +525,24 @@ pub static REFUSALS: RefusalLog = RefusalLog::new();
 
 #[cfg(test)]
 mod tests {
+
+    #[tokio::test]
+    async fn waiting_for_a_relay_ends_when_it_authenticates_or_at_the_deadline() {
+        use std::time::Duration;
+        let known = std::sync::Arc::new(KnownRelays::default());
+        let ip: IpAddr = "192.0.2.9".parse().unwrap();
+        let learner = known.clone();
+        let learn = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            learner.learn(ip);
+        });
+        let started = std::time::Instant::now();
+        assert!(known.wait_known(ip, Duration::from_secs(5)).await);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        learn.await.unwrap();
+        let other: IpAddr = "192.0.2.10".parse().unwrap();
+        assert!(!known.wait_known(other, Duration::from_millis(30)).await);
+    }
     use super::*;
 
     fn ip(s: &str) -> IpAddr {

@@ -12,6 +12,7 @@ use splitway_control::metrics::{AccelName, AccelState, Metrics};
 use splitway_sys::bpf::SynWatch;
 use splitway_sys::nfqueue::NfQueue;
 use splitway_sys::tproxy::{InterceptSpec, Interception, StrictRules, StrictSpec};
+use splitway_sys::turbo::TurboRoute;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -84,34 +85,7 @@ impl Relay {
         if !missing.is_empty() {
             return Err(RelayError::Host(crate::preflight::HostIssues(missing)));
         }
-        // Two sockets per split connection, plus pipes while data moves.
-        // Beyond what the open-file limit holds, new connections are shed
-        // at accept (a reset, counted) instead of failing half-way.
-        let descriptor_cap = match splitway_sys::sock::raise_nofile_limit() {
-            Ok((soft, _)) => {
-                let reserve = DESCRIPTOR_RESERVE
-                    + if cfg.accel.early_syn || cfg.accel.strict {
-                        cfg.accel.early_syn_budget
-                    } else {
-                        0
-                    }
-                    + cfg.peers.iter().map(|p| p.pool.high).sum::<usize>();
-                let cap = descriptor_cap(soft, reserve);
-                if cfg.limits.max_connections == 0 || cap < cfg.limits.max_connections {
-                    info!(
-                        nofile = soft,
-                        max_connections = cfg.limits.max_connections,
-                        shed_above = cap,
-                        "the open-file limit holds {cap} split connections; new ones beyond are shed (raise LimitNOFILE for more)"
-                    );
-                }
-                cap
-            }
-            Err(e) => {
-                warn!(error = %e, "cannot read the open-file limit; no descriptor cap");
-                0
-            }
-        };
+        let descriptor_cap = descriptor_cap_for(&cfg);
         let learned_window = cfg
             .accel
             .learned_window
@@ -119,9 +93,9 @@ impl Relay {
         // BPF congestion controls before any socket could select them.
         crate::congestion::register_for(&cfg)?;
         let metrics = Arc::new(Metrics::new());
-        for p in &cfg.peers {
-            metrics.register_peer(&p.name);
-        }
+        cfg.peers
+            .iter()
+            .for_each(|p| metrics.register_peer(&p.name));
         // Strict mode's queue first: a host that cannot hold SYNs (or a
         // queue already taken) fails the start before anything is installed.
         let strict_queue = if cfg.accel.strict {
@@ -129,165 +103,18 @@ impl Relay {
         } else {
             None
         };
-        let mut inherited = match_inherited(&cfg, options.inherited)?;
-        let mut listeners = Vec::new();
-        let mut interceptions = Vec::new();
-        for (index, l) in cfg.listeners.iter().enumerate() {
-            let leg_buffer = cfg.accel.relay_leg_buffer();
-            listeners.push(match inherited[index].take() {
-                Some(sock) => {
-                    info!(mode = l.mode.as_str(), addr = %l.addr, "using the listening socket passed by the service manager");
-                    vec![ingress::adopt(l, sock, &cfg.accel, leg_buffer)?]
-                }
-                None => ingress::bind(
-                    l,
-                    ingress::accept_sockets(l),
-                    &cfg.accel,
-                    leg_buffer,
-                )?,
-            });
-            if let Some(i) = &l.intercept {
-                let spec = InterceptSpec {
-                    // One table per listener: two tproxy listeners (v4 and
-                    // v6-only) may both intercept.
-                    table: format!("splitway_{}_{index}", cfg.name.replace('-', "_")),
-                    v6_only: l.v6_only,
-                    interfaces: i.interfaces.clone(),
-                    ports: i.ports.clone(),
-                    listener: l.addr,
-                };
-                interceptions.push(spec.install().map_err(|source| RelayError::Intercept {
-                    addr: l.addr,
-                    source,
-                })?);
-            }
-        }
+        let (listeners, interceptions) = bind_listeners(&cfg, options.inherited)?;
         let mut host = HostFacts::read();
         host.learned_window = learned_window;
-        let admin = match cfg.admin {
-            Some(a) => Some(match splitway_control::bind(a).await {
-                Ok(l) => AdminSocket::Bound(l),
-                // A relay restarted while the old one drains: the old one
-                // keeps answering there until it exits; this one serves
-                // from then on instead of refusing to start.
-                Err(splitway_control::ControlError::Bind { source, .. })
-                    if source.kind() == std::io::ErrorKind::AddrInUse =>
-                {
-                    warn!(addr = %a, "admin API address in use (by a relay still draining?): the admin API starts once it is free");
-                    AdminSocket::Waiting(a)
-                }
-                Err(e) => return Err(e.into()),
-            }),
-            None => None,
-        };
-        let metrics_only = match cfg.metrics {
-            Some(a) => Some(splitway_control::bind(a).await?),
-            None => None,
-        };
+        let (admin, metrics_only) = bind_admin(&cfg).await?;
         let pools = cfg
             .peers
             .iter()
             .map(|p| new_pool(&cfg, p, &metrics))
             .collect();
-        // Early SYN needs a BPF program on the intercept interfaces; without
-        // BPF support the relay says so once and runs without it.
-        let (early, syn_watch) = if cfg.accel.strict {
-            // Strict mode sees every SYN in its queue: no BPF detector.
-            if cfg.accel.early_syn {
-                info!(
-                    "accel.strict holds SYNs and starts their legs itself; the early-SYN detector is not attached"
-                );
-            }
-            (
-                Some(Arc::new(EarlyLegs::new(
-                    cfg.accel.early_syn_budget,
-                    cfg.accel.early_syn_prefix_budget,
-                    cfg.accel.early_syn_expiry,
-                    &metrics,
-                ))),
-                None,
-            )
-        } else if cfg.accel.early_syn {
-            let interfaces = crate::early_syn::watched_interfaces(&cfg);
-            let (ports, option_ports) = crate::early_syn::watched_ports(&cfg);
-            // Only syn-option listeners watched: no port gets every SYN.
-            match SynWatch::attach_full(
-                &interfaces,
-                splitway_sys::bpf::PlainPorts::Only(&ports),
-                &option_ports,
-                splitway_sys::bpf::TcHook::Auto,
-            ) {
-                Ok(w) => {
-                    host.early_syn = Some(Ok(format!(
-                        "BPF SYN detector attached on {} ({:?})",
-                        interfaces.join(", "),
-                        w.hook()
-                    )));
-                    let early = EarlyLegs::new(
-                        cfg.accel.early_syn_budget,
-                        cfg.accel.early_syn_prefix_budget,
-                        cfg.accel.early_syn_expiry,
-                        &metrics,
-                    );
-                    // `early_syn = true` starts every leg it can; `auto`
-                    // leaves out the clients it cannot help.
-                    let early = if cfg.accel.requested.early_syn == Switch::Auto {
-                        early.learning_near_clients()
-                    } else {
-                        early
-                    };
-                    (Some(Arc::new(early)), Some(w))
-                }
-                Err(e) => {
-                    host.early_syn = Some(Err(format!(
-                        "BPF SYN detector did not attach: {}",
-                        accel::bpf_hint(&e.to_string())
-                    )));
-                    (None, None)
-                }
-            }
-        } else {
-            (None, None)
-        };
-        // Turbo-start routes to every relay we talk to: configured peers,
-        // and upstream relays' allowed prefixes (others are learned when
-        // they authenticate).
-        let mut turbo_routes = HashMap::new();
-        if let Some(t) = cfg.accel.turbo {
-            let peer_prefixes = cfg
-                .listeners
-                .iter()
-                .filter(|l| l.mode.accepts_relays())
-                .flat_map(|l| l.allow_clients.iter());
-            for (addr, len) in cfg
-                .peers
-                .iter()
-                .map(|p| (p.addr.ip().to_canonical(), None))
-                .chain(peer_prefixes.map(|n| (n.addr(), Some(n.prefix_len()))))
-            {
-                let r = install_turbo(addr, len, t).map_err(|e| {
-                    RelayError::Internal(format!("turbo-start route to {addr}: {e}"))
-                })?;
-                info!(
-                    route = r.destination(),
-                    initcwnd = t.initcwnd,
-                    initrwnd = t.initrwnd,
-                    "turbo-start route installed"
-                );
-                turbo_routes.insert(addr, r);
-            }
-        }
-        let hello_listeners = accel::hello_listeners(&cfg);
-        let hellos = cfg.accel.zero_rtt.then(|| {
-            let register = match hello_listeners {
-                Some(shares_port) => HelloRegister::open(shares_port),
-                None => HelloRegister::Local("no plain peer listener".into()),
-            };
-            Arc::new(HelloWindow::new(cfg.accel.zero_rtt_window, register))
-        });
-        if hello_listeners.is_some() {
-            host.hello_register = hellos.as_ref().map(|h| h.describe());
-        }
+        let (early, syn_watch) = start_early_syn(&cfg, &metrics, &mut host);
+        let turbo_routes = install_turbo_routes(&cfg)?;
+        let hellos = start_hellos(&cfg, &mut host);
         let strict = match (&early, strict_queue) {
             (Some(early), Some(queue)) => Some(start_strict(&cfg, queue, early.clone(), &metrics)?),
             _ => None,
@@ -296,34 +123,10 @@ impl Relay {
             .iter()
             .map(|set| set.iter().map(|_| Arc::default()).collect())
             .collect();
-        // The ports actually bound (a configured port 0 got one).
-        let own = OwnListeners::new(
-            listeners
-                .iter()
-                .flatten()
-                .filter_map(|l| l.local_addr().ok())
-                .chain(admin.iter().filter_map(AdminSocket::addr))
-                .chain(metrics_only.iter().filter_map(|l| l.local_addr().ok()))
-                .map(|a| a.port()),
-        );
+        let own = own_ports(&listeners, admin.as_ref(), metrics_only.as_ref());
         let host_addrs = crate::policy::HostAddrs::read();
-        let addresses: Vec<String> = host_addrs
-            .snapshot()
-            .iter()
-            .map(IpAddr::to_string)
-            .collect();
-        info!(addresses = %addresses.join(", "), "this host's addresses: refused as destinations to remote clients unless policy.allow_host_addresses");
         let plan = accel::plan(&cfg, &host);
-        for e in &plan {
-            match e.state {
-                AccelState::Unavailable => {
-                    warn!(accel = %e.name, requested = e.requested, reason = %e.reason, "acceleration unavailable")
-                }
-                state => {
-                    info!(accel = %e.name, requested = e.requested, %state, reason = %e.reason, "acceleration")
-                }
-            }
-        }
+        log_start(&host_addrs, &plan);
         let accel = Arc::new(AccelStatus::new(
             plan,
             metrics.clone(),
@@ -403,132 +206,39 @@ impl Relay {
         let (drain_tx, mut drain_rx) = watch::channel(false);
         // The admin API outlives the listeners: it answers during a drain.
         let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
-        let mut tasks = Vec::new();
-        for (i, set) in self.listeners.into_iter().enumerate() {
-            let spec = &self.shared.cfg.listeners[i];
-            info!(mode = spec.mode.as_str(), addr = %spec.addr, accept_sockets = set.len(), "listening");
-            for (path, l) in set.into_iter().enumerate() {
-                tasks.push(tokio::spawn(ingress::accept_loop(
-                    self.current.clone(),
-                    i,
-                    l,
-                    self.shared.accept_paths[i][path].clone(),
-                    stop_rx.clone(),
-                )));
-            }
-        }
+        let mut tasks = spawn_accept_loops(self.listeners, &self.current, &stop_rx);
         // The metrics-only address lives as long as the admin API.
         let metrics_task = self.metrics_only.map(|l| {
-            let metrics = self.shared.metrics.clone();
-            let mut stop = admin_stop_rx.clone();
             let handler = RelayAdmin::new(
                 self.current.clone(),
                 self.reloader.clone(),
                 None,
                 drain_tx.clone(),
             );
-            if let Ok(addr) = l.local_addr() {
-                info!(%addr, "metrics listening (GET /metrics only)");
-            }
-            tokio::spawn(async move {
-                let config = splitway_control::AdminConfig {
-                    metrics_only: true,
-                    ..splitway_control::AdminConfig::default()
-                };
-                let r = splitway_control::serve_with_config(
-                    l,
-                    metrics,
-                    Arc::new(handler),
-                    config,
-                    async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    },
-                )
-                .await;
-                if let Err(e) = r {
-                    warn!(error = %e, "metrics address stopped");
-                }
-            })
+            spawn_metrics_only(
+                l,
+                self.shared.metrics.clone(),
+                handler,
+                admin_stop_rx.clone(),
+            )
         });
         let admin_task = self.admin.map(|socket| {
-            let metrics = self.shared.metrics.clone();
-            let mut stop = admin_stop_rx;
             let admin = RelayAdmin::new(
                 self.current.clone(),
                 self.reloader.clone(),
                 self.log.clone(),
                 drain_tx,
             );
-            tokio::spawn(async move {
-                let l = match socket {
-                    AdminSocket::Bound(l) => l,
-                    AdminSocket::Waiting(addr) => {
-                        let Some(l) = bind_when_free(addr, &mut stop).await else {
-                            return;
-                        };
-                        l
-                    }
-                };
-                match l.local_addr() {
-                    Ok(addr) => info!(%addr, "admin API listening"),
-                    Err(e) => info!(error = %e, "admin API listening (its address unreadable)"),
-                }
-                let r = splitway_control::serve(l, metrics, Arc::new(admin), async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await;
-                if let Err(e) = r {
-                    warn!(error = %e, "admin API stopped");
-                }
-            })
+            spawn_admin(socket, self.shared.metrics.clone(), admin, admin_stop_rx)
         });
-        if let (Some(early), Some(mut watch)) = (self.shared.early.clone(), self.syn_watch) {
-            let current = self.current.clone();
-            let mut stop = stop_rx.clone();
+        if let (Some(early), Some(watch)) = (self.shared.early.clone(), self.syn_watch) {
             info!("early SYN on");
-            tasks.push(tokio::spawn(async move {
-                // Unanswered legs are closed within a sweep of their
-                // deadline (a few handshake round trips, ≥ 250 ms).
-                let mut sweep = tokio::time::interval(Duration::from_millis(100));
-                let mut snapshot = current.cached();
-                loop {
-                    tokio::select! {
-                        ev = watch.next() => match ev {
-                            Ok(ev) => {
-                                let shared = current.refresh(&mut snapshot);
-                                match &ev.options {
-                                    Some(o) => syn_start::on_option_syn(&early, shared, ev.client, ev.original_dst, o.as_slice(), ev.ttl),
-                                    None if syn_start::is_for_syn_option_listener(shared, ev.original_dst) => {}
-                                    None => syn_start::on_syn(&early, shared, ev.client, ev.original_dst, ev.ttl),
-                                }
-                            }
-                            Err(e) => {
-                                warn!(error = %e, "SYN detector failed; early SYN off from now on");
-                                early.detector_died();
-                                current.load().accel.set(
-                                    AccelName::EarlySyn,
-                                    AccelState::Unavailable,
-                                    format!("BPF SYN detector failed while running: {e}; legs start at accept"),
-                                );
-                                break;
-                            }
-                        },
-                        _ = sweep.tick() => early.sweep(),
-                        () = stopped(&mut stop) => break,
-                    }
-                    for (prefix, near) in early.near_changes() {
-                        match watch.set_near(prefix, near) {
-                            Ok(()) => {
-                                early.near_applied(prefix, near);
-                                debug!(%prefix, near, "early SYN: client prefix sampled or reported again");
-                            }
-                            Err(e) => warn!(%prefix, error = %e, "early SYN: cannot update near prefixes"),
-                        }
-                    }
-                }
-                // Dropping the watch detaches the BPF program.
-                drop(watch);
-            }));
+            tasks.push(tokio::spawn(early_syn_loop(
+                early,
+                watch,
+                self.current.clone(),
+                stop_rx.clone(),
+            )));
         }
         if let Some((strict, _)) = &self.strict {
             info!(
@@ -540,22 +250,7 @@ impl Relay {
             ));
         }
         self.reloader.start_pools(&self.shared.pools);
-        tasks.push(tokio::spawn(crate::probe::probe_loop(
-            self.current.clone(),
-            stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(crate::probe::window_probe_loop(
-            self.current.clone(),
-            stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(refresh_host_addrs(
-            self.shared.host.clone(),
-            stop_rx.clone(),
-        )));
-        tasks.push(tokio::spawn(release_heap_when_idle(
-            self.shared.limiter.clone(),
-            stop_rx.clone(),
-        )));
+        tasks.extend(spawn_background(&self.current, &stop_rx));
         info!(name = %self.shared.cfg.name, "relay ready");
 
         let by_admin = tokio::select! {
@@ -571,56 +266,31 @@ impl Relay {
         for t in tasks.into_iter().chain(pools) {
             let _ = t.await;
         }
-        // Idle pooled legs to the next relays would only wait to be closed
-        // at exit: closed now, so the next relays' drains need not wait.
-        let closed: usize = self
-            .current
-            .load()
-            .pools
-            .iter()
-            .flatten()
-            .map(|p| p.close_idle())
-            .sum();
-        if closed > 0 {
-            info!(closed, "drain: closed the idle pooled legs");
-        }
+        close_idle_pooled_legs(&self.current);
         // New SYNs are no longer held: they go the way TPROXY's drain
         // sends them. SYNs still held are dropped with the queue (their
         // clients retransmit).
         drop(self.strict.take());
-        // New connections stop being redirected with the listeners gone
-        // (they go to their destination directly); packets of transparent
-        // connections still open keep reaching their sockets until the
-        // drain ends, when the rules go.
-        for i in &self.interceptions {
-            if let Err(e) = i.stop_new() {
-                warn!(error = %e, "cannot stop intercepting new connections; removing the interception now, open transparent connections will break");
-                self.interceptions.clear();
-                break;
-            }
-        }
+        stop_intercepting_new(&mut self.interceptions);
         self.shared.turbo_routes.lock().expect("turbo lock").clear();
 
         // Every open connection holds a limiter permit until its task ends
         // (or, still being admitted, an admission).
         let open = &self.shared.limiter;
-        let mut cut = 0;
-        if tokio::time::timeout(drain, open.all_closed())
-            .await
-            .is_err()
-        {
-            cut = open.open();
-            warn!(
-                open = cut,
-                "drain deadline reached; closing remaining connections"
-            );
-        }
+        let cut = match tokio::time::timeout(drain, open.all_closed()).await {
+            Ok(()) => 0,
+            Err(_) => {
+                let cut = open.open();
+                warn!(
+                    open = cut,
+                    "drain deadline reached; closing remaining connections"
+                );
+                cut
+            }
+        };
         drop(self.interceptions);
         let _ = admin_stop_tx.send(true);
-        if let Some(t) = admin_task {
-            let _ = t.await;
-        }
-        if let Some(t) = metrics_task {
+        for t in admin_task.into_iter().chain(metrics_task) {
             let _ = t.await;
         }
         Ok(Stopped { by_admin, cut })
@@ -634,6 +304,446 @@ pub struct Stopped {
     pub by_admin: bool,
     /// Connections still open at the drain's deadline, then closed.
     pub cut: usize,
+}
+
+/// One accept loop per accept socket of every listener.
+fn spawn_accept_loops(
+    listeners: Vec<Vec<TcpListener>>,
+    current: &Arc<Current>,
+    stop: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let shared = current.load();
+    let mut tasks = Vec::new();
+    for (i, set) in listeners.into_iter().enumerate() {
+        let spec = &shared.cfg.listeners[i];
+        info!(mode = spec.mode.as_str(), addr = %spec.addr, accept_sockets = set.len(), "listening");
+        for (path, l) in set.into_iter().enumerate() {
+            tasks.push(tokio::spawn(ingress::accept_loop(
+                current.clone(),
+                i,
+                l,
+                shared.accept_paths[i][path].clone(),
+                stop.clone(),
+            )));
+        }
+    }
+    tasks
+}
+
+/// What runs beside the connections until `stop`: path and window
+/// probes, the host's address list, giving the heap back when idle.
+fn spawn_background(
+    current: &Arc<Current>,
+    stop: &watch::Receiver<bool>,
+) -> [tokio::task::JoinHandle<()>; 4] {
+    let shared = current.load();
+    [
+        tokio::spawn(crate::probe::probe_loop(current.clone(), stop.clone())),
+        tokio::spawn(crate::probe::window_probe_loop(
+            current.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(refresh_host_addrs(shared.host.clone(), stop.clone())),
+        tokio::spawn(release_heap_when_idle(shared.limiter.clone(), stop.clone())),
+    ]
+}
+
+/// New connections stop being redirected with the listeners gone (they go
+/// to their destination directly); packets of transparent connections
+/// still open keep reaching their sockets until the drain ends, when the
+/// rules go. Where that fails, the rules go now.
+fn stop_intercepting_new(interceptions: &mut Vec<Interception>) {
+    for i in interceptions.iter() {
+        if let Err(e) = i.stop_new() {
+            warn!(error = %e, "cannot stop intercepting new connections; removing the interception now, open transparent connections will break");
+            interceptions.clear();
+            return;
+        }
+    }
+}
+
+/// Starts a leg at each SYN the detector reports, until `stop` or until
+/// the detector fails (early SYN is then off, and says why).
+async fn early_syn_loop(
+    early: Arc<EarlyLegs>,
+    mut watch: SynWatch,
+    current: Arc<Current>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Unanswered legs are closed within a sweep of their
+    // deadline (a few handshake round trips, ≥ 250 ms).
+    let mut sweep = tokio::time::interval(Duration::from_millis(100));
+    let mut snapshot = current.cached();
+    loop {
+        tokio::select! {
+            ev = watch.next() => match ev {
+                Ok(ev) => {
+                    let shared = current.refresh(&mut snapshot);
+                    match &ev.options {
+                        Some(o) => syn_start::on_option_syn(&early, shared, ev.client, ev.original_dst, o.as_slice(), ev.ttl),
+                        None if syn_start::is_for_syn_option_listener(shared, ev.original_dst) => {}
+                        None => syn_start::on_syn(&early, shared, ev.client, ev.original_dst, ev.ttl),
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "SYN detector failed; early SYN off from now on");
+                    early.detector_died();
+                    current.load().accel.set(
+                        AccelName::EarlySyn,
+                        AccelState::Unavailable,
+                        format!("BPF SYN detector failed while running: {e}; legs start at accept"),
+                    );
+                    break;
+                }
+            },
+            _ = sweep.tick() => early.sweep(),
+            () = stopped(&mut stop) => break,
+        }
+        for (prefix, near) in early.near_changes() {
+            match watch.set_near(prefix, near) {
+                Ok(()) => {
+                    early.near_applied(prefix, near);
+                    debug!(%prefix, near, "early SYN: client prefix sampled or reported again");
+                }
+                Err(e) => warn!(%prefix, error = %e, "early SYN: cannot update near prefixes"),
+            }
+        }
+    }
+    // Dropping the watch detaches the BPF program.
+    drop(watch);
+}
+
+/// Serves `GET /metrics` (only) on `l` until `stop`.
+fn spawn_metrics_only(
+    l: TcpListener,
+    metrics: Arc<Metrics>,
+    handler: RelayAdmin,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    if let Ok(addr) = l.local_addr() {
+        info!(%addr, "metrics listening (GET /metrics only)");
+    }
+    tokio::spawn(async move {
+        let config = splitway_control::AdminConfig {
+            metrics_only: true,
+            ..splitway_control::AdminConfig::default()
+        };
+        let r = splitway_control::serve_with_config(
+            l,
+            metrics,
+            Arc::new(handler),
+            config,
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        )
+        .await;
+        if let Err(e) = r {
+            warn!(error = %e, "metrics address stopped");
+        }
+    })
+}
+
+/// Serves the admin API on `socket` (once free, for a relay restarted
+/// during a drain) until `stop`.
+fn spawn_admin(
+    socket: AdminSocket,
+    metrics: Arc<Metrics>,
+    admin: RelayAdmin,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let l = match socket {
+            AdminSocket::Bound(l) => l,
+            AdminSocket::Waiting(addr) => {
+                let Some(l) = bind_when_free(addr, &mut stop).await else {
+                    return;
+                };
+                l
+            }
+        };
+        match l.local_addr() {
+            Ok(addr) => info!(%addr, "admin API listening"),
+            Err(e) => info!(error = %e, "admin API listening (its address unreadable)"),
+        }
+        let r = splitway_control::serve(l, metrics, Arc::new(admin), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
+        if let Err(e) = r {
+            warn!(error = %e, "admin API stopped");
+        }
+    })
+}
+
+/// Idle pooled legs to the next relays would only wait to be closed at
+/// exit: closed when the drain starts, so the next relays' drains need not
+/// wait.
+fn close_idle_pooled_legs(current: &Current) {
+    let closed: usize = current
+        .load()
+        .pools
+        .iter()
+        .flatten()
+        .map(|p| p.close_idle())
+        .sum();
+    if closed > 0 {
+        info!(closed, "drain: closed the idle pooled legs");
+    }
+}
+
+/// The ports actually bound (a configured port 0 got one): a destination
+/// there is refused.
+fn own_ports(
+    listeners: &[Vec<TcpListener>],
+    admin: Option<&AdminSocket>,
+    metrics_only: Option<&TcpListener>,
+) -> OwnListeners {
+    OwnListeners::new(
+        listeners
+            .iter()
+            .flatten()
+            .filter_map(|l| l.local_addr().ok())
+            .chain(admin.and_then(AdminSocket::addr))
+            .chain(metrics_only.and_then(|l| l.local_addr().ok()))
+            .map(|a| a.port()),
+    )
+}
+
+/// Two sockets per split connection, plus pipes while data moves. Beyond
+/// what the open-file limit holds, new connections are shed at accept (a
+/// reset, counted) instead of failing half-way; 0: no cap known.
+fn descriptor_cap_for(cfg: &Config) -> usize {
+    match splitway_sys::sock::raise_nofile_limit() {
+        Ok((soft, _)) => {
+            let reserve = DESCRIPTOR_RESERVE
+                + if cfg.accel.early_syn || cfg.accel.strict {
+                    cfg.accel.early_syn_budget
+                } else {
+                    0
+                }
+                + cfg.peers.iter().map(|p| p.pool.high).sum::<usize>();
+            let cap = descriptor_cap(soft, reserve);
+            if cfg.limits.max_connections == 0 || cap < cfg.limits.max_connections {
+                info!(
+                    nofile = soft,
+                    max_connections = cfg.limits.max_connections,
+                    shed_above = cap,
+                    "the open-file limit holds {cap} split connections; new ones beyond are shed (raise LimitNOFILE for more)"
+                );
+            }
+            cap
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot read the open-file limit; no descriptor cap");
+            0
+        }
+    }
+}
+
+/// Each `[[listen]]` entry's accept sockets (the service manager's, where
+/// it passed one), and the interception rules of those that intercept.
+fn bind_listeners(
+    cfg: &Config,
+    inherited: Vec<splitway_sys::activation::Inherited>,
+) -> Result<(Vec<Vec<TcpListener>>, Vec<Interception>), RelayError> {
+    let mut inherited = match_inherited(cfg, inherited)?;
+    let mut listeners = Vec::new();
+    let mut interceptions = Vec::new();
+    for (index, l) in cfg.listeners.iter().enumerate() {
+        let leg_buffer = cfg.accel.relay_leg_buffer();
+        listeners.push(match inherited[index].take() {
+            Some(sock) => {
+                info!(mode = l.mode.as_str(), addr = %l.addr, "using the listening socket passed by the service manager");
+                vec![ingress::adopt(l, sock, &cfg.accel, leg_buffer)?]
+            }
+            None => ingress::bind(
+                l,
+                ingress::accept_sockets(l),
+                &cfg.accel,
+                leg_buffer,
+            )?,
+        });
+        if let Some(i) = &l.intercept {
+            let spec = InterceptSpec {
+                // One table per listener: two tproxy listeners (v4 and
+                // v6-only) may both intercept.
+                table: format!("splitway_{}_{index}", cfg.name.replace('-', "_")),
+                v6_only: l.v6_only,
+                interfaces: i.interfaces.clone(),
+                ports: i.ports.clone(),
+                listener: l.addr,
+            };
+            interceptions.push(spec.install().map_err(|source| RelayError::Intercept {
+                addr: l.addr,
+                source,
+            })?);
+        }
+    }
+    Ok((listeners, interceptions))
+}
+
+/// The admin API's socket and the metrics-only one, where configured.
+async fn bind_admin(
+    cfg: &Config,
+) -> Result<(Option<AdminSocket>, Option<TcpListener>), RelayError> {
+    let admin = match cfg.admin {
+        Some(a) => Some(match splitway_control::bind(a).await {
+            Ok(l) => AdminSocket::Bound(l),
+            // A relay restarted while the old one drains: the old one
+            // keeps answering there until it exits; this one serves
+            // from then on instead of refusing to start.
+            Err(splitway_control::ControlError::Bind { source, .. })
+                if source.kind() == std::io::ErrorKind::AddrInUse =>
+            {
+                warn!(addr = %a, "admin API address in use (by a relay still draining?): the admin API starts once it is free");
+                AdminSocket::Waiting(a)
+            }
+            Err(e) => return Err(e.into()),
+        }),
+        None => None,
+    };
+    let metrics_only = match cfg.metrics {
+        Some(a) => Some(splitway_control::bind(a).await?),
+        None => None,
+    };
+    Ok((admin, metrics_only))
+}
+
+/// The early-SYN legs and, unless strict mode holds the SYNs itself, the
+/// BPF detector on the intercept interfaces; without BPF support the relay
+/// says so once (in `host`) and runs without it.
+fn start_early_syn(
+    cfg: &Config,
+    metrics: &Arc<Metrics>,
+    host: &mut HostFacts,
+) -> (Option<Arc<EarlyLegs>>, Option<SynWatch>) {
+    if cfg.accel.strict {
+        // Strict mode sees every SYN in its queue: no BPF detector.
+        if cfg.accel.early_syn {
+            info!(
+                "accel.strict holds SYNs and starts their legs itself; the early-SYN detector is not attached"
+            );
+        }
+        (
+            Some(Arc::new(EarlyLegs::new(
+                cfg.accel.early_syn_budget,
+                cfg.accel.early_syn_prefix_budget,
+                cfg.accel.early_syn_expiry,
+                metrics,
+            ))),
+            None,
+        )
+    } else if cfg.accel.early_syn {
+        let interfaces = crate::early_syn::watched_interfaces(cfg);
+        let (ports, option_ports) = crate::early_syn::watched_ports(cfg);
+        // Only syn-option listeners watched: no port gets every SYN.
+        match SynWatch::attach_full(
+            &interfaces,
+            splitway_sys::bpf::PlainPorts::Only(&ports),
+            &option_ports,
+            splitway_sys::bpf::TcHook::Auto,
+        ) {
+            Ok(w) => {
+                host.early_syn = Some(Ok(format!(
+                    "BPF SYN detector attached on {} ({:?})",
+                    interfaces.join(", "),
+                    w.hook()
+                )));
+                let early = EarlyLegs::new(
+                    cfg.accel.early_syn_budget,
+                    cfg.accel.early_syn_prefix_budget,
+                    cfg.accel.early_syn_expiry,
+                    metrics,
+                );
+                // `early_syn = true` starts every leg it can; `auto`
+                // leaves out the clients it cannot help.
+                let early = if cfg.accel.requested.early_syn == Switch::Auto {
+                    early.learning_near_clients()
+                } else {
+                    early
+                };
+                (Some(Arc::new(early)), Some(w))
+            }
+            Err(e) => {
+                host.early_syn = Some(Err(format!(
+                    "BPF SYN detector did not attach: {}",
+                    accel::bpf_hint(&e.to_string())
+                )));
+                (None, None)
+            }
+        }
+    } else {
+        (None, None)
+    }
+}
+
+/// Turbo-start routes to every relay we talk to: configured peers, and
+/// upstream relays' allowed prefixes (others are learned when they
+/// authenticate).
+fn install_turbo_routes(cfg: &Config) -> Result<HashMap<IpAddr, TurboRoute>, RelayError> {
+    let mut turbo_routes = HashMap::new();
+    if let Some(t) = cfg.accel.turbo {
+        let peer_prefixes = cfg
+            .listeners
+            .iter()
+            .filter(|l| l.mode.accepts_relays())
+            .flat_map(|l| l.allow_clients.iter());
+        for (addr, len) in cfg
+            .peers
+            .iter()
+            .map(|p| (p.addr.ip().to_canonical(), None))
+            .chain(peer_prefixes.map(|n| (n.addr(), Some(n.prefix_len()))))
+        {
+            let r = install_turbo(addr, len, t)
+                .map_err(|e| RelayError::Internal(format!("turbo-start route to {addr}: {e}")))?;
+            info!(
+                route = r.destination(),
+                initcwnd = t.initcwnd,
+                initrwnd = t.initrwnd,
+                "turbo-start route installed"
+            );
+            turbo_routes.insert(addr, r);
+        }
+    }
+    Ok(turbo_routes)
+}
+
+/// The replay window of 0-RTT Hellos and what guards it (in `host`).
+fn start_hellos(cfg: &Config, host: &mut HostFacts) -> Option<Arc<HelloWindow>> {
+    let hello_listeners = accel::hello_listeners(cfg);
+    let hellos = cfg.accel.zero_rtt.then(|| {
+        let register = match hello_listeners {
+            Some(shares_port) => HelloRegister::open(shares_port),
+            None => HelloRegister::Local("no plain peer listener".into()),
+        };
+        Arc::new(HelloWindow::new(cfg.accel.zero_rtt_window, register))
+    });
+    if hello_listeners.is_some() {
+        host.hello_register = hellos.as_ref().map(|h| h.describe());
+    }
+    hellos
+}
+
+/// What the relay refuses as this host's addresses, and each
+/// acceleration's state, logged once at start.
+fn log_start(host_addrs: &crate::policy::HostAddrs, plan: &[accel::Entry]) {
+    let addresses: Vec<String> = host_addrs
+        .snapshot()
+        .iter()
+        .map(IpAddr::to_string)
+        .collect();
+    info!(addresses = %addresses.join(", "), "this host's addresses: refused as destinations to remote clients unless policy.allow_host_addresses");
+    for e in plan {
+        match e.state {
+            AccelState::Unavailable => {
+                warn!(accel = %e.name, requested = e.requested, reason = %e.reason, "acceleration unavailable")
+            }
+            state => {
+                info!(accel = %e.name, requested = e.requested, %state, reason = %e.reason, "acceleration")
+            }
+        }
+    }
 }
 
 /// Binds strict mode's queue, then installs its rules for each

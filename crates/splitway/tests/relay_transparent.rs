@@ -366,3 +366,72 @@ fn relay_killed_before_forwarding_resets_the_client() {
     lab.kill_relay("rc");
     expect_reset(&mut client, "client of a relay killed before forwarding");
 }
+
+/// A relay pair starting under load: rc has no pool, so the very first
+/// connections dial rs together before any leg of rc's has authenticated
+/// there; rs's per-address handshake cap (4 here) must not reset them
+/// (the legs over it wait for the source's first authentication). Every
+/// connection carries its bytes both ways.
+#[test]
+fn a_burst_before_the_first_authentication_is_not_reset() {
+    require_netns!();
+    const CONNECTIONS: u64 = 64;
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    // No pool and no window probe (either would authenticate a leg at
+    // start), and the challenge round trip (no 0-RTT Hello): the first
+    // legs are all in their handshake at rs together.
+    configs[0].sections.accel = Some(RawAccel {
+        pool: Some(false),
+        zero_rtt: Some(false),
+        learned_window: Some(false),
+        ..RawAccel::default()
+    });
+    configs[1].sections.limits = Some(RawLimits {
+        handshaking_per_client: Some(4),
+        ..RawLimits::default()
+    });
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+    let streams: Vec<_> = (0..CONNECTIONS)
+        .map(|_| connect_in(&lab.client, server_v4()).expect("connect"))
+        .collect();
+    let clients: Vec<_> = streams
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut stream)| {
+            std::thread::spawn(move || {
+                let sent = send_pattern(&mut stream, 4096 + i as u64, 77 + i as u64).expect("send");
+                stream.shutdown(Shutdown::Write).expect("shutdown(Write)");
+                let mut echoed = Vec::new();
+                stream.read_to_end(&mut echoed).expect("read digest echo");
+                (sent, echoed)
+            })
+        })
+        .collect();
+    let handlers: Vec<_> = (0..CONNECTIONS)
+        .map(|_| {
+            let (mut conn, _) = server.accept(Duration::from_secs(20));
+            std::thread::spawn(move || {
+                let received = recv_all(&mut conn).expect("server receive");
+                let mut echo = received.sha256.to_vec();
+                echo.extend_from_slice(&received.len.to_be_bytes());
+                conn.write_all(&echo).expect("echo digest");
+            })
+        })
+        .collect();
+    for h in handlers {
+        h.join().expect("server handler");
+    }
+    for c in clients {
+        let (sent, echoed) = c.join().expect("client");
+        let mut want = sent.sha256.to_vec();
+        want.extend_from_slice(&sent.len.to_be_bytes());
+        assert_eq!(echoed, want, "a connection's bytes differ");
+    }
+    let refused = lab
+        .metrics("rs")
+        .counter("splitway_denied_total", &[("reason", "handshaking")]);
+    assert_eq!(refused, 0.0, "rs reset legs of rc's first burst");
+    lab.assert_relays_alive();
+}
