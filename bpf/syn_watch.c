@@ -89,13 +89,19 @@ struct {
 	__type(value, __u8);
 } SW_PORTS SEC(".maps");
 
-// Events lost because the ring buffer was full, per CPU (index 0).
+// Per CPU: index 0, events lost because the ring buffer was full; index 1,
+// IPv6 packets whose TCP header, if any, lies behind extension headers the
+// program does not walk (AH, or more than IPV6_EXT_MAX of them): a SYN among
+// them is not reported.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
 } SW_DROPPED SEC(".maps");
+
+#define COUNT_DROPPED 0
+#define COUNT_IPV6_UNWALKED 1
 
 // Client prefixes (IPv4 /24, IPv6 /64) whose handshakes complete too quickly
 // for an early start to gain anything (a LAN: the accept follows the SYN by
@@ -168,12 +174,57 @@ static __always_inline __u32 load_our_option(struct __sk_buff *skb, __u32 tcp_of
 	return 0;
 }
 
-static __always_inline void count_dropped(void)
+static __always_inline void count(__u32 what)
 {
-	__u32 zero = 0;
-	__u64 *dropped = bpf_map_lookup_elem(&SW_DROPPED, &zero);
-	if (dropped)
-		*dropped += 1; // per-CPU slot: no other writer, no atomic needed
+	__u64 *n = bpf_map_lookup_elem(&SW_DROPPED, &what);
+	if (n)
+		*n += 1; // per-CPU slot: no other writer, no atomic needed
+}
+
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_DEST 60
+#define IPV6_EXT_MAX 4
+
+// The offset of an IPv6 packet's TCP header, walking up to IPV6_EXT_MAX
+// hop-by-hop, routing, destination-options and (first) fragment headers;
+// 0 when the packet carries no TCP header this program can see. A TCP
+// header behind AH or deeper headers is counted (COUNT_IPV6_UNWALKED).
+static __always_inline __u32 ipv6_tcp_offset(struct __sk_buff *skb, __u8 nexthdr)
+{
+	__u32 off = sizeof(struct ipv6_min);
+#pragma unroll
+	for (int i = 0; i < IPV6_EXT_MAX; i++) {
+		__u8 hdr[4];
+		if (nexthdr == IPPROTO_TCP)
+			return off;
+		if (nexthdr == NEXTHDR_HOP || nexthdr == NEXTHDR_ROUTING || nexthdr == NEXTHDR_DEST) {
+			if (bpf_skb_load_bytes_relative(skb, off, hdr, 2, BPF_HDR_START_NET))
+				return 0;
+			nexthdr = hdr[0];
+			off += ((__u32)hdr[1] + 1) * 8; // length in 8 octets, the first not counted
+		} else if (nexthdr == NEXTHDR_FRAGMENT) {
+			if (bpf_skb_load_bytes_relative(skb, off, hdr, 4, BPF_HDR_START_NET))
+				return 0;
+			// Only the first fragment (offset 0) holds the TCP header.
+			if (((((__u16)hdr[2]) << 8) | hdr[3]) & 0xfff8)
+				return 0;
+			nexthdr = hdr[0];
+			off += 8;
+		} else {
+			if (nexthdr == NEXTHDR_AUTH)
+				count(COUNT_IPV6_UNWALKED);
+			return 0; // UDP, ICMPv6, ESP (encrypted), ...
+		}
+	}
+	if (nexthdr == IPPROTO_TCP)
+		return off;
+	if (nexthdr == NEXTHDR_HOP || nexthdr == NEXTHDR_ROUTING || nexthdr == NEXTHDR_DEST ||
+	    nexthdr == NEXTHDR_FRAGMENT || nexthdr == NEXTHDR_AUTH)
+		count(COUNT_IPV6_UNWALKED);
+	return 0;
 }
 
 // A plain SYN from a near prefix that is not one of its samples.
@@ -241,7 +292,7 @@ int syn_watch(struct __sk_buff *skb)
 			return TC_ACT_UNSPEC;
 		event = bpf_ringbuf_reserve(&SW_EVENTS, sizeof(*event), 0);
 		if (!event) {
-			count_dropped();
+			count(COUNT_DROPPED);
 			return TC_ACT_UNSPEC;
 		}
 		__builtin_memset(event, 0, sizeof(*event));
@@ -253,25 +304,26 @@ int syn_watch(struct __sk_buff *skb)
 		struct ipv6_min ip6;
 		if (bpf_skb_load_bytes_relative(skb, 0, &ip6, sizeof(ip6), BPF_HDR_START_NET))
 			return TC_ACT_UNSPEC;
-		// Extension headers are not walked: a SYN behind one is not reported.
-		if (ip6.nexthdr != IPPROTO_TCP)
+		tcp_offset = ipv6_tcp_offset(skb, ip6.nexthdr);
+		if (!tcp_offset)
 			return TC_ACT_UNSPEC;
-		if (bpf_skb_load_bytes_relative(skb, sizeof(ip6), &tcp, sizeof(tcp), BPF_HDR_START_NET))
+		if (bpf_skb_load_bytes_relative(skb, tcp_offset, &tcp, sizeof(tcp), BPF_HDR_START_NET))
 			return TC_ACT_UNSPEC;
 		if (!is_bare_syn(&tcp))
 			return TC_ACT_UNSPEC;
 		bits = port_watched(tcp.dest);
 		if (bits & PORT_SYNOPT)
-			opt_len = load_our_option(skb, sizeof(ip6), &tcp, opts);
+			opt_len = load_our_option(skb, tcp_offset, &tcp, opts);
 		if (!opt_len && !(bits & PORT_PLAIN))
 			return TC_ACT_UNSPEC;
 		if (!opt_len && near_unsampled(SW_FAMILY_V6, ip6.saddr, tcp.source))
 			return TC_ACT_UNSPEC;
-		if (carries_data(bpf_ntohs(ip6.payload_len), &tcp))
+		// The payload length counts the extension headers too.
+		if (carries_data((__u32)bpf_ntohs(ip6.payload_len) + sizeof(ip6) - tcp_offset, &tcp))
 			return TC_ACT_UNSPEC;
 		event = bpf_ringbuf_reserve(&SW_EVENTS, sizeof(*event), 0);
 		if (!event) {
-			count_dropped();
+			count(COUNT_DROPPED);
 			return TC_ACT_UNSPEC;
 		}
 		__builtin_memset(event, 0, sizeof(*event));

@@ -162,15 +162,17 @@ fn early_syn(cfg: &Config, host: &HostFacts) -> Entry {
     } else {
         ""
     };
+    // What the detector cannot see, said where an operator looks first.
+    let unwalked = "; IPv6 SYNs behind AH or over four extension headers start at accept (early_syn_total{outcome=\"ipv6_unwalked\"})";
     let (state, reason) = match &host.early_syn {
         None => (
             Active,
             format!(
-                "BPF SYN detector to attach on {}{near}",
+                "BPF SYN detector to attach on {}{near}{unwalked}",
                 intercept.join(", ")
             ),
         ),
-        Some(Ok(how)) => (Active, format!("{how}{near}")),
+        Some(Ok(how)) => (Active, format!("{how}{near}{unwalked}")),
         Some(Err(e)) => (Unavailable, format!("{e}; legs start at accept")),
     };
     entry(AccelName::EarlySyn, r.early_syn, state, reason)

@@ -199,6 +199,14 @@ impl<T> EarlyStarts<T> {
         self.metrics.count(outcome, n);
     }
 
+    /// IPv6 packets the detector could not see into (its own counter's
+    /// growth since the last call).
+    pub fn ipv6_unwalked(&self, n: u64) {
+        if n > 0 {
+            self.count(EarlySynOutcome::Ipv6Unwalked, n);
+        }
+    }
+
     fn shard(&self, key: &Key) -> &Mutex<HashMap<Key, Entry<T>>> {
         &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
     }

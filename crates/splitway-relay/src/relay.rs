@@ -374,6 +374,10 @@ async fn early_syn_loop(
     // deadline (a few handshake round trips, ≥ 250 ms).
     let mut sweep = tokio::time::interval(Duration::from_millis(100));
     let mut snapshot = current.cached();
+    // The detector's count of IPv6 packets it could not see into, read
+    // once a second (a map read per CPU).
+    let mut unwalked = 0;
+    let mut ticks = 0u32;
     loop {
         tokio::select! {
             ev = watch.next() => match ev {
@@ -396,7 +400,16 @@ async fn early_syn_loop(
                     break;
                 }
             },
-            _ = sweep.tick() => early.sweep(),
+            _ = sweep.tick() => {
+                early.sweep();
+                ticks = ticks.wrapping_add(1);
+                if ticks.is_multiple_of(10)
+                    && let Ok(now) = watch.ipv6_unwalked()
+                {
+                    early.ipv6_unwalked(now.saturating_sub(unwalked));
+                    unwalked = now;
+                }
+            }
             () = stopped(&mut stop) => break,
         }
         for (prefix, near) in early.near_changes() {

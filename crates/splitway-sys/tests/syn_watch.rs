@@ -722,6 +722,100 @@ async fn reports_syns_on_a_tun_device_and_passes_them_on() {
     }
 }
 
+/// An IPv6 SYN behind `ext` extension headers, each `(type, body)` whose
+/// body follows the header's next-header byte (its length byte included).
+fn ipv6_syn_behind(src: SocketAddr, dst: SocketAddr, ext: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut packet = ipv6_syn(src, dst);
+    let tcp = packet.split_off(40);
+    let mut headers = Vec::new();
+    for (i, (_, body)) in ext.iter().enumerate() {
+        let next = ext.get(i + 1).map_or(6, |(kind, _)| *kind);
+        headers.push(next);
+        headers.extend_from_slice(body);
+    }
+    packet[6] = ext.first().map_or(6, |(kind, _)| *kind);
+    let payload = (headers.len() + tcp.len()) as u16;
+    packet[4..6].copy_from_slice(&payload.to_be_bytes());
+    packet.extend_from_slice(&headers);
+    packet.extend_from_slice(&tcp);
+    packet
+}
+
+/// An 8-byte options header's body (hop-by-hop, destination options):
+/// length 0, then a 4-byte PadN option.
+fn pad_options() -> Vec<u8> {
+    vec![0, 1, 4, 0, 0, 0, 0]
+}
+
+/// A SYN behind hop-by-hop and destination-options headers is reported
+/// (and answered by the stack); one behind AH is not, and is counted.
+#[tokio::test]
+async fn ipv6_syns_behind_extension_headers_are_reported_or_counted() {
+    require_bpf!();
+    let ns = Netns::create(&netns::unique_name(PREFIX)).expect("netns");
+    let tun_name = format!("{}t", ns.name());
+    let tun = ns
+        .run_in(move || Tun::create(&tun_name))
+        .expect("enter netns")
+        .expect("create TUN");
+    let dev = tun.name().to_owned();
+    ns.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{TUN_LOCAL_V6}/64"),
+        "dev",
+        &dev,
+        "nodad",
+    ])
+    .expect("ipv6 address");
+    ns.ip(&["link", "set", &dev, "up"]).expect("TUN up");
+    let local = SocketAddr::new(IpAddr::V6(TUN_LOCAL_V6), 7014);
+    let _listener = ns
+        .run_in(move || TcpListener::bind(local))
+        .expect("enter netns")
+        .expect("listen");
+    let interfaces = vec![dev.clone()];
+    let mut watch = ns
+        .run_in(move || SynWatch::attach_with(&interfaces, &[7014], TcHook::Auto))
+        .expect("enter netns")
+        .expect("attach on TUN");
+
+    let peer = SocketAddr::new(IpAddr::V6(TUN_PEER_V6), 40011);
+    let walked = ipv6_syn_behind(peer, local, &[(0, pad_options()), (60, pad_options())]);
+    tun.write(&walked)
+        .expect("inject the SYN behind two headers");
+    let event = next_event(&mut watch).await;
+    assert_eq!((event.client, event.original_dst), (peer, local));
+    wait_for_syn_ack(&tun, 40011);
+    assert_eq!(watch.ipv6_unwalked().expect("counter"), 0);
+
+    // AH: next header, length (24 bytes: 4), reserved, SPI, sequence, ICV.
+    let mut ah = vec![4, 0, 0];
+    ah.extend_from_slice(&[0, 0, 1, 0, 0, 0, 0, 1]);
+    ah.extend_from_slice(&[0; 12]);
+    let peer_ah = SocketAddr::new(IpAddr::V6(TUN_PEER_V6), 40013);
+    tun.write(&ipv6_syn_behind(peer_ah, local, &[(51, ah)]))
+        .expect("inject the SYN behind AH");
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while watch.ipv6_unwalked().expect("counter") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the SYN behind AH was not counted"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(watch.ipv6_unwalked().expect("counter"), 1);
+    // Nothing was reported for it: the next event is the next plain SYN's.
+    let peer_plain = SocketAddr::new(IpAddr::V6(TUN_PEER_V6), 40015);
+    tun.write(&ipv6_syn(peer_plain, local))
+        .expect("inject a plain SYN");
+    let event = next_event(&mut watch).await;
+    assert_eq!(event.client, peer_plain, "an event for the SYN behind AH");
+    drop(watch);
+    drop(tun);
+}
+
 // ---------------------------------------------------------------------------
 // Measurement
 // ---------------------------------------------------------------------------

@@ -34,6 +34,10 @@ label_enum! {
         /// 200 µs): the detector did not report this SYN, whose leg
         /// started at accept.
         Near => "near",
+        /// An IPv6 packet whose TCP header lay behind extension headers
+        /// the detector does not walk (AH, or more than four): a SYN among
+        /// them had its leg started at accept.
+        Ipv6Unwalked => "ipv6_unwalked",
     }
 }
 

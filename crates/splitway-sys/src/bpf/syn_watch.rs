@@ -11,8 +11,11 @@
 //! - a SYN may never become a connection (refused, dropped, a scan, a SYN
 //!   flood), and a SYN to a port nobody listens on is reported too;
 //! - events are lost when the ring buffer is full
-//!   ([`SynWatch::dropped_events`] counts them), and SYNs behind IPv6
-//!   extension headers or in IPv4 fragments are never reported;
+//!   ([`SynWatch::dropped_events`] counts them); IPv6 hop-by-hop, routing,
+//!   destination-options and first-fragment headers are walked (up to four),
+//!   SYNs behind AH or deeper chains are not reported
+//!   ([`SynWatch::ipv6_unwalked`] counts the packets), nor are SYNs in
+//!   non-first IPv4 fragments;
 //! - order between events from different CPUs is not guaranteed; `at_ns`
 //!   (CLOCK_MONOTONIC) is the time the program ran.
 //!
@@ -499,10 +502,22 @@ impl SynWatch {
     /// Events lost because the ring buffer was full (user space too slow),
     /// summed over CPUs, since attach.
     pub fn dropped_events(&self) -> Result<u64, SysError> {
+        self.counted(0)
+    }
+
+    /// IPv6 packets whose TCP header, if any, lay behind extension headers
+    /// the program does not walk (AH, or more than four): a SYN among them
+    /// was not reported. Hop-by-hop, routing, destination-options and first
+    /// fragment headers are walked. Summed over CPUs, since attach.
+    pub fn ipv6_unwalked(&self) -> Result<u64, SysError> {
+        self.counted(1)
+    }
+
+    fn counted(&self, index: u32) -> Result<u64, SysError> {
         let per_cpu = self
             .dropped
-            .get(&0, 0)
-            .map_err(|e| bpf_err(format!("read {DROPPED_MAP}"), e))?;
+            .get(&index, 0)
+            .map_err(|e| bpf_err(format!("read {DROPPED_MAP}[{index}]"), e))?;
         Ok(per_cpu.iter().sum())
     }
 
