@@ -107,6 +107,7 @@ check-no-bpf:
 import-graph:
 	python3 scripts/import-graph.py --self-test
 	python3 scripts/import-graph.py
+	python3 scripts/fn-length.py
 
 ## fuzz: every fuzz target for FUZZ_SECONDS each (default 300).
 FUZZ_SECONDS ?= 300

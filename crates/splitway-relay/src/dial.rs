@@ -10,7 +10,7 @@ use splitway_proto::header::{FLAG_OPTIMISTIC, Header};
 use tokio::net::{TcpSocket, TcpStream};
 use tracing::debug;
 
-use crate::config::Via;
+use crate::config::{Peer, Route, Via};
 use crate::error::ConnError;
 use crate::loops::next_hop_limit;
 use crate::next_leg::{LegRequest, Next, ServerLeg};
@@ -114,89 +114,114 @@ async fn connect_leg(
                 proxy_header: proxy_header::for_route(route, inbound.origin, dst),
             }))
         }
-        Via::Peer(i) => {
-            if inbound.next_ttl == 0 {
-                return Err(ConnError::TtlExceeded);
-            }
-            let peer = &shared.cfg.peers[*i];
-            // A peer entry naming this relay (a config mistake) would be a
-            // loop the header TTL only ends after 16 hops.
-            shared.own.check(peer.addr)?;
-            let psk = shared
-                .cfg
-                .psk
-                .as_ref()
-                .ok_or_else(|| ConnError::Internal("peer route without a PSK".into()))?;
-            let mut header = Header::new(inbound.conn_id, Destination::Ip(dst), inbound.origin);
-            header.ttl = inbound.next_ttl;
-            if inbound.optimistic {
-                header.flags |= FLAG_OPTIMISTIC;
-            }
-            if let Some(hops) = hop_limit {
-                header.set_hop_limit(hops);
-            }
-            let pooled = shared.pools[*i].as_ref().and_then(|p| {
-                if inbound.speculative {
-                    p.take_above_low()
-                } else {
-                    p.take()
-                }
-            });
-            let early = std::mem::take(&mut inbound.early_data);
-            let was_pooled = pooled.is_some();
-            let leg = match pooled {
-                Some(c) => {
-                    shared
-                        .metrics
-                        .peer_handshake(LegSide::Dial, PeerHandshake::Pooled);
-                    c.carry(&peer.name, &header, &early).await
-                }
-                None => {
-                    let leg_buffer = shared.cfg.accel.relay_leg_buffer();
-                    peer::dial(
-                        peer,
-                        psk,
-                        &header,
-                        &early,
-                        &shared.cfg.timeouts,
-                        leg_buffer,
-                        shared.cfg.accel.zero_rtt,
-                        shared.accel.peer_fast_open,
-                        &shared.metrics,
-                    )
-                    .await
-                }
-            };
-            match &leg {
-                Ok(l) => shared.paths.leg_up(*i, &l.stream, !was_pooled),
-                Err(e) => shared.paths.leg_failed(*i, e),
-            }
-            match &leg {
-                // The client's first bytes left with the header.
-                Ok(_) if !early.is_empty() => {
-                    let path = if peer.tls.is_some() {
-                        Path::Tls
-                    } else {
-                        Path::Copy
-                    };
-                    shared
-                        .metrics
-                        .bytes(Direction::ToServer, path, early.len() as u64)
-                }
-                Ok(_) => {}
-                Err(_) => shared.metrics.peer_connect_failure(&peer.name),
-            }
-            if let Err(e) = &leg
-                && may_retry
-                && shared
-                    .paths
-                    .retry_elsewhere(&shared.path_inputs(), route, *i, e)
-            {
-                debug!(peer = %peer.name, error = %e, "dial failed: retrying on the next candidate");
-                inbound.early_data = early;
-                return Box::pin(connect_leg(shared, inbound, false)).await;
-            }
-            leg.map(Next::Peer)
+        Via::Peer(i) => connect_peer(shared, inbound, route, *i, dst, hop_limit, may_retry).await,
+    }
+}
+
+/// The next leg through peer `i`: a pooled leg or a fresh one, carrying the
+/// header (and the client's first bytes); on failure, the connection's one
+/// retry on the route's next candidate where `may_retry`.
+async fn connect_peer(
+    shared: &Shared,
+    inbound: &mut LegRequest,
+    route: &Route,
+    i: usize,
+    dst: SocketAddr,
+    hop_limit: Option<u8>,
+    may_retry: bool,
+) -> Result<Next, ConnError> {
+    if inbound.next_ttl == 0 {
+        return Err(ConnError::TtlExceeded);
+    }
+    let peer = &shared.cfg.peers[i];
+    // A peer entry naming this relay (a config mistake) would be a
+    // loop the header TTL only ends after 16 hops.
+    shared.own.check(peer.addr)?;
+    let psk = shared
+        .cfg
+        .psk
+        .as_ref()
+        .ok_or_else(|| ConnError::Internal("peer route without a PSK".into()))?;
+    let header = peer_header(inbound, dst, hop_limit);
+    let pooled = shared.pools[i].as_ref().and_then(|p| {
+        if inbound.speculative {
+            p.take_above_low()
+        } else {
+            p.take()
         }
+    });
+    let early = std::mem::take(&mut inbound.early_data);
+    let was_pooled = pooled.is_some();
+    let leg = match pooled {
+        Some(c) => {
+            shared
+                .metrics
+                .peer_handshake(LegSide::Dial, PeerHandshake::Pooled);
+            c.carry(&peer.name, &header, &early).await
+        }
+        None => {
+            let leg_buffer = shared.cfg.accel.relay_leg_buffer();
+            peer::dial(
+                peer,
+                psk,
+                &header,
+                &early,
+                &shared.cfg.timeouts,
+                leg_buffer,
+                shared.cfg.accel.zero_rtt,
+                shared.accel.peer_fast_open,
+                &shared.metrics,
+            )
+            .await
+        }
+    };
+    match &leg {
+        Ok(l) => shared.paths.leg_up(i, &l.stream, !was_pooled),
+        Err(e) => shared.paths.leg_failed(i, e),
+    }
+    count_peer_leg(shared, peer, &leg, early.len());
+    if let Err(e) = &leg
+        && may_retry
+        && shared
+            .paths
+            .retry_elsewhere(&shared.path_inputs(), route, i, e)
+    {
+        debug!(peer = %peer.name, error = %e, "dial failed: retrying on the next candidate");
+        inbound.early_data = early;
+        return Box::pin(connect_leg(shared, inbound, false)).await;
+    }
+    leg.map(Next::Peer)
+}
+
+/// The relay header for a leg to `dst`.
+fn peer_header(inbound: &LegRequest, dst: SocketAddr, hop_limit: Option<u8>) -> Header {
+    let mut header = Header::new(inbound.conn_id, Destination::Ip(dst), inbound.origin);
+    header.ttl = inbound.next_ttl;
+    if inbound.optimistic {
+        header.flags |= FLAG_OPTIMISTIC;
+    }
+    if let Some(hops) = hop_limit {
+        header.set_hop_limit(hops);
+    }
+    header
+}
+
+/// Counts the client's first bytes that left with the header, or the
+/// peer's failure.
+fn count_peer_leg<T>(shared: &Shared, peer: &Peer, leg: &Result<T, ConnError>, early: usize) {
+    match leg {
+        // The client's first bytes left with the header.
+        Ok(_) if early > 0 => {
+            let path = if peer.tls.is_some() {
+                Path::Tls
+            } else {
+                Path::Copy
+            };
+            shared
+                .metrics
+                .bytes(Direction::ToServer, path, early as u64)
+        }
+        Ok(_) => {}
+        Err(_) => shared.metrics.peer_connect_failure(&peer.name),
     }
 }

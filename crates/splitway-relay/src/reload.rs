@@ -186,60 +186,10 @@ impl Reloader {
         for w in new.warnings() {
             warn!("reload: {w}");
         }
-        let running_now = Running {
-            idle: old.live.idle(),
-            early_syn: old.live.early_syn_enabled(),
-            watermarks: old
-                .pools
-                .iter()
-                .flatten()
-                .map(|p| (p.peer().name.clone(), p.low(), p.high()))
-                .collect(),
-        };
+        let running_now = running_values(&old);
         let (cfg, plan) = diff::reload(&old.cfg, &running_now, new, self.syn_watch);
 
-        // Pools: keep those whose peer, key and dial settings are unchanged
-        // (only their watermarks follow the file); replace the others.
-        let mut pools = Vec::with_capacity(cfg.peers.len());
-        for peer in &cfg.peers {
-            let reusable = old.pools.iter().flatten().find(|p| {
-                same_dialing(p.peer(), peer)
-                    && old.cfg.psk == cfg.psk
-                    && old.cfg.timeouts == cfg.timeouts
-                    && cfg.accel.pool
-            });
-            let pool = match reusable {
-                Some(p) => {
-                    p.set_watermarks(peer.pool.low, peer.pool.high);
-                    Some(p.clone())
-                }
-                None => {
-                    old.metrics.register_peer(&peer.name);
-                    let pool = new_pool(&cfg, peer, &old.metrics);
-                    if let Some(p) = &pool {
-                        running.push(start(p.clone()));
-                    }
-                    pool
-                }
-            };
-            pools.push(pool);
-        }
-        // Stopping a pool closes its idle connections; connections already
-        // taken carry on.
-        running.retain(|r| {
-            let stays = pools.iter().flatten().any(|p| Arc::ptr_eq(p, &r.pool));
-            if !stays {
-                let name = &r.pool.peer().name;
-                info!(peer = %name, "reload: stopping the old pool");
-                let _ = r.stop.send(true);
-                if !pools.iter().flatten().any(|p| &p.peer().name == name) {
-                    // No pool reports for this peer any more.
-                    old.metrics.pool_level(name, 0);
-                }
-            }
-            stays
-        });
-
+        let pools = reuse_or_start_pools(&old, &cfg, &mut running);
         // Run-time state shared by every snapshot.
         old.accel.replan(
             splitway_control::metrics::AccelName::Pool,
@@ -253,35 +203,7 @@ impl Reloader {
         if self.syn_watch {
             old.live.set_early_syn(cfg.accel.early_syn);
         }
-        {
-            // Routes to peers the new file no longer has go now, not at
-            // exit (an upstream relay at the same address learns its route
-            // again when it next authenticates).
-            let mut routes = old.turbo_routes.lock().expect("turbo lock");
-            for p in &old.cfg.peers {
-                let addr = p.addr.ip().to_canonical();
-                let kept = cfg.peers.iter().any(|n| n.addr.ip().to_canonical() == addr);
-                if !kept && routes.remove(&addr).is_some() {
-                    info!(peer = %p.name, %addr, "reload: turbo-start route to a removed peer removed");
-                }
-            }
-        }
-        if let Some(t) = cfg.accel.turbo {
-            let mut routes = old.turbo_routes.lock().expect("turbo lock");
-            for p in &cfg.peers {
-                let addr = p.addr.ip().to_canonical();
-                if routes.contains_key(&addr) {
-                    continue;
-                }
-                match install_turbo(addr, None, t) {
-                    Ok(r) => {
-                        info!(peer = %p.name, route = r.destination(), "turbo-start route installed");
-                        routes.insert(addr, r);
-                    }
-                    Err(e) => warn!(peer = %p.name, error = %e, "cannot install turbo-start route"),
-                }
-            }
-        }
+        follow_turbo_routes(&old, &cfg);
         let next = Arc::new(old.successor(cfg, pools));
         let generation = next.generation;
         self.current.store(next);
@@ -297,4 +219,99 @@ fn start(pool: Arc<PeerPool>) -> RunningPool {
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(pool.clone().maintain(stop_rx));
     RunningPool { pool, stop, task }
+}
+
+/// The new snapshot's pools: those whose peer, key and dial settings are
+/// unchanged stay (only their watermarks follow the file), the others are
+/// replaced; stopping a pool closes its idle connections, connections
+/// already taken carry on.
+fn reuse_or_start_pools(
+    old: &Shared,
+    cfg: &Config,
+    running: &mut Vec<RunningPool>,
+) -> Vec<Option<Arc<PeerPool>>> {
+    let mut pools = Vec::with_capacity(cfg.peers.len());
+    for peer in &cfg.peers {
+        let reusable = old.pools.iter().flatten().find(|p| {
+            same_dialing(p.peer(), peer)
+                && old.cfg.psk == cfg.psk
+                && old.cfg.timeouts == cfg.timeouts
+                && cfg.accel.pool
+        });
+        let pool = match reusable {
+            Some(p) => {
+                p.set_watermarks(peer.pool.low, peer.pool.high);
+                Some(p.clone())
+            }
+            None => {
+                old.metrics.register_peer(&peer.name);
+                let pool = new_pool(cfg, peer, &old.metrics);
+                if let Some(p) = &pool {
+                    running.push(start(p.clone()));
+                }
+                pool
+            }
+        };
+        pools.push(pool);
+    }
+    running.retain(|r| {
+        let stays = pools.iter().flatten().any(|p| Arc::ptr_eq(p, &r.pool));
+        if !stays {
+            let name = &r.pool.peer().name;
+            info!(peer = %name, "reload: stopping the old pool");
+            let _ = r.stop.send(true);
+            if !pools.iter().flatten().any(|p| &p.peer().name == name) {
+                // No pool reports for this peer any more.
+                old.metrics.pool_level(name, 0);
+            }
+        }
+        stays
+    });
+    pools
+}
+
+/// Turbo-start routes follow the peers: routes to peers the new file no
+/// longer has go now, not at exit (an upstream relay at the same address
+/// learns its route again when it next authenticates); new peers get one.
+fn follow_turbo_routes(old: &Shared, cfg: &Config) {
+    {
+        let mut routes = old.turbo_routes.lock().expect("turbo lock");
+        for p in &old.cfg.peers {
+            let addr = p.addr.ip().to_canonical();
+            let kept = cfg.peers.iter().any(|n| n.addr.ip().to_canonical() == addr);
+            if !kept && routes.remove(&addr).is_some() {
+                info!(peer = %p.name, %addr, "reload: turbo-start route to a removed peer removed");
+            }
+        }
+    }
+    if let Some(t) = cfg.accel.turbo {
+        let mut routes = old.turbo_routes.lock().expect("turbo lock");
+        for p in &cfg.peers {
+            let addr = p.addr.ip().to_canonical();
+            if routes.contains_key(&addr) {
+                continue;
+            }
+            match install_turbo(addr, None, t) {
+                Ok(r) => {
+                    info!(peer = %p.name, route = r.destination(), "turbo-start route installed");
+                    routes.insert(addr, r);
+                }
+                Err(e) => warn!(peer = %p.name, error = %e, "cannot install turbo-start route"),
+            }
+        }
+    }
+}
+
+/// What runs now, where it may differ from the file (`PUT /params`).
+fn running_values(old: &Shared) -> Running {
+    Running {
+        idle: old.live.idle(),
+        early_syn: old.live.early_syn_enabled(),
+        watermarks: old
+            .pools
+            .iter()
+            .flatten()
+            .map(|p| (p.peer().name.clone(), p.low(), p.high()))
+            .collect(),
+    }
 }

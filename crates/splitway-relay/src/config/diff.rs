@@ -197,6 +197,35 @@ impl Diff {
     /// Old → new of everything the snapshot changes, the old side being
     /// what runs (live parameters included).
     fn compare(&mut self, o: &Config, running: &Running, new: &Config, syn_watch: bool) {
+        self.compare_listeners(o, new);
+        self.compare_peers(o, running, new);
+        self.compare_routes(o, new);
+        self.compare_limits(o, running, new);
+        self.change("direct", show(&o.direct), show(&new.direct));
+        self.change("client", show(&o.client), show(&new.client));
+        self.change("upstream", show(&o.upstream), show(&new.upstream));
+        self.change(
+            "forwarding.data_path",
+            show(&o.forwarding.data_path),
+            show(&new.forwarding.data_path),
+        );
+        self.change(
+            "accel.pool",
+            o.accel.pool.to_string(),
+            new.accel.pool.to_string(),
+        );
+        if syn_watch {
+            self.change(
+                "accel.early_syn",
+                running.early_syn.to_string(),
+                new.accel.early_syn.to_string(),
+            );
+        }
+        self.compare_keys(o, new);
+    }
+
+    /// Each running listener's per-connection settings.
+    fn compare_listeners(&mut self, o: &Config, new: &Config) {
         for (l, n) in o.listeners.iter().zip(&new.listeners) {
             let key = format!("listen.{}.allow_clients", l.addr);
             self.change(key, show(&l.allow_clients), show(&n.allow_clients));
@@ -210,6 +239,10 @@ impl Diff {
             let users = |l: &Listener| l.users.as_ref().map_or("(none)".into(), |u| u.summary());
             self.change(format!("listen.{}.auth_file", l.addr), users(l), users(n));
         }
+    }
+
+    /// Peers added, removed or changed (pool watermarks as they run).
+    fn compare_peers(&mut self, o: &Config, running: &Running, new: &Config) {
         for p in &o.peers {
             if !new.peers.iter().any(|n| n.name == p.name) {
                 self.change(format!("peer.{}", p.name), p.addr.to_string(), "(removed)");
@@ -234,6 +267,10 @@ impl Diff {
             self.change(key("pool.low"), low.to_string(), n.pool.low.to_string());
             self.change(key("pool.high"), high.to_string(), n.pool.high.to_string());
         }
+    }
+
+    /// Routes added, removed or sent elsewhere.
+    fn compare_routes(&mut self, o: &Config, new: &Config) {
         for r in &o.routes {
             if !new.routes.iter().any(|n| n.dst == r.dst) {
                 self.change(format!("route.{}", r.dst), via_name(o, &r.via), "(removed)");
@@ -256,6 +293,10 @@ impl Diff {
                 );
             }
         }
+    }
+
+    /// `[timeouts]` (idle as it runs), `[limits]`, `[policy]`'s switches.
+    fn compare_limits(&mut self, o: &Config, running: &Running, new: &Config) {
         let (ot, nt) = (&o.timeouts, &new.timeouts);
         self.change("timeouts.connect", show(&ot.connect), show(&nt.connect));
         self.change(
@@ -309,27 +350,10 @@ impl Diff {
         ] {
             self.change(key, before.to_string(), after.to_string());
         }
-        self.change("direct", show(&o.direct), show(&new.direct));
-        self.change("client", show(&o.client), show(&new.client));
-        self.change("upstream", show(&o.upstream), show(&new.upstream));
-        self.change(
-            "forwarding.data_path",
-            show(&o.forwarding.data_path),
-            show(&new.forwarding.data_path),
-        );
-        self.change(
-            "accel.pool",
-            o.accel.pool.to_string(),
-            new.accel.pool.to_string(),
-        );
-        if syn_watch {
-            self.change(
-                "accel.early_syn",
-                running.early_syn.to_string(),
-                new.accel.early_syn.to_string(),
-            );
-        }
-        // Keys are never shown, only that they changed.
+    }
+
+    /// The keys: never shown, only that they changed.
+    fn compare_keys(&mut self, o: &Config, new: &Config) {
         let key_state = |file: &Option<PathBuf>, same: bool| match file {
             None => "(none)".to_owned(),
             Some(p) if same => p.display().to_string(),

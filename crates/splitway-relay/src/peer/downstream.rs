@@ -277,6 +277,24 @@ pub struct Accepted {
     pub tls: Option<TlsLeg>,
 }
 
+/// A TLS listener's first stage: anything that does not complete TLS in
+/// time (no TLS at all, a certificate not from our CA, silence) counts as
+/// reason "tls".
+async fn accept_tls(
+    stream: &TcpStream,
+    cfg: &Arc<ServerConfig>,
+    within: std::time::Duration,
+) -> Result<TlsLeg, (Option<AuthFailureReason>, ConnError)> {
+    let tls_failed = |detail| (Some(AuthFailureReason::Tls), ConnError::ClientTls(detail));
+    match tokio::time::timeout(within, TlsLeg::accept(stream, cfg)).await {
+        Ok(Ok(leg)) => Ok(leg),
+        Ok(Err(e)) => Err(tls_failed(e.to_string())),
+        Err(_) => Err(tls_failed(format!(
+            "handshake not finished within {within:?}"
+        ))),
+    }
+}
+
 /// Runs the acceptor side of the handshake within `deadline`. Failures are
 /// counted by reason and answered with a Reject frame where one helps the
 /// operator on the other end (wrong key), never with anything forwarded.
@@ -301,24 +319,12 @@ pub async fn accept(
         }
         err
     };
-    // A TLS listener's first stage: anything that does not complete TLS in
-    // time (no TLS at all, a certificate not from our CA, silence) counts
-    // as reason "tls".
     let leg = match tls {
-        Some(cfg) => {
-            let tls_failed =
-                |detail| fail((Some(AuthFailureReason::Tls), ConnError::ClientTls(detail)));
-            match tokio::time::timeout(timeouts.handshake, TlsLeg::accept(stream, cfg)).await {
-                Ok(Ok(leg)) => Some(leg),
-                Ok(Err(e)) => return Err(tls_failed(e.to_string())),
-                Err(_) => {
-                    return Err(tls_failed(format!(
-                        "handshake not finished within {:?}",
-                        timeouts.handshake
-                    )));
-                }
-            }
-        }
+        Some(cfg) => Some(
+            accept_tls(stream, cfg, timeouts.handshake)
+                .await
+                .map_err(fail)?,
+        ),
         None => None,
     };
     let io = LegIo::new(stream, leg.as_ref());
@@ -375,14 +381,9 @@ pub async fn accept(
         r = read_header(io, buf, timeouts.pooled_header) => r,
         () = crate::shutdown::stopped(&mut stopping) => Err((None, ConnError::PooledUnused)),
     };
-    let (header, early_data) = header.map_err(|(reason, err)| {
-        // A pooled connection closed unused (upstream restart, retired
-        // by age) is not an authentication failure.
-        if let Some(r) = reason {
-            metrics.auth_failure(r);
-        }
-        err
-    })?;
+    // A pooled connection closed unused (upstream restart, retired by
+    // age) has no reason: not an authentication failure.
+    let (header, early_data) = header.map_err(fail)?;
     Ok(Accepted {
         header,
         early_data,
