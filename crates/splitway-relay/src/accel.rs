@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use splitway_api as api;
 use splitway_control::metrics::{AccelName, AccelState, Metrics};
 
-use crate::config::{Config, LEARNED_WINDOW_CC, Switch};
+use crate::config::{Config, LEARNED_WINDOW_CC, LOSS_TOLERANT_CC, Switch};
 
 /// The sysctl file that holds `tcp_fastopen` also holds the fix.
 const TFO_FIX: &str = "set net.ipv4.tcp_fastopen = 3 (deploy/sysctl.d/60-splitway-tfo.conf)";
@@ -105,7 +105,7 @@ type Planner = fn(&Config, &HostFacts) -> Entry;
 
 /// Every acceleration, in the order `ctl status` lists them. Adding one is
 /// a planner here and its `AccelName`.
-const PLANNERS: [Planner; 9] = [
+const PLANNERS: [Planner; 10] = [
     early_syn,
     strict,
     pool,
@@ -115,6 +115,7 @@ const PLANNERS: [Planner; 9] = [
     tfo_server,
     turbo_start,
     learned_window,
+    loss_isolation,
 ];
 
 /// Every acceleration's state for `cfg` on a host with `host`.
@@ -405,6 +406,36 @@ fn learned_window(cfg: &Config, host: &HostFacts) -> Entry {
             format!("{e}; relay legs slow-start from the kernel's initial window"),
         ),
     }
+}
+
+fn loss_isolation(cfg: &Config, _: &HostFacts) -> Entry {
+    use AccelState::{Active, Off, Unavailable};
+    let r = cfg.accel.requested.loss_isolation;
+    let entry = |state, reason| entry(AccelName::LossIsolation, r, state, reason);
+    if !cfg.accel.loss_isolation {
+        let why = if cfg.client.congestion.is_some() {
+            "[client] congestion names the client legs' algorithm"
+        } else {
+            "no client-facing listener"
+        };
+        return entry(Off, off_reason(r, "loss_isolation", why));
+    }
+    let available = splitway_sys::sock::available_congestion_controls();
+    if !available.is_empty() && !available.iter().any(|a| a == LOSS_TOLERANT_CC) {
+        return entry(
+            Unavailable,
+            format!(
+                "this kernel has no {LOSS_TOLERANT_CC} (available: {}); client legs keep the default",
+                available.join(" ")
+            ),
+        );
+    }
+    entry(
+        Active,
+        format!(
+            "client legs to a client whose last leg lost ≥ 1 % without queueing (RTT within 25 % of its minimum) run {LOSS_TOLERANT_CC}; loss with a rising RTT or a clean leg returns it to the default"
+        ),
+    )
 }
 
 /// The running relay's view, shared by every config snapshot.

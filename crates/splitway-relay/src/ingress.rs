@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason};
+use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason, LossIsolationEvent};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
@@ -15,6 +15,7 @@ use crate::config::{Accel, Listener, MAX_ACCEPT_SOCKETS};
 use crate::error::{ConnError, RelayError};
 use crate::limits::{Handshaking, Permit, Refused};
 use crate::listeners::{self, Listen, NotLearned};
+use crate::loss_isolation;
 use crate::policy::{LogThrottle, REFUSALS};
 use crate::route::allowed;
 use crate::session::{self, Inbound};
@@ -347,7 +348,7 @@ async fn admit(
         Some(Gate { slot, .. }) => Some(slot),
         None => None,
     };
-    tune(&shared, listener, &stream);
+    tune(&shared, listener, &stream, client);
     let handshake = listeners::Handshake {
         shared: &shared,
         spec,
@@ -465,7 +466,7 @@ const FIRST_AUTH_WAIT: Duration = Duration::from_secs(2);
 /// Client-facing tuning applies to explicit and transparent clients; a leg
 /// from an upstream relay gets `[upstream]` (its dialer's `[[peer]]` tuning
 /// only governs what the dialer sends).
-fn tune(shared: &Shared, listener: &dyn Listen, stream: &TcpStream) {
+fn tune(shared: &Shared, listener: &dyn Listen, stream: &TcpStream, client: SocketAddr) {
     let result = if listener.relays() {
         tuning::apply_accepted(
             stream,
@@ -477,6 +478,17 @@ fn tune(shared: &Shared, listener: &dyn Listen, stream: &TcpStream) {
     };
     if let Err(e) = result {
         warn!(error = %e, "cannot tune accepted socket");
+    }
+    // A client whose last leg lost data without queueing: its data goes
+    // out loss-tolerant from the first segment.
+    if !listener.relays()
+        && shared.cfg.accel.loss_isolation
+        && shared.lossy.is_lossy(client.ip(), Instant::now())
+    {
+        match splitway_sys::sock::set_congestion(stream, loss_isolation::LOSS_TOLERANT_CC) {
+            Ok(()) => shared.metrics.loss_isolation(LossIsolationEvent::Applied),
+            Err(e) => debug!(error = %e, "loss isolation: cannot set the loss-tolerant algorithm"),
+        }
     }
 }
 

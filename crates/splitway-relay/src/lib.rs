@@ -40,6 +40,7 @@ pub mod leg_io;
 pub mod limits;
 pub mod listeners;
 pub mod loops;
+pub mod loss_isolation;
 pub mod next_leg;
 pub mod paths;
 pub mod peer;

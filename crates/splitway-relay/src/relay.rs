@@ -135,6 +135,7 @@ impl Relay {
         let (stop, stopping) = watch::channel(false);
         let shared = Arc::new(Shared {
             access_log: AccessLog::start(cfg.access_log.as_ref())?,
+            lossy: Arc::default(),
             stopping,
             accel,
             accept_paths,

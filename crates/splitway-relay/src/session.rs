@@ -201,7 +201,7 @@ async fn confirm_and_forward(
         ))
         .await?;
     }
-    let outcome = forward_legs(
+    let forwarding = forward_legs(
         inbound.io(),
         out,
         to_server_first,
@@ -209,9 +209,8 @@ async fn confirm_and_forward(
         opts,
         &shared.metrics,
         &live.counters,
-    )
-    .await;
-    Ok(outcome)
+    );
+    Ok(watching_client_leg(shared, inbound, forwarding).await)
 }
 
 /// On a leg accepted with a 0-RTT Hello: sends `to_server_first` (the
@@ -500,7 +499,8 @@ async fn optimistic(
     }
     let metrics = &shared.metrics;
     let counters = &live.counters;
-    Ok(forward_legs(inbound.io(), out, early, preamble, opts, metrics, counters).await)
+    let forwarding = forward_legs(inbound.io(), out, early, preamble, opts, metrics, counters);
+    Ok(watching_client_leg(shared, inbound, forwarding).await)
 }
 
 /// How forwarding ended, as the session's result.
@@ -577,6 +577,93 @@ fn next_leg_error(shared: &Shared, addr: Option<SocketAddr>, source: std::io::Er
     }
 }
 
+/// Runs `forwarding` while loss isolation watches the client leg: a
+/// client's first leg runs the default algorithm (nothing is known of its
+/// path yet), and is switched to the loss-tolerant one as soon as it has
+/// lost data without queueing, checked a few times early in its life.
+async fn watching_client_leg(
+    shared: &Shared,
+    inbound: &Inbound,
+    forwarding: impl std::future::Future<Output = forward::Outcome>,
+) -> forward::Outcome {
+    use crate::loss_isolation::{LOSS_TOLERANT_CC, Verdict, judge_early};
+    use splitway_control::metrics::LossIsolationEvent;
+    let client = inbound.client.ip();
+    let watched = !inbound.listener.relays()
+        && shared.cfg.accel.loss_isolation
+        && !shared.lossy.is_lossy(client, inbound.accepted_at);
+    if !watched {
+        return forwarding.await;
+    }
+    let watch = async {
+        for after in [250, 750, 2000] {
+            tokio::time::sleep(std::time::Duration::from_millis(after)).await;
+            let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream) else {
+                break;
+            };
+            if judge_early(&info) == Verdict::Lossy {
+                match splitway_sys::sock::set_congestion(&inbound.stream, LOSS_TOLERANT_CC) {
+                    Ok(()) => {
+                        // Judged (and counted) again when it ends.
+                        shared.metrics.loss_isolation(LossIsolationEvent::Applied);
+                        shared
+                            .lossy
+                            .learn(client, Verdict::Lossy, std::time::Instant::now());
+                        debug!(
+                            data_segs_out = info.data_segs_out,
+                            retrans = info.total_retrans,
+                            "loss isolation: client leg switched to the loss-tolerant algorithm"
+                        );
+                    }
+                    Err(e) => debug!(error = %e, "loss isolation: cannot switch the client leg"),
+                }
+                break;
+            }
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        biased;
+        outcome = forwarding => outcome,
+        () = watch => unreachable!("the watch never ends"),
+    }
+}
+
+/// Loss isolation: what this client leg says of its client's path, for
+/// the client's next legs (`crate::loss_isolation`).
+fn judge_client_leg(shared: &Shared, inbound: &Inbound) {
+    use crate::loss_isolation::{Verdict, judge};
+    use splitway_control::metrics::LossIsolationEvent;
+    if inbound.listener.relays() || !shared.cfg.accel.loss_isolation {
+        return;
+    }
+    let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream) else {
+        return;
+    };
+    let now = std::time::Instant::now();
+    // Judged lossy before: this leg started loss-tolerant (see `tune`).
+    let tolerant = shared
+        .lossy
+        .is_lossy(inbound.client.ip(), inbound.accepted_at);
+    let verdict = judge(&info, tolerant);
+    let event = match verdict {
+        Verdict::Lossy => LossIsolationEvent::Lossy,
+        Verdict::Congested => LossIsolationEvent::Congested,
+        Verdict::Clean => LossIsolationEvent::Clean,
+        Verdict::Unsure => return,
+    };
+    shared.metrics.loss_isolation(event);
+    shared.lossy.learn(inbound.client.ip(), verdict, now);
+    debug!(
+        verdict = event.as_str(),
+        data_segs_out = info.data_segs_out,
+        retrans = info.total_retrans,
+        rtt_us = info.rtt_us,
+        min_rtt_us = info.min_rtt_us,
+        "loss isolation: client leg judged"
+    );
+}
+
 /// The session's one exit: answers a client whose setup failed, then counts
 /// and logs the close (the span names the connection).
 async fn finish(
@@ -616,6 +703,7 @@ async fn finish(
             error: err.map(ToString::to_string),
         });
     }
+    judge_client_leg(shared, inbound);
     let denied = err.and_then(|e| e.deny_reason().map(|r| (e, r)));
     if let Some((_, why)) = denied {
         shared.metrics.denied(why);

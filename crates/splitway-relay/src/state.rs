@@ -65,6 +65,9 @@ pub struct Shared {
     pub accel: Arc<AccelStatus>,
     /// Measured candidates and each route's choice (`GET /routes`).
     pub paths: Arc<crate::paths::Paths>,
+    /// Clients whose client legs lose data without queueing
+    /// (`[accel] loss_isolation`).
+    pub lossy: Arc<crate::loss_isolation::LossyClients>,
     /// `[access_log]`, opened at start (a reload keeps it).
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// Turns true when the relay stops accepting (a drain): what waits
@@ -169,6 +172,7 @@ impl Shared {
             upstreams: self.upstreams.clone(),
             accel: self.accel.clone(),
             access_log: self.access_log.clone(),
+            lossy: self.lossy.clone(),
             stopping: self.stopping.clone(),
         }
     }

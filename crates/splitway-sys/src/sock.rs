@@ -129,6 +129,10 @@ pub struct TcpInfo {
     pub bytes_received: u64,
     /// Data segments sent, retransmissions included.
     pub data_segs_out: u32,
+    /// Segments sent, retransmissions included (`tcpi_segs_out`).
+    pub segs_out: u32,
+    /// The lowest RTT seen (`tcpi_min_rtt`), µs; 0 before any sample.
+    pub min_rtt_us: u32,
 }
 
 /// The kernel's `struct tcp_info` up to `tcpi_snd_wnd` (glibc's libc binding
@@ -225,6 +229,8 @@ pub fn tcp_info(sock: &impl AsRawFd) -> Result<TcpInfo, SysError> {
         bytes_acked: info.bytes_acked,
         bytes_received: info.bytes_received,
         data_segs_out: info.data_segs_out,
+        segs_out: info.segs_out,
+        min_rtt_us: info.min_rtt,
     })
 }
 

@@ -25,6 +25,9 @@ label_enum! {
         TurboStart => "turbo_start",
         /// Relay legs start from the window learned on the last ones.
         LearnedWindow => "learned_window",
+        /// Client legs to clients whose path loses data without queueing
+        /// run a loss-tolerant congestion control.
+        LossIsolation => "loss_isolation",
     }
 }
 

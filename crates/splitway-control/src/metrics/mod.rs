@@ -28,6 +28,7 @@ mod connections;
 mod early_syn;
 mod family;
 mod forward;
+mod loss_isolation;
 mod paths;
 mod peer;
 mod pool;
@@ -44,6 +45,7 @@ pub use connections::{
 };
 pub use early_syn::{EarlySynMetrics, EarlySynOutcome};
 pub use forward::{Direction, ForwardMetrics, Leg, Path};
+pub use loss_isolation::{LossIsolationEvent, LossIsolationMetrics};
 pub use paths::PathMetrics;
 pub use peer::{
     AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics, ZeroRttOutcome,
@@ -80,6 +82,7 @@ pub use strict::{StrictMetrics, StrictOutcome};
 /// | `learned_window_peers` | gauge | | `accel` |
 /// | `strict_syn_total` | counter | `outcome` | `strict` |
 /// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
+/// | `loss_isolation_total` | counter | `event` | `loss_isolation` |
 /// | `pool_events_total` | counter | `peer`, `event` | `pool` |
 /// | `pool_level` | gauge | `peer` | `pool` |
 /// | `path_*` | see [`PathMetrics`] | `route`, `candidate`, `peer` | `paths` |
@@ -94,6 +97,7 @@ pub struct Metrics {
     learned_window: LearnedWindowMetrics,
     strict: StrictMetrics,
     proxy_protocol: ProxyProtocolMetrics,
+    loss_isolation: LossIsolationMetrics,
     pools: pool::PoolFamilies,
     paths: PathMetrics,
 }
@@ -139,6 +143,7 @@ impl Metrics {
             learned_window: LearnedWindowMetrics::register(registry),
             strict: StrictMetrics::register(registry),
             proxy_protocol: ProxyProtocolMetrics::register(registry),
+            loss_isolation: LossIsolationMetrics::register(registry),
             pools: pool::PoolFamilies::register(registry),
             paths: PathMetrics::register(registry),
             registry: Registry::default(),
@@ -270,6 +275,11 @@ impl Metrics {
     /// Counts a connection refused for its PROXY protocol header.
     pub fn proxy_refused(&self, reason: ProxyRefusal) {
         self.proxy_protocol.refused(reason);
+    }
+
+    /// Counts a loss-isolation verdict or a leg it started loss-tolerant.
+    pub fn loss_isolation(&self, event: LossIsolationEvent) {
+        self.loss_isolation.count(event);
     }
 
     /// Counts `n` pool events for the configured peer `peer`.

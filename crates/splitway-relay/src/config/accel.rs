@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use super::check::Checker;
 use super::raw::{RawAccel, RawTurbo};
-use super::types::{Accel, ListenMode, Listener, Peer, Requested, Switch, Timeouts, Turbo};
+use super::types::{
+    Accel, LegTuning, ListenMode, Listener, Peer, Requested, Switch, Timeouts, Turbo,
+};
 
 pub(super) fn accel(
     c: &mut Checker,
@@ -33,6 +35,7 @@ pub(super) fn accel(
         tfo: Switch::from_raw(raw.tfo),
         zero_rtt: Switch::from_raw(raw.zero_rtt),
         learned_window: Switch::from_raw(raw.learned_window),
+        loss_isolation: Switch::from_raw(raw.loss_isolation),
     };
     accel.strict = raw.strict.unwrap_or(false);
     // A tproxy listener that takes PROXY headers learns the client only
@@ -103,6 +106,28 @@ pub(super) fn accel(
     }
     syn_time_checks(c, &accel, listeners, intercepting, watching);
     accel
+}
+
+/// `loss_isolation`: auto is on where client legs run the kernel's default
+/// (no `[client] congestion`) and the relay has client-facing listeners.
+pub(super) fn loss_isolation(
+    c: &mut Checker,
+    accel: &mut Accel,
+    listeners: &[Listener],
+    client: &LegTuning,
+) {
+    let client_legs = listeners.iter().any(|l| l.mode != ListenMode::Peer);
+    let named = client.congestion.is_some();
+    accel.loss_isolation = match accel.requested.loss_isolation {
+        Switch::Auto => client_legs && !named,
+        s => s == Switch::On,
+    };
+    if accel.requested.loss_isolation == Switch::On && named {
+        c.err(
+            "accel.loss_isolation",
+            "cannot be combined with [client] congestion, which names the client legs' algorithm itself",
+        );
+    }
 }
 
 fn turbo(c: &mut Checker, t: RawTurbo) -> Turbo {

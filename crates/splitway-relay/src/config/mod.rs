@@ -111,7 +111,8 @@ impl Config {
         let access_log = limits::access_log(c, &table);
         let limits = limits::limits(c, &table);
         let policy = policy::policy(c, &table);
-        let accel = accel::accel(c, &table, &listeners, &peers);
+        let mut accel = accel::accel(c, &table, &listeners, &peers);
+        accel::loss_isolation(c, &mut accel, &listeners, &client);
         accel::cross_checks(c, &accel, &listeners, &peers, &timeouts);
         let keys = keys::keys(c, &table);
         match name {

@@ -202,6 +202,7 @@ pub struct RawAccel {
     pub zero_rtt: Option<bool>,
     pub zero_rtt_window: Option<String>,
     pub learned_window: Option<bool>,
+    pub loss_isolation: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -136,6 +136,7 @@ pub struct Requested {
     pub tfo: Switch,
     pub zero_rtt: Switch,
     pub learned_window: Switch,
+    pub loss_isolation: Switch,
 }
 
 /// Connection-time accelerations (the KTCP paper's, plus TFO). Each has its
@@ -195,7 +196,15 @@ pub struct Accel {
     /// retreating on loss (docs/congestion.md). Auto: on when the relay has
     /// relay legs and no `[accel.turbo]` (which sets their window itself).
     pub learned_window: bool,
+    /// Client legs whose client's last leg lost data without queueing run
+    /// [`LOSS_TOLERANT_CC`] (`loss_isolation`); the others keep the kernel's
+    /// default. Auto: on unless `[client] congestion` names an algorithm.
+    pub loss_isolation: bool,
 }
+
+/// The congestion control loss isolation gives lossy client legs: a
+/// model-based algorithm that random loss does not slow.
+pub const LOSS_TOLERANT_CC: &str = "bbr";
 
 /// The congestion control that gives relay legs their learned window.
 pub const LEARNED_WINDOW_CC: &str = "splitway_resume";
@@ -247,6 +256,7 @@ impl Default for Accel {
             zero_rtt: false,
             zero_rtt_window: Duration::from_secs(10),
             learned_window: false,
+            loss_isolation: false,
         }
     }
 }

@@ -1,0 +1,240 @@
+//! Loss isolation by default (`[accel] loss_isolation`, issue #29 item 3).
+//!
+//! A client leg whose path loses data without queueing (a radio or
+//! satellite last mile) runs the kernel's default algorithm, which halves
+//! its window at every random loss: the leg collapses although the relay
+//! already confines the loss to it. Each finished client leg is judged from
+//! its TCP_INFO; a client (an IPv4 address, an IPv6 /64) judged lossy gets
+//! [`LOSS_TOLERANT_CC`] on its next legs until one of them says otherwise:
+//! clean (almost no loss), or congested (loss while the RTT rose above its
+//! minimum: a full queue, where a loss-based algorithm is the fair one).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use splitway_sys::sock::TcpInfo;
+
+pub use crate::config::LOSS_TOLERANT_CC;
+
+/// A verdict needs this many segments sent: a short leg's one loss says
+/// nothing.
+const MIN_SEGMENTS: u32 = 200;
+/// The same for a leg still running ([`judge_early`]).
+const MIN_SEGMENTS_EARLY: u32 = 100;
+/// Retransmitted share of segments from which a leg is lossy.
+const LOSSY: f64 = 0.01;
+/// Below this share the path is clean again.
+const CLEAN: f64 = 0.002;
+/// A smoothed RTT above `min_rtt * QUEUE_FACTOR + QUEUE_SLACK` means a
+/// queue built up: the loss may be congestion's.
+const QUEUE_FACTOR: f64 = 1.25;
+/// The same for a leg that ran [`LOSS_TOLERANT_CC`], whose start-up and
+/// probing keep up to a path's worth of its own data queued (its gain of
+/// about 2): only a queue beyond that is someone else's.
+const QUEUE_FACTOR_TOLERANT: f64 = 2.5;
+const QUEUE_SLACK_US: u32 = 2_000;
+/// A path shorter than this is a LAN: its drops are a busy receiver's
+/// (a full backlog), not a lossy link's, and a loss-based algorithm
+/// recovers from them within microseconds anyway.
+const MIN_LOSSY_RTT_US: u32 = 1_000;
+/// How long a lossy verdict holds without a new leg to confirm it.
+const MEMORY: Duration = Duration::from_secs(600);
+/// Clients remembered at once; beyond, new verdicts are dropped.
+const MAX_CLIENTS: usize = 4096;
+
+/// What a finished client leg says of its client's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Lost at least 1 % without queueing.
+    Lossy,
+    /// Lost at least 1 % while a queue built up.
+    Congested,
+    /// Lost under 0.2 %.
+    Clean,
+    /// Too short, or in between: changes nothing.
+    Unsure,
+}
+
+/// Judges a client leg from the sender's TCP_INFO at its end;
+/// `tolerant`: the leg ran [`LOSS_TOLERANT_CC`].
+pub fn judge(info: &TcpInfo, tolerant: bool) -> Verdict {
+    // Data segments: a leg that mostly acknowledged (an upload) says
+    // nothing of loss toward the client.
+    if info.data_segs_out < MIN_SEGMENTS || info.min_rtt_us == 0 {
+        return Verdict::Unsure;
+    }
+    let lost = f64::from(info.total_retrans) / f64::from(info.data_segs_out);
+    if lost < CLEAN {
+        return Verdict::Clean;
+    }
+    if lost < LOSSY {
+        return Verdict::Unsure;
+    }
+    let factor = if tolerant {
+        QUEUE_FACTOR_TOLERANT
+    } else {
+        QUEUE_FACTOR
+    };
+    let queue_free = f64::from(info.min_rtt_us) * factor + f64::from(QUEUE_SLACK_US);
+    if f64::from(info.rtt_us) > queue_free {
+        Verdict::Congested
+    } else if info.min_rtt_us < MIN_LOSSY_RTT_US {
+        Verdict::Unsure
+    } else {
+        Verdict::Lossy
+    }
+}
+
+/// Judges a client leg still running, early in its life: as [`judge`] for
+/// the default algorithm, from a hundred segments on.
+pub fn judge_early(info: &TcpInfo) -> Verdict {
+    if info.data_segs_out < MIN_SEGMENTS_EARLY {
+        return Verdict::Unsure;
+    }
+    judge(
+        &TcpInfo {
+            data_segs_out: info.data_segs_out.max(MIN_SEGMENTS),
+            ..*info
+        },
+        false,
+    )
+}
+
+/// The clients judged lossy, and since when.
+#[derive(Default)]
+pub struct LossyClients {
+    since: Mutex<HashMap<IpAddr, Instant>>,
+}
+
+/// The key a client is remembered by: an IPv6 host picks from its /64.
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
+    }
+}
+
+impl LossyClients {
+    /// Records what a leg of `client` said at `now`.
+    pub fn learn(&self, client: IpAddr, verdict: Verdict, now: Instant) {
+        let key = client_key(client);
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        match verdict {
+            Verdict::Lossy => {
+                if since.len() >= MAX_CLIENTS && !since.contains_key(&key) {
+                    since.retain(|_, at| now.saturating_duration_since(*at) < MEMORY);
+                    if since.len() >= MAX_CLIENTS {
+                        return;
+                    }
+                }
+                since.insert(key, now);
+            }
+            Verdict::Congested | Verdict::Clean => {
+                since.remove(&key);
+            }
+            Verdict::Unsure => {}
+        }
+    }
+
+    /// Whether `client`'s next leg should run [`LOSS_TOLERANT_CC`].
+    pub fn is_lossy(&self, client: IpAddr, now: Instant) -> bool {
+        let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        since
+            .get(&client_key(client))
+            .is_some_and(|at| now.saturating_duration_since(*at) < MEMORY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leg(data_segs_out: u32, total_retrans: u32, rtt_us: u32, min_rtt_us: u32) -> TcpInfo {
+        TcpInfo {
+            data_segs_out,
+            segs_out: data_segs_out,
+            total_retrans,
+            rtt_us,
+            min_rtt_us,
+            ..TcpInfo::default()
+        }
+    }
+
+    fn judge_default(info: &TcpInfo) -> Verdict {
+        judge(info, false)
+    }
+
+    #[test]
+    fn verdicts() {
+        // 5 % loss on a 10 ms leg whose RTT stayed at its minimum.
+        assert_eq!(
+            judge_default(&leg(1000, 50, 10_500, 10_000)),
+            Verdict::Lossy
+        );
+        // The same loss with the RTT doubled: a queue overflowed.
+        assert_eq!(
+            judge_default(&leg(1000, 50, 20_000, 10_000)),
+            Verdict::Congested
+        );
+        assert_eq!(judge_default(&leg(1000, 1, 10_000, 10_000)), Verdict::Clean);
+        assert_eq!(
+            judge_default(&leg(1000, 5, 10_000, 10_000)),
+            Verdict::Unsure
+        );
+        assert_eq!(
+            judge_default(&leg(100, 50, 10_000, 10_000)),
+            Verdict::Unsure,
+            "too short"
+        );
+        assert_eq!(
+            judge_default(&leg(1000, 50, 10_000, 0)),
+            Verdict::Unsure,
+            "no RTT"
+        );
+        // On a 1 ms path the slack keeps scheduling noise from reading as
+        // a queue; on a LAN (under 1 ms) drops are a receiver's, not a link's.
+        assert_eq!(judge_default(&leg(1000, 50, 2_500, 1_000)), Verdict::Lossy);
+        assert_eq!(judge_default(&leg(1000, 50, 100, 50)), Verdict::Unsure);
+        // An upload: many segments out, almost all acknowledgements.
+        let upload = TcpInfo {
+            segs_out: 5000,
+            data_segs_out: 3,
+            ..leg(0, 0, 10_000, 10_000)
+        };
+        assert_eq!(judge_default(&upload), Verdict::Unsure);
+        // A leg that ran the loss-tolerant algorithm queues its own data:
+        // twice the minimum is still random loss, three times a full queue.
+        assert_eq!(judge(&leg(1000, 50, 20_000, 10_000), true), Verdict::Lossy);
+        assert_eq!(
+            judge(&leg(1000, 50, 30_000, 10_000), true),
+            Verdict::Congested
+        );
+        // Early in a leg's life a hundred segments are enough.
+        assert_eq!(judge_early(&leg(120, 10, 10_000, 10_000)), Verdict::Lossy);
+        assert_eq!(judge_early(&leg(80, 10, 10_000, 10_000)), Verdict::Unsure);
+    }
+
+    #[test]
+    fn a_lossy_client_is_remembered_until_a_leg_says_otherwise() {
+        let clients = LossyClients::default();
+        let now = Instant::now();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        clients.learn(a, Verdict::Lossy, now);
+        assert!(clients.is_lossy(a, now));
+        assert!(!clients.is_lossy(b, now), "per client address");
+        clients.learn(a, Verdict::Unsure, now);
+        assert!(clients.is_lossy(a, now));
+        assert!(!clients.is_lossy(a, now + MEMORY), "forgotten");
+        clients.learn(a, Verdict::Congested, now);
+        assert!(!clients.is_lossy(a, now), "congestion: back to fair");
+        clients.learn(a, Verdict::Lossy, now);
+        clients.learn(a, Verdict::Clean, now);
+        assert!(!clients.is_lossy(a, now));
+        // An IPv6 client counts with its /64.
+        clients.learn("2001:db8::1".parse().unwrap(), Verdict::Lossy, now);
+        assert!(clients.is_lossy("2001:db8::2".parse().unwrap(), now));
+    }
+}

@@ -1,0 +1,98 @@
+//! Loss isolation by default (issue #29 item 3): a client whose leg loses
+//! data without queueing gets the loss-tolerant algorithm, switched while
+//! the leg runs and from the start of its next legs; a clean client keeps
+//! the default.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use splitway_lab::emu::DirectionParams;
+use support::*;
+
+const CLIENT_RTT: Duration = Duration::from_millis(10);
+
+fn server_v4() -> SocketAddr {
+    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
+}
+
+fn counted(lab: &Lab, event: &str) -> f64 {
+    lab.metrics("rc")
+        .counter("splitway_loss_isolation_total", &[("event", event)])
+}
+
+/// With the README's minimal config, the client reaches rc over an
+/// emulated 10 ms link: clean downloads are judged clean and keep the
+/// default; once the link drops 5 % toward the client at random (no
+/// queue), a download is judged lossy and switched to bbr, and the next
+/// legs start with it. Every byte is checked both ways.
+#[test]
+fn a_client_whose_leg_loses_without_queueing_gets_the_loss_tolerant_algorithm() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let deadline = Deadline::after(Duration::from_secs(180));
+    let mut lab = Lab::two_relays();
+    let link = emulated_link(&lab.client, lab.rc(), 95, CLIENT_RTT);
+    let out = output(lab.client.command("ip").args([
+        "route",
+        "replace",
+        "10.0.3.0/24",
+        "via",
+        "10.0.95.2",
+    ]));
+    assert!(out.status.success(), "client route: {out:?}");
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].listeners[0]
+        .intercept
+        .as_mut()
+        .expect("rc intercepts")
+        .interfaces
+        .push("emu95".into());
+    // A lost SYN-ACK brings a retransmitted SYN, whose early leg the test
+    // server could accept in the transfer's place.
+    configs[0].accel(|a| a.early_syn = Some(false));
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+
+    transfer_server_to_client(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    lab.wait_counter(
+        "rc",
+        "splitway_loss_isolation_total",
+        &[("event", "clean")],
+        1.0,
+        deadline,
+    );
+    transfer_server_to_client(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    assert_eq!(counted(&lab, "applied"), 0.0, "a clean client got bbr");
+
+    // 5 % random loss toward the client (the link's reverse direction).
+    let one_way = CLIENT_RTT.as_nanos() as u64 / 2;
+    let lossy = DirectionParams {
+        loss: 0.05,
+        ..DirectionParams::delay_only(one_way)
+    };
+    link.set_params(DirectionParams::delay_only(one_way), lossy, 4096);
+    transfer_server_to_client(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    lab.wait_counter(
+        "rc",
+        "splitway_loss_isolation_total",
+        &[("event", "lossy")],
+        1.0,
+        deadline,
+    );
+    transfer_server_to_client(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    transfer_client_to_server(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
+    let applied = counted(&lab, "applied");
+    eprintln!(
+        "rc: clean {}, lossy {}, applied {applied}",
+        counted(&lab, "clean"),
+        counted(&lab, "lossy")
+    );
+    assert!(
+        applied >= 2.0,
+        "the lossy client's legs kept the default ({applied})"
+    );
+    deadline.remaining("loss isolation");
+    lab.assert_relays_alive();
+}
