@@ -210,6 +210,7 @@ async fn confirm_and_forward(
         &shared.metrics,
         &live.counters,
     );
+    tokio::pin!(forwarding);
     Ok(watching_client_leg(shared, inbound, forwarding).await)
 }
 
@@ -500,6 +501,7 @@ async fn optimistic(
     let metrics = &shared.metrics;
     let counters = &live.counters;
     let forwarding = forward_legs(inbound.io(), out, early, preamble, opts, metrics, counters);
+    tokio::pin!(forwarding);
     Ok(watching_client_leg(shared, inbound, forwarding).await)
 }
 
@@ -584,7 +586,7 @@ fn next_leg_error(shared: &Shared, addr: Option<SocketAddr>, source: std::io::Er
 async fn watching_client_leg(
     shared: &Shared,
     inbound: &Inbound,
-    forwarding: impl std::future::Future<Output = forward::Outcome>,
+    mut forwarding: std::pin::Pin<&mut impl std::future::Future<Output = forward::Outcome>>,
 ) -> forward::Outcome {
     use crate::loss_isolation::{LOSS_TOLERANT_CC, Verdict, judge_early};
     use splitway_control::metrics::LossIsolationEvent;
@@ -622,9 +624,13 @@ async fn watching_client_leg(
         }
         std::future::pending::<()>().await;
     };
+    // Boxed: only watched legs pay for the watch's timer and state, and
+    // the session future stays as small as before (forward.rs's footprint
+    // test).
+    let watch = Box::pin(watch);
     tokio::select! {
         biased;
-        outcome = forwarding => outcome,
+        outcome = &mut forwarding => outcome,
         () = watch => unreachable!("the watch never ends"),
     }
 }
