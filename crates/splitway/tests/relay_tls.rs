@@ -89,6 +89,54 @@ fn tls_configs(lab: &Lab, pki: &Pki, plain_dialer: bool) -> Vec<RelayConfig> {
     configs
 }
 
+/// TLS relay legs dialed over IPv6 (rs's link address, a `[::]` peer
+/// listener), with rc intercepting both families (issue #32).
+#[test]
+fn tls_legs_over_ipv6_carry_both_families() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let pki = Pki::create(lab.dir.path(), "good", &["rc", "rs"]);
+    let dir = lab.dir.path().to_path_buf();
+    let mut configs = lab.default_configs(&[SERVER_PORT], true);
+    for (r, cfg) in configs.iter_mut().enumerate() {
+        cfg.sections.tls = Some(pki.section(&dir, "good", &lab.relay_names[r]));
+        for l in &mut cfg.listeners {
+            if l.mode == ListenMode::Peer {
+                l.tls = Some(true);
+                l.addr = format!("[::]:{PEER_PORT}");
+            }
+        }
+    }
+    configs[0].peers[0].tls = Some(true);
+    configs[0].peers[0].addr = format!("[{}]:{PEER_PORT}", link_v6(1, 2, 2));
+    lab.start_relays(&configs);
+    let server6 = sock(&format!("[{SERVER_V6}]:{SERVER_PORT}"));
+    for (dst, last) in [(server6, LAST_RELAY_V6), (server_v4(), LAST_RELAY_V4)] {
+        let server = TestServer::bind(&lab.server, dst);
+        transfer_client_to_server(&lab.client, &server, dst, 4 * MIB, last);
+        transfer_server_to_client(&lab.client, &server, dst, 4 * MIB, last);
+    }
+    deadline.remaining("transfers over TLS on IPv6 legs");
+    for relay in ["rc", "rs"] {
+        let tls = lab
+            .metrics(relay)
+            .counter(FORWARDED, &[("direction", "to_client"), ("path", "tls")]);
+        assert_eq!(
+            tls,
+            (2 * 4 * MIB) as f64,
+            "{relay}: bytes pumped through TLS"
+        );
+    }
+    let rc_v6 = link_v6(1, 2, 1);
+    assert!(
+        lab.relay_log("rs").contains(&format!("client=[{rc_v6}]:")),
+        "rs saw no leg from rc's IPv6 address"
+    );
+    assert_eq!(lab.metrics("rs").counter(AUTH_FAILURES, &[]), 0.0);
+    lab.assert_relays_alive();
+}
+
 /// `rc_accel`: rc's `[accel]`, if any.
 fn tls_lab(plain_dialer: bool, rc_accel: Option<RawAccel>) -> (Lab, Pki, TestServer) {
     let mut lab = Lab::two_relays();
