@@ -299,8 +299,14 @@ pub fn response(status: u16) -> Vec<u8> {
 /// An error response whose body says why, in a line: what `curl -v` or a
 /// browser shows the user.
 pub fn error_response(status: u16, why: &str) -> Vec<u8> {
+    error_response_with(status, "", why)
+}
+
+/// [`error_response`] with `headers` (whole lines, CRLF-terminated) after
+/// the status line.
+pub fn error_response_with(status: u16, headers: &str, why: &str) -> Vec<u8> {
     format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}\n",
+        "HTTP/1.1 {status} {}\r\n{headers}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}\n",
         reason_phrase(status),
         why.len() + 1
     )

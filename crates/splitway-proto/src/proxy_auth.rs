@@ -130,11 +130,8 @@ pub fn parse_basic(value: &[u8]) -> Result<Credentials, ProxyAuthError> {
 /// The 407 that asks an HTTP proxy client for credentials (RFC 9110
 /// §15.5.8), its body saying why in a line.
 pub fn proxy_auth_required(realm: &str, why: &str) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"{realm}\", charset=\"UTF-8\"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}\n",
-        why.len() + 1
-    )
-    .into_bytes()
+    let challenge = format!("Proxy-Authenticate: Basic realm=\"{realm}\", charset=\"UTF-8\"\r\n");
+    crate::http_connect::error_response_with(407, &challenge, why)
 }
 
 #[cfg(test)]

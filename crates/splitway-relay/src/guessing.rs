@@ -12,6 +12,8 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::policy::source_host;
+
 /// With the default 10 points: 10 tries, then 10 a minute.
 pub const FORGIVE_EVERY: Duration = Duration::from_secs(6);
 
@@ -48,14 +50,6 @@ impl Default for Guessing {
     }
 }
 
-/// The source a point goes to: an IPv6 host picks from its /64 at will.
-fn source(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !((1u128 << 64) - 1)).into()),
-        v4 => v4,
-    }
-}
-
 impl Guessing {
     fn index(&self, source: IpAddr) -> usize {
         self.hasher.hash_one(source) as usize % SLOTS
@@ -63,7 +57,7 @@ impl Guessing {
 
     /// `ip` gave a wrong user name or password at `now`.
     pub fn failed(&self, ip: IpAddr, now: Instant) {
-        let source = source(ip);
+        let source = source_host(ip);
         let i = self.index(source);
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let points = match slots[i] {
@@ -84,7 +78,7 @@ impl Guessing {
         if max == 0 {
             return false;
         }
-        let source = source(ip);
+        let source = source_host(ip);
         let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         match slots[self.index(source)] {
             // Over max - 1 rather than at max: points decay continuously,

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use splitway_sys::sock::TcpInfo;
 
+use crate::policy::source_host;
+
 pub use crate::config::LOSS_TOLERANT_CC;
 
 /// A verdict needs this many segments sent: a short leg's one loss says
@@ -108,18 +110,10 @@ pub struct LossyClients {
     since: Mutex<HashMap<IpAddr, Instant>>,
 }
 
-/// The key a client is remembered by: an IPv6 host picks from its /64.
-fn client_key(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !((1u128 << 64) - 1)).into()),
-        v4 => v4,
-    }
-}
-
 impl LossyClients {
     /// Records what a leg of `client` said at `now`.
     pub fn learn(&self, client: IpAddr, verdict: Verdict, now: Instant) {
-        let key = client_key(client);
+        let key = source_host(client);
         let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
         match verdict {
             Verdict::Lossy => {
@@ -142,7 +136,7 @@ impl LossyClients {
     pub fn is_lossy(&self, client: IpAddr, now: Instant) -> bool {
         let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
         since
-            .get(&client_key(client))
+            .get(&source_host(client))
             .is_some_and(|at| now.saturating_duration_since(*at) < MEMORY)
     }
 }

@@ -434,7 +434,16 @@ pub struct Logged {
 pub fn source_prefix(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V4(a) => IpAddr::V4((u32::from(a) & 0xffff_ff00).into()),
+        v6 => source_host(v6),
+    }
+}
+
+/// One source host, as per-client state keys it: an IPv4 address, an IPv6
+/// /64 (a host picks its addresses from its /64 at will).
+pub fn source_host(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
         IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
     }
 }
 

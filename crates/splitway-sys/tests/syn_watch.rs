@@ -629,6 +629,31 @@ fn ipv6_syn(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
     ip
 }
 
+/// A TUN device in `ns`, up, with the local IPv4 and IPv6 addresses (the
+/// peer ones are what injected packets come from); and its name.
+fn tun_in(ns: &Netns) -> (Tun, String) {
+    let tun_name = format!("{}t", ns.name());
+    let tun = ns
+        .run_in(move || Tun::create(&tun_name))
+        .expect("enter netns")
+        .expect("create TUN");
+    let dev = tun.name().to_owned();
+    ns.ip(&["addr", "add", &format!("{TUN_LOCAL_V4}/24"), "dev", &dev])
+        .expect("ipv4 address");
+    ns.ip(&[
+        "-6",
+        "addr",
+        "add",
+        &format!("{TUN_LOCAL_V6}/64"),
+        "dev",
+        &dev,
+        "nodad",
+    ])
+    .expect("ipv6 address");
+    ns.ip(&["link", "set", &dev, "up"]).expect("TUN up");
+    (tun, dev)
+}
+
 /// Waits for the local stack's SYN-ACK to `peer_port` on the TUN device:
 /// proof that the watched SYN was delivered, not dropped.
 fn wait_for_syn_ack(tun: &Tun, peer_port: u16) {
@@ -671,25 +696,7 @@ async fn reports_syns_on_a_tun_device_and_passes_them_on() {
     require_bpf!();
     for hook in [TcHook::Tcx, TcHook::ClsBpf] {
         let ns = Netns::create(&netns::unique_name(PREFIX)).expect("netns");
-        let tun_name = format!("{}t", ns.name());
-        let tun = ns
-            .run_in(move || Tun::create(&tun_name))
-            .expect("enter netns")
-            .expect("create TUN");
-        let dev = tun.name().to_owned();
-        ns.ip(&["addr", "add", &format!("{TUN_LOCAL_V4}/24"), "dev", &dev])
-            .expect("ipv4 address");
-        ns.ip(&[
-            "-6",
-            "addr",
-            "add",
-            &format!("{TUN_LOCAL_V6}/64"),
-            "dev",
-            &dev,
-            "nodad",
-        ])
-        .expect("ipv6 address");
-        ns.ip(&["link", "set", &dev, "up"]).expect("TUN up");
+        let (tun, dev) = tun_in(&ns);
         let local_v4 = SocketAddr::new(IpAddr::V4(TUN_LOCAL_V4), 7013);
         let local_v6 = SocketAddr::new(IpAddr::V6(TUN_LOCAL_V6), 7013);
         let _listeners = ns
@@ -753,23 +760,7 @@ fn pad_options() -> Vec<u8> {
 async fn ipv6_syns_behind_extension_headers_are_reported_or_counted() {
     require_bpf!();
     let ns = Netns::create(&netns::unique_name(PREFIX)).expect("netns");
-    let tun_name = format!("{}t", ns.name());
-    let tun = ns
-        .run_in(move || Tun::create(&tun_name))
-        .expect("enter netns")
-        .expect("create TUN");
-    let dev = tun.name().to_owned();
-    ns.ip(&[
-        "-6",
-        "addr",
-        "add",
-        &format!("{TUN_LOCAL_V6}/64"),
-        "dev",
-        &dev,
-        "nodad",
-    ])
-    .expect("ipv6 address");
-    ns.ip(&["link", "set", &dev, "up"]).expect("TUN up");
+    let (tun, dev) = tun_in(&ns);
     let local = SocketAddr::new(IpAddr::V6(TUN_LOCAL_V6), 7014);
     let _listener = ns
         .run_in(move || TcpListener::bind(local))

@@ -388,11 +388,7 @@ fn tfo_carries_the_request_in_the_syn_on_client_and_server_legs() {
     require_netns!();
     let mut lab = Lab::two_relays();
     for ns in [&lab.client, lab.rc(), lab.rs(), &lab.server] {
-        let out = output(
-            ns.command("sysctl")
-                .args(["-qw", "net.ipv4.tcp_fastopen=3"]),
-        );
-        assert!(out.status.success(), "sysctl tcp_fastopen: {out:?}");
+        enable_fast_open(ns);
     }
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
     // rc: TFO on its client listener by default (no key). rs: asked for,

@@ -7,7 +7,6 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use splitway_sys::netns::Netns;
 use support::*;
 
 fn server_v4() -> SocketAddr {
@@ -30,14 +29,6 @@ fn ipv6_legs(lab: &Lab) -> Vec<RelayConfig> {
         }
     }
     configs
-}
-
-fn enable_fast_open(ns: &Netns) {
-    let out = output(
-        ns.command("sysctl")
-            .args(["-qw", "net.ipv4.tcp_fastopen=3"]),
-    );
-    assert!(out.status.success(), "sysctl tcp_fastopen: {out:?}");
 }
 
 /// IPv6 and IPv4 clients, both ways, 4 MiB each, over pooled IPv6 relay

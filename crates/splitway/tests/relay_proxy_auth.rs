@@ -355,7 +355,7 @@ fn a_password_guessing_burst_is_cut_off_counted_and_does_not_flood_the_log() {
     assert_eq!(socks5_answer(&lab, socks, &right, None), None);
     let neighbour: std::net::Ipv4Addr = "10.0.1.9".parse().unwrap();
     add_client_address(&lab, neighbour);
-    let mut s = connect_from(&lab, neighbour, socks);
+    let mut s = connect_from(&lab.client, &neighbour.to_string(), socks);
     let mut hello = right.clone();
     hello.extend_from_slice(&[5, 1, 0, 1]);
     hello.extend_from_slice(&SERVER_V4.parse::<std::net::Ipv4Addr>().unwrap().octets());
@@ -392,7 +392,7 @@ fn socks5_answer(
     source: Option<std::net::Ipv4Addr>,
 ) -> Option<Vec<u8>> {
     let mut s = match source {
-        Some(ip) => connect_from(lab, ip, socks),
+        Some(ip) => connect_from(&lab.client, &ip.to_string(), socks),
         None => match connect_in(&lab.client, socks) {
             Ok(s) => s,
             // Reset at accept before connect() returned.
@@ -435,22 +435,4 @@ fn add_client_address(lab: &Lab, ip: std::net::Ipv4Addr) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// A connection from `source` in the client namespace.
-fn connect_from(
-    lab: &Lab,
-    source: std::net::Ipv4Addr,
-    to: std::net::SocketAddr,
-) -> std::net::TcpStream {
-    lab.client
-        .run_in(move || -> std::io::Result<std::net::TcpStream> {
-            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-            s.bind(&std::net::SocketAddr::from((source, 0)).into())?;
-            s.connect_timeout(&to.into(), Duration::from_secs(10))?;
-            s.set_read_timeout(Some(Duration::from_secs(10)))?;
-            Ok(s.into())
-        })
-        .expect("enter namespace")
-        .unwrap_or_else(|e| panic!("connect from {source} to {to}: {e}"))
 }

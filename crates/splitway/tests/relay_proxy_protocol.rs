@@ -6,7 +6,7 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -592,22 +592,6 @@ fn check_refuses_reveal_keys_on_peer_routes() {
     ] {
         assert!(stderr.contains(key), "{key} not in: {stderr}");
     }
-}
-
-/// Connects from `src` (an address of `ns`) to `dst`.
-fn connect_from(ns: &splitway_sys::netns::Netns, src: &str, dst: SocketAddr) -> TcpStream {
-    let src: IpAddr = src.parse().expect("source address");
-    let stream = ns
-        .run_in(move || -> std::io::Result<TcpStream> {
-            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-            s.bind(&SocketAddr::new(src, 0).into())?;
-            s.connect_timeout(&dst.into(), Duration::from_secs(10))?;
-            Ok(s.into())
-        })
-        .expect("enter namespace")
-        .unwrap_or_else(|e| panic!("connect {src} → {dst}: {e}"));
-    set_timeouts(&stream);
-    stream
 }
 
 /// Reads until the relay closes the connection; what it sent and when.

@@ -292,11 +292,33 @@ fn many_concurrent_connections() {
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
 
-    let clients: Vec<_> = (0..CONNECTIONS)
-        .map(|i| {
-            let mut stream = connect_in(&lab.client, server_v4()).expect("connect");
+    echo_digests_concurrently(&lab, &server, CONNECTIONS, |i| LEN + i);
+    deadline.remaining("concurrent connections");
+    let accepted = lab.wait_counter(
+        "rc",
+        "splitway_connections_accepted_total",
+        &[("mode", "tproxy")],
+        CONNECTIONS as f64,
+        deadline,
+    );
+    assert_eq!(accepted, CONNECTIONS as f64);
+    lab.assert_relays_alive();
+}
+
+/// Opens `n` connections to `server`, all before any sends (a burst of
+/// handshakes at the relays), then connection `i` sends `len(i)` bytes and
+/// half-closes; the server echoes each stream's digest and length, which
+/// must match what was sent.
+fn echo_digests_concurrently(lab: &Lab, server: &TestServer, n: u64, len: impl Fn(u64) -> u64) {
+    let streams: Vec<_> = (0..n)
+        .map(|_| connect_in(&lab.client, server_v4()).expect("connect"))
+        .collect();
+    let clients: Vec<_> = (0..n)
+        .zip(streams)
+        .map(|(i, mut stream)| {
+            let len = len(i);
             std::thread::spawn(move || {
-                let sent = send_pattern(&mut stream, LEN + i, 1000 + i).expect("client send");
+                let sent = send_pattern(&mut stream, len, 1000 + i).expect("client send");
                 stream.shutdown(Shutdown::Write).expect("shutdown(Write)");
                 let mut echoed = Vec::new();
                 stream.read_to_end(&mut echoed).expect("read digest echo");
@@ -304,7 +326,7 @@ fn many_concurrent_connections() {
             })
         })
         .collect();
-    let handlers: Vec<_> = (0..CONNECTIONS)
+    let handlers: Vec<_> = (0..n)
         .map(|_| {
             let (mut conn, peer) = server.accept(Duration::from_secs(20));
             assert_peer_ip(peer, LAST_RELAY_V4);
@@ -325,16 +347,6 @@ fn many_concurrent_connections() {
         expected.extend_from_slice(&sent.len.to_be_bytes());
         assert_eq!(echoed, expected, "stream of {sent} arrived altered");
     }
-    deadline.remaining("concurrent connections");
-    let accepted = lab.wait_counter(
-        "rc",
-        "splitway_connections_accepted_total",
-        &[("mode", "tproxy")],
-        CONNECTIONS as f64,
-        deadline,
-    );
-    assert_eq!(accepted, CONNECTIONS as f64);
-    lab.assert_relays_alive();
 }
 
 /// A relay that dies after accepting a transparent client but before
@@ -393,42 +405,7 @@ fn a_burst_before_the_first_authentication_is_not_reset() {
     });
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
-    let streams: Vec<_> = (0..CONNECTIONS)
-        .map(|_| connect_in(&lab.client, server_v4()).expect("connect"))
-        .collect();
-    let clients: Vec<_> = streams
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut stream)| {
-            std::thread::spawn(move || {
-                let sent = send_pattern(&mut stream, 4096 + i as u64, 77 + i as u64).expect("send");
-                stream.shutdown(Shutdown::Write).expect("shutdown(Write)");
-                let mut echoed = Vec::new();
-                stream.read_to_end(&mut echoed).expect("read digest echo");
-                (sent, echoed)
-            })
-        })
-        .collect();
-    let handlers: Vec<_> = (0..CONNECTIONS)
-        .map(|_| {
-            let (mut conn, _) = server.accept(Duration::from_secs(20));
-            std::thread::spawn(move || {
-                let received = recv_all(&mut conn).expect("server receive");
-                let mut echo = received.sha256.to_vec();
-                echo.extend_from_slice(&received.len.to_be_bytes());
-                conn.write_all(&echo).expect("echo digest");
-            })
-        })
-        .collect();
-    for h in handlers {
-        h.join().expect("server handler");
-    }
-    for c in clients {
-        let (sent, echoed) = c.join().expect("client");
-        let mut want = sent.sha256.to_vec();
-        want.extend_from_slice(&sent.len.to_be_bytes());
-        assert_eq!(echoed, want, "a connection's bytes differ");
-    }
+    echo_digests_concurrently(&lab, &server, CONNECTIONS, |i| 4096 + i);
     let refused = lab
         .metrics("rs")
         .counter("splitway_denied_total", &[("reason", "handshaking")]);

@@ -32,14 +32,6 @@ fn server_v4() -> SocketAddr {
     sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
 }
 
-fn enable_fast_open(ns: &Netns) {
-    let out = output(
-        ns.command("sysctl")
-            .args(["-qw", "net.ipv4.tcp_fastopen=3"]),
-    );
-    assert!(out.status.success(), "sysctl tcp_fastopen: {out:?}");
-}
-
 fn tcp_ext(ns: &Netns, name: &str) -> u64 {
     ns.tcp_ext().expect("TcpExt counters")[name]
 }

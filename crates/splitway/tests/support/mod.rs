@@ -982,6 +982,31 @@ fn record_failure(text: &str) {
     }
 }
 
+/// Connects from `src` (an address of `ns`) to `dst`.
+pub fn connect_from(ns: &splitway_sys::netns::Netns, src: &str, dst: SocketAddr) -> TcpStream {
+    let src: IpAddr = src.parse().expect("source address");
+    let stream = ns
+        .run_in(move || -> std::io::Result<TcpStream> {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            s.bind(&SocketAddr::new(src, 0).into())?;
+            s.connect_timeout(&dst.into(), Duration::from_secs(10))?;
+            Ok(s.into())
+        })
+        .expect("enter namespace")
+        .unwrap_or_else(|e| panic!("connect {src} → {dst}: {e}"));
+    set_timeouts(&stream);
+    stream
+}
+
+/// TCP Fast Open for clients and servers in `ns` (`tcp_fastopen = 3`).
+pub fn enable_fast_open(ns: &Netns) {
+    let out = output(
+        ns.command("sysctl")
+            .args(["-qw", "net.ipv4.tcp_fastopen=3"]),
+    );
+    assert!(out.status.success(), "sysctl tcp_fastopen: {out:?}");
+}
+
 /// GET an admin endpoint inside a namespace.
 pub fn curl_admin(ns: &Netns, path: &str) -> Result<String, String> {
     let out = ns
