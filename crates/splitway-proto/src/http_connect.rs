@@ -578,18 +578,6 @@ mod tests {
     }
 
     #[test]
-    fn the_first_proxy_authorization_is_kept() {
-        let head = b"CONNECT h:1 HTTP/1.1\r\nproxy-authorization:  Basic YTpi \r\nProxy-Authorization: Basic other\r\n\r\n";
-        let (req, _) = parse_request(head).unwrap().unwrap();
-        assert_eq!(req.proxy_authorization.as_deref(), Some(&b"Basic YTpi"[..]));
-        let basic = crate::proxy_auth::parse_basic(&req.proxy_authorization.unwrap()).unwrap();
-        assert_eq!(
-            (&basic.user[..], &basic.password[..]),
-            (&b"a"[..], &b"b"[..])
-        );
-    }
-
-    #[test]
     fn error_responses_say_why() {
         let text =
             String::from_utf8(error_response(403, reason_for(ReplyStatus::NotAllowed))).unwrap();

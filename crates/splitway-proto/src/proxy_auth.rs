@@ -226,4 +226,16 @@ mod tests {
         assert!(r.ends_with("\r\n\r\nno credentials\n"));
         assert!(r.contains("Content-Length: 15\r\n"));
     }
+
+    #[test]
+    fn the_first_proxy_authorization_is_kept() {
+        let head = b"CONNECT h:1 HTTP/1.1\r\nproxy-authorization:  Basic YTpi \r\nProxy-Authorization: Basic other\r\n\r\n";
+        let (req, _) = crate::http_connect::parse_request(head).unwrap().unwrap();
+        assert_eq!(req.proxy_authorization.as_deref(), Some(&b"Basic YTpi"[..]));
+        let basic = parse_basic(&req.proxy_authorization.unwrap()).unwrap();
+        assert_eq!(
+            (&basic.user[..], &basic.password[..]),
+            (&b"a"[..], &b"b"[..])
+        );
+    }
 }
