@@ -9,11 +9,16 @@ demo: deps release
 	./target/release/splitway lab --quick
 
 ## test: lint, then unit and namespace integration tests (needs root; CI runs this).
+## On a failure it prints, last, the head of every failed test's output (unit tests too) and
+## the namespace tests' panics with their relays' unusual log lines: CI keeps only the head
+## and tail of a long output.
 test: deps lint
-	@rm -f target/test-failures.txt
+	@rm -f target/test-failures.txt target/test-output.txt
 	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_TEST_FAILURES=$(CURDIR)/target/test-failures.txt \
-	  $(CARGO) test --workspace --all-targets --all-features --no-fail-fast \
-	  || { echo '===== every failure, together (target/test-failures.txt) ====='; \
+	  bash -o pipefail -c '$(CARGO) test --workspace --all-targets --all-features --no-fail-fast 2>&1 | tee target/test-output.txt' \
+	  || { echo '===== every failed test, its first lines ====='; \
+	       awk '/^---- .* stdout ----$$/ {p = 1; n = 0} /^stack backtrace:/ {p = 0} p && n++ < 25' target/test-output.txt; \
+	       echo '===== namespace tests: panics and relay lines (target/test-failures.txt) ====='; \
 	       cat target/test-failures.txt 2>/dev/null; exit 1; }
 	SPLITWAY_REQUIRE_NETNS=1 $(CARGO) test --workspace --doc
 

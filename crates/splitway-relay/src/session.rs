@@ -593,7 +593,8 @@ async fn watching_client_leg(
     let client = inbound.client.ip();
     let watched = !inbound.listener.relays()
         && shared.cfg.accel.loss_isolation
-        && !shared.lossy.is_lossy(client, inbound.accepted_at);
+        && !shared.lossy.is_lossy(client, inbound.accepted_at)
+        && !runs_loss_tolerant(&inbound.stream);
     if !watched {
         return forwarding.await;
     }
@@ -635,6 +636,13 @@ async fn watching_client_leg(
     }
 }
 
+/// Whether `leg` runs the loss-tolerant algorithm: switched to it, started
+/// with it, or the host's default.
+fn runs_loss_tolerant(leg: &impl std::os::fd::AsRawFd) -> bool {
+    splitway_sys::sock::congestion(leg)
+        .is_ok_and(|cc| cc == crate::loss_isolation::LOSS_TOLERANT_CC)
+}
+
 /// Loss isolation: what this client leg says of its client's path, for
 /// the client's next legs (`crate::loss_isolation`).
 fn judge_client_leg(shared: &Shared, inbound: &Inbound) {
@@ -647,11 +655,9 @@ fn judge_client_leg(shared: &Shared, inbound: &Inbound) {
         return;
     };
     let now = std::time::Instant::now();
-    // Judged lossy before: this leg started loss-tolerant (see `tune`).
-    let tolerant = shared
-        .lossy
-        .is_lossy(inbound.client.ip(), inbound.accepted_at);
-    let verdict = judge(&info, tolerant);
+    // What the leg ran, not what it was meant to run: a host whose default
+    // is already the loss-tolerant algorithm queues like it.
+    let verdict = judge(&info, runs_loss_tolerant(&inbound.stream));
     let event = match verdict {
         Verdict::Lossy => LossIsolationEvent::Lossy,
         Verdict::Congested => LossIsolationEvent::Congested,

@@ -18,7 +18,18 @@ pub fn emulated_link(west: &Netns, east: &Netns, net: u8, rtt: Duration) -> Link
             .run_in(move || splitway_sys::tun::Tun::create(&name))
             .expect("enter namespace")
             .expect("create TUN");
-        ns.ip(&["link", "set", "dev", &dev, "up"]).expect("TUN up");
+        // The lab's queue length: at the default 500 the TUN drops bursts
+        // before the emulator reads them, a clean link that loses data.
+        ns.ip(&[
+            "link",
+            "set",
+            "dev",
+            &dev,
+            "txqueuelen",
+            &splitway_lab::topology::TXQUEUELEN.to_string(),
+            "up",
+        ])
+        .expect("TUN up");
         ns.ip(&["addr", "add", &format!("10.0.{net}.{host}/24"), "dev", &dev])
             .expect("TUN address");
         tuns.push(tun);

@@ -833,9 +833,17 @@ impl Lab {
             (last >= at_least).then_some(last)
         });
         reached.unwrap_or_else(|| {
+            // Only the family: a whole page would push the cause out of
+            // CI's cut of the output.
+            let family: Vec<String> = curl_admin(self.relay_ns(relay), "/metrics")
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains(name))
+                .map(str::to_owned)
+                .collect();
             panic!(
-                "{relay} {name}{labels:?} stayed at {last}, expected >= {at_least}; metrics:\n{}",
-                curl_admin(self.relay_ns(relay), "/metrics").unwrap_or_default()
+                "{relay} {name}{labels:?} stayed at {last}, expected >= {at_least}; the family:\n{}",
+                family.join("\n")
             )
         })
     }
@@ -944,11 +952,12 @@ impl Drop for Lab {
 }
 
 /// The relay log lines that usually explain a failure: warnings, errors,
-/// connections that did not complete.
+/// connections that did not complete, loss isolation's verdicts.
 fn unusual_line(l: &str) -> bool {
     l.contains(" WARN ")
         || l.contains(" ERROR ")
         || (l.contains(" closed ") && !l.contains("reason=\"completed\""))
+        || l.contains("loss isolation: client leg")
 }
 
 /// With `SPLITWAY_TEST_FAILURES` set (`make test` sets it), every panic's
