@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: startup-order footprint demo test deps build release deb deb-test image lint check-no-bpf import-graph fuzz fuzz-ci lab-full lab-window-safety fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
+.PHONY: startup-order footprint demo test deps build release deb deb-test image lint check-no-bpf import-graph fuzz fuzz-ci lab-full lab-window-safety lab-loss-fairness fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -164,6 +164,13 @@ lab-paths: deps release
 WINDOW_SAFETY_REPS ?= 5
 lab-window-safety: deps release
 	./target/release/splitway lab window-safety --reps $(WINDOW_SAFETY_REPS) --json lab-results/window-safety-$$(date -u +%Y%m%dT%H%MZ).json
+
+## lab-loss-fairness: loss isolation on a client last mile shared with an end-to-end CUBIC flow,
+## queueing only and with 1 % random loss, beside the kernel's default (issue #29 item 3;
+## about 2 min per rep, LOSS_FAIRNESS_REPS).
+LOSS_FAIRNESS_REPS ?= 3
+lab-loss-fairness: deps release
+	./target/release/splitway lab loss-fairness --reps $(LOSS_FAIRNESS_REPS) --json lab-results/loss-fairness-$$(date -u +%Y%m%dT%H%MZ).json
 
 ## faults-long: the fault tests (relay_faults.rs) moving >= 10 GB, every byte checked.
 faults-long: deps

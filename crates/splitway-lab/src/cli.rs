@@ -6,6 +6,7 @@
 //! - `splitway lab fidelity`: the emulator measured against its configuration
 //! - `splitway lab list`: the scenarios
 //! - `splitway lab window-safety [--reps N] [--json FILE]`: learned windows vs a competing flow and a capacity drop
+//! - `splitway lab loss-fairness [--reps N] [--json FILE]`: loss isolation on a shared, lossy client last mile
 //! - `splitway lab soak [--connections N] [--duration 10m]`: long concurrent load, resources checked
 //!
 //! `--model-only` prints the model's predictions without running anything
@@ -81,6 +82,17 @@ pub enum LabCommand {
     /// capacity drop, beside the kernel's default (`make lab-window-safety`).
     WindowSafety {
         /// Repetitions of each phase per configuration.
+        #[arg(long, default_value_t = 3)]
+        reps: u32,
+        /// Write the results as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Loss isolation on a client last mile shared with a CUBIC flow, with
+    /// and without random loss, beside the kernel's default
+    /// (`make lab-loss-fairness`).
+    LossFairness {
+        /// Repetitions per case and configuration.
         #[arg(long, default_value_t = 3)]
         reps: u32,
         /// Write the results as JSON.
@@ -194,6 +206,9 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
         Some(LabCommand::Soak(soak)) => crate::soak::run(soak),
         Some(LabCommand::WindowSafety { reps, json }) => {
             runner::window_safety::run(reps.max(1), json.as_deref()).map(drop)
+        }
+        Some(LabCommand::LossFairness { reps, json }) => {
+            runner::loss_fairness::run(reps.max(1), json.as_deref()).map(drop)
         }
         Some(LabCommand::List) => {
             print!("{}", list());

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 mod handover;
+pub mod loss_fairness;
 pub mod paths;
 pub mod window_safety;
 

@@ -211,7 +211,7 @@ async fn confirm_and_forward(
         &live.counters,
     );
     tokio::pin!(forwarding);
-    Ok(watching_client_leg(shared, inbound, forwarding).await)
+    Ok(watching_client_leg(shared, inbound, live, forwarding).await)
 }
 
 /// On a leg accepted with a 0-RTT Hello: sends `to_server_first` (the
@@ -502,7 +502,7 @@ async fn optimistic(
     let counters = &live.counters;
     let forwarding = forward_legs(inbound.io(), out, early, preamble, opts, metrics, counters);
     tokio::pin!(forwarding);
-    Ok(watching_client_leg(shared, inbound, forwarding).await)
+    Ok(watching_client_leg(shared, inbound, live, forwarding).await)
 }
 
 /// How forwarding ended, as the session's result.
@@ -582,14 +582,15 @@ fn next_leg_error(shared: &Shared, addr: Option<SocketAddr>, source: std::io::Er
 /// Runs `forwarding` while loss isolation watches the client leg: a
 /// client's first leg runs the default algorithm (nothing is known of its
 /// path yet), and is switched to the loss-tolerant one as soon as it has
-/// lost data without queueing, checked a few times early in its life.
+/// lost data without queueing after its start-up, checked every 250 ms in
+/// its first seconds. Where the count started is kept in `live` for the
+/// verdict at the leg's end.
 async fn watching_client_leg(
     shared: &Shared,
     inbound: &Inbound,
+    live: &ConnLive,
     mut forwarding: std::pin::Pin<&mut impl std::future::Future<Output = forward::Outcome>>,
 ) -> forward::Outcome {
-    use crate::loss_isolation::{LOSS_TOLERANT_CC, Verdict, judge_early};
-    use splitway_control::metrics::LossIsolationEvent;
     let client = inbound.client.ip();
     let watched = !inbound.listener.relays()
         && shared.cfg.accel.loss_isolation
@@ -598,42 +599,57 @@ async fn watching_client_leg(
     if !watched {
         return forwarding.await;
     }
-    let watch = async {
-        for after in [250, 750, 2000] {
-            tokio::time::sleep(std::time::Duration::from_millis(after)).await;
-            let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream) else {
-                break;
-            };
-            if judge_early(&info) == Verdict::Lossy {
-                match splitway_sys::sock::set_congestion(&inbound.stream, LOSS_TOLERANT_CC) {
-                    Ok(()) => {
-                        // Judged (and counted) again when it ends.
-                        shared.metrics.loss_isolation(LossIsolationEvent::Applied);
-                        shared
-                            .lossy
-                            .learn(client, Verdict::Lossy, std::time::Instant::now());
-                        debug!(
-                            data_segs_out = info.data_segs_out,
-                            retrans = info.total_retrans,
-                            "loss isolation: client leg switched to the loss-tolerant algorithm"
-                        );
-                    }
-                    Err(e) => debug!(error = %e, "loss isolation: cannot switch the client leg"),
-                }
-                break;
-            }
-        }
-        std::future::pending::<()>().await;
-    };
     // Boxed: only watched legs pay for the watch's timer and state, and
     // the session future stays as small as before (forward.rs's footprint
     // test).
-    let watch = Box::pin(watch);
+    let watch = Box::pin(watch_client_leg(shared, inbound, live));
     tokio::select! {
         biased;
         outcome = &mut forwarding => outcome,
         () = watch => unreachable!("the watch never ends"),
     }
+}
+
+/// Polls the client leg's TCP_INFO for [`watching_client_leg`]; never
+/// ends (a finished watch waits for the forwarding).
+async fn watch_client_leg(shared: &Shared, inbound: &Inbound, live: &ConnLive) {
+    use crate::loss_isolation::{LOSS_TOLERANT_CC, StartUp, Verdict, judge_early};
+    use splitway_control::metrics::LossIsolationEvent;
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+    const POLLS: u32 = 12;
+    let mut start_up = StartUp::default();
+    for _ in 0..POLLS {
+        tokio::time::sleep(EVERY).await;
+        let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream) else {
+            break;
+        };
+        let now = std::time::Instant::now();
+        let since = match live.loss_since.get() {
+            Some(since) => *since,
+            None => match start_up.over(&info, now) {
+                Some(since) => *live.loss_since.get_or_init(|| since),
+                None => continue,
+            },
+        };
+        if judge_early(&info, since) != Verdict::Lossy {
+            continue;
+        }
+        match splitway_sys::sock::set_congestion(&inbound.stream, LOSS_TOLERANT_CC) {
+            Ok(()) => {
+                // Judged (and counted) again when it ends.
+                shared.metrics.loss_isolation(LossIsolationEvent::Applied);
+                shared.lossy.learn(inbound.client.ip(), Verdict::Lossy, now);
+                debug!(
+                    data_segs_out = info.data_segs_out,
+                    retrans = info.total_retrans,
+                    "loss isolation: client leg switched to the loss-tolerant algorithm"
+                );
+            }
+            Err(e) => debug!(error = %e, "loss isolation: cannot switch the client leg"),
+        }
+        break;
+    }
+    std::future::pending::<()>().await;
 }
 
 /// Whether `leg` runs the loss-tolerant algorithm: switched to it, started
@@ -645,8 +661,8 @@ fn runs_loss_tolerant(leg: &impl std::os::fd::AsRawFd) -> bool {
 
 /// Loss isolation: what this client leg says of its client's path, for
 /// the client's next legs (`crate::loss_isolation`).
-fn judge_client_leg(shared: &Shared, inbound: &Inbound) {
-    use crate::loss_isolation::{Verdict, judge};
+fn judge_client_leg(shared: &Shared, inbound: &Inbound, live: &ConnLive) {
+    use crate::loss_isolation::{Since, Verdict, judge};
     use splitway_control::metrics::LossIsolationEvent;
     if inbound.listener.relays() || !shared.cfg.accel.loss_isolation {
         return;
@@ -657,7 +673,16 @@ fn judge_client_leg(shared: &Shared, inbound: &Inbound) {
     let now = std::time::Instant::now();
     // What the leg ran, not what it was meant to run: a host whose default
     // is already the loss-tolerant algorithm queues like it.
-    let verdict = judge(&info, runs_loss_tolerant(&inbound.stream));
+    let tolerant = runs_loss_tolerant(&inbound.stream);
+    // A loss-based leg counts from the end of its start-up, once the watch
+    // saw it; one that started loss-tolerant, its whole life.
+    let since = match (live.loss_since.get(), tolerant) {
+        (Some(since), _) => *since,
+        (None, true) => Since::START,
+        (None, false) => return,
+    };
+    let verdict = judge(&info, since, tolerant);
+    let (counted_segs, counted_retrans) = since.counted(&info);
     let event = match verdict {
         Verdict::Lossy => LossIsolationEvent::Lossy,
         Verdict::Congested => LossIsolationEvent::Congested,
@@ -670,6 +695,9 @@ fn judge_client_leg(shared: &Shared, inbound: &Inbound) {
         verdict = event.as_str(),
         data_segs_out = info.data_segs_out,
         retrans = info.total_retrans,
+        counted_segs,
+        counted_retrans,
+        tolerant,
         rtt_us = info.rtt_us,
         min_rtt_us = info.min_rtt_us,
         "loss isolation: client leg judged"
@@ -715,7 +743,7 @@ async fn finish(
             error: err.map(ToString::to_string),
         });
     }
-    judge_client_leg(shared, inbound);
+    judge_client_leg(shared, inbound, live);
     let denied = err.and_then(|e| e.deny_reason().map(|r| (e, r)));
     if let Some((_, why)) = denied {
         shared.metrics.denied(why);

@@ -456,6 +456,9 @@ pub struct ConnLive {
     pub counters: Counters,
     /// Where its next leg goes, once it is up.
     next_hop: OnceLock<SocketAddr>,
+    /// Loss isolation: where the client leg's verdict counts from, once
+    /// its start-up is over.
+    pub loss_since: OnceLock<crate::loss_isolation::Since>,
 }
 
 impl ConnLive {

@@ -133,6 +133,10 @@ pub struct TcpInfo {
     pub segs_out: u32,
     /// The lowest RTT seen (`tcpi_min_rtt`), µs; 0 before any sample.
     pub min_rtt_us: u32,
+    /// `tcpi_ca_state`: 0 open, 1 disorder, 2 CWR, 3 recovery, 4 loss.
+    pub ca_state: u8,
+    /// `tcpi_snd_ssthresh`: `0x7fffffff` while the leg is in slow start.
+    pub snd_ssthresh: u32,
 }
 
 /// The kernel's `struct tcp_info` up to `tcpi_snd_wnd` (glibc's libc binding
@@ -231,6 +235,8 @@ pub fn tcp_info(sock: &impl AsRawFd) -> Result<TcpInfo, SysError> {
         data_segs_out: info.data_segs_out,
         segs_out: info.segs_out,
         min_rtt_us: info.min_rtt,
+        ca_state: info.ca_state,
+        snd_ssthresh: info.snd_ssthresh,
     })
 }
 

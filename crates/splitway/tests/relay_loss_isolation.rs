@@ -8,7 +8,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use splitway_lab::emu::DirectionParams;
+use splitway_lab::emu::{DirectionParams, QueueBound};
 use support::*;
 
 const CLIENT_RTT: Duration = Duration::from_millis(10);
@@ -23,10 +23,11 @@ fn counted(lab: &Lab, event: &str) -> f64 {
 }
 
 /// With the README's minimal config, the client reaches rc over an
-/// emulated 10 ms link: clean downloads are judged clean and keep the
-/// default; once the link drops 5 % toward the client at random (no
-/// queue), a download is judged lossy and switched to bbr, and the next
-/// legs start with it. Every byte is checked both ways.
+/// emulated 10 ms, 100 Mbit/s link with a drop-tail queue: downloads
+/// whose only losses are their slow start's overshoot into the queue are
+/// judged clean and keep the default; once the link drops 5 % toward the
+/// client at random, a download is judged lossy and switched to bbr, and
+/// the next legs start with it. Every byte is checked both ways.
 #[test]
 fn a_client_whose_leg_loses_without_queueing_gets_the_loss_tolerant_algorithm() {
     require_netns!();
@@ -41,6 +42,21 @@ fn a_client_whose_leg_loses_without_queueing_gets_the_loss_tolerant_algorithm() 
         .sysctl("net.ipv4.tcp_congestion_control", "reno")
         .expect("rc's default algorithm");
     let link = emulated_link(&lab.client, lab.rc(), 95, CLIENT_RTT);
+    // Toward the client: 100 Mbit/s and a drop-tail queue of three BDPs,
+    // which a loss-based leg's slow start overshoots (a burst of losses
+    // that is congestion's, not the path's).
+    let one_way = CLIENT_RTT.as_nanos() as u64 / 2;
+    let toward_client = |loss: f64| DirectionParams {
+        loss,
+        rate_bps: Some(100e6),
+        queue: QueueBound::Packets(250),
+        ..DirectionParams::delay_only(one_way)
+    };
+    link.set_params(
+        DirectionParams::delay_only(one_way),
+        toward_client(0.0),
+        4096,
+    );
     let out = output(lab.client.command("ip").args([
         "route",
         "replace",
@@ -62,7 +78,8 @@ fn a_client_whose_leg_loses_without_queueing_gets_the_loss_tolerant_algorithm() 
     lab.start_relays(&configs);
     let server = TestServer::bind(&lab.server, server_v4());
 
-    transfer_server_to_client(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    // Long enough (about 0.7 s) to be judged after slow start.
+    transfer_server_to_client(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
     lab.wait_counter(
         "rc",
         "splitway_loss_isolation_total",
@@ -70,16 +87,20 @@ fn a_client_whose_leg_loses_without_queueing_gets_the_loss_tolerant_algorithm() 
         1.0,
         deadline,
     );
-    transfer_server_to_client(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
-    assert_eq!(counted(&lab, "applied"), 0.0, "a clean client got bbr");
+    transfer_server_to_client(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    assert_eq!(
+        counted(&lab, "applied"),
+        0.0,
+        "a client whose only losses were slow start's overshoot got bbr"
+    );
+    assert_eq!(counted(&lab, "lossy"), 0.0, "congestion judged lossy");
 
     // 5 % random loss toward the client (the link's reverse direction).
-    let one_way = CLIENT_RTT.as_nanos() as u64 / 2;
-    let lossy = DirectionParams {
-        loss: 0.05,
-        ..DirectionParams::delay_only(one_way)
-    };
-    link.set_params(DirectionParams::delay_only(one_way), lossy, 4096);
+    link.set_params(
+        DirectionParams::delay_only(one_way),
+        toward_client(0.05),
+        4096,
+    );
     transfer_server_to_client(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
     lab.wait_counter(
         "rc",
@@ -96,6 +117,11 @@ fn a_client_whose_leg_loses_without_queueing_gets_the_loss_tolerant_algorithm() 
         counted(&lab, "clean"),
         counted(&lab, "lossy")
     );
+    for line in lab.relay_log("rc").lines() {
+        if line.contains("loss isolation: client leg") {
+            eprintln!("{line}");
+        }
+    }
     assert!(
         applied >= 2.0,
         "the lossy client's legs kept the default ({applied})"

@@ -221,7 +221,17 @@ fn start_download(topo: &Topology, server: Ipv4Addr) -> Result<TcpStream, LabErr
     Ok(stream)
 }
 
-fn fairness_rep(topo: &Topology, server: Ipv4Addr) -> Result<FairnessRep, LabError> {
+/// The object a fairness download fetches, in `www`: sparse, so it costs
+/// no disk, and larger than any repetition carries.
+pub(super) fn write_big_object(www: &Path) -> Result<(), LabError> {
+    std::fs::File::create(www.join(BIG_OBJECT))
+        .and_then(|f| f.set_len(BIG_SIZE))
+        .map_err(|e| LabError::io("create the sparse bulk object", e))
+}
+
+/// One fairness repetition: the end-to-end CUBIC flow alone for 5 s, then
+/// a download through the relays beside it; shares over 30 s.
+pub(super) fn fairness_rep(topo: &Topology, server: Ipv4Addr) -> Result<FairnessRep, LabError> {
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
     let end = t0 + E2E_ALONE + SKIP + MEASURE + Duration::from_secs(1);
@@ -374,10 +384,7 @@ pub fn run(reps: u32, json: Option<&Path>) -> Result<WindowSafetyReport, LabErro
     watch_signals();
     let work = TempDir::create()?;
     write_objects(&work.path.join("www"), &[DOWNLOAD, super::WARM_UP_SIZE])?;
-    let big = std::fs::File::create(work.path.join("www").join(BIG_OBJECT))
-        .and_then(|f| f.set_len(BIG_SIZE))
-        .map_err(|e| LabError::io("create the sparse bulk object", e));
-    big?;
+    write_big_object(&work.path.join("www"))?;
     let mut report = WindowSafetyReport {
         date: utc_now_iso8601(),
         commit: git_commit(),
@@ -406,7 +413,7 @@ pub fn run(reps: u32, json: Option<&Path>) -> Result<WindowSafetyReport, LabErro
 
 /// The median; `None` when empty. Not `bench::stats::median`: `bench`
 /// imports `runner`, and the lint refuses the circle back.
-fn median(values: &[f64]) -> Option<f64> {
+pub(super) fn median(values: &[f64]) -> Option<f64> {
     let mut v = values.to_vec();
     if v.is_empty() {
         return None;

@@ -102,7 +102,7 @@ impl Config {
         let tls = tls::tls(c, &table);
         let listeners = listen::listeners(c, &table, &tls);
         let (peers, peer_names) = peer::peers(c, &table, &tls);
-        let routes = route::routes(c, &table, &peers, &peer_names);
+        let routes = route::routes(c, &table, &peers, &peer_names, &listeners);
         let direct = tuning::leg(c, &table, "direct");
         let client = tuning::leg(c, &table, "client");
         let upstream = tuning::leg(c, &table, "upstream");
@@ -188,6 +188,19 @@ impl Config {
         }
         if self.routes.is_empty() {
             w.push("no [[route]]: every connection will be refused (no route)".into());
+        }
+        let (v4, v6) = route::client_families(&self.listeners);
+        for r in self.routes.iter().filter(|r| r.reveal.client_source) {
+            let other = match r.dst {
+                ipnet::IpNet::V4(_) => v6.then_some("IPv6"),
+                ipnet::IpNet::V6(_) => v4.then_some("IPv4"),
+            };
+            if let Some(other) = other {
+                w.push(format!(
+                    "route {}: source = \"client\": {other} clients whose destination falls in this route are refused (a leg cannot leave from a client address of the other family)",
+                    r.dst
+                ));
+            }
         }
         w
     }

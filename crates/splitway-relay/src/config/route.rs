@@ -5,14 +5,16 @@ use std::collections::HashSet;
 
 use super::check::Checker;
 use super::raw::RawRoute;
-use super::types::{MAX_CANDIDATES, Peer, Reveal, Route, Via};
+use super::types::{ListenMode, Listener, MAX_CANDIDATES, Peer, Reveal, Route, Via};
 
-/// `peer_names`: every name `[[peer]]` defines, usable or not.
+/// `peer_names`: every name `[[peer]]` defines, usable or not;
+/// `listeners`: whose clients the routes carry.
 pub(super) fn routes(
     c: &mut Checker,
     table: &toml::Table,
     peers: &[Peer],
     peer_names: &HashSet<String>,
+    listeners: &[Listener],
 ) -> Vec<Route> {
     let mut routes = Vec::new();
     let mut seen_dst = HashSet::new();
@@ -30,6 +32,9 @@ pub(super) fn routes(
         let (candidates, resolved_all) = candidates(c, &key, &raw, peers, peer_names);
         let peers_only = !raw.via.names().contains(&"direct");
         let reveal = reveal(c, &key, &raw, peers_only);
+        if let Some(dst) = dst.filter(|_| reveal.client_source) {
+            client_source_family(c, &key, dst, listeners);
+        }
         if let (Some(dst), true, Some(via)) = (dst, resolved_all, candidates.first().cloned()) {
             routes.push(Route {
                 dst,
@@ -40,6 +45,40 @@ pub(super) fn routes(
         }
     }
     routes
+}
+
+/// The client families `listeners` accept: (IPv4, IPv6). A peer listener
+/// carries clients of either family (the upstream relay names the origin);
+/// a dual-stack `[::]` listener accepts both.
+pub(super) fn client_families(listeners: &[Listener]) -> (bool, bool) {
+    listeners.iter().fold((false, false), |(v4, v6), l| {
+        let (l4, l6) = match (l.mode, l.addr.ip()) {
+            (ListenMode::Peer, _) => (true, true),
+            (_, std::net::IpAddr::V4(_)) => (true, false),
+            (_, std::net::IpAddr::V6(ip)) => (ip.is_unspecified() && !l.v6_only, true),
+        };
+        (v4 || l4, v6 || l6)
+    })
+}
+
+/// `source = "client"` on a route no client of its family can reach: a
+/// socket cannot leave from an address of the other family, so every
+/// connection on it would be refused.
+fn client_source_family(c: &mut Checker, key: &str, dst: ipnet::IpNet, listeners: &[Listener]) {
+    let (v4, v6) = client_families(listeners);
+    let (family, reachable) = match dst {
+        ipnet::IpNet::V4(_) => ("IPv4", v4),
+        ipnet::IpNet::V6(_) => ("IPv6", v6),
+    };
+    if !reachable && !listeners.is_empty() {
+        let other = if family == "IPv4" { "IPv6" } else { "IPv4" };
+        c.err(
+            format!("{key}.source"),
+            format!(
+                "\"client\" on an {family} route ({dst}), but every listener takes {other} clients only: a leg cannot leave from a client address of the other family (use source = \"relay\" with proxy_protocol, or listen on {family})"
+            ),
+        );
+    }
 }
 
 /// The route's hops in order, and whether every name resolved.

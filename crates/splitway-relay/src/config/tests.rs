@@ -595,6 +595,50 @@ fn proxy_protocol_and_source_only_on_direct_routes() {
 }
 
 #[test]
+fn source_client_across_families_is_refused_or_warned() {
+    let config = |listen: &str, dst: &str| {
+        format!(
+            "name = \"r\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"{listen}\"\n\
+             [[route]]\ndst = \"{dst}\"\nvia = \"direct\"\nsource = \"client\"\n"
+        )
+    };
+    // IPv4 clients only, an IPv6 route: every connection would fail.
+    let issues = Config::parse_str(&config("0.0.0.0:7000", "::/0")).unwrap_err();
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert_eq!(issues[0].key, "route[0].source");
+    assert!(
+        issues[0].message.contains("IPv4 clients only"),
+        "{}",
+        issues[0].message
+    );
+    // And the reverse.
+    let issues = Config::parse_str(&config("[2001:db8::1]:7000", "10.0.3.0/24")).unwrap_err();
+    assert_eq!(issues[0].key, "route[0].source", "{issues:?}");
+    // Same family: accepted without a warning.
+    let cfg = Config::parse_str(&config("0.0.0.0:7000", "10.0.3.0/24")).unwrap();
+    assert!(
+        !cfg.warnings().iter().any(|w| w.contains("source")),
+        "{:?}",
+        cfg.warnings()
+    );
+    // A dual-stack listener: accepted, and the other family's clients are
+    // named in a warning.
+    let cfg = Config::parse_str(&config("[::]:7000", "::/0")).unwrap();
+    assert!(
+        cfg.warnings()
+            .iter()
+            .any(|w| w.contains("IPv4 clients whose destination falls in this route are refused")),
+        "{:?}",
+        cfg.warnings()
+    );
+    // A peer listener carries clients of either family.
+    let peer = "name = \"r\"\npsk_file = \"psk.key\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:7100\"\n\
+                [[route]]\ndst = \"::/0\"\nvia = \"direct\"\nsource = \"client\"\n";
+    let cfg = with_psk(peer).unwrap();
+    assert!(cfg.routes[0].reveal.client_source);
+}
+
+#[test]
 fn accept_proxy_protocol_turns_auto_early_syn_off() {
     let cfg = Config::parse_str(
         "name = \"r\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
