@@ -298,6 +298,7 @@ LAYERS = {
             "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn.rs",
             "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs", "pool.rs",
             "paths.rs", "accel.rs", "preflight.rs", "error.rs", "access_log.rs",
+            "guessing.rs", "loss_isolation/",
         ],
         # the snapshot: `Shared` and what it holds
         ["state.rs"],

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason, LossIsolationEvent};
+use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
@@ -479,16 +479,8 @@ fn tune(shared: &Shared, listener: &dyn Listen, stream: &TcpStream, client: Sock
     if let Err(e) = result {
         warn!(error = %e, "cannot tune accepted socket");
     }
-    // A client whose last leg lost data without queueing: its data goes
-    // out loss-tolerant from the first segment.
-    if !listener.relays()
-        && shared.cfg.accel.loss_isolation
-        && shared.lossy.is_lossy(client.ip(), Instant::now())
-    {
-        match splitway_sys::sock::set_congestion(stream, loss_isolation::LOSS_TOLERANT_CC) {
-            Ok(()) => shared.metrics.loss_isolation(LossIsolationEvent::Applied),
-            Err(e) => debug!(error = %e, "loss isolation: cannot set the loss-tolerant algorithm"),
-        }
+    if !listener.relays() && shared.cfg.accel.loss_isolation {
+        loss_isolation::hooks::at_accept(&shared.lossy, &shared.metrics, stream, client.ip());
     }
 }
 

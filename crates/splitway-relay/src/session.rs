@@ -22,6 +22,7 @@ use crate::forward::{self, End, Side};
 use crate::forward_tls::forward_legs;
 use crate::leg_io::LegIo;
 use crate::listeners::{Confirm, Listen};
+use crate::loss_isolation;
 use crate::next_leg::{LegRequest, Next, ServerLeg, Started};
 use crate::peer::{PeerLeg, Unconfirmed};
 use crate::policy::REFUSALS;
@@ -579,129 +580,41 @@ fn next_leg_error(shared: &Shared, addr: Option<SocketAddr>, source: std::io::Er
     }
 }
 
-/// Runs `forwarding` while loss isolation watches the client leg: a
-/// client's first leg runs the default algorithm (nothing is known of its
-/// path yet), and is switched to the loss-tolerant one as soon as it has
-/// lost data without queueing after its start-up, checked every 250 ms in
-/// its first seconds. Where the count started is kept in `live` for the
-/// verdict at the leg's end.
+/// Runs `forwarding` while loss isolation watches the client leg
+/// (`loss_isolation::hooks::watching`).
 async fn watching_client_leg(
     shared: &Shared,
     inbound: &Inbound,
     live: &ConnLive,
     mut forwarding: std::pin::Pin<&mut impl std::future::Future<Output = forward::Outcome>>,
 ) -> forward::Outcome {
-    let client = inbound.client.ip();
-    let watched = !inbound.listener.relays()
-        && shared.cfg.accel.loss_isolation
-        && !shared.lossy.is_lossy(client, inbound.accepted_at)
-        && !runs_loss_tolerant(&inbound.stream);
-    if !watched {
-        return forwarding.await;
-    }
-    // Boxed: only watched legs pay for the watch's timer and state, and
-    // the session future stays as small as before (forward.rs's footprint
-    // test).
-    let watch = Box::pin(watch_client_leg(shared, inbound, live));
-    tokio::select! {
-        biased;
-        outcome = &mut forwarding => outcome,
-        () = watch => unreachable!("the watch never ends"),
+    match client_leg(shared, inbound, live).and_then(loss_isolation::hooks::watch) {
+        Some(watch) => tokio::select! {
+            biased;
+            outcome = &mut forwarding => outcome,
+            () = watch => unreachable!("the watch never ends"),
+        },
+        None => forwarding.await,
     }
 }
 
-/// Polls the client leg's TCP_INFO for [`watching_client_leg`]; never
-/// ends (a finished watch waits for the forwarding).
-async fn watch_client_leg(shared: &Shared, inbound: &Inbound, live: &ConnLive) {
-    use crate::loss_isolation::{LOSS_TOLERANT_CC, StartUp, Verdict, judge_early};
-    use splitway_control::metrics::LossIsolationEvent;
-    const EVERY: std::time::Duration = std::time::Duration::from_millis(250);
-    const POLLS: u32 = 12;
-    let mut start_up = StartUp::default();
-    for _ in 0..POLLS {
-        tokio::time::sleep(EVERY).await;
-        let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream) else {
-            break;
-        };
-        let now = std::time::Instant::now();
-        let since = match live.loss_since.get() {
-            Some(since) => *since,
-            None => match start_up.over(&info, now) {
-                Some(since) => *live.loss_since.get_or_init(|| since),
-                None => continue,
-            },
-        };
-        if judge_early(&info, since) != Verdict::Lossy {
-            continue;
+/// Loss isolation's view of this connection's client leg, where the room
+/// applies: a leg facing a client (not an upstream relay), the room on.
+fn client_leg<'a>(
+    shared: &'a Shared,
+    inbound: &'a Inbound,
+    live: &'a ConnLive,
+) -> Option<loss_isolation::hooks::ClientLeg<'a>> {
+    (!inbound.listener.relays() && shared.cfg.accel.loss_isolation).then(|| {
+        loss_isolation::hooks::ClientLeg {
+            clients: &shared.lossy,
+            metrics: &shared.metrics,
+            stream: &inbound.stream,
+            client: inbound.client.ip(),
+            accepted_at: inbound.accepted_at,
+            since: &live.loss_since,
         }
-        match splitway_sys::sock::set_congestion(&inbound.stream, LOSS_TOLERANT_CC) {
-            Ok(()) => {
-                // Judged (and counted) again when it ends.
-                shared.metrics.loss_isolation(LossIsolationEvent::Applied);
-                shared.lossy.learn(inbound.client.ip(), Verdict::Lossy, now);
-                debug!(
-                    data_segs_out = info.data_segs_out,
-                    retrans = info.total_retrans,
-                    "loss isolation: client leg switched to the loss-tolerant algorithm"
-                );
-            }
-            Err(e) => debug!(error = %e, "loss isolation: cannot switch the client leg"),
-        }
-        break;
-    }
-    std::future::pending::<()>().await;
-}
-
-/// Whether `leg` runs the loss-tolerant algorithm: switched to it, started
-/// with it, or the host's default.
-fn runs_loss_tolerant(leg: &impl std::os::fd::AsRawFd) -> bool {
-    splitway_sys::sock::congestion(leg)
-        .is_ok_and(|cc| cc == crate::loss_isolation::LOSS_TOLERANT_CC)
-}
-
-/// Loss isolation: what this client leg says of its client's path, for
-/// the client's next legs (`crate::loss_isolation`).
-fn judge_client_leg(shared: &Shared, inbound: &Inbound, live: &ConnLive) {
-    use crate::loss_isolation::{Since, Verdict, judge};
-    use splitway_control::metrics::LossIsolationEvent;
-    if inbound.listener.relays() || !shared.cfg.accel.loss_isolation {
-        return;
-    }
-    let Ok(info) = splitway_sys::sock::tcp_info(&inbound.stream) else {
-        return;
-    };
-    let now = std::time::Instant::now();
-    // What the leg ran, not what it was meant to run: a host whose default
-    // is already the loss-tolerant algorithm queues like it.
-    let tolerant = runs_loss_tolerant(&inbound.stream);
-    // A loss-based leg counts from the end of its start-up, once the watch
-    // saw it; one that started loss-tolerant, its whole life.
-    let since = match (live.loss_since.get(), tolerant) {
-        (Some(since), _) => *since,
-        (None, true) => Since::START,
-        (None, false) => return,
-    };
-    let verdict = judge(&info, since, tolerant);
-    let (counted_segs, counted_retrans) = since.counted(&info);
-    let event = match verdict {
-        Verdict::Lossy => LossIsolationEvent::Lossy,
-        Verdict::Congested => LossIsolationEvent::Congested,
-        Verdict::Clean => LossIsolationEvent::Clean,
-        Verdict::Unsure => return,
-    };
-    shared.metrics.loss_isolation(event);
-    shared.lossy.learn(inbound.client.ip(), verdict, now);
-    debug!(
-        verdict = event.as_str(),
-        data_segs_out = info.data_segs_out,
-        retrans = info.total_retrans,
-        counted_segs,
-        counted_retrans,
-        tolerant,
-        rtt_us = info.rtt_us,
-        min_rtt_us = info.min_rtt_us,
-        "loss isolation: client leg judged"
-    );
+    })
 }
 
 /// The session's one exit: answers a client whose setup failed, then counts
@@ -743,7 +656,9 @@ async fn finish(
             error: err.map(ToString::to_string),
         });
     }
-    judge_client_leg(shared, inbound, live);
+    if let Some(leg) = client_leg(shared, inbound, live) {
+        loss_isolation::hooks::at_end(&leg);
+    }
     let denied = err.and_then(|e| e.deny_reason().map(|r| (e, r)));
     if let Some((_, why)) = denied {
         shared.metrics.denied(why);

@@ -34,7 +34,12 @@ fn family(addr: IpAddr) -> &'static str {
 pub fn install(dst_addr: IpAddr, prefix_len: u8, w: Windows) -> Result<TurboRoute, SysError> {
     let fam = family(dst_addr);
     let dst = format!("{dst_addr}/{prefix_len}");
-    let out = ip(&[fam, "route", "get", &dst_addr.to_string()])?;
+    let out = ip(&[
+        fam,
+        "route",
+        "get",
+        &probe_addr(dst_addr, prefix_len).to_string(),
+    ])?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let nexthop = parse_nexthop(&text).ok_or_else(|| {
         SysError::Internal(format!("no usable route to {dst_addr}: {}", text.trim()))
@@ -60,8 +65,23 @@ pub fn install(dst_addr: IpAddr, prefix_len: u8, w: Windows) -> Result<TurboRout
     })
 }
 
-/// `via X dev Y` (or `dev Y`) from `ip route get` output; local
-/// destinations (`local ...`) have no nexthop to copy.
+/// The address whose route a prefix's turbo route copies. An IPv6
+/// prefix's first address is its subnet-router anycast address, which
+/// `ip route get` answers as local (`dev lo`): its last one instead.
+fn probe_addr(addr: IpAddr, prefix_len: u8) -> IpAddr {
+    match addr {
+        IpAddr::V6(a) if prefix_len < 128 => {
+            IpAddr::V6((u128::from(a) | (u128::MAX >> prefix_len)).into())
+        }
+        other => other,
+    }
+}
+
+/// `via X dev Y` (or `dev Y`) from `ip route get` output, with the
+/// matched route's `metric` when it shows one; local destinations
+/// (`local ...`) have no nexthop to copy. The metric matters for IPv6: its
+/// connected routes have metric 256, and `ip -6 route replace` without one
+/// adds a second route at 1024 beside the kernel's, which keeps winning.
 fn parse_nexthop(get_output: &str) -> Option<Vec<String>> {
     let line = get_output.lines().next()?;
     if line.starts_with("local ") || line.starts_with("unreachable") {
@@ -69,7 +89,7 @@ fn parse_nexthop(get_output: &str) -> Option<Vec<String>> {
     }
     let words: Vec<&str> = line.split_whitespace().collect();
     let mut out = Vec::new();
-    for key in ["via", "dev"] {
+    for key in ["via", "dev", "metric"] {
         if let Some(i) = words.iter().position(|w| *w == key)
             && let Some(v) = words.get(i + 1)
         {
@@ -107,6 +127,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_ipv6_prefix_is_probed_at_its_last_address() {
+        let a: IpAddr = "fd00:12::".parse().unwrap();
+        assert_eq!(
+            probe_addr(a, 64),
+            "fd00:12::ffff:ffff:ffff:ffff".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            probe_addr("fd00:12::2".parse().unwrap(), 128),
+            "fd00:12::2".parse::<IpAddr>().unwrap()
+        );
+        let v4: IpAddr = "10.0.12.0".parse().unwrap();
+        assert_eq!(probe_addr(v4, 24), v4);
+    }
+
+    #[test]
     fn nexthop_from_route_get() {
         assert_eq!(
             parse_nexthop("10.0.3.2 via 10.0.12.2 dev eth1 src 10.0.12.1 uid 0 \n    cache \n"),
@@ -124,6 +159,19 @@ mod tests {
         assert_eq!(
             parse_nexthop("local 127.0.0.1 dev lo src 127.0.0.1\n"),
             None
+        );
+        // IPv6 names the matched route's metric: the replacement must take
+        // the connected route's place, not sit behind it.
+        assert_eq!(
+            parse_nexthop(
+                "fd00:12::1 from :: dev va proto kernel src fd00:12::2 metric 256 pref medium\n"
+            ),
+            Some(vec![
+                "dev".into(),
+                "va".into(),
+                "metric".into(),
+                "256".into()
+            ])
         );
     }
 }

@@ -555,3 +555,60 @@ fn early_syn_that_cannot_attach_is_reported_unavailable_with_the_reason() {
     transfer_server_to_client(&lab.client, &server, server_v4(), MIB, LAST_RELAY_V4);
     assert_eq!(early(&lab, "started"), 0.0);
 }
+
+/// Turbo-start over IPv6 relay legs (issue #32): rc installs the IPv6
+/// route to rs's link address and rs the one back to rc's prefix, so idle
+/// pooled legs both ways start at the configured window; bytes carried
+/// both ways over them.
+#[test]
+fn turbo_start_on_ipv6_relay_legs() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].addr = format!("[{}]:{PEER_PORT}", link_v6(1, 2, 2));
+    configs[0].accel(|a| {
+        a.pool = Some(true);
+        a.turbo = Some(turbo_40());
+    });
+    configs[1].accel(|a| a.turbo = Some(turbo_40()));
+    configs[1].listeners[0].addr = format!("[::]:{PEER_PORT}");
+    configs[1].listeners[0].allow_clients = vec!["fd00:12::/64".into()];
+    lab.start_relays(&configs);
+    wait_until(deadline, "pool filled over IPv6", || {
+        let st = status(&lab, "rc");
+        (st.peers[0].pool.as_ref()?.level >= 4).then_some(())
+    });
+    let ss = |ns: &Netns, filter: &str| -> String {
+        let out = output(
+            ns.command("ss")
+                .args(["-6", "-tin", "state", "established", filter]),
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for (ns, filter, what) in [
+        (lab.rc(), "( dport = :7100 )", "rc's IPv6 legs to rs"),
+        (lab.rs(), "( sport = :7100 )", "rs's IPv6 legs to rc"),
+    ] {
+        let text = ss(ns, filter);
+        let windows = cwnds(&text);
+        let routes = output(ns.command("ip").args(["-6", "route", "show"]));
+        assert!(
+            !windows.is_empty() && windows.iter().all(|&w| w >= 40),
+            "{what} should start at cwnd 40:\n{text}\nroutes:\n{}",
+            String::from_utf8_lossy(&routes.stdout)
+        );
+    }
+    let routes = output(lab.rc().command("ip").args(["-6", "route", "show"]));
+    let routes = String::from_utf8_lossy(&routes.stdout);
+    assert!(
+        routes
+            .lines()
+            .any(|l| l.starts_with(&link_v6(1, 2, 2)) && l.contains("initcwnd 40")),
+        "rc's turbo route to rs over IPv6:\n{routes}"
+    );
+    let server = TestServer::bind(&lab.server, server_v4());
+    transfer_server_to_client(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    transfer_client_to_server(&lab.client, &server, server_v4(), 4 * MIB, LAST_RELAY_V4);
+    lab.assert_relays_alive();
+}

@@ -487,6 +487,45 @@ fn the_default_config_learns_the_relay_legs_window_before_the_first_connection()
     lab.assert_relays_alive();
 }
 
+/// The default config's learned windows over IPv6 relay legs (issue #32):
+/// the window probe teaches rc a window for rs's IPv6 address (the BPF
+/// map's IPv6 key), a pooled leg resumes from it, and `/status` names it.
+#[test]
+fn the_default_config_learns_the_window_of_ipv6_relay_legs() {
+    require_netns!();
+    let _lock = heavy_lock();
+    let mut lab = Lab::two_relays();
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    let rs_v6 = link_v6(1, 2, 2);
+    configs[0].peers[0].addr = format!("[{rs_v6}]:{PEER_PORT}");
+    configs[1].listeners[0].addr = format!("[::]:{PEER_PORT}");
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, server_v4());
+    let (cwnd, ss) = wait_until(
+        Deadline::after(Duration::from_secs(60)),
+        "a pooled IPv6 leg resumed from the window probe",
+        || {
+            let (cwnd, ss) = pooled_leg_cwnd_after_idle(&lab, &server);
+            (cwnd > 32).then_some((cwnd, ss))
+        },
+    );
+    assert!(ss.contains("splitway_resume"), "{ss}");
+    assert!(ss.contains(&rs_v6), "the leg is not over IPv6:\n{ss}");
+    eprintln!("first pooled IPv6 leg cwnd after the window probe {cwnd}");
+    let status = admin_status(lab.rc()).expect("GET /status from rc");
+    let learned = status.learned_windows.expect("learned windows in /status");
+    let to_rs = learned
+        .peers
+        .iter()
+        .find(|w| w.peer.as_deref() == Some("rs"))
+        .unwrap_or_else(|| panic!("no window learned for rs: {learned:?}"));
+    assert_eq!(to_rs.addr, rs_v6, "{to_rs:?}");
+    assert!(to_rs.cwnd_segments >= 20 && to_rs.current, "{to_rs:?}");
+    transfer_client_to_server(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    transfer_server_to_client(&lab.client, &server, server_v4(), 8 * MIB, LAST_RELAY_V4);
+    lab.assert_relays_alive();
+}
+
 /// Two relays on one host both use splitway_cubic: the second shares the
 /// first's registration, and re-registers it when the first dies.
 #[test]

@@ -20,7 +20,12 @@ fn server_v6() -> SocketAddr {
 /// The two-relay lab with rc dialing rs over the link's IPv6 address and
 /// rs's peer listener on `[::]`; rc intercepts both families.
 fn ipv6_legs(lab: &Lab) -> Vec<RelayConfig> {
-    let mut configs = lab.default_configs(&[SERVER_PORT], true);
+    ipv6_legs_for(lab, &[SERVER_PORT])
+}
+
+/// [`ipv6_legs`] intercepting `ports`.
+fn ipv6_legs_for(lab: &Lab, ports: &[u16]) -> Vec<RelayConfig> {
+    let mut configs = lab.default_configs(ports, true);
     let rs_v6 = link_v6(1, 2, 2);
     configs[0].peers[0].addr = format!("[{rs_v6}]:{PEER_PORT}");
     for l in &mut configs[1].listeners {
@@ -119,5 +124,60 @@ fn zero_rtt_hellos_ride_the_syn_over_ipv6() {
             "{side}: {syn} Hellos in the SYN over IPv6"
         );
     }
+    lab.assert_relays_alive();
+}
+
+/// Strict mode over IPv6 (ip6tables' NFQUEUE and the inet reject table):
+/// an IPv6 client's SYN to a refusing IPv6 server is refused at connect and
+/// never reaches the listener; one to a listening server is released and
+/// carries 4 MiB each way over IPv6 relay legs.
+#[test]
+fn strict_mode_over_ipv6() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::two_relays();
+    let mut configs = ipv6_legs_for(&lab, &[SERVER_PORT, REFUSED_PORT]);
+    configs[0].accel(|a| a.strict = Some(true));
+    for cfg in &mut configs {
+        cfg.timeouts(|t| t.connect = Some("1s".into()));
+    }
+    lab.start_relays(&configs);
+    let strict = |outcome: &str| {
+        lab.metrics("rc")
+            .counter("splitway_strict_syn_total", &[("outcome", outcome)])
+    };
+    let refused = sock(&format!("[{SERVER_V6}]:{REFUSED_PORT}"));
+    for _ in 0..3 {
+        match connect_in(&lab.client, refused) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            Err(e) => panic!("refused IPv6 server: expected ECONNREFUSED, got {e}"),
+            Ok(_) => panic!("refused IPv6 server: connect succeeded"),
+        }
+    }
+    lab.wait_counter(
+        "rc",
+        "splitway_strict_syn_total",
+        &[("outcome", "refused")],
+        3.0,
+        deadline,
+    );
+    let accepted = |lab: &Lab| {
+        lab.metrics("rc")
+            .counter("splitway_connections_accepted_total", &[("mode", "tproxy")])
+    };
+    assert_eq!(accepted(&lab), 0.0, "a refused SYN reached the listener");
+    let server = TestServer::bind(&lab.server, server_v6());
+    transfer_client_to_server(&lab.client, &server, server_v6(), 4 * MIB, LAST_RELAY_V6);
+    transfer_server_to_client(&lab.client, &server, server_v6(), 4 * MIB, LAST_RELAY_V6);
+    lab.wait_counter(
+        "rc",
+        "splitway_strict_syn_total",
+        &[("outcome", "released")],
+        2.0,
+        deadline,
+    );
+    assert_eq!(accepted(&lab), 2.0, "one accept per transfer");
+    assert_eq!(strict("timeout"), 0.0);
+    lab.assert_forwarded_bytes("rs", 4 * MIB, 4 * MIB, deadline);
     lab.assert_relays_alive();
 }

@@ -734,3 +734,102 @@ fn direct_is_measured_and_chosen_when_it_is_best() {
     assert_eq!(candidate(&lab, "direct")["probes"], probes);
     drop((to_rs1, to_rs2));
 }
+
+/// Path choice with IPv6 candidates (issue #32): rc reaches rs1 and rs2
+/// over their IPv6 link addresses and carries a SOCKS5 client (IPv4) to an
+/// IPv6 server; killing rs1 moves new connections to rs2 within 3 s, every
+/// byte intact both ways.
+#[test]
+fn ipv6_candidates_fail_over_within_3s() {
+    require_netns!();
+    let _heavy = heavy_lock();
+    let deadline = Deadline::after(Duration::from_secs(90));
+    let mut lab = Lab::chain(&["rc", "rs1", "rs2"]);
+    let ip = |ns: &splitway_sys::netns::Netns, args: &[&str]| {
+        ns.ip(args)
+            .unwrap_or_else(|e| panic!("ip {args:?} in {}: {e}", ns.name()))
+    };
+    ip(
+        &lab.relays[0],
+        &[
+            "-6",
+            "route",
+            "add",
+            "fd00:23::/64",
+            "via",
+            &link_v6(1, 3, 2),
+        ],
+    );
+    ip(
+        &lab.relays[2],
+        &[
+            "-6",
+            "route",
+            "add",
+            "fd00:12::/64",
+            "via",
+            &link_v6(2, 3, 1),
+        ],
+    );
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    let mut rc = RelayConfig::new("rc");
+    rc.listen(ListenMode::Socks5, &format!("{ENTRY_V4}:{SOCKS_PORT}"));
+    rc.listeners[0].allow_clients = vec!["10.0.1.0/24".into()];
+    rc.peer("rs1", &format!("[{}]:{PEER_PORT}", link_v6(1, 3, 2)));
+    rc.peer("rs2", &format!("[{}]:{PEER_PORT}", link_v6(2, 3, 2)));
+    rc.raw_route(route_via("fd00:3::/64", via_list(&["rs1", "rs2"])));
+    rc.accel(|a| a.learned_window = Some(false));
+    configs[0] = rc;
+    for cfg in &mut configs[1..] {
+        for l in &mut cfg.listeners {
+            if l.mode == ListenMode::Peer {
+                l.addr = format!("[::]:{PEER_PORT}");
+            }
+        }
+    }
+    // rs1 dials the server itself (its kernel routes through rs2).
+    configs[1].routes.clear();
+    configs[1].peers.clear();
+    configs[1].route("::/0", "direct");
+    lab.start_relays(&configs);
+    let server = TestServer::bind(&lab.server, sock(&format!("[{SERVER_V6}]:{SERVER_PORT}")));
+    let path_v6 = |peer: SocketAddr| match peer.ip().to_string() {
+        a if a == link_v6(2, 3, 1) => "rs1",
+        a if a == LAST_RELAY_V6 => "rs2",
+        a => panic!("the server saw {a}, neither relay's IPv6 address"),
+    };
+    for seed in 0..3 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
+        assert_eq!(path_v6(peer), "rs1", "connection {seed}");
+    }
+    lab.kill_relay("rs1");
+    let killed = Instant::now();
+    let mut refused = 0;
+    let moved = loop {
+        deadline.remaining("waiting for a connection through rs2");
+        if let Some(peer) = transfer(&lab, &server, LEN, 100 + refused) {
+            break (peer, killed.elapsed());
+        }
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "[relay_paths] IPv6: first connection through {} {:?} after the kill, {refused} refused before",
+        moved.0, moved.1
+    );
+    assert_eq!(path_v6(moved.0), "rs2");
+    assert!(
+        moved.1 <= Duration::from_secs(3),
+        "moved after {:?}",
+        moved.1
+    );
+    for seed in 200..203 {
+        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with rs2 up");
+        assert_eq!(path_v6(peer), "rs2", "connection {seed}");
+    }
+    let m = lab.metrics("rc");
+    assert_eq!(
+        m.counter("splitway_path_flips_total", &[("cause", "failure")]),
+        1.0
+    );
+}

@@ -117,16 +117,17 @@ pub(super) fn loss_isolation(
     client: &LegTuning,
 ) {
     let client_legs = listeners.iter().any(|l| l.mode != ListenMode::Peer);
-    let named = client.congestion.is_some();
-    accel.loss_isolation = match accel.requested.loss_isolation {
-        Switch::Auto => client_legs && !named,
-        s => s == Switch::On,
+    let requested = match accel.requested.loss_isolation {
+        Switch::Auto => None,
+        s => Some(s == Switch::On),
     };
-    if accel.requested.loss_isolation == Switch::On && named {
-        c.err(
-            "accel.loss_isolation",
-            "cannot be combined with [client] congestion, which names the client legs' algorithm itself",
-        );
+    match crate::loss_isolation::config::resolve(
+        requested,
+        client_legs,
+        client.congestion.is_some(),
+    ) {
+        Ok(on) => accel.loss_isolation = on,
+        Err(message) => c.err("accel.loss_isolation", message),
     }
 }
 

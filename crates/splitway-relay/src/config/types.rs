@@ -204,7 +204,7 @@ pub struct Accel {
 
 /// The congestion control loss isolation gives lossy client legs: a
 /// model-based algorithm that random loss does not slow.
-pub const LOSS_TOLERANT_CC: &str = "bbr";
+pub use crate::loss_isolation::LOSS_TOLERANT_CC;
 
 /// The congestion control that gives relay legs their learned window.
 pub const LEARNED_WINDOW_CC: &str = "splitway_resume";

@@ -1,24 +1,9 @@
-//! Loss isolation by default (`[accel] loss_isolation`, issue #29 item 3).
-//!
-//! A client leg whose path loses data without queueing (a radio or
-//! satellite last mile) runs the kernel's default algorithm, which halves
-//! its window at every random loss: the leg collapses although the relay
-//! already confines the loss to it. Each finished client leg is judged from
-//! its TCP_INFO; a client (an IPv4 address, an IPv6 /64) judged lossy gets
-//! [`LOSS_TOLERANT_CC`] on its next legs until one of them says otherwise:
-//! clean (almost no loss), or congested (loss while the RTT rose above its
-//! minimum: a full queue, where a loss-based algorithm is the fair one).
+//! What a client leg's TCP_INFO says of its client's path (sans-IO): the
+//! verdicts, and where they start counting.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use splitway_sys::sock::TcpInfo;
-
-use crate::policy::source_host;
-
-pub use crate::config::LOSS_TOLERANT_CC;
 
 /// A verdict needs this many segments sent: a short leg's one loss says
 /// nothing.
@@ -32,7 +17,7 @@ const CLEAN: f64 = 0.002;
 /// A smoothed RTT above `min_rtt * QUEUE_FACTOR + QUEUE_SLACK` means a
 /// queue built up: the loss may be congestion's.
 const QUEUE_FACTOR: f64 = 1.25;
-/// The same for a leg that ran [`LOSS_TOLERANT_CC`], whose start-up and
+/// The same for a leg that ran [`LOSS_TOLERANT_CC`](super::LOSS_TOLERANT_CC), whose start-up and
 /// probing keep up to a path's worth of its own data queued (its gain of
 /// about 2): only a queue beyond that is someone else's.
 const QUEUE_FACTOR_TOLERANT: f64 = 2.5;
@@ -41,11 +26,6 @@ const QUEUE_SLACK_US: u32 = 2_000;
 /// (a full backlog), not a lossy link's, and a loss-based algorithm
 /// recovers from them within microseconds anyway.
 const MIN_LOSSY_RTT_US: u32 = 1_000;
-/// How long a lossy verdict holds without a new leg to confirm it.
-const MEMORY: Duration = Duration::from_secs(600);
-/// Clients remembered at once; beyond, new verdicts are dropped.
-const MAX_CLIENTS: usize = 4096;
-
 /// What a finished client leg says of its client's path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -81,7 +61,7 @@ pub struct Since {
 }
 
 impl Since {
-    /// The leg's whole life: for a leg on [`LOSS_TOLERANT_CC`], whose
+    /// The leg's whole life: for a leg on [`LOSS_TOLERANT_CC`](super::LOSS_TOLERANT_CC), whose
     /// start-up leaves no slow-start threshold to tell its end by.
     pub const START: Since = Since {
         data_segs_out: 0,
@@ -130,7 +110,7 @@ impl StartUp {
 }
 
 /// Judges a client leg from the sender's TCP_INFO at its end, counting
-/// from `since`; `tolerant`: the leg ran [`LOSS_TOLERANT_CC`].
+/// from `since`; `tolerant`: the leg ran [`LOSS_TOLERANT_CC`](super::LOSS_TOLERANT_CC).
 pub fn judge(info: &TcpInfo, since: Since, tolerant: bool) -> Verdict {
     let (sent, resent) = since.counted(info);
     // Data segments: a leg that mostly acknowledged (an upload) says
@@ -178,43 +158,6 @@ pub fn judge_early(info: &TcpInfo, since: Since) -> Verdict {
         Since::START,
         false,
     )
-}
-
-/// The clients judged lossy, and since when.
-#[derive(Default)]
-pub struct LossyClients {
-    since: Mutex<HashMap<IpAddr, Instant>>,
-}
-
-impl LossyClients {
-    /// Records what a leg of `client` said at `now`.
-    pub fn learn(&self, client: IpAddr, verdict: Verdict, now: Instant) {
-        let key = source_host(client);
-        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
-        match verdict {
-            Verdict::Lossy => {
-                if since.len() >= MAX_CLIENTS && !since.contains_key(&key) {
-                    since.retain(|_, at| now.saturating_duration_since(*at) < MEMORY);
-                    if since.len() >= MAX_CLIENTS {
-                        return;
-                    }
-                }
-                since.insert(key, now);
-            }
-            Verdict::Congested | Verdict::Clean => {
-                since.remove(&key);
-            }
-            Verdict::Unsure => {}
-        }
-    }
-
-    /// Whether `client`'s next leg should run [`LOSS_TOLERANT_CC`].
-    pub fn is_lossy(&self, client: IpAddr, now: Instant) -> bool {
-        let since = self.since.lock().unwrap_or_else(|e| e.into_inner());
-        since
-            .get(&source_host(client))
-            .is_some_and(|at| now.saturating_duration_since(*at) < MEMORY)
-    }
 }
 
 #[cfg(test)]
@@ -342,27 +285,5 @@ mod tests {
         assert_eq!(stuck.over(&repairing, t0), None);
         assert_eq!(stuck.over(&repairing, t0 + ms(250)), None);
         assert!(stuck.over(&repairing, t0 + ms(500)).is_some());
-    }
-
-    #[test]
-    fn a_lossy_client_is_remembered_until_a_leg_says_otherwise() {
-        let clients = LossyClients::default();
-        let now = Instant::now();
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        let b: IpAddr = "192.0.2.2".parse().unwrap();
-        clients.learn(a, Verdict::Lossy, now);
-        assert!(clients.is_lossy(a, now));
-        assert!(!clients.is_lossy(b, now), "per client address");
-        clients.learn(a, Verdict::Unsure, now);
-        assert!(clients.is_lossy(a, now));
-        assert!(!clients.is_lossy(a, now + MEMORY), "forgotten");
-        clients.learn(a, Verdict::Congested, now);
-        assert!(!clients.is_lossy(a, now), "congestion: back to fair");
-        clients.learn(a, Verdict::Lossy, now);
-        clients.learn(a, Verdict::Clean, now);
-        assert!(!clients.is_lossy(a, now));
-        // An IPv6 client counts with its /64.
-        clients.learn("2001:db8::1".parse().unwrap(), Verdict::Lossy, now);
-        assert!(clients.is_lossy("2001:db8::2".parse().unwrap(), now));
     }
 }
