@@ -144,6 +144,28 @@ pub struct RunArgs {
     /// pairwise. Recorded in the JSON as `loss_seed`.
     #[arg(long)]
     pub loss_seed: Option<u64>,
+    /// The address family every leg uses: v4, v6, or both (each chain run
+    /// over IPv4, then over IPv6, side by side in one report).
+    #[arg(long, value_enum)]
+    pub family: Option<FamilyChoice>,
+}
+
+/// `--family`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FamilyChoice {
+    V4,
+    V6,
+    Both,
+}
+
+impl FamilyChoice {
+    fn families(choice: Option<FamilyChoice>) -> Vec<runner::Family> {
+        match choice.unwrap_or(FamilyChoice::V4) {
+            FamilyChoice::V4 => vec![runner::Family::V4],
+            FamilyChoice::V6 => vec![runner::Family::V6],
+            FamilyChoice::Both => vec![runner::Family::V4, runner::Family::V6],
+        }
+    }
 }
 
 impl RunArgs {
@@ -157,6 +179,7 @@ impl RunArgs {
             model_only: self.model_only || outer.model_only,
             relay_congestion: self.relay_congestion.or(outer.relay_congestion),
             loss_seed: self.loss_seed.or(outer.loss_seed),
+            family: self.family.or(outer.family),
             out_dir: if self.out_dir.as_os_str() == RESULTS_DIR {
                 outer.out_dir.clone()
             } else {
@@ -339,6 +362,7 @@ fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
             return Err(LabError::NotRoot);
         }
         let options = RunOptions {
+            families: FamilyChoice::families(run.family),
             quick: run.quick,
             reps: run.reps,
             configs: Some(configs),

@@ -137,6 +137,8 @@ fn round3(v: f64) -> f64 {
 #[derive(Debug, Clone, Serialize)]
 pub struct ChainReport {
     pub name: String,
+    /// The address family every leg used: `ipv4` or `ipv6`.
+    pub family: &'static str,
     pub hosts: Vec<String>,
     pub description: String,
     pub links: Vec<LinkSummary>,
@@ -161,6 +163,7 @@ impl ChainReport {
     pub fn new(chain: &Chain) -> Self {
         ChainReport {
             name: chain.name.clone(),
+            family: "ipv4",
             hosts: chain.spec.hosts.clone(),
             description: chain.describe(),
             links: chain
@@ -374,6 +377,42 @@ impl LabReport {
             }
             for n in notes {
                 let _ = writeln!(out, "  note: {n}");
+            }
+        }
+        out.push_str(&self.render_families());
+        out
+    }
+
+    /// Where a chain ran over both families (`--family both`): each
+    /// configuration's IPv6 median over its IPv4 one, TTFB and total, per
+    /// size. Empty otherwise.
+    pub fn render_families(&self) -> String {
+        let mut out = String::new();
+        for v6 in self.chains.iter().filter(|c| c.family == "ipv6") {
+            let Some(v4) = self
+                .chains
+                .iter()
+                .find(|c| c.family == "ipv4" && v6.name == format!("{} (IPv6)", c.name))
+            else {
+                continue;
+            };
+            let _ = writeln!(out, "\n== {}: IPv6 / IPv4, medians (TTFB, total)", v4.name);
+            for m in &v6.results {
+                let Some(m4) = v4.find(&m.config, m.size_bytes) else {
+                    continue;
+                };
+                let ratio = |a: Option<Spread>, b: Option<Spread>| match (a, b) {
+                    (Some(a), Some(b)) if b.median > 0.0 => format!("{:.3}", a.median / b.median),
+                    _ => "-".into(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{:<14} {:>6} {:>7} {:>7}",
+                    m.config,
+                    format_size(m.size_bytes),
+                    ratio(m.ttfb_ms, m4.ttfb_ms),
+                    ratio(m.total_ms, m4.total_ms)
+                );
             }
         }
         out

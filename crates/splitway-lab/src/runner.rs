@@ -33,7 +33,7 @@
 
 use std::fs;
 use std::io::Read as _;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -195,6 +195,8 @@ pub fn is_root() -> bool {
 /// How to run a scenario.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
+    /// The address families to run every chain over, in turn.
+    pub families: Vec<Family>,
     pub quick: bool,
     /// Overrides the scenario's repetitions.
     pub reps: Option<u32>,
@@ -204,6 +206,60 @@ pub struct RunOptions {
     pub progress: bool,
     /// Seed of the emulator's loss PRNGs for every chain (None: random).
     pub loss_seed: Option<u64>,
+}
+
+/// The address family of a run: clients, relays and servers reach each
+/// other over IPv4 or IPv6 only (issue #32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "ipv4",
+            Family::V6 => "ipv6",
+        }
+    }
+
+    /// `host`'s address on its link toward the client.
+    fn left(self, host: &Host) -> Option<IpAddr> {
+        match self {
+            Family::V4 => host.left_addr().map(IpAddr::V4),
+            Family::V6 => host.left_addr6().map(IpAddr::V6),
+        }
+    }
+
+    /// `host`'s address on its link toward the server.
+    fn right(self, host: &Host) -> Option<IpAddr> {
+        match self {
+            Family::V4 => host.right_addr().map(IpAddr::V4),
+            Family::V6 => host.right_addr6().map(IpAddr::V6),
+        }
+    }
+
+    /// Every address of the family, for a listener.
+    fn any(self) -> IpAddr {
+        match self {
+            Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            Family::V6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        }
+    }
+
+    /// One host's prefix: /32 or /128.
+    fn host_prefix(self, addr: IpAddr) -> String {
+        match self {
+            Family::V4 => format!("{addr}/32"),
+            Family::V6 => format!("{addr}/128"),
+        }
+    }
+}
+
+/// `http://addr:port` with an IPv6 address in brackets.
+fn http_base(addr: IpAddr, port: u16) -> String {
+    format!("http://{}", SocketAddr::new(addr, port))
 }
 
 /// Runs every chain and configuration of `scenario` and returns the report.
@@ -227,7 +283,13 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
     write_objects(&work.path.join("www"), &objects)?;
 
     let runnable = configs.iter().filter(|c| availability(**c).is_ok()).count();
-    let total = scenario.chains.len() * runnable * scenario.sizes.len() * reps as usize;
+    let families = if options.families.is_empty() {
+        vec![Family::V4]
+    } else {
+        options.families.clone()
+    };
+    let total =
+        scenario.chains.len() * families.len() * runnable * scenario.sizes.len() * reps as usize;
     let bar = if options.progress {
         ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr())
     } else {
@@ -240,12 +302,21 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
     );
 
     for chain in &scenario.chains {
-        let emu = EmuOptions {
-            seed: options.loss_seed,
-            ..EmuOptions::default()
-        };
-        let chain_report = run_chain(scenario, chain, &configs, reps, &work.path, &bar, &emu)?;
-        report.chains.push(chain_report);
+        for &family in &families {
+            let emu = EmuOptions {
+                seed: options.loss_seed,
+                ..EmuOptions::default()
+            };
+            let run = ChainRun {
+                configs: &configs,
+                reps,
+                work: &work.path,
+                bar: &bar,
+                emu: &emu,
+                family,
+            };
+            report.chains.push(run_chain(scenario, chain, &run)?);
+        }
     }
     bar.finish_and_clear();
     report.load_average_end = crate::report::load_average();
@@ -272,16 +343,30 @@ pub fn availability(config: Config) -> Result<(), String> {
     }
 }
 
-fn run_chain(
-    scenario: &Scenario,
-    chain: &Chain,
-    configs: &[Config],
+/// How one chain is run: what the scenario does not say.
+struct ChainRun<'a> {
+    configs: &'a [Config],
     reps: u32,
-    work: &Path,
-    bar: &ProgressBar,
-    emu: &EmuOptions,
-) -> Result<ChainReport, LabError> {
+    work: &'a Path,
+    bar: &'a ProgressBar,
+    emu: &'a EmuOptions,
+    family: Family,
+}
+
+fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<ChainReport, LabError> {
+    let ChainRun {
+        configs,
+        reps,
+        work,
+        bar,
+        emu,
+        family,
+    } = *run;
     let mut out = ChainReport::new(chain);
+    out.family = family.name();
+    if family == Family::V6 {
+        out.name = format!("{} (IPv6)", chain.name);
+    }
     bar.set_message(format!("{}: building the chain", chain.name));
     let topo = Topology::build_with(&chain.spec, NETNS_PREFIX, emu)?;
     // The host's default (often bbr) would leak into every namespace; the
@@ -298,9 +383,9 @@ fn run_chain(
             .map_err(|e| LabError::peer("sysctl", host.name(), e.to_string()))?;
     }
     let server = topo.server();
-    let server_addr = server
-        .left_addr()
-        .ok_or_else(|| LabError::Usage("the server has no link".into()))?;
+    let server_addr = family
+        .left(server)
+        .ok_or_else(|| LabError::Usage(format!("the server has no {} link", family.name())))?;
     let _nginx = start_nginx(server, work)?;
     // Timed RTT changes and loss bursts run through every configuration.
     let _handovers = handover::Handovers::start(&topo, chain);
@@ -311,7 +396,15 @@ fn run_chain(
             .iter()
             .map(|&size| Measurement::unmeasured(chain, config, size))
             .collect();
-        if let Err(reason) = availability(config) {
+        let available = availability(config).and_then(|()| match (config, family) {
+            (Config::Agent, Family::V6) => Err(
+                "the agent's IPv6 destination option (23 bytes) does not fit beside Linux's \
+                 SYN options: its connections go direct (docs/syn-option.md)"
+                    .to_owned(),
+            ),
+            _ => Ok(()),
+        });
+        if let Err(reason) = available {
             for row in &mut rows {
                 row.note = Some(reason.clone());
             }
@@ -319,7 +412,7 @@ fn run_chain(
             continue;
         }
         bar.set_message(format!("{}: {config}: starting", chain.name));
-        let setup = match setup_config(config, &topo, server_addr, work, chain) {
+        let setup = match setup_config(config, &topo, server_addr, work, chain, family) {
             Ok(setup) => setup,
             Err(e) => {
                 let (status, note) = match &e {
@@ -838,6 +931,7 @@ fn start_nginx(server: &Host, work: &Path) -> Result<Proc, LabError> {
            proxy_temp_path {dir}/tmp/proxy;\n\
            server {{\n\
              listen {HTTP_PORT} backlog=4096 fastopen=256;\n\
+             listen [::]:{HTTP_PORT} backlog=4096 fastopen=256;\n\
              root {www};\n\
            }}\n\
          }}\n",
@@ -886,12 +980,13 @@ impl Setup {
 fn setup_config(
     config: Config,
     topo: &Topology,
-    server_addr: Ipv4Addr,
+    server_addr: IpAddr,
     work: &Path,
     chain: &Chain,
+    family: Family,
 ) -> Result<Setup, LabError> {
     let relays = topo.relays();
-    let direct = format!("http://{server_addr}:{HTTP_PORT}");
+    let direct = http_base(server_addr, HTTP_PORT);
     if config != Config::E2e && relays.is_empty() {
         return Err(LabError::Usage(format!(
             "{config} needs at least one relay"
@@ -909,8 +1004,8 @@ fn setup_config(
             agent: None,
             _procs: Vec::new(),
         }),
-        Config::Haproxy => setup_haproxy(relays, server_addr, &dir),
-        Config::Ssh => setup_ssh(relays, server_addr, &dir),
+        Config::Haproxy => setup_haproxy(relays, server_addr, &dir, family),
+        Config::Ssh => setup_ssh(relays, server_addr, &dir, family),
         Config::Default
         | Config::Split
         | Config::SplitEs
@@ -918,27 +1013,43 @@ fn setup_config(
         | Config::Full
         | Config::FullTfo
         | Config::Socks5
-        | Config::Agent => setup_splitway(config, topo, server_addr, &dir, chain),
+        | Config::Agent => setup_splitway(config, topo, server_addr, &dir, chain, family),
     }
 }
 
-fn left_addr(host: &Host) -> Result<Ipv4Addr, LabError> {
-    host.left_addr()
-        .ok_or_else(|| LabError::Usage(format!("host {} has no client-side link", host.name())))
+fn left_addr(host: &Host, family: Family) -> Result<IpAddr, LabError> {
+    family.left(host).ok_or_else(|| {
+        LabError::Usage(format!(
+            "host {} has no {} client-side link",
+            host.name(),
+            family.name()
+        ))
+    })
 }
 
-fn setup_haproxy(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, LabError> {
+fn setup_haproxy(
+    relays: &[Host],
+    server: IpAddr,
+    dir: &Path,
+    family: Family,
+) -> Result<Setup, LabError> {
     let mut procs = Vec::new();
+    // HAProxy's own address form: `ipv4@` / `ipv6@` prefixes, no brackets.
+    let at = |addr: IpAddr, port: u16| match addr {
+        IpAddr::V4(a) => format!("ipv4@{a}:{port}"),
+        IpAddr::V6(a) => format!("ipv6@{a}:{port}"),
+    };
+    let bind = at(family.any(), HAPROXY_PORT);
     // Start from the server side so each HAProxy's next hop already listens.
     for (i, relay) in relays.iter().enumerate().rev() {
         let next = match relays.get(i + 1) {
-            Some(next) => format!("{}:{HAPROXY_PORT}", left_addr(next)?),
-            None => format!("{server}:{HTTP_PORT}"),
+            Some(next) => at(left_addr(next, family)?, HAPROXY_PORT),
+            None => at(server, HTTP_PORT),
         };
         let conf = format!(
             "global\n  maxconn 4096\n\
              defaults\n  mode tcp\n  timeout connect 10s\n  timeout client 120s\n  timeout server 120s\n\
-             frontend lab\n  bind 0.0.0.0:{HAPROXY_PORT}\n  default_backend next\n\
+             frontend lab\n  bind {bind}\n  default_backend next\n\
              backend next\n  server next {next}\n"
         );
         let path = dir.join(format!("haproxy-{}.cfg", relay.name()));
@@ -954,13 +1065,14 @@ fn setup_haproxy(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup,
         proc.wait_listening(relay, &[HAPROXY_PORT])?;
         procs.push(proc);
     }
-    let first = left_addr(&relays[0])?;
+    let first = left_addr(&relays[0], family)?;
+    let base = http_base(first, HAPROXY_PORT);
     Ok(Setup {
-        base: format!("http://{first}:{HAPROXY_PORT}"),
         note: Some(format!(
-            "explicit proxy: the client connects to {}'s HAProxy at {first}:{HAPROXY_PORT}",
+            "explicit proxy: the client connects to {}'s HAProxy at {base}",
             relays[0].name()
         )),
+        base,
         tcp_fastopen: false,
         degraded: None,
         curl_args: Vec::new(),
@@ -988,7 +1100,12 @@ fn run_tool(what: &str, cmd: &mut Command) -> Result<(), LabError> {
     Ok(())
 }
 
-fn setup_ssh(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, LabError> {
+fn setup_ssh(
+    relays: &[Host],
+    server: IpAddr,
+    dir: &Path,
+    family: Family,
+) -> Result<Setup, LabError> {
     let first = &relays[0];
     let last = &relays[relays.len() - 1];
     let host_key = dir.join("ssh_host_ed25519_key");
@@ -1008,10 +1125,11 @@ fn setup_ssh(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, Lab
     // sshd insists on its privilege separation directory.
     fs::create_dir_all("/run/sshd").map_err(|e| LabError::io("create /run/sshd", e))?;
     let conf = format!(
-        "Port {SSHD_PORT}\nListenAddress 0.0.0.0\nHostKey {host_key}\nPidFile {dir}/sshd.pid\n\
+        "Port {SSHD_PORT}\nListenAddress {listen}\nHostKey {host_key}\nPidFile {dir}/sshd.pid\n\
          AuthorizedKeysFile {authorized}\nPermitRootLogin prohibit-password\n\
          PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
          AllowTcpForwarding yes\nPermitOpen any\nX11Forwarding no\nPrintMotd no\nUseDNS no\n",
+        listen = family.any(),
         host_key = host_key.display(),
         dir = dir.display(),
         authorized = authorized.display(),
@@ -1023,8 +1141,13 @@ fn setup_ssh(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, Lab
     let mut sshd = Proc::spawn("sshd", last, cmd, dir.join("sshd.log"))?;
     sshd.wait_listening(last, &[SSHD_PORT])?;
 
-    let first_addr = left_addr(first)?;
-    let last_addr = left_addr(last)?;
+    let first_addr = left_addr(first, family)?;
+    let last_addr = left_addr(last, family)?;
+    // ssh's forwarding spec takes an IPv6 address in brackets.
+    let bracket = |a: IpAddr| match a {
+        IpAddr::V4(a) => a.to_string(),
+        IpAddr::V6(a) => format!("[{a}]"),
+    };
     let mut cmd = first.netns().command("ssh");
     cmd.args(["-N", "-F", "/dev/null", "-i"])
         .arg(&client_key)
@@ -1046,17 +1169,22 @@ fn setup_ssh(relays: &[Host], server: Ipv4Addr, dir: &Path) -> Result<Setup, Lab
             "-o",
             "LogLevel=ERROR",
             "-L",
-            &format!("{first_addr}:{SSH_FORWARD_PORT}:{server}:{HTTP_PORT}"),
+            &format!(
+                "{}:{SSH_FORWARD_PORT}:{}:{HTTP_PORT}",
+                bracket(first_addr),
+                bracket(server)
+            ),
             &format!("root@{last_addr}"),
         ]);
     let mut ssh = Proc::spawn("ssh -L", first, cmd, dir.join("ssh.log"))?;
     ssh.wait_listening(first, &[SSH_FORWARD_PORT])?;
     Ok(Setup {
-        base: format!("http://{first_addr}:{SSH_FORWARD_PORT}"),
+        base: http_base(first_addr, SSH_FORWARD_PORT),
         note: Some(format!(
-            "explicit: the client connects to ssh -L on {} ({first_addr}:{SSH_FORWARD_PORT}), \
+            "explicit: the client connects to ssh -L on {} ({}), \
              one SSH session to sshd on {}",
             first.name(),
+            SocketAddr::new(first_addr, SSH_FORWARD_PORT),
             last.name()
         )),
         tcp_fastopen: false,
@@ -1202,7 +1330,8 @@ fn relay_config(
     psk: &Path,
     accel: Accel,
     chain: &Chain,
-    client: Ipv4Addr,
+    client: IpAddr,
+    family: Family,
 ) -> Result<String, LabError> {
     use crate::testbed::config::{
         self as testbed, Intercept, ListenMode, RawAccel, RawListener, RawPeer, RawRoute,
@@ -1213,10 +1342,11 @@ fn relay_config(
     // Relay i sits between link i (client side) and link i + 1.
     let right_cc = leg_congestion(chain, i + 1);
     let mut conf = testbed::relay(relay.name(), &format!("127.0.0.1:{ADMIN_PORT}"), Some(psk));
+    let any = |port: u16| SocketAddr::new(family.any(), port).to_string();
     let listener = if i == 0 {
         match accel.ingress {
             Ingress::Tproxy => {
-                let mut l = RawListener::new(ListenMode::Tproxy, format!("0.0.0.0:{TPROXY_PORT}"));
+                let mut l = RawListener::new(ListenMode::Tproxy, any(TPROXY_PORT));
                 l.intercept = Some(Intercept {
                     interfaces: vec![DEV_LEFT.into()],
                     ports: vec![HTTP_PORT],
@@ -1224,15 +1354,14 @@ fn relay_config(
                 l
             }
             Ingress::Socks5 => {
-                let mut l = RawListener::new(ListenMode::Socks5, format!("0.0.0.0:{SOCKS_PORT}"));
-                l.allow_clients = vec![format!("{client}/32")];
+                let mut l = RawListener::new(ListenMode::Socks5, any(SOCKS_PORT));
+                l.allow_clients = vec![family.host_prefix(client)];
                 l
             }
             // `watch`: the detector reads the destination from the SYN.
             Ingress::Agent => {
-                let mut l =
-                    RawListener::new(ListenMode::SynOption, format!("0.0.0.0:{SYNOPT_PORT}"));
-                l.allow_clients = vec![format!("{client}/32")];
+                let mut l = RawListener::new(ListenMode::SynOption, any(SYNOPT_PORT));
+                l.allow_clients = vec![family.host_prefix(client)];
                 l.watch = vec![DEV_LEFT.into()];
                 l
             }
@@ -1241,20 +1370,23 @@ fn relay_config(
         // Only the upstream relay may dial in; naming it also lets turbo
         // install the return route at start, before the first (pooled)
         // connection arrives.
-        let upstream = relays[i - 1].right_addr().ok_or_else(|| {
+        let upstream = family.right(&relays[i - 1]).ok_or_else(|| {
             LabError::Usage(format!(
                 "host {} has no server-side link",
                 relays[i - 1].name()
             ))
         })?;
-        let mut l = RawListener::new(ListenMode::Peer, format!("0.0.0.0:{PEER_PORT}"));
-        l.allow_clients = vec![format!("{upstream}/32")];
+        let mut l = RawListener::new(ListenMode::Peer, any(PEER_PORT));
+        l.allow_clients = vec![family.host_prefix(upstream)];
         l
     };
     conf.listen.push(listener);
     let via = match relays.get(i + 1) {
         Some(next) => {
-            let mut peer = RawPeer::new(next.name(), format!("{}:{PEER_PORT}", left_addr(next)?));
+            let mut peer = RawPeer::new(
+                next.name(),
+                SocketAddr::new(left_addr(next, family)?, PEER_PORT).to_string(),
+            );
             // The minimal config names no algorithm: its relay legs run
             // what the relay picks by default (the learned window).
             if !accel.minimal {
@@ -1266,6 +1398,7 @@ fn relay_config(
         None => "direct",
     };
     conf.route.push(RawRoute::new("0.0.0.0/0", via));
+    conf.route.push(RawRoute::new("::/0", via));
     if accel.minimal {
         // The README's minimal config: listeners, peer, route. Nothing else.
         return Ok(conf.to_toml());
@@ -1304,15 +1437,15 @@ fn relay_config(
 fn setup_splitway(
     config: Config,
     topo: &Topology,
-    server_addr: Ipv4Addr,
+    server_addr: IpAddr,
     dir: &Path,
     chain: &Chain,
+    family: Family,
 ) -> Result<Setup, LabError> {
     let relays = topo.relays();
-    let direct = format!("http://{server_addr}:{HTTP_PORT}");
-    let client = topo
-        .client()
-        .right_addr()
+    let direct = http_base(server_addr, HTTP_PORT);
+    let client = family
+        .right(topo.client())
         .ok_or_else(|| LabError::Usage("the client has no link".into()))?;
     let accel = Accel::of(config);
     let turbo_initcwnd = chain.model.turbo_initcwnd;
@@ -1332,7 +1465,7 @@ fn setup_splitway(
             .map_err(|e| LabError::peer("sysctl", relay.name(), e.to_string()))?;
     }
     for (i, relay) in relays.iter().enumerate().rev() {
-        let conf = relay_config(relays, i, &psk, accel, chain, client)?;
+        let conf = relay_config(relays, i, &psk, accel, chain, client, family)?;
         let path = dir.join(format!("relay-{}.toml", relay.name()));
         write_file(&path, conf.as_bytes())?;
         let mut cmd = relay.netns().command(&bin.to_string_lossy());
@@ -1421,7 +1554,8 @@ fn setup_splitway(
             missing.join(", ")
         )
     });
-    let first = left_addr(&relays[0])?;
+    let first = left_addr(&relays[0], family)?;
+    let socks = SocketAddr::new(first, SOCKS_PORT);
     let (how, curl_args, agent) = match accel.ingress {
         Ingress::Tproxy => (
             format!(
@@ -1432,11 +1566,8 @@ fn setup_splitway(
             None,
         ),
         Ingress::Socks5 => (
-            format!(
-                "explicit: curl --socks5 {first}:{SOCKS_PORT} ({})",
-                relays[0].name()
-            ),
-            vec!["--socks5".to_owned(), format!("{first}:{SOCKS_PORT}")],
+            format!("explicit: curl --socks5 {socks} ({})", relays[0].name()),
+            vec!["--socks5".to_owned(), socks.to_string()],
             None,
         ),
         Ingress::Agent => (
@@ -1450,7 +1581,11 @@ fn setup_splitway(
             Some(AgentGuard::enable(
                 &bin,
                 dir,
-                &format!("{server_addr}/32={first}:{SYNOPT_PORT}"),
+                &format!(
+                    "{}={}",
+                    family.host_prefix(server_addr),
+                    SocketAddr::new(first, SYNOPT_PORT)
+                ),
             )?),
         ),
     };
@@ -1551,6 +1686,20 @@ impl Drop for AgentGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_of_each_family_are_written_as_their_tools_take_them() {
+        let v6: IpAddr = "fd77:2::2".parse().unwrap();
+        let v4: IpAddr = "10.77.2.2".parse().unwrap();
+        assert_eq!(http_base(v6, 80), "http://[fd77:2::2]:80");
+        assert_eq!(http_base(v4, 80), "http://10.77.2.2:80");
+        assert_eq!(Family::V6.host_prefix(v6), "fd77:2::2/128");
+        assert_eq!(Family::V4.host_prefix(v4), "10.77.2.2/32");
+        assert_eq!(
+            SocketAddr::new(Family::V6.any(), 7100).to_string(),
+            "[::]:7100"
+        );
+    }
 
     #[test]
     fn curl_output_parses() {

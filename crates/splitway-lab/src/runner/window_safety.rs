@@ -337,7 +337,14 @@ fn run_config(
         .left_addr()
         .ok_or_else(|| LabError::Usage("the server has no link".into()))?;
     let _nginx = start_nginx(topo.server(), work)?;
-    let setup = setup_config(config, &topo, server, work, chain)?;
+    let setup = setup_config(
+        config,
+        &topo,
+        std::net::IpAddr::V4(server),
+        work,
+        chain,
+        super::Family::V4,
+    )?;
     let mut result = ConfigResult {
         config: config.name().to_owned(),
         fairness: Vec::new(),
