@@ -248,6 +248,21 @@ impl Family {
         }
     }
 
+    /// `chain` as the model sees it over this family: an IPv6 header is 20
+    /// bytes longer, so a 1500-byte packet carries 1428 bytes, and an
+    /// object near a slow-start round's boundary (100 KB: 70 segments of
+    /// 1448, 71 of 1428) takes one round more.
+    fn model_chain(self, chain: &Chain) -> std::borrow::Cow<'_, Chain> {
+        match self {
+            Family::V4 => std::borrow::Cow::Borrowed(chain),
+            Family::V6 => {
+                let mut c = chain.clone();
+                c.model.mss = crate::model::MSS - IPV6_HEADER_EXTRA;
+                std::borrow::Cow::Owned(c)
+            }
+        }
+    }
+
     /// One host's prefix: /32 or /128.
     fn host_prefix(self, addr: IpAddr) -> String {
         match self {
@@ -256,6 +271,9 @@ impl Family {
         }
     }
 }
+
+/// Bytes an IPv6 header has beyond an IPv4 one (40 against 20).
+const IPV6_HEADER_EXTRA: u32 = 20;
 
 /// `http://addr:port` with an IPv6 address in brackets.
 fn http_base(addr: IpAddr, port: u16) -> String {
@@ -315,7 +333,9 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
                 emu: &emu,
                 family,
             };
-            report.chains.push(run_chain(scenario, chain, &run)?);
+            report
+                .chains
+                .push(run_chain(scenario, &family.model_chain(chain), &run)?);
         }
     }
     bar.finish_and_clear();
@@ -992,7 +1012,12 @@ fn setup_config(
             "{config} needs at least one relay"
         )));
     }
-    let dir = work.join(config.name().replace('+', "-"));
+    // Per family too: a second family's run must not find the first's
+    // keys and files (ssh-keygen will not overwrite a key).
+    let dir = match family {
+        Family::V4 => work.join(config.name().replace('+', "-")),
+        Family::V6 => work.join(format!("{}-ipv6", config.name().replace('+', "-"))),
+    };
     fs::create_dir_all(&dir).map_err(|e| LabError::io(format!("create {}", dir.display()), e))?;
     match config {
         Config::E2e => Ok(Setup {
@@ -1699,6 +1724,23 @@ mod tests {
             SocketAddr::new(Family::V6.any(), 7100).to_string(),
             "[::]:7100"
         );
+    }
+
+    #[test]
+    fn the_ipv6_model_takes_a_round_more_where_its_segments_cross_a_boundary() {
+        let s = Scenario::load("paper-ktcp").expect("built in");
+        let v4 = Family::V4.model_chain(&s.chains[0]);
+        let v6 = Family::V6.model_chain(&s.chains[0]);
+        assert_eq!(v6.model.mss, 1428);
+        let e2e = |c: &Chain, size| {
+            crate::report::Measurement::unmeasured(c, Config::E2e, size).model_total_ms
+        };
+        // 100 KB: 70 segments of 1448 fit slow start's first three rounds
+        // (10 + 20 + 40), 71 of 1428 do not: one end-to-end RTT (274 ms) more.
+        let extra = e2e(&v6, 100_000) - e2e(&v4, 100_000);
+        assert!((250.0..300.0).contains(&extra), "{extra} ms");
+        // 10 KB fits the first round either way.
+        assert!((e2e(&v6, 10_000) - e2e(&v4, 10_000)).abs() < 1.0);
     }
 
     #[test]

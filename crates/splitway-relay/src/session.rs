@@ -581,7 +581,7 @@ fn next_leg_error(shared: &Shared, addr: Option<SocketAddr>, source: std::io::Er
 }
 
 /// Runs `forwarding` while loss isolation watches the client leg
-/// (`loss_isolation::hooks::watching`).
+/// (`loss_isolation::hooks::watch`).
 async fn watching_client_leg(
     shared: &Shared,
     inbound: &Inbound,
