@@ -1,8 +1,9 @@
 //! `splitway lab` end to end: the real runner on a tiny chain (RTTs of a few
 //! ms, one repetition) builds the namespaces and emulated links, starts
 //! nginx, HAProxy, ssh -L/sshd and splitway relays, downloads through each
-//! configuration with curl, and writes the JSON and the chart. Fails when a
-//! configuration stops producing a measured row with the model beside it.
+//! configuration with curl, over IPv4 and then IPv6 (`--family both`), and
+//! writes the JSON and the charts. Fails when a configuration stops
+//! producing a measured row with the model beside it in either family.
 
 mod support;
 
@@ -59,6 +60,7 @@ fn lab_runner_measures_every_configuration() {
         .arg(&json)
         .arg("--out-dir")
         .arg(&charts)
+        .args(["--family", "both"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -67,7 +69,7 @@ fn lab_runner_measures_every_configuration() {
     // The lab tears its namespaces down on SIGTERM; past the deadline it
     // gets one, and the test fails.
     let pid = child.id();
-    let deadline = Deadline::after(Duration::from_secs(90));
+    let deadline = Deadline::after(Duration::from_secs(180));
     let finished = poll_until(deadline, || child.try_wait().expect("wait for the lab"));
     if finished.is_none() {
         let _ = Command::new("kill")
@@ -95,9 +97,24 @@ fn lab_runner_measures_every_configuration() {
             .as_str()
             .is_some_and(|s| !s.is_empty())
     );
-    let rows = report["chains"][0]["results"]
-        .as_array()
-        .expect("one chain's results");
+    for (index, family) in [(0, "ipv4"), (1, "ipv6")] {
+        let chain = &report["chains"][index];
+        assert_eq!(chain["family"], family, "{text}");
+        check_rows(chain, &stdout, &text);
+    }
+    // The IPv6 chain's table and the ratios that end the report.
+    assert!(stdout.contains("== tiny (IPv6)"), "{stdout}");
+    assert!(stdout.contains("== tiny: IPv6 / IPv4"), "{stdout}");
+    for name in ["smoke-tiny.svg", "smoke-tiny-ipv6.svg"] {
+        let chart = charts.join(name);
+        let svg = std::fs::read_to_string(&chart).expect("the lab drew its chart");
+        assert!(svg.contains("<svg") && svg.contains("haproxy"), "{chart:?}");
+    }
+}
+
+/// Every configuration and size of one chain measured, with its model.
+fn check_rows(chain: &serde_json::Value, stdout: &str, text: &str) {
+    let rows = chain["results"].as_array().expect("one chain's results");
     assert_eq!(rows.len(), CONFIGS.len() * SIZES.len(), "{text}");
     for config in CONFIGS {
         for size in SIZES {
@@ -147,7 +164,4 @@ fn lab_runner_measures_every_configuration() {
             "default {default} ms against split {split} ms at {size} B:\n{stdout}"
         );
     }
-    let chart = charts.join("smoke.svg");
-    let svg = std::fs::read_to_string(&chart).expect("the lab drew its chart");
-    assert!(svg.contains("<svg") && svg.contains("haproxy"), "{chart:?}");
 }
