@@ -257,7 +257,7 @@ impl Family {
             Family::V4 => std::borrow::Cow::Borrowed(chain),
             Family::V6 => {
                 let mut c = chain.clone();
-                c.model.mss = crate::model::MSS - IPV6_HEADER_EXTRA;
+                c.model.mss = chain.model.mss.saturating_sub(IPV6_HEADER_EXTRA);
                 std::borrow::Cow::Owned(c)
             }
         }

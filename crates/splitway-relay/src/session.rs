@@ -588,7 +588,7 @@ async fn watching_client_leg(
     live: &ConnLive,
     mut forwarding: std::pin::Pin<&mut impl std::future::Future<Output = forward::Outcome>>,
 ) -> forward::Outcome {
-    match client_leg(shared, inbound, live).and_then(loss_isolation::hooks::watch) {
+    match client_leg(shared, inbound, live).map(loss_isolation::hooks::watch) {
         Some(watch) => tokio::select! {
             biased;
             outcome = &mut forwarding => outcome,

@@ -23,6 +23,8 @@ pub struct TurboRoute {
     family: &'static str,
     /// The route we replaced (same destination, same table), re-added on drop.
     previous: Option<String>,
+    /// The metric ours took (IPv6), so that a drop removes ours only.
+    metric: Option<String>,
 }
 
 fn family(addr: IpAddr) -> &'static str {
@@ -44,10 +46,17 @@ pub fn install(dst_addr: IpAddr, prefix_len: u8, w: Windows) -> Result<TurboRout
     let nexthop = parse_nexthop(&text).ok_or_else(|| {
         SysError::Internal(format!("no usable route to {dst_addr}: {}", text.trim()))
     })?;
+    // The route this one replaces: the one of the copied metric (IPv6
+    // lists each metric's route apart), its output-only words dropped so
+    // that it can be replayed on drop.
+    let metric = nexthop
+        .iter()
+        .position(|w| w == "metric")
+        .and_then(|i| nexthop.get(i + 1))
+        .cloned();
     let previous = ip(&[fam, "route", "show", "exact", &dst])
         .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .filter(|s| !s.is_empty() && !s.contains('\n'));
+        .and_then(|o| replaced_route(&String::from_utf8_lossy(&o.stdout), metric.as_deref()));
     let mut args: Vec<String> = vec![fam.into(), "route".into(), "replace".into(), dst.clone()];
     args.extend(nexthop);
     args.extend([
@@ -62,7 +71,41 @@ pub fn install(dst_addr: IpAddr, prefix_len: u8, w: Windows) -> Result<TurboRout
         dst,
         family: fam,
         previous,
+        metric,
     })
+}
+
+/// Of `ip route show exact` output, the one route of `metric` (or the only
+/// route), without the words `ip route replace` does not take.
+fn replaced_route(show: &str, metric: Option<&str>) -> Option<String> {
+    let mut lines = show.lines().map(str::trim).filter(|l| !l.is_empty());
+    let line = match metric {
+        Some(m) => lines.find(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.windows(2).any(|w| w == ["metric", m])
+        })?,
+        None => {
+            let only = lines.next()?;
+            if lines.next().is_some() {
+                return None;
+            }
+            only
+        }
+    };
+    const OUTPUT_ONLY: [&str; 6] = [
+        "linkdown",
+        "dead",
+        "offload",
+        "trap",
+        "rt_offload",
+        "rt_trap",
+    ];
+    Some(
+        line.split_whitespace()
+            .filter(|w| !OUTPUT_ONLY.contains(w))
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }
 
 /// The address whose route a prefix's turbo route copies. An IPv6
@@ -114,7 +157,10 @@ impl Drop for TurboRoute {
                 args.extend(prev.split_whitespace());
                 ip(&args)
             }
-            None => ip(&[self.family, "route", "del", &self.dst]),
+            None => match &self.metric {
+                Some(m) => ip(&[self.family, "route", "del", &self.dst, "metric", m]),
+                None => ip(&[self.family, "route", "del", &self.dst]),
+            },
         };
         if let Err(e) = restored {
             tracing::warn!(route = %self.dst, error = %e, "failed to remove turbo-start route");
@@ -139,6 +185,35 @@ mod tests {
         );
         let v4: IpAddr = "10.0.12.0".parse().unwrap();
         assert_eq!(probe_addr(v4, 24), v4);
+    }
+
+    #[test]
+    fn the_replaced_route_is_the_one_of_the_copied_metric() {
+        let show = "fd00:12::/64 dev west proto kernel metric 256 pref medium\n\
+                    fd00:12::/64 dev west metric 1024 initcwnd 40 pref medium\n";
+        assert_eq!(
+            replaced_route(show, Some("256")).as_deref(),
+            Some("fd00:12::/64 dev west proto kernel metric 256 pref medium")
+        );
+        // Without a metric, only a single route is replayed.
+        assert_eq!(replaced_route(show, None), None);
+        assert_eq!(
+            replaced_route(
+                "10.0.12.0/24 dev west proto kernel scope link src 10.0.12.1 linkdown\n",
+                None
+            )
+            .as_deref(),
+            Some("10.0.12.0/24 dev west proto kernel scope link src 10.0.12.1")
+        );
+        assert_eq!(replaced_route("", Some("256")), None);
+        assert_eq!(
+            replaced_route(
+                "fd00:12::/64 dev west metric 2560 pref medium\n",
+                Some("256")
+            ),
+            None,
+            "a metric is a whole word"
+        );
     }
 
     #[test]

@@ -48,12 +48,14 @@ pub(super) fn routes(
 }
 
 /// The client families `listeners` accept: (IPv4, IPv6). A peer listener
-/// carries clients of either family (the upstream relay names the origin);
-/// a dual-stack `[::]` listener accepts both.
+/// carries clients of either family (the upstream relay names the origin),
+/// and so does one that takes PROXY headers (the balancer names it); a
+/// dual-stack `[::]` listener accepts both.
 pub(super) fn client_families(listeners: &[Listener]) -> (bool, bool) {
     listeners.iter().fold((false, false), |(v4, v6), l| {
         let (l4, l6) = match (l.mode, l.addr.ip()) {
             (ListenMode::Peer, _) => (true, true),
+            _ if !l.accept_proxy_protocol.is_empty() => (true, true),
             (_, std::net::IpAddr::V4(_)) => (true, false),
             (_, std::net::IpAddr::V6(ip)) => (ip.is_unspecified() && !l.v6_only, true),
         };

@@ -631,6 +631,13 @@ fn source_client_across_families_is_refused_or_warned() {
         "{:?}",
         cfg.warnings()
     );
+    // So does a listener that takes PROXY headers: the balancer names the
+    // client, of either family.
+    let proxied = "name = \"r\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n\
+                   accept_proxy_protocol = [\"127.0.0.1/32\"]\n\
+                   [[route]]\ndst = \"::/0\"\nvia = \"direct\"\nsource = \"client\"\n";
+    let cfg = Config::parse_str(proxied).unwrap();
+    assert!(cfg.routes[0].reveal.client_source);
     // A peer listener carries clients of either family.
     let peer = "name = \"r\"\npsk_file = \"psk.key\"\n[[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:7100\"\n\
                 [[route]]\ndst = \"::/0\"\nvia = \"direct\"\nsource = \"client\"\n";

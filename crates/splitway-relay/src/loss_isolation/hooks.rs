@@ -42,22 +42,23 @@ pub fn at_accept(clients: &LossyClients, metrics: &Metrics, stream: &TcpStream, 
     }
 }
 
-/// A running leg's watch, if it needs one: a client's first leg runs the
-/// default algorithm (nothing is known of its path yet), and is switched
-/// to the loss-tolerant one as soon as it has lost data without queueing
-/// after its start-up. The caller runs it beside the forwarding; it never
-/// ends. Boxed with the leg moved in: only watched legs pay for the
-/// watch's timer and state, and the session future stays small
+/// A running leg's watch, run by the caller beside the forwarding; it
+/// never ends. It finds where the leg's verdict counts from (the end of its
+/// start-up: both a loss-based leg and bbr set the slow-start threshold
+/// when they leave it), and switches a loss-based leg to the loss-tolerant
+/// algorithm as soon as it has lost data without queueing after its
+/// start-up. Boxed with the leg moved in: the session future stays small
 /// (forward.rs's footprint test).
-pub fn watch(leg: ClientLeg<'_>) -> Option<Pin<Box<dyn Future<Output = ()> + Send + '_>>> {
-    let watched =
-        !leg.clients.is_lossy(leg.client, leg.accepted_at) && !runs_loss_tolerant(leg.stream);
-    watched.then(|| Box::pin(watching(leg)) as Pin<Box<dyn Future<Output = ()> + Send + '_>>)
+pub fn watch(leg: ClientLeg<'_>) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+    Box::pin(watching(leg))
 }
 
 /// Polls the leg's TCP_INFO; never ends (a finished watch waits for the
 /// forwarding).
 async fn watching(leg: ClientLeg<'_>) {
+    // Decided by what the leg runs, not by what the relay knows of its
+    // client: a leg whose switch at accept failed is watched like a new one.
+    let tolerant = runs_loss_tolerant(leg.stream);
     let mut start_up = StartUp::default();
     for _ in 0..CHECKS {
         tokio::time::sleep(EVERY).await;
@@ -72,6 +73,10 @@ async fn watching(leg: ClientLeg<'_>) {
                 None => continue,
             },
         };
+        if tolerant {
+            // Its baseline is all a loss-tolerant leg needs.
+            break;
+        }
         if judge_early(&info, since) != Verdict::Lossy {
             continue;
         }
@@ -102,8 +107,10 @@ pub fn at_end(leg: &ClientLeg<'_>) {
     // What the leg ran, not what it was meant to run: a host whose default
     // is already the loss-tolerant algorithm queues like it.
     let tolerant = runs_loss_tolerant(leg.stream);
-    // A loss-based leg counts from the end of its start-up, once the watch
-    // saw it; one that started loss-tolerant, its whole life.
+    // A leg counts from the end of its start-up, once the watch saw it
+    // (within its first 3 s: a leg whose start-up ended later, such as a
+    // persistent connection that idled first, is not judged); a
+    // loss-tolerant leg that ended before, its whole life.
     let since = match (leg.since.get(), tolerant) {
         (Some(since), _) => *since,
         (None, true) => Since::START,

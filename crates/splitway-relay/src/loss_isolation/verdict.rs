@@ -61,8 +61,8 @@ pub struct Since {
 }
 
 impl Since {
-    /// The leg's whole life: for a leg on [`LOSS_TOLERANT_CC`](super::LOSS_TOLERANT_CC), whose
-    /// start-up leaves no slow-start threshold to tell its end by.
+    /// The leg's whole life: for a leg on [`LOSS_TOLERANT_CC`](super::LOSS_TOLERANT_CC) that
+    /// ended before the watch saw its start-up end.
     pub const START: Since = Since {
         data_segs_out: 0,
         total_retrans: 0,
