@@ -343,6 +343,27 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
     Ok(report)
 }
 
+/// Every namespace of `topo` on the model's algorithm: the host's default
+/// (often bbr) would leak into them, and the model assumes classic slow
+/// start. A namespace may only pick reno or bbr as its default; splitway
+/// sets its legs per socket.
+fn end_hosts_on_model_congestion(topo: &Topology) -> Result<(), LabError> {
+    for host in topo.hosts() {
+        host.netns()
+            .sysctl("net.ipv4.tcp_congestion_control", END_HOST_CONGESTION)
+            .map_err(|e| LabError::peer("sysctl", host.name(), e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// A counter's value in a Prometheus text page: the line that starts with
+/// `series` (name and labels, as the relay writes them).
+fn counter_value(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+}
+
 /// Whether the lab can run a configuration; Err explains why not.
 pub fn availability(config: Config) -> Result<(), String> {
     match config {
@@ -389,13 +410,8 @@ fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<Chain
     }
     bar.set_message(format!("{}: building the chain", chain.name));
     let topo = Topology::build_with(&chain.spec, NETNS_PREFIX, emu)?;
-    // The host's default (often bbr) would leak into every namespace; the
-    // model assumes classic slow start. A namespace may only pick reno or
-    // bbr as its default; splitway sets its legs per socket.
+    end_hosts_on_model_congestion(&topo)?;
     for host in topo.hosts() {
-        host.netns()
-            .sysctl("net.ipv4.tcp_congestion_control", END_HOST_CONGESTION)
-            .map_err(|e| LabError::peer("sysctl", host.name(), e.to_string()))?;
         // TFO for client and server sockets; only sockets that ask for it
         // (curl --tcp-fastopen, relays with accel.tfo) use it.
         host.netns()
@@ -521,11 +537,11 @@ fn wait_window_probe(topo: &Topology) -> Result<(), String> {
     let deadline = Instant::now() + WINDOW_PROBE_WAIT;
     loop {
         let metrics = admin_get(first, "/metrics").map_err(|e| e.to_string())?;
-        let sent = String::from_utf8_lossy(&metrics)
-            .lines()
-            .find(|l| l.starts_with("splitway_window_probes_total{outcome=\"sent\"}"))
-            .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-            .unwrap_or(0.0);
+        let sent = counter_value(
+            &String::from_utf8_lossy(&metrics),
+            "splitway_window_probes_total{outcome=\"sent\"}",
+        )
+        .unwrap_or(0.0);
         if sent >= 1.0 {
             return Ok(());
         }

@@ -142,17 +142,9 @@ fn strict_mode_over_ipv6() {
         cfg.timeouts(|t| t.connect = Some("1s".into()));
     }
     lab.start_relays(&configs);
-    let strict = |outcome: &str| {
-        lab.metrics("rc")
-            .counter("splitway_strict_syn_total", &[("outcome", outcome)])
-    };
     let refused = sock(&format!("[{SERVER_V6}]:{REFUSED_PORT}"));
     for _ in 0..3 {
-        match connect_in(&lab.client, refused) {
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
-            Err(e) => panic!("refused IPv6 server: expected ECONNREFUSED, got {e}"),
-            Ok(_) => panic!("refused IPv6 server: connect succeeded"),
-        }
+        assert_refused_at_connect(&lab, refused, "refused IPv6 server");
     }
     lab.wait_counter(
         "rc",
@@ -161,11 +153,11 @@ fn strict_mode_over_ipv6() {
         3.0,
         deadline,
     );
-    let accepted = |lab: &Lab| {
-        lab.metrics("rc")
-            .counter("splitway_connections_accepted_total", &[("mode", "tproxy")])
-    };
-    assert_eq!(accepted(&lab), 0.0, "a refused SYN reached the listener");
+    assert_eq!(
+        tproxy_accepted(&lab),
+        0.0,
+        "a refused SYN reached the listener"
+    );
     let server = TestServer::bind(&lab.server, server_v6());
     transfer_client_to_server(&lab.client, &server, server_v6(), 4 * MIB, LAST_RELAY_V6);
     transfer_server_to_client(&lab.client, &server, server_v6(), 4 * MIB, LAST_RELAY_V6);
@@ -176,8 +168,8 @@ fn strict_mode_over_ipv6() {
         2.0,
         deadline,
     );
-    assert_eq!(accepted(&lab), 2.0, "one accept per transfer");
-    assert_eq!(strict("timeout"), 0.0);
+    assert_eq!(tproxy_accepted(&lab), 2.0, "one accept per transfer");
+    assert_eq!(strict_count(&lab, "timeout"), 0.0);
     lab.assert_forwarded_bytes("rs", 4 * MIB, 4 * MIB, deadline);
     lab.assert_relays_alive();
 }

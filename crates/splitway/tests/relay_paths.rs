@@ -104,6 +104,47 @@ fn path_of(peer: SocketAddr) -> &'static str {
 }
 
 const LEN: u64 = 256 * 1024 + 17;
+
+/// Connections take rs1 while both peers are up (equal legs: the first
+/// candidate is kept); rs1 is killed, and the first connection to get
+/// through after it must have taken rs2 within 3 s, and the next ones stay
+/// there, every byte intact. `path` names the relay the server saw.
+fn fail_over_from_rs1(
+    lab: &mut Lab,
+    server: &TestServer,
+    deadline: Deadline,
+    path: impl Fn(SocketAddr) -> &'static str,
+) {
+    for seed in 0..3 {
+        let peer = transfer(lab, server, LEN, seed).expect("rc refused with every peer up");
+        assert_eq!(path(peer), "rs1", "connection {seed}");
+    }
+    lab.kill_relay("rs1");
+    let killed = Instant::now();
+    let mut refused = 0;
+    let moved = loop {
+        deadline.remaining("waiting for a connection through rs2");
+        if let Some(peer) = transfer(lab, server, LEN, 100 + refused) {
+            break (peer, killed.elapsed());
+        }
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "[relay_paths] first connection through {} {:?} after the kill, {refused} refused before",
+        moved.0, moved.1
+    );
+    assert_eq!(path(moved.0), "rs2");
+    assert!(
+        moved.1 <= Duration::from_secs(3),
+        "moved after {:?}",
+        moved.1
+    );
+    for seed in 200..203 {
+        let peer = transfer(lab, server, LEN, seed).expect("rc refused with rs2 up");
+        assert_eq!(path(peer), "rs2", "connection {seed}");
+    }
+}
 /// Short transfers while timing a switch: each connection is a new chance
 /// to move.
 const SMALL: u64 = 4 * 1024 + 3;
@@ -116,39 +157,7 @@ fn killing_the_chosen_peer_moves_new_connections_within_3s() {
     let mut lab = lab();
     let server = TestServer::bind(&lab.server, sock(&format!("{SERVER_V4}:{SERVER_PORT}")));
 
-    // Equal legs: the first candidate is kept.
-    for seed in 0..3 {
-        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
-        assert_eq!(path_of(peer), "rs1", "connection {seed}");
-    }
-    lab.kill_relay("rs1");
-    let killed = Instant::now();
-    // New connections keep coming; the first to get through must have
-    // taken rs2, within 3 s of the kill.
-    let mut refused = 0;
-    let moved = loop {
-        deadline.remaining("waiting for a connection through rs2");
-        if let Some(peer) = transfer(&lab, &server, LEN, 100 + refused) {
-            break (peer, killed.elapsed());
-        }
-        refused += 1;
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    eprintln!(
-        "[relay_paths] first connection through {} {:?} after the kill, {refused} refused before",
-        moved.0, moved.1
-    );
-    assert_eq!(path_of(moved.0), "rs2");
-    assert!(
-        moved.1 <= Duration::from_secs(3),
-        "moved after {:?}",
-        moved.1
-    );
-    // And it stays there, every byte intact.
-    for seed in 200..203 {
-        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with rs2 up");
-        assert_eq!(path_of(peer), "rs2", "connection {seed}");
-    }
+    fail_over_from_rs1(&mut lab, &server, deadline, path_of);
     // What the operator sees: rs1 down, rs2 chosen and measured.
     let shown = lab.ctl("rc", &["routes"]);
     let table = String::from_utf8_lossy(&shown.stdout);
@@ -798,35 +807,7 @@ fn ipv6_candidates_fail_over_within_3s() {
         a if a == LAST_RELAY_V6 => "rs2",
         a => panic!("the server saw {a}, neither relay's IPv6 address"),
     };
-    for seed in 0..3 {
-        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with every peer up");
-        assert_eq!(path_v6(peer), "rs1", "connection {seed}");
-    }
-    lab.kill_relay("rs1");
-    let killed = Instant::now();
-    let mut refused = 0;
-    let moved = loop {
-        deadline.remaining("waiting for a connection through rs2");
-        if let Some(peer) = transfer(&lab, &server, LEN, 100 + refused) {
-            break (peer, killed.elapsed());
-        }
-        refused += 1;
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    eprintln!(
-        "[relay_paths] IPv6: first connection through {} {:?} after the kill, {refused} refused before",
-        moved.0, moved.1
-    );
-    assert_eq!(path_v6(moved.0), "rs2");
-    assert!(
-        moved.1 <= Duration::from_secs(3),
-        "moved after {:?}",
-        moved.1
-    );
-    for seed in 200..203 {
-        let peer = transfer(&lab, &server, LEN, seed).expect("rc refused with rs2 up");
-        assert_eq!(path_v6(peer), "rs2", "connection {seed}");
-    }
+    fail_over_from_rs1(&mut lab, &server, deadline, path_v6);
     let m = lab.metrics("rc");
     assert_eq!(
         m.counter("splitway_path_flips_total", &[("cause", "failure")]),

@@ -36,26 +36,6 @@ fn strict_lab_with_connect_timeout(relays: &[&str], connect: &str) -> Lab {
     lab
 }
 
-fn strict_count(lab: &Lab, outcome: &str) -> f64 {
-    lab.metrics("rc")
-        .counter("splitway_strict_syn_total", &[("outcome", outcome)])
-}
-
-fn accepted(lab: &Lab) -> f64 {
-    lab.metrics("rc")
-        .counter("splitway_connections_accepted_total", &[("mode", "tproxy")])
-}
-
-/// The refusal must come as the answer to the SYN (connect fails), never as
-/// a reset after a completed handshake.
-fn assert_refused_at_connect(lab: &Lab, dst: SocketAddr, what: &str) {
-    match connect_in(&lab.client, dst) {
-        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-        Err(e) => panic!("{what}: expected ECONNREFUSED from connect, got {e}"),
-        Ok(_) => panic!("{what}: connect succeeded although the server refuses"),
-    }
-}
-
 #[test]
 fn strict_refused_server_is_refused_at_connect_through_a_chain() {
     require_netns!();
@@ -73,7 +53,7 @@ fn strict_refused_server_is_refused_at_connect_through_a_chain() {
         deadline,
     );
     assert_eq!(
-        accepted(&lab),
+        tproxy_accepted(&lab),
         0.0,
         "no refused connection may reach the listener"
     );
@@ -110,7 +90,7 @@ fn strict_listening_server_carries_bytes_both_ways() {
             2.0,
             deadline,
         );
-        assert_eq!(accepted(&lab), 2.0, "one accept per transfer");
+        assert_eq!(tproxy_accepted(&lab), 2.0, "one accept per transfer");
         lab.assert_forwarded_bytes("rc", len, len, deadline);
         lab.assert_relays_alive();
     }
@@ -150,7 +130,7 @@ fn strict_blackholed_destination_times_out_at_connect() {
         deadline,
     );
     assert_eq!(
-        accepted(&lab),
+        tproxy_accepted(&lab),
         0.0,
         "the client's handshake never completed"
     );

@@ -20,15 +20,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::window_safety::{FairnessRep, fairness_rep, median};
-use super::{
-    LabError, NETNS_PREFIX, TempDir, admin_get, curl, setup_config, start_nginx, watch_signals,
-    write_objects,
-};
-use crate::model::{Config, END_HOST_CONGESTION};
+use super::window_safety::{Bench, FairnessRep, fairness_rep, median, settle, write_json};
+use super::{LabError, TempDir, admin_get, counter_value, watch_signals, write_objects};
+use crate::model::Config;
 use crate::report::{git_commit, kernel_release, load_average, utc_now_iso8601};
 use crate::scenario::Scenario;
-use crate::topology::{EmuOptions, Topology};
+use crate::topology::Topology;
 
 const SCENARIO: &str = r#"
 name = "loss-fairness"
@@ -100,16 +97,12 @@ pub struct ConfigResult {
 /// rc's loss-isolation counters.
 fn verdicts(topo: &Topology) -> Result<Vec<(String, f64)>, LabError> {
     let metrics = admin_get(&topo.relays()[0], "/metrics")?;
-    let text = String::from_utf8_lossy(&metrics);
+    let page = String::from_utf8_lossy(&metrics);
     Ok(EVENTS
         .iter()
         .map(|event| {
-            let key = format!("splitway_loss_isolation_total{{event=\"{event}\"}}");
-            let n = text
-                .lines()
-                .find(|l| l.starts_with(&key))
-                .and_then(|l| l.split_whitespace().last()?.parse().ok())
-                .unwrap_or(0.0);
+            let series = format!("splitway_loss_isolation_total{{event=\"{event}\"}}");
+            let n = counter_value(&page, &series).unwrap_or(0.0);
             ((*event).to_owned(), n)
         })
         .collect())
@@ -123,25 +116,7 @@ fn run_config(
     work: &Path,
 ) -> Result<ConfigResult, LabError> {
     let chain = &scenario.chains[chain_index];
-    let topo = Topology::build_with(&chain.spec, NETNS_PREFIX, &EmuOptions::default())?;
-    for host in topo.hosts() {
-        host.netns()
-            .sysctl("net.ipv4.tcp_congestion_control", END_HOST_CONGESTION)
-            .map_err(|e| LabError::peer("sysctl", host.name(), e.to_string()))?;
-    }
-    let server = topo
-        .server()
-        .left_addr()
-        .ok_or_else(|| LabError::Usage("the server has no link".into()))?;
-    let _nginx = start_nginx(topo.server(), work)?;
-    let setup = setup_config(
-        config,
-        &topo,
-        std::net::IpAddr::V4(server),
-        work,
-        chain,
-        super::Family::V4,
-    )?;
+    let bench = Bench::start(config, chain, work)?;
     let mut result = ConfigResult {
         config: config.name().to_owned(),
         fairness: Vec::new(),
@@ -152,26 +127,18 @@ fn run_config(
         for rep in 0..reps {
             eprintln!("{}: {config}: fairness {}/{reps}", chain.name, rep + 1);
             // The client's legs alone first: what the relay judges them.
-            for _ in 0..2 {
-                curl(&setup, topo.client(), DOWNLOAD, scenario.timeout)
-                    .and_then(|s| s.check(DOWNLOAD))
-                    .map_err(|e| LabError::peer("download", "client", e))?;
-            }
-            result.fairness.push(fairness_rep(&topo, server)?);
+            bench.warm_up(DOWNLOAD, scenario.timeout)?;
+            result
+                .fairness
+                .push(fairness_rep(&bench.topo, bench.server)?);
             if super::interrupted() {
                 return Err(LabError::Interrupted);
             }
         }
         Ok(())
     })();
-    result.loss_isolation = verdicts(&topo)?;
-    if let Err(e) = outcome {
-        if matches!(e, LabError::Interrupted) {
-            return Err(e);
-        }
-        result.error = Some(e.to_string());
-    }
-    drop(setup);
+    result.loss_isolation = verdicts(&bench.topo)?;
+    result.error = settle(outcome)?;
     Ok(result)
 }
 
@@ -208,12 +175,7 @@ pub fn run(reps: u32, json: Option<&Path>) -> Result<LossFairnessReport, LabErro
     }
     report.load_average_end = load_average();
     print!("{}", render(&report));
-    if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| LabError::Usage(format!("serialise the report: {e}")))?;
-        std::fs::write(path, text)
-            .map_err(|e| LabError::io(format!("write {}", path.display()), e))?;
-    }
+    write_json(json, &report)?;
     Ok(report)
 }
 

@@ -29,12 +29,12 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{
-    LabError, NETNS_PREFIX, TempDir, curl, relay_status, setup_config, start_nginx, watch_signals,
-    write_objects,
+    LabError, NETNS_PREFIX, Proc, Setup, TempDir, curl, relay_status, setup_config, start_nginx,
+    watch_signals, write_objects,
 };
-use crate::model::{Config, END_HOST_CONGESTION};
+use crate::model::Config;
 use crate::report::{git_commit, kernel_release, load_average, utc_now_iso8601};
-use crate::scenario::Scenario;
+use crate::scenario::{Chain, Scenario};
 use crate::topology::{EmuOptions, Topology};
 
 const SCENARIO: &str = r#"
@@ -325,26 +325,7 @@ fn run_config(
     reps: u32,
     work: &Path,
 ) -> Result<ConfigResult, LabError> {
-    let chain = &scenario.chains[0];
-    let mut topo = Topology::build_with(&chain.spec, NETNS_PREFIX, &EmuOptions::default())?;
-    for host in topo.hosts() {
-        host.netns()
-            .sysctl("net.ipv4.tcp_congestion_control", END_HOST_CONGESTION)
-            .map_err(|e| LabError::peer("sysctl", host.name(), e.to_string()))?;
-    }
-    let server = topo
-        .server()
-        .left_addr()
-        .ok_or_else(|| LabError::Usage("the server has no link".into()))?;
-    let _nginx = start_nginx(topo.server(), work)?;
-    let setup = setup_config(
-        config,
-        &topo,
-        std::net::IpAddr::V4(server),
-        work,
-        chain,
-        super::Family::V4,
-    )?;
+    let mut bench = Bench::start(config, &scenario.chains[0], work)?;
     let mut result = ConfigResult {
         config: config.name().to_owned(),
         fairness: Vec::new(),
@@ -355,30 +336,89 @@ fn run_config(
         for rep in 0..reps {
             eprintln!("{config}: fairness {}/{reps}", rep + 1);
             // Learn on the idle path first, as a relay pair in use has.
-            for _ in 0..2 {
-                curl(&setup, topo.client(), DOWNLOAD, scenario.timeout)
-                    .and_then(|s| s.check(DOWNLOAD))
-                    .map_err(|e| LabError::peer("download", "client", e))?;
-            }
-            result.fairness.push(fairness_rep(&topo, server)?);
+            bench.warm_up(DOWNLOAD, scenario.timeout)?;
+            result
+                .fairness
+                .push(fairness_rep(&bench.topo, bench.server)?);
             eprintln!("{config}: capacity drop {}/{reps}", rep + 1);
             result
                 .capacity_drop
-                .push(drop_rep(&mut topo, &setup, scenario.timeout)?);
+                .push(drop_rep(&mut bench.topo, &bench.setup, scenario.timeout)?);
             if super::interrupted() {
                 return Err(LabError::Interrupted);
             }
         }
         Ok(())
     })();
-    if let Err(e) = outcome {
-        if matches!(e, LabError::Interrupted) {
-            return Err(e);
-        }
-        result.error = Some(e.to_string());
-    }
-    drop(setup);
+    result.error = settle(outcome)?;
     Ok(result)
+}
+
+/// One configuration's relays up on a freshly built chain whose end hosts
+/// run the model's algorithm, nginx serving the objects: what a
+/// side-by-side run (this one, `loss_fairness`) measures on. Field order
+/// is drop order: the relays, then nginx, then the namespaces.
+pub(super) struct Bench {
+    pub(super) setup: Setup,
+    _nginx: Proc,
+    pub(super) topo: Topology,
+    pub(super) server: Ipv4Addr,
+}
+
+impl Bench {
+    pub(super) fn start(config: Config, chain: &Chain, work: &Path) -> Result<Bench, LabError> {
+        let topo = Topology::build_with(&chain.spec, NETNS_PREFIX, &EmuOptions::default())?;
+        super::end_hosts_on_model_congestion(&topo)?;
+        let server = topo
+            .server()
+            .left_addr()
+            .ok_or_else(|| LabError::Usage("the server has no link".into()))?;
+        let nginx = start_nginx(topo.server(), work)?;
+        let setup = setup_config(
+            config,
+            &topo,
+            std::net::IpAddr::V4(server),
+            work,
+            chain,
+            super::Family::V4,
+        )?;
+        Ok(Bench {
+            setup,
+            _nginx: nginx,
+            topo,
+            server,
+        })
+    }
+
+    /// Two downloads of `size` through the relays, alone on the path.
+    pub(super) fn warm_up(&self, size: u64, timeout: Duration) -> Result<(), LabError> {
+        for _ in 0..2 {
+            curl(&self.setup, self.topo.client(), size, timeout)
+                .and_then(|s| s.check(size))
+                .map_err(|e| LabError::peer("download", "client", e))?;
+        }
+        Ok(())
+    }
+}
+
+/// How a configuration's repetitions ended: an interruption goes on up,
+/// any other error becomes the result's note.
+pub(super) fn settle(outcome: Result<(), LabError>) -> Result<Option<String>, LabError> {
+    match outcome {
+        Ok(()) => Ok(None),
+        Err(LabError::Interrupted) => Err(LabError::Interrupted),
+        Err(e) => Ok(Some(e.to_string())),
+    }
+}
+
+/// Writes `report` as JSON to `path`, if given.
+pub(super) fn write_json(path: Option<&Path>, report: &impl Serialize) -> Result<(), LabError> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let text = serde_json::to_string_pretty(report)
+        .map_err(|e| LabError::Usage(format!("serialise the report: {e}")))?;
+    std::fs::write(path, text).map_err(|e| LabError::io(format!("write {}", path.display()), e))
 }
 
 /// Runs both configurations `reps` times; prints the table and writes the
@@ -409,12 +449,7 @@ pub fn run(reps: u32, json: Option<&Path>) -> Result<WindowSafetyReport, LabErro
     }
     report.load_average_end = load_average();
     print!("{}", render(&report));
-    if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| LabError::Usage(format!("serialise the report: {e}")))?;
-        std::fs::write(path, text)
-            .map_err(|e| LabError::io(format!("write {}", path.display()), e))?;
-    }
+    write_json(json, &report)?;
     Ok(report)
 }
 

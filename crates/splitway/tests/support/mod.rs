@@ -1575,3 +1575,25 @@ impl PatternCheck {
         }
     }
 }
+
+/// rc's strict-mode SYNs with `outcome`.
+pub fn strict_count(lab: &Lab, outcome: &str) -> f64 {
+    lab.metrics("rc")
+        .counter("splitway_strict_syn_total", &[("outcome", outcome)])
+}
+
+/// Connections rc's TPROXY listener accepted.
+pub fn tproxy_accepted(lab: &Lab) -> f64 {
+    lab.metrics("rc")
+        .counter("splitway_connections_accepted_total", &[("mode", "tproxy")])
+}
+
+/// The refusal must come as the answer to the SYN (connect fails), never as
+/// a reset after a completed handshake.
+pub fn assert_refused_at_connect(lab: &Lab, dst: SocketAddr, what: &str) {
+    match connect_in(&lab.client, dst) {
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+        Err(e) => panic!("{what}: expected ECONNREFUSED from connect, got {e}"),
+        Ok(_) => panic!("{what}: connect succeeded although the server refuses"),
+    }
+}
