@@ -144,8 +144,10 @@ pub struct RunArgs {
     /// pairwise. Recorded in the JSON as `loss_seed`.
     #[arg(long)]
     pub loss_seed: Option<u64>,
-    /// The address family every leg uses: v4, v6, or both (each chain run
-    /// over IPv4, then over IPv6, side by side in one report).
+    /// The address families to run each chain over: v4, v6, both (IPv4
+    /// then IPv6, side by side in one report), v4-over-v6 or v6-over-v4
+    /// (the client and server in one family, relay-to-relay legs in the
+    /// other), or all four. Default: the scenario's `families`, else v4.
     #[arg(long, value_enum)]
     pub family: Option<FamilyChoice>,
 }
@@ -156,14 +158,25 @@ pub enum FamilyChoice {
     V4,
     V6,
     Both,
+    #[value(name = "v4-over-v6")]
+    V4OverV6,
+    #[value(name = "v6-over-v4")]
+    V6OverV4,
+    All,
 }
 
 impl FamilyChoice {
-    fn families(choice: Option<FamilyChoice>) -> Vec<runner::Family> {
-        match choice.unwrap_or(FamilyChoice::V4) {
-            FamilyChoice::V4 => vec![runner::Family::V4],
-            FamilyChoice::V6 => vec![runner::Family::V6],
-            FamilyChoice::Both => vec![runner::Family::V4, runner::Family::V6],
+    /// The families to run; empty: the scenario's.
+    fn families(choice: Option<FamilyChoice>) -> Vec<runner::Families> {
+        use runner::Families;
+        match choice {
+            None => Vec::new(),
+            Some(FamilyChoice::V4) => vec![Families::V4],
+            Some(FamilyChoice::V6) => vec![Families::V6],
+            Some(FamilyChoice::Both) => vec![Families::V4, Families::V6],
+            Some(FamilyChoice::V4OverV6) => vec![Families::V4_OVER_V6],
+            Some(FamilyChoice::V6OverV4) => vec![Families::V6_OVER_V4],
+            Some(FamilyChoice::All) => Families::ALL.to_vec(),
         }
     }
 }
@@ -330,10 +343,16 @@ fn list() -> String {
 
 fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
     if let Some(graph) = &scenario.graph {
-        // A path measurement: no configurations, sizes or model.
-        if run.model_only || run.configs.is_some() || run.relay_congestion.is_some() {
+        // A path measurement: no configurations, sizes or model; its hosts
+        // have IPv4 addresses only.
+        if run.model_only
+            || run.configs.is_some()
+            || run.relay_congestion.is_some()
+            || run.family.is_some()
+        {
             return Err(LabError::Usage(format!(
-                "{}: a graph scenario takes no --model-only, --configs or --relay-congestion",
+                "{}: a graph scenario takes no --model-only, --configs, --relay-congestion \
+                 or --family (it runs over IPv4 only)",
                 scenario.name
             )));
         }
@@ -355,14 +374,18 @@ fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
         .configs
         .clone()
         .unwrap_or_else(|| scenario.configs.clone());
+    let families = match FamilyChoice::families(run.family) {
+        chosen if !chosen.is_empty() => chosen,
+        _ => scenario.families.clone(),
+    };
     let report = if run.model_only {
-        LabReport::model_only(scenario, &configs)
+        LabReport::model_only(scenario, &configs, &families)
     } else {
         if !runner::is_root() {
             return Err(LabError::NotRoot);
         }
         let options = RunOptions {
-            families: FamilyChoice::families(run.family),
+            families,
             quick: run.quick,
             reps: run.reps,
             configs: Some(configs),

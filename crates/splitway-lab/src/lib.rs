@@ -4,6 +4,7 @@
 //! - `emu`: the link emulator (delay, jitter, loss, rate) over TUN devices
 //! - `topology`: a chain of hosts in network namespaces joined by emulated links
 //! - `fidelity`: `splitway lab fidelity`, the emulator measured against its configuration
+//! - `family`: the address families of a run: the ends' and the relay legs' (IPv4, IPv6, mixed)
 //! - `model`: predicted TTFB and download time per configuration (no I/O)
 //! - `scenario`: scenario files (`lab/scenarios/*.toml`) and what-if chains
 //! - `runner`: runs real nginx, curl, HAProxy, ssh and splitway through each configuration
@@ -16,6 +17,7 @@
 pub mod bench;
 pub mod cli;
 pub mod emu;
+pub mod family;
 pub mod fidelity;
 pub mod model;
 pub mod report;

@@ -473,6 +473,10 @@ pub struct ModelParams {
     pub mss: u32,
     pub initcwnd: u32,
     pub turbo_initcwnd: u32,
+    /// The segment size of relay-to-relay legs where their address family
+    /// differs from the client's and server's (a mixed-family chain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay_leg_mss: Option<u32>,
 }
 
 impl Default for ModelParams {
@@ -481,6 +485,7 @@ impl Default for ModelParams {
             mss: MSS,
             initcwnd: DEFAULT_INITCWND,
             turbo_initcwnd: DEFAULT_TURBO_INITCWND,
+            relay_leg_mss: None,
         }
     }
 }
@@ -638,50 +643,77 @@ fn handshake(legs: &[Leg], m: &Mechanics) -> Handshake {
     }
 }
 
+/// One leg's sender on the wire: serialisation at the link's rate, and a
+/// lossy leg's long-run (Mathis) rate.
+struct Wire {
+    one_way: f64,
+    rate: Option<f64>,
+    mathis: Option<f64>,
+    /// The loss-limited rate is a long-run average, not a serialisation: a
+    /// token bucket (GCRA) that lets the first window leave at once.
+    burst: f64,
+    theoretical: f64,
+    link_free: f64,
+}
+
+impl Wire {
+    fn new(leg: &Leg, initcwnd: u32, start: f64) -> Wire {
+        let mathis = if leg.loss > 0.0 && !leg.bbr {
+            Some(1.22 * f64::from(MSS) / (leg.rtt().max(1e-6) * leg.loss.sqrt()))
+        } else {
+            None
+        };
+        Wire {
+            one_way: leg.backward_s, // data flows toward the client
+            // Under BBR the loss only takes its share of the link in
+            // retransmissions.
+            rate: if leg.bbr {
+                leg.rate_bytes_per_s.map(|r| r * (1.0 - leg.loss))
+            } else {
+                leg.rate_bytes_per_s
+            },
+            mathis,
+            burst: mathis.map_or(0.0, |r| {
+                f64::from(initcwnd.max(1)) * f64::from(MSS + WIRE_OVERHEAD) / r
+            }),
+            theoretical: start,
+            link_free: f64::NEG_INFINITY,
+        }
+    }
+
+    /// Sends a segment of `size` payload bytes at `now`; returns when it
+    /// arrives at the other end.
+    fn send(&mut self, now: f64, size: u32) -> f64 {
+        let wire = f64::from(size + WIRE_OVERHEAD);
+        let mut start = now.max(self.link_free);
+        if let Some(r) = self.mathis {
+            start = start.max(self.theoretical - self.burst);
+            self.theoretical = self.theoretical.max(start) + wire / r;
+        }
+        let done = match self.rate {
+            Some(r) => start + wire / r,
+            None => start,
+        };
+        self.link_free = done;
+        done + self.one_way
+    }
+}
+
 /// Sends segments available at `available[i]` over one leg; returns when
 /// each arrives at the other end. Segments are `sizes[i]` payload bytes.
 fn deliver(leg: &Leg, initcwnd: u32, available: &[f64], sizes: &[u32]) -> Vec<f64> {
     let n = available.len();
     let mut arrival = vec![0.0_f64; n];
-    let one_way = leg.backward_s; // data flows toward the client
     let ack_delay = leg.forward_s;
-    let mathis = if leg.loss > 0.0 && !leg.bbr {
-        Some(1.22 * f64::from(MSS) / (leg.rtt().max(1e-6) * leg.loss.sqrt()))
-    } else {
-        None
-    };
-    // Under BBR the loss only takes its share of the link in retransmissions.
-    let rate = if leg.bbr {
-        leg.rate_bytes_per_s.map(|r| r * (1.0 - leg.loss))
-    } else {
-        leg.rate_bytes_per_s
-    };
     let mut cwnd = f64::from(initcwnd.max(1));
     let mut next = 0usize; // next segment to send
     let mut acked = 0usize; // segments whose ACK reached the sender
-    let mut link_free = f64::NEG_INFINITY;
     let mut now = available.first().copied().unwrap_or(0.0);
-    // The loss-limited rate is a long-run average, not a serialisation: a
-    // token bucket (GCRA) that lets the first window leave at once.
-    let burst = mathis.map_or(0.0, |r| {
-        f64::from(initcwnd.max(1)) * f64::from(MSS + WIRE_OVERHEAD) / r
-    });
-    let mut theoretical = now;
+    let mut wire = Wire::new(leg, initcwnd, now);
     while acked < n {
         // Send everything the window and the data allow right now.
         while next < n && ((next - acked) as f64) < cwnd && available[next] <= now {
-            let wire = f64::from(sizes[next] + WIRE_OVERHEAD);
-            let mut start = now.max(link_free);
-            if let Some(r) = mathis {
-                start = start.max(theoretical - burst);
-                theoretical = theoretical.max(start) + wire / r;
-            }
-            let done = match rate {
-                Some(r) => start + wire / r,
-                None => start,
-            };
-            link_free = done;
-            arrival[next] = done + one_way;
+            arrival[next] = wire.send(now, sizes[next]);
             next += 1;
         }
         // Next event: an ACK, or more data becoming available.
@@ -708,6 +740,73 @@ fn deliver(leg: &Leg, initcwnd: u32, available: &[f64], sizes: &[u32]) -> Vec<f6
         }
     }
     arrival
+}
+
+/// Arrivals closer than this form one burst: longer than a full packet's
+/// serialisation at 20 Mbit/s (0.6 ms), far shorter than any leg's RTT.
+const BURST_GAP_S: f64 = 0.001;
+
+/// [`deliver`] for a leg whose segments differ in size from the upstream
+/// leg's (a relay between legs of two address families): the relay's
+/// socket holds a byte stream. Each send takes a full segment of `mss`
+/// from what has arrived, or the rest of a burst as one short segment
+/// once no more data is due within [`BURST_GAP_S`] (TCP_NODELAY, with the
+/// kernel's autocorking holding a tail while more is arriving). Returns
+/// the segments sent: their arrival at the other end and their sizes.
+fn deliver_stream(
+    leg: &Leg,
+    initcwnd: u32,
+    available: &[f64],
+    sizes: &[u32],
+    mss: u32,
+) -> (Vec<f64>, Vec<u32>) {
+    let mss = u64::from(mss.max(1));
+    let n = available.len();
+    let total: u64 = sizes.iter().map(|&s| u64::from(s)).sum();
+    let (mut arrival, mut out_sizes) = (Vec::new(), Vec::new());
+    let ack_delay = leg.forward_s;
+    let mut cwnd = f64::from(initcwnd.max(1));
+    let (mut acked, mut sent, mut arrived, mut k) = (0usize, 0u64, 0u64, 0usize);
+    let mut now = available.first().copied().unwrap_or(0.0);
+    let mut wire = Wire::new(leg, initcwnd, now);
+    while sent < total || acked < arrival.len() {
+        while k < n && available[k] <= now {
+            arrived += u64::from(sizes[k]);
+            k += 1;
+        }
+        let more_due = k < n && available[k] <= now + BURST_GAP_S;
+        // Send what the window and the data allow right now.
+        while ((arrival.len() - acked) as f64) < cwnd && sent < arrived {
+            let size = (arrived - sent).min(mss);
+            if size < mss && more_due {
+                break;
+            }
+            arrival.push(wire.send(now, size as u32));
+            out_sizes.push(size as u32);
+            sent += size;
+        }
+        let window_open = ((arrival.len() - acked) as f64) < cwnd;
+        let next_data = if window_open && k < n {
+            available[k]
+        } else {
+            f64::INFINITY
+        };
+        let next_ack = arrival.get(acked).map_or(f64::INFINITY, |a| a + ack_delay);
+        if next_data.is_infinite() && next_ack.is_infinite() {
+            break; // unreachable with consistent input: nothing left to wait for
+        }
+        if next_data < next_ack {
+            now = next_data.max(now);
+            continue;
+        }
+        now = next_ack.max(now);
+        let in_flight = (arrival.len() - acked) as f64;
+        acked += 1;
+        if in_flight >= cwnd / 2.0 {
+            cwnd += 1.0;
+        }
+    }
+    (arrival, out_sizes)
 }
 
 /// Turbo-Start's initial window for the relay↔relay legs of `links`, in
@@ -766,14 +865,9 @@ pub fn predict_mechanics(
         legs[0].bbr = true;
     }
     let hs = handshake(&legs, mechanics);
-    let mss = params.mss.max(1);
     let bytes = size + HTTP_RESPONSE_HEADER_BYTES;
-    let full = bytes / u64::from(mss);
-    let rest = (bytes % u64::from(mss)) as u32;
-    let mut sizes = vec![mss; usize::try_from(full).unwrap_or(usize::MAX)];
-    if rest > 0 {
-        sizes.push(rest);
-    }
+    let mut segment_size = params.mss;
+    let mut sizes = segments(bytes, segment_size);
     let mut times = vec![hs.request_at_server_s; sizes.len()];
     let last = legs.len() - 1;
     for (j, leg) in legs.iter().enumerate().rev() {
@@ -783,13 +877,34 @@ pub fn predict_mechanics(
         } else {
             params.initcwnd
         };
-        times = deliver(leg, iw, &times, &sizes);
+        let mss = match params.relay_leg_mss {
+            Some(mss) if relay_to_relay => mss,
+            _ => params.mss,
+        };
+        if mss == segment_size {
+            times = deliver(leg, iw, &times, &sizes);
+        } else {
+            (times, sizes) = deliver_stream(leg, iw, &times, &sizes, mss);
+            segment_size = mss;
+        }
     }
     Prediction {
         connect_ms: hs.connect_s * 1000.0,
         ttfb_ms: times.first().copied().unwrap_or(hs.request_at_server_s) * 1000.0,
         total_ms: times.last().copied().unwrap_or(hs.request_at_server_s) * 1000.0,
     }
+}
+
+/// `bytes` cut into segments of `mss`.
+fn segments(bytes: u64, mss: u32) -> Vec<u32> {
+    let mss = mss.max(1);
+    let full = bytes / u64::from(mss);
+    let rest = (bytes % u64::from(mss)) as u32;
+    let mut sizes = vec![mss; usize::try_from(full).unwrap_or(usize::MAX)];
+    if rest > 0 {
+        sizes.push(rest);
+    }
+    sizes
 }
 
 #[cfg(test)]
@@ -801,6 +916,28 @@ mod tests {
         let leg = Leg::over(&[LinkModel::symmetric(100.0, None, 0.0)]);
         let out = deliver(&leg, 10, &[0.0; 10], &[MSS; 10]);
         assert!(out.iter().all(|t| (t - 0.05).abs() < 1e-9));
+    }
+
+    #[test]
+    fn deliver_stream_keeps_every_byte_and_matches_deliver_at_one_size() {
+        let leg = Leg::over(&[LinkModel::symmetric(100.0, Some(100.0), 0.0)]);
+        // Two bursts of 10 IPv4 segments, 215 ms apart.
+        let mut times = vec![0.1; 10];
+        times.extend([0.315; 10]);
+        let sizes = [1448; 20];
+        let (t, s) = deliver_stream(&leg, 10, &times, &sizes, 1448);
+        assert_eq!(t, deliver(&leg, 10, &times, &sizes));
+        assert_eq!(s, sizes);
+        // Cut for IPv6: each burst leaves as 10 full segments and its
+        // 200-byte tail, sent with the burst, not held for the next one.
+        let (t, s) = deliver_stream(&leg, 10, &times, &sizes, 1428);
+        assert_eq!(s.iter().map(|&x| u64::from(x)).sum::<u64>(), 20 * 1448);
+        assert_eq!(s.len(), 22);
+        assert_eq!(s[10], 200);
+        assert!(t[10] < 0.315, "{}", t[10]);
+        // Data queued behind a closed window leaves in full segments.
+        let (_, s) = deliver_stream(&leg, 10, &[0.0; 70], &[1448; 70], 1428);
+        assert_eq!(s.iter().filter(|&&x| x < 1428).count(), 1);
     }
 
     #[test]

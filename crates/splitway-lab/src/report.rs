@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::family::Families;
 use crate::model::{self, Config};
 use crate::scenario::{Chain, Scenario, format_size};
 
@@ -137,7 +138,9 @@ fn round3(v: f64) -> f64 {
 #[derive(Debug, Clone, Serialize)]
 pub struct ChainReport {
     pub name: String,
-    /// The address family every leg used: `ipv4` or `ipv6`.
+    /// The address families: `ipv4` or `ipv6` on every leg, or
+    /// `ipv4-over-ipv6` / `ipv6-over-ipv4` (the ends' over the relay
+    /// legs').
     pub family: &'static str,
     pub hosts: Vec<String>,
     pub description: String,
@@ -160,6 +163,14 @@ pub struct LinkSummary {
 }
 
 impl ChainReport {
+    /// `chain` run over `family`: named with the family's suffix.
+    pub fn over(chain: &Chain, family: Families) -> Self {
+        let mut out = ChainReport::new(chain);
+        out.family = family.name();
+        out.name = format!("{}{}", chain.name, family.chain_suffix());
+        out
+    }
+
     pub fn new(chain: &Chain) -> Self {
         ChainReport {
             name: chain.name.clone(),
@@ -242,19 +253,23 @@ impl LabReport {
         }
     }
 
-    /// Model-only report: every row unmeasured.
-    pub fn model_only(scenario: &Scenario, configs: &[Config]) -> Self {
+    /// Model-only report: every row unmeasured, each chain over each of
+    /// `families`.
+    pub fn model_only(scenario: &Scenario, configs: &[Config], families: &[Families]) -> Self {
         let mut report = LabReport::new(scenario, false, false, 0);
         for chain in &scenario.chains {
-            let mut cr = ChainReport::new(chain);
-            for &config in configs {
-                for &size in &scenario.sizes {
-                    let mut m = Measurement::unmeasured(chain, config, size);
-                    m.note = Some("model only".into());
-                    cr.results.push(m);
+            for &family in families {
+                let chain = &*chain.over(family);
+                let mut cr = ChainReport::over(chain, family);
+                for &config in configs {
+                    for &size in &scenario.sizes {
+                        let mut m = Measurement::unmeasured(chain, config, size);
+                        m.note = Some("model only".into());
+                        cr.results.push(m);
+                    }
                 }
+                report.chains.push(cr);
             }
-            report.chains.push(cr);
         }
         report
     }
@@ -383,21 +398,27 @@ impl LabReport {
         out
     }
 
-    /// Where a chain ran over both families (`--family both`): each
-    /// configuration's IPv6 median over its IPv4 one, TTFB and total, per
-    /// size. Empty otherwise.
+    /// Where a chain ran over more than IPv4 (`--family both`, mixed
+    /// families): each configuration's median over its IPv4 one, TTFB and
+    /// total, per size. Empty otherwise.
     pub fn render_families(&self) -> String {
         let mut out = String::new();
-        for v6 in self.chains.iter().filter(|c| c.family == "ipv6") {
-            let Some(v4) = self
-                .chains
-                .iter()
-                .find(|c| c.family == "ipv4" && v6.name == format!("{} (IPv6)", c.name))
-            else {
+        for other in self.chains.iter().filter(|c| c.family != "ipv4") {
+            let Some(family) = Families::parse(other.family) else {
                 continue;
             };
-            let _ = writeln!(out, "\n== {}: IPv6 / IPv4, medians (TTFB, total)", v4.name);
-            for m in &v6.results {
+            let Some(v4) = self.chains.iter().find(|c| {
+                c.family == "ipv4" && other.name == format!("{}{}", c.name, family.chain_suffix())
+            }) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "\n== {}: {} / IPv4, medians (TTFB, total)",
+                v4.name,
+                family.chain_suffix().trim().trim_matches(['(', ')'])
+            );
+            for m in &other.results {
                 let Some(m4) = v4.find(&m.config, m.size_bytes) else {
                     continue;
                 };

@@ -33,7 +33,7 @@
 
 use std::fs;
 use std::io::Read as _;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +47,7 @@ pub mod window_safety;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::emu::{EmuError, EmuStats};
+pub use crate::family::{Families, Family};
 use crate::model::{Config, Congestion, END_HOST_CONGESTION, RELAY_CONGESTION};
 use crate::report::{ChainReport, LabReport, Measurement, ReportError, Spread, Status};
 use crate::scenario::{Chain, Scenario, ScenarioError, format_size};
@@ -195,8 +196,9 @@ pub fn is_root() -> bool {
 /// How to run a scenario.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// The address families to run every chain over, in turn.
-    pub families: Vec<Family>,
+    /// The address families to run every chain over, in turn (empty: the
+    /// scenario's).
+    pub families: Vec<Families>,
     pub quick: bool,
     /// Overrides the scenario's repetitions.
     pub reps: Option<u32>,
@@ -207,73 +209,6 @@ pub struct RunOptions {
     /// Seed of the emulator's loss PRNGs for every chain (None: random).
     pub loss_seed: Option<u64>,
 }
-
-/// The address family of a run: clients, relays and servers reach each
-/// other over IPv4 or IPv6 only (issue #32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::V4 => "ipv4",
-            Family::V6 => "ipv6",
-        }
-    }
-
-    /// `host`'s address on its link toward the client.
-    fn left(self, host: &Host) -> Option<IpAddr> {
-        match self {
-            Family::V4 => host.left_addr().map(IpAddr::V4),
-            Family::V6 => host.left_addr6().map(IpAddr::V6),
-        }
-    }
-
-    /// `host`'s address on its link toward the server.
-    fn right(self, host: &Host) -> Option<IpAddr> {
-        match self {
-            Family::V4 => host.right_addr().map(IpAddr::V4),
-            Family::V6 => host.right_addr6().map(IpAddr::V6),
-        }
-    }
-
-    /// Every address of the family, for a listener.
-    fn any(self) -> IpAddr {
-        match self {
-            Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            Family::V6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-        }
-    }
-
-    /// `chain` as the model sees it over this family: an IPv6 header is 20
-    /// bytes longer, so a 1500-byte packet carries 1428 bytes, and an
-    /// object near a slow-start round's boundary (100 KB: 70 segments of
-    /// 1448, 71 of 1428) takes one round more.
-    fn model_chain(self, chain: &Chain) -> std::borrow::Cow<'_, Chain> {
-        match self {
-            Family::V4 => std::borrow::Cow::Borrowed(chain),
-            Family::V6 => {
-                let mut c = chain.clone();
-                c.model.mss = chain.model.mss.saturating_sub(IPV6_HEADER_EXTRA);
-                std::borrow::Cow::Owned(c)
-            }
-        }
-    }
-
-    /// One host's prefix: /32 or /128.
-    fn host_prefix(self, addr: IpAddr) -> String {
-        match self {
-            Family::V4 => format!("{addr}/32"),
-            Family::V6 => format!("{addr}/128"),
-        }
-    }
-}
-
-/// Bytes an IPv6 header has beyond an IPv4 one (40 against 20).
-const IPV6_HEADER_EXTRA: u32 = 20;
 
 /// `http://addr:port` with an IPv6 address in brackets.
 fn http_base(addr: IpAddr, port: u16) -> String {
@@ -301,10 +236,12 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
     write_objects(&work.path.join("www"), &objects)?;
 
     let runnable = configs.iter().filter(|c| availability(**c).is_ok()).count();
-    let families = if options.families.is_empty() {
-        vec![Family::V4]
-    } else {
+    let families = if !options.families.is_empty() {
         options.families.clone()
+    } else if !scenario.families.is_empty() {
+        scenario.families.clone()
+    } else {
+        vec![Families::V4]
     };
     let total =
         scenario.chains.len() * families.len() * runnable * scenario.sizes.len() * reps as usize;
@@ -333,9 +270,7 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
                 emu: &emu,
                 family,
             };
-            report
-                .chains
-                .push(run_chain(scenario, &family.model_chain(chain), &run)?);
+            report.chains.push(run_chain(scenario, chain, &run)?);
         }
     }
     bar.finish_and_clear();
@@ -391,7 +326,7 @@ struct ChainRun<'a> {
     work: &'a Path,
     bar: &'a ProgressBar,
     emu: &'a EmuOptions,
-    family: Family,
+    family: Families,
 }
 
 fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<ChainReport, LabError> {
@@ -403,11 +338,8 @@ fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<Chain
         emu,
         family,
     } = *run;
-    let mut out = ChainReport::new(chain);
-    out.family = family.name();
-    if family == Family::V6 {
-        out.name = format!("{} (IPv6)", chain.name);
-    }
+    let chain = &*chain.over(family);
+    let mut out = ChainReport::over(chain, family);
     bar.set_message(format!("{}: building the chain", chain.name));
     let topo = Topology::build_with(&chain.spec, NETNS_PREFIX, emu)?;
     end_hosts_on_model_congestion(&topo)?;
@@ -420,8 +352,9 @@ fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<Chain
     }
     let server = topo.server();
     let server_addr = family
+        .ends
         .left(server)
-        .ok_or_else(|| LabError::Usage(format!("the server has no {} link", family.name())))?;
+        .ok_or_else(|| LabError::Usage(format!("the server has no {} link", family.ends.name())))?;
     let _nginx = start_nginx(server, work)?;
     // Timed RTT changes and loss bursts run through every configuration.
     let _handovers = handover::Handovers::start(&topo, chain);
@@ -432,7 +365,7 @@ fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<Chain
             .iter()
             .map(|&size| Measurement::unmeasured(chain, config, size))
             .collect();
-        let available = availability(config).and_then(|()| match (config, family) {
+        let available = availability(config).and_then(|()| match (config, family.ends) {
             (Config::Agent, Family::V6) => Err(
                 "the agent's IPv6 destination option (23 bytes) does not fit beside Linux's \
                  SYN options: its connections go direct (docs/syn-option.md)"
@@ -1019,7 +952,7 @@ fn setup_config(
     server_addr: IpAddr,
     work: &Path,
     chain: &Chain,
-    family: Family,
+    family: Families,
 ) -> Result<Setup, LabError> {
     let relays = topo.relays();
     let direct = http_base(server_addr, HTTP_PORT);
@@ -1031,8 +964,12 @@ fn setup_config(
     // Per family too: a second family's run must not find the first's
     // keys and files (ssh-keygen will not overwrite a key).
     let dir = match family {
-        Family::V4 => work.join(config.name().replace('+', "-")),
-        Family::V6 => work.join(format!("{}-ipv6", config.name().replace('+', "-"))),
+        Families::V4 => work.join(config.name().replace('+', "-")),
+        other => work.join(format!(
+            "{}-{}",
+            config.name().replace('+', "-"),
+            other.name()
+        )),
     };
     fs::create_dir_all(&dir).map_err(|e| LabError::io(format!("create {}", dir.display()), e))?;
     match config {
@@ -1072,7 +1009,7 @@ fn setup_haproxy(
     relays: &[Host],
     server: IpAddr,
     dir: &Path,
-    family: Family,
+    family: Families,
 ) -> Result<Setup, LabError> {
     let mut procs = Vec::new();
     // HAProxy's own address form: `ipv4@` / `ipv6@` prefixes, no brackets.
@@ -1080,11 +1017,15 @@ fn setup_haproxy(
         IpAddr::V4(a) => format!("ipv4@{a}:{port}"),
         IpAddr::V6(a) => format!("ipv6@{a}:{port}"),
     };
-    let bind = at(family.any(), HAPROXY_PORT);
     // Start from the server side so each HAProxy's next hop already listens.
     for (i, relay) in relays.iter().enumerate().rev() {
+        // The first takes the client's family, the others the legs'.
+        let bind = match i {
+            0 => at(family.ends.any(), HAPROXY_PORT),
+            _ => at(family.legs.any(), HAPROXY_PORT),
+        };
         let next = match relays.get(i + 1) {
-            Some(next) => at(left_addr(next, family)?, HAPROXY_PORT),
+            Some(next) => at(left_addr(next, family.legs)?, HAPROXY_PORT),
             None => at(server, HTTP_PORT),
         };
         let conf = format!(
@@ -1106,7 +1047,7 @@ fn setup_haproxy(
         proc.wait_listening(relay, &[HAPROXY_PORT])?;
         procs.push(proc);
     }
-    let first = left_addr(&relays[0], family)?;
+    let first = left_addr(&relays[0], family.ends)?;
     let base = http_base(first, HAPROXY_PORT);
     Ok(Setup {
         note: Some(format!(
@@ -1145,7 +1086,7 @@ fn setup_ssh(
     relays: &[Host],
     server: IpAddr,
     dir: &Path,
-    family: Family,
+    family: Families,
 ) -> Result<Setup, LabError> {
     let first = &relays[0];
     let last = &relays[relays.len() - 1];
@@ -1170,7 +1111,7 @@ fn setup_ssh(
          AuthorizedKeysFile {authorized}\nPermitRootLogin prohibit-password\n\
          PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
          AllowTcpForwarding yes\nPermitOpen any\nX11Forwarding no\nPrintMotd no\nUseDNS no\n",
-        listen = family.any(),
+        listen = family.legs.any(),
         host_key = host_key.display(),
         dir = dir.display(),
         authorized = authorized.display(),
@@ -1182,8 +1123,8 @@ fn setup_ssh(
     let mut sshd = Proc::spawn("sshd", last, cmd, dir.join("sshd.log"))?;
     sshd.wait_listening(last, &[SSHD_PORT])?;
 
-    let first_addr = left_addr(first, family)?;
-    let last_addr = left_addr(last, family)?;
+    let first_addr = left_addr(first, family.ends)?;
+    let last_addr = left_addr(last, family.legs)?;
     // ssh's forwarding spec takes an IPv6 address in brackets.
     let bracket = |a: IpAddr| match a {
         IpAddr::V4(a) => a.to_string(),
@@ -1372,7 +1313,7 @@ fn relay_config(
     accel: Accel,
     chain: &Chain,
     client: IpAddr,
-    family: Family,
+    family: Families,
 ) -> Result<String, LabError> {
     use crate::testbed::config::{
         self as testbed, Intercept, ListenMode, RawAccel, RawListener, RawPeer, RawRoute,
@@ -1383,7 +1324,7 @@ fn relay_config(
     // Relay i sits between link i (client side) and link i + 1.
     let right_cc = leg_congestion(chain, i + 1);
     let mut conf = testbed::relay(relay.name(), &format!("127.0.0.1:{ADMIN_PORT}"), Some(psk));
-    let any = |port: u16| SocketAddr::new(family.any(), port).to_string();
+    let any = |port: u16| SocketAddr::new(family.ends.any(), port).to_string();
     let listener = if i == 0 {
         match accel.ingress {
             Ingress::Tproxy => {
@@ -1396,13 +1337,13 @@ fn relay_config(
             }
             Ingress::Socks5 => {
                 let mut l = RawListener::new(ListenMode::Socks5, any(SOCKS_PORT));
-                l.allow_clients = vec![family.host_prefix(client)];
+                l.allow_clients = vec![family.ends.host_prefix(client)];
                 l
             }
             // `watch`: the detector reads the destination from the SYN.
             Ingress::Agent => {
                 let mut l = RawListener::new(ListenMode::SynOption, any(SYNOPT_PORT));
-                l.allow_clients = vec![family.host_prefix(client)];
+                l.allow_clients = vec![family.ends.host_prefix(client)];
                 l.watch = vec![DEV_LEFT.into()];
                 l
             }
@@ -1411,14 +1352,17 @@ fn relay_config(
         // Only the upstream relay may dial in; naming it also lets turbo
         // install the return route at start, before the first (pooled)
         // connection arrives.
-        let upstream = family.right(&relays[i - 1]).ok_or_else(|| {
+        let upstream = family.legs.right(&relays[i - 1]).ok_or_else(|| {
             LabError::Usage(format!(
                 "host {} has no server-side link",
                 relays[i - 1].name()
             ))
         })?;
-        let mut l = RawListener::new(ListenMode::Peer, any(PEER_PORT));
-        l.allow_clients = vec![family.host_prefix(upstream)];
+        let mut l = RawListener::new(
+            ListenMode::Peer,
+            SocketAddr::new(family.legs.any(), PEER_PORT).to_string(),
+        );
+        l.allow_clients = vec![family.legs.host_prefix(upstream)];
         l
     };
     conf.listen.push(listener);
@@ -1426,7 +1370,7 @@ fn relay_config(
         Some(next) => {
             let mut peer = RawPeer::new(
                 next.name(),
-                SocketAddr::new(left_addr(next, family)?, PEER_PORT).to_string(),
+                SocketAddr::new(left_addr(next, family.legs)?, PEER_PORT).to_string(),
             );
             // The minimal config names no algorithm: its relay legs run
             // what the relay picks by default (the learned window).
@@ -1481,11 +1425,12 @@ fn setup_splitway(
     server_addr: IpAddr,
     dir: &Path,
     chain: &Chain,
-    family: Family,
+    family: Families,
 ) -> Result<Setup, LabError> {
     let relays = topo.relays();
     let direct = http_base(server_addr, HTTP_PORT);
     let client = family
+        .ends
         .right(topo.client())
         .ok_or_else(|| LabError::Usage("the client has no link".into()))?;
     let accel = Accel::of(config);
@@ -1595,7 +1540,7 @@ fn setup_splitway(
             missing.join(", ")
         )
     });
-    let first = left_addr(&relays[0], family)?;
+    let first = left_addr(&relays[0], family.ends)?;
     let socks = SocketAddr::new(first, SOCKS_PORT);
     let (how, curl_args, agent) = match accel.ingress {
         Ingress::Tproxy => (
@@ -1624,7 +1569,7 @@ fn setup_splitway(
                 dir,
                 &format!(
                     "{}={}",
-                    family.host_prefix(server_addr),
+                    family.ends.host_prefix(server_addr),
                     SocketAddr::new(first, SYNOPT_PORT)
                 ),
             )?),
@@ -1734,29 +1679,51 @@ mod tests {
         let v4: IpAddr = "10.77.2.2".parse().unwrap();
         assert_eq!(http_base(v6, 80), "http://[fd77:2::2]:80");
         assert_eq!(http_base(v4, 80), "http://10.77.2.2:80");
-        assert_eq!(Family::V6.host_prefix(v6), "fd77:2::2/128");
-        assert_eq!(Family::V4.host_prefix(v4), "10.77.2.2/32");
-        assert_eq!(
-            SocketAddr::new(Family::V6.any(), 7100).to_string(),
-            "[::]:7100"
-        );
+    }
+
+    fn model_total(c: &Chain, config: Config, size: u64) -> f64 {
+        crate::report::Measurement::unmeasured(c, config, size).model_total_ms
     }
 
     #[test]
     fn the_ipv6_model_takes_a_round_more_where_its_segments_cross_a_boundary() {
         let s = Scenario::load("paper-ktcp").expect("built in");
-        let v4 = Family::V4.model_chain(&s.chains[0]);
-        let v6 = Family::V6.model_chain(&s.chains[0]);
+        let v4 = s.chains[0].over(Families::V4);
+        let v6 = s.chains[0].over(Families::V6);
         assert_eq!(v6.model.mss, 1428);
-        let e2e = |c: &Chain, size| {
-            crate::report::Measurement::unmeasured(c, Config::E2e, size).model_total_ms
-        };
+        let e2e = |c: &Chain, size| model_total(c, Config::E2e, size);
         // 100 KB: 70 segments of 1448 fit slow start's first three rounds
         // (10 + 20 + 40), 71 of 1428 do not: one end-to-end RTT (274 ms) more.
         let extra = e2e(&v6, 100_000) - e2e(&v4, 100_000);
         assert!((250.0..300.0).contains(&extra), "{extra} ms");
         // 10 KB fits the first round either way.
         assert!((e2e(&v6, 10_000) - e2e(&v4, 10_000)).abs() < 1.0);
+    }
+
+    #[test]
+    fn a_mixed_chain_is_modelled_with_each_legs_segments() {
+        let s = Scenario::load("paper-ktcp").expect("built in");
+        let chain = &s.chains[0];
+        let [v4, v6, v4_over_v6, v6_over_v4] = Families::ALL.map(|f| chain.over(f).into_owned());
+        // e2e never crosses a relay leg: the ends' family decides.
+        let e2e = |c: &Chain| model_total(c, Config::E2e, 100_000);
+        assert!((e2e(&v4_over_v6) - e2e(&v4)).abs() < 1.0);
+        assert!((e2e(&v6_over_v4) - e2e(&v6)).abs() < 1.0);
+        // `split` slow-starts on every leg: IPv6's 71st segment costs the
+        // 215 ms relay leg a round (less what overlaps the client leg's
+        // rounds) where the legs carry IPv6. Where only the ends do, the
+        // relay leg's 1,448-byte segments still fit three rounds, and the
+        // short legs absorb the rest.
+        let split = |c: &Chain| model_total(c, Config::Split, 100_000);
+        let legs_extra = split(&v4_over_v6) - split(&v4);
+        assert!((150.0..240.0).contains(&legs_extra), "{legs_extra} ms");
+        let ends_extra = split(&v6_over_v4) - split(&v4);
+        assert!(ends_extra.abs() < 40.0, "{ends_extra} ms");
+        assert!((split(&v6) - split(&v4_over_v6)).abs() < 5.0);
+        // The report and the runner name each run.
+        assert_eq!(v4_over_v6.model.relay_leg_mss, Some(1428));
+        assert_eq!(v6_over_v4.model.relay_leg_mss, Some(1448));
+        assert_eq!(v6.model.relay_leg_mss, None);
     }
 
     #[test]

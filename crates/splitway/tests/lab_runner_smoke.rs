@@ -1,9 +1,10 @@
 //! `splitway lab` end to end: the real runner on a tiny chain (RTTs of a few
 //! ms, one repetition) builds the namespaces and emulated links, starts
 //! nginx, HAProxy, ssh -L/sshd and splitway relays, downloads through each
-//! configuration with curl, over IPv4 and then IPv6 (`--family both`), and
-//! writes the JSON and the charts. Fails when a configuration stops
-//! producing a measured row with the model beside it in either family.
+//! configuration with curl, over IPv4, IPv6 and both mixes (IPv4 ends over
+//! IPv6 relay legs and the reverse, `--family all`), and writes the JSON
+//! and the charts. Fails when a configuration stops producing a measured
+//! row with the model beside it in any of them.
 
 mod support;
 
@@ -60,7 +61,7 @@ fn lab_runner_measures_every_configuration() {
         .arg(&json)
         .arg("--out-dir")
         .arg(&charts)
-        .args(["--family", "both"])
+        .args(["--family", "all"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -97,15 +98,41 @@ fn lab_runner_measures_every_configuration() {
             .as_str()
             .is_some_and(|s| !s.is_empty())
     );
-    for (index, family) in [(0, "ipv4"), (1, "ipv6")] {
+    let families = [
+        ("ipv4", "tiny", ""),
+        ("ipv6", "tiny (IPv6)", "-ipv6"),
+        (
+            "ipv4-over-ipv6",
+            "tiny (IPv4 over IPv6 legs)",
+            "-ipv4-over-ipv6-legs",
+        ),
+        (
+            "ipv6-over-ipv4",
+            "tiny (IPv6 over IPv4 legs)",
+            "-ipv6-over-ipv4-legs",
+        ),
+    ];
+    assert_eq!(
+        report["chains"].as_array().map(Vec::len),
+        Some(families.len()),
+        "{text}"
+    );
+    for (index, (family, name, _)) in families.into_iter().enumerate() {
         let chain = &report["chains"][index];
         assert_eq!(chain["family"], family, "{text}");
+        assert_eq!(chain["name"], name, "{text}");
         check_rows(chain, &stdout, &text);
+        // Each table, and each family's ratios to IPv4 that end the report.
+        assert!(stdout.contains(&format!("== {name}:")), "{stdout}");
     }
-    // The IPv6 chain's table and the ratios that end the report.
-    assert!(stdout.contains("== tiny (IPv6)"), "{stdout}");
-    assert!(stdout.contains("== tiny: IPv6 / IPv4"), "{stdout}");
-    for name in ["smoke-tiny.svg", "smoke-tiny-ipv6.svg"] {
+    for ratios in [
+        "== tiny: IPv6 / IPv4",
+        "== tiny: IPv4 over IPv6 legs / IPv4",
+        "== tiny: IPv6 over IPv4 legs / IPv4",
+    ] {
+        assert!(stdout.contains(ratios), "{stdout}");
+    }
+    for name in families.map(|(_, _, suffix)| format!("smoke-tiny{suffix}.svg")) {
         let chart = charts.join(name);
         let svg = std::fs::read_to_string(&chart).expect("the lab drew its chart");
         assert!(svg.contains("<svg") && svg.contains("haproxy"), "{chart:?}");

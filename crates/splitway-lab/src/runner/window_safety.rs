@@ -380,7 +380,7 @@ impl Bench {
             std::net::IpAddr::V4(server),
             work,
             chain,
-            super::Family::V4,
+            super::Families::V4,
         )?;
         Ok(Bench {
             setup,

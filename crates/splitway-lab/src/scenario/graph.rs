@@ -477,6 +477,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Scenario, ScenarioError>
         description: file.description,
         origin: origin.to_owned(),
         configs: Vec::new(),
+        families: Vec::new(),
         sizes: Vec::new(),
         reps: 1,
         quick_reps: 1,
