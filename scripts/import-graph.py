@@ -288,7 +288,7 @@ RULES = [
 LAYERS = {
     "splitway-relay": [
         # byte helpers, the stop watch, syn-option destinations
-        ["bytes.rs", "shutdown.rs", "syn_dst.rs"],
+        ["bytes.rs", "shutdown.rs", "syn_dst.rs", "source.rs"],
         # the config file: raw layer, validators, source, diff
         ["config/"],
         # one area each, built from the config, taking no `Shared`; the

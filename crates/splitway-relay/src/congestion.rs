@@ -22,7 +22,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::Config;
-use crate::config::{LEARNED_WINDOW_CC, ListenMode};
+use crate::config::LEARNED_WINDOW_CC;
 
 /// A shipped algorithm a config names that could not be registered.
 #[derive(Debug, Error)]
@@ -87,7 +87,7 @@ pub fn fill_learned_window(cfg: &mut Config) -> Vec<String> {
             filled.push(format!("peer[{i}].congestion"));
         }
     }
-    let accepts_relays = cfg.listeners.iter().any(|l| l.mode == ListenMode::Peer);
+    let accepts_relays = cfg.listeners.iter().any(|l| l.mode.accepts_relays());
     if accepts_relays && cfg.upstream.congestion.is_none() {
         cfg.upstream.congestion = Some(LEARNED_WINDOW_CC.to_owned());
         filled.push("upstream.congestion".to_owned());
@@ -265,4 +265,41 @@ pub fn observe_learned_windows(cfg: &Config, metrics: &splitway_control::metrics
 fn warn_unreadable(error: &str) {
     static SAID: std::sync::Once = std::sync::Once::new();
     SAID.call_once(|| warn!(error, "cannot read splitway_resume's learned windows"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_bpf_congestion_control_is_accepted_on_every_leg() {
+        let cfg = crate::config::Config::parse_str(
+            r#"
+            name = "rc"
+            [[listen]]
+            mode = "socks5"
+            addr = "127.0.0.1:1080"
+            [direct]
+            congestion = "splitway_cubic"
+            [client]
+            congestion = "splitway_cubic"
+            [upstream]
+            congestion = "splitway_cubic"
+            [[route]]
+            dst = "0.0.0.0/0"
+            via = "direct"
+            "#,
+        )
+        .expect("shipped name accepted");
+        let uses = shipped_in(&cfg);
+        let keys: Vec<&str> = uses.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "direct.congestion",
+                "client.congestion",
+                "upstream.congestion"
+            ]
+        );
+    }
 }

@@ -480,7 +480,7 @@ fn tune(shared: &Shared, listener: &dyn Listen, stream: &TcpStream, client: Sock
         warn!(error = %e, "cannot tune accepted socket");
     }
     if !listener.relays() && shared.cfg.accel.loss_isolation {
-        loss_isolation::hooks::at_accept(&shared.lossy, &shared.metrics, stream, client.ip());
+        loss_isolation::hooks::at_accept(&shared.lossy, stream, client.ip());
     }
 }
 

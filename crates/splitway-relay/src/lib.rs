@@ -55,6 +55,7 @@ pub mod resolve;
 pub mod route;
 pub mod session;
 pub mod shutdown;
+pub mod source;
 pub mod state;
 pub mod strict;
 pub mod syn_dst;

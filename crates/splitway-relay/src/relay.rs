@@ -92,7 +92,12 @@ impl Relay {
             .then(|| crate::congestion::learn_windows(&mut cfg, crate::congestion::ensure));
         // BPF congestion controls before any socket could select them.
         crate::congestion::register_for(&cfg)?;
-        let metrics = Arc::new(Metrics::new());
+        // The rooms declare their own families in the relay's registry.
+        let mut metrics = Metrics::builder();
+        let lossy = Arc::new(crate::loss_isolation::LossyClients::new(
+            crate::loss_isolation::LossIsolationMetrics::register(metrics.registry()),
+        ));
+        let metrics = Arc::new(metrics.build());
         cfg.peers
             .iter()
             .for_each(|p| metrics.register_peer(&p.name));
@@ -135,7 +140,7 @@ impl Relay {
         let (stop, stopping) = watch::channel(false);
         let shared = Arc::new(Shared {
             access_log: AccessLog::start(cfg.access_log.as_ref())?,
-            lossy: Arc::default(),
+            lossy,
             stopping,
             accel,
             accept_paths,

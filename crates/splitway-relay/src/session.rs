@@ -608,7 +608,6 @@ fn client_leg<'a>(
     (!inbound.listener.relays() && shared.cfg.accel.loss_isolation).then(|| {
         loss_isolation::hooks::ClientLeg {
             clients: &shared.lossy,
-            metrics: &shared.metrics,
             stream: &inbound.stream,
             client: inbound.client.ip(),
             accepted_at: inbound.accepted_at,

@@ -23,7 +23,7 @@ use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerCo
 use splitway_proto::auth::NONCE_LEN;
 use tokio::net::TcpStream;
 
-use crate::config::source::Source;
+use crate::source::Source;
 
 /// TLS exporter label for the PSK handshake's channel binding (RFC 8446
 /// §7.5): both ends derive the acceptor's nonce from it.

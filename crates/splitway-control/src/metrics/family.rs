@@ -11,6 +11,8 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 ///
 /// The derive from prometheus-client would export the Rust variant name
 /// (`HttpConnect`); the exported values are the snake_case names instead.
+/// Exported for the relay's rooms, which must depend on prometheus-client.
+#[macro_export]
 macro_rules! label_enum {
     (
         $(#[$meta:meta])*
@@ -38,7 +40,7 @@ macro_rules! label_enum {
             }
 
             /// Position in [`Self::ALL`]; indexes the pre-resolved handles.
-            pub(crate) const fn index(self) -> usize {
+            pub const fn index(self) -> usize {
                 self as usize
             }
         }
@@ -71,13 +73,14 @@ macro_rules! label_enum {
     };
 }
 
-pub(super) use label_enum;
+pub(crate) use crate::label_enum;
 
-pub(super) type CounterU64 = Counter<u64, AtomicU64>;
+/// The counter every `_total` family uses.
+pub type CounterU64 = Counter<u64, AtomicU64>;
 
 /// One series per label value, created now (so exported at zero) and kept
 /// as a handle: `labels` makes each value's label set.
-pub(super) fn series<S, M, C, V, const N: usize>(
+pub fn series<S, M, C, V, const N: usize>(
     family: &Family<S, M, C>,
     values: [V; N],
     labels: impl Fn(V) -> S,
@@ -92,11 +95,7 @@ where
 
 /// Creates a metric (family) and declares it in `registry` under `name`
 /// with `help`; returns the handle the relay counts through.
-pub(crate) fn declare<M>(
-    registry: &mut prometheus_client::registry::Registry,
-    name: &str,
-    help: &str,
-) -> M
+pub fn declare<M>(registry: &mut prometheus_client::registry::Registry, name: &str, help: &str) -> M
 where
     M: prometheus_client::registry::Metric + Clone + Default,
 {

@@ -11,9 +11,11 @@
 //!
 //! Each family is declared (name, help, labels) in the submodule of the
 //! relay area that counts it, as a handle type with a `register` function;
-//! [`Metrics::new`] only assembles them into one registry. They live here,
-//! not in `splitway-relay`, because the admin server serves the registry
-//! and this crate must not depend on the relay.
+//! [`Metrics::new`] only assembles them into one registry. An acceleration
+//! with a room of its own in `splitway-relay` declares its families there,
+//! with [`label_enum!`](crate::label_enum) and the helpers of [`kit`], into
+//! [`MetricsBuilder::registry`] (issue #31: this crate is to know no relay
+//! word; the families still here move as their areas get rooms).
 
 use std::fmt;
 use std::time::Duration;
@@ -27,8 +29,12 @@ mod accel;
 mod connections;
 mod early_syn;
 mod family;
+/// What a room's metrics module uses besides [`label_enum!`](crate::label_enum):
+/// the counter type, the up-front series and the declaration helper.
+pub mod kit {
+    pub use super::family::{CounterU64, declare, series};
+}
 mod forward;
-mod loss_isolation;
 mod paths;
 mod peer;
 mod pool;
@@ -45,7 +51,6 @@ pub use connections::{
 };
 pub use early_syn::{EarlySynMetrics, EarlySynOutcome};
 pub use forward::{Direction, ForwardMetrics, Leg, Path};
-pub use loss_isolation::{LossIsolationEvent, LossIsolationMetrics};
 pub use paths::PathMetrics;
 pub use peer::{
     AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics, ZeroRttOutcome,
@@ -82,7 +87,6 @@ pub use strict::{StrictMetrics, StrictOutcome};
 /// | `learned_window_peers` | gauge | | `accel` |
 /// | `strict_syn_total` | counter | `outcome` | `strict` |
 /// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
-/// | `loss_isolation_total` | counter | `event` | `loss_isolation` |
 /// | `pool_events_total` | counter | `peer`, `event` | `pool` |
 /// | `pool_level` | gauge | `peer` | `pool` |
 /// | `path_*` | see [`PathMetrics`] | `route`, `candidate`, `peer` | `paths` |
@@ -97,7 +101,6 @@ pub struct Metrics {
     learned_window: LearnedWindowMetrics,
     strict: StrictMetrics,
     proxy_protocol: ProxyProtocolMetrics,
-    loss_isolation: LossIsolationMetrics,
     pools: pool::PoolFamilies,
     paths: PathMetrics,
 }
@@ -114,7 +117,34 @@ impl Default for Metrics {
     }
 }
 
+/// A registry being assembled: the relay's rooms declare their families in
+/// [`MetricsBuilder::registry`] before [`MetricsBuilder::build`] freezes it.
+pub struct MetricsBuilder {
+    metrics: Metrics,
+}
+
+impl MetricsBuilder {
+    /// Where a room declares its families: names get the `splitway_`
+    /// prefix, like every family of this crate's.
+    pub fn registry(&mut self) -> &mut Registry {
+        self.metrics
+            .registry
+            .sub_registry_with_prefix(METRIC_PREFIX)
+    }
+
+    pub fn build(self) -> Metrics {
+        self.metrics
+    }
+}
+
 impl Metrics {
+    /// [`Metrics::new`], open for the rooms' families.
+    pub fn builder() -> MetricsBuilder {
+        MetricsBuilder {
+            metrics: Metrics::new(),
+        }
+    }
+
     /// Creates the registry with every family registered and every
     /// enum-labelled series present at zero.
     pub fn new() -> Self {
@@ -143,7 +173,6 @@ impl Metrics {
             learned_window: LearnedWindowMetrics::register(registry),
             strict: StrictMetrics::register(registry),
             proxy_protocol: ProxyProtocolMetrics::register(registry),
-            loss_isolation: LossIsolationMetrics::register(registry),
             pools: pool::PoolFamilies::register(registry),
             paths: PathMetrics::register(registry),
             registry: Registry::default(),
@@ -275,11 +304,6 @@ impl Metrics {
     /// Counts a connection refused for its PROXY protocol header.
     pub fn proxy_refused(&self, reason: ProxyRefusal) {
         self.proxy_protocol.refused(reason);
-    }
-
-    /// Counts a loss-isolation verdict or a leg it started loss-tolerant.
-    pub fn loss_isolation(&self, event: LossIsolationEvent) {
-        self.loss_isolation.count(event);
     }
 
     /// Counts `n` pool events for the configured peer `peer`.
@@ -483,7 +507,6 @@ mod tests {
             "# HELP splitway_learned_window_events What splitway_resume did on relay legs, host-wide (every relay on the host shares it).",
             "# HELP splitway_learned_window_peers Peer addresses with a learned window young enough to resume from, host-wide.",
             "# HELP splitway_leg_sent_bytes Bytes the relay wrote to its legs, by leg kind and direction.",
-            "# HELP splitway_loss_isolation Client legs judged by loss isolation, and legs started loss-tolerant, by event.",
             "# HELP splitway_path_choices New connections on a multi-candidate route, by route index and the candidate taken.",
             "# HELP splitway_path_flips Changes of a route's chosen candidate, by route index and cause (failure, better).",
             "# HELP splitway_path_probes_answered Path probes this relay answered for upstream relays.",
@@ -517,7 +540,6 @@ mod tests {
             "# TYPE splitway_learned_window_events counter",
             "# TYPE splitway_learned_window_peers gauge",
             "# TYPE splitway_leg_sent_bytes counter",
-            "# TYPE splitway_loss_isolation counter",
             "# TYPE splitway_path_choices counter",
             "# TYPE splitway_path_flips counter",
             "# TYPE splitway_path_probes_answered counter",

@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use super::check::Checker;
 use super::raw::{RawAccel, RawTurbo};
-use super::types::{
-    Accel, LegTuning, ListenMode, Listener, Peer, Requested, Switch, Timeouts, Turbo,
-};
+use super::types::{Accel, LegTuning, Listener, Peer, Requested, Switch, Timeouts, Turbo};
 
 pub(super) fn accel(
     c: &mut Checker,
@@ -18,12 +16,12 @@ pub(super) fn accel(
     let mut accel = Accel::default();
     let intercepting = listeners
         .iter()
-        .any(|l| l.mode == ListenMode::Tproxy && l.intercept.is_some());
+        .any(|l| l.mode.intercepts() && l.intercept.is_some());
     // Early SYN also serves syn-option listeners with `watch`.
     let watching = intercepting
         || listeners
             .iter()
-            .any(|l| l.mode == ListenMode::SynOption && !l.watch.is_empty());
+            .any(|l| l.mode.syn_carries_dst() && !l.watch.is_empty());
     let raw = match table.get("accel") {
         Some(v) => c.section::<RawAccel>("accel", v),
         None => Some(RawAccel::default()),
@@ -42,7 +40,7 @@ pub(super) fn accel(
     // after accept: dialing at the SYN would be too early.
     let proxied_tproxy = listeners
         .iter()
-        .any(|l| l.mode == ListenMode::Tproxy && !l.accept_proxy_protocol.is_empty());
+        .any(|l| l.mode.intercepts() && !l.accept_proxy_protocol.is_empty());
     accel.early_syn = match accel.requested.early_syn {
         Switch::Auto => watching && !accel.strict && !proxied_tproxy,
         s => s == Switch::On,
@@ -88,7 +86,7 @@ pub(super) fn accel(
         accel.early_syn_prefix_budget = b;
     }
     accel.turbo = raw.turbo.map(|t| turbo(c, t));
-    let relay_legs = !peers.is_empty() || listeners.iter().any(|l| l.mode == ListenMode::Peer);
+    let relay_legs = !peers.is_empty() || listeners.iter().any(|l| l.mode.accepts_relays());
     accel.learned_window = match accel.requested.learned_window {
         Switch::Auto => relay_legs && accel.turbo.is_none(),
         s => s == Switch::On,
@@ -116,7 +114,7 @@ pub(super) fn loss_isolation(
     listeners: &[Listener],
     client: &LegTuning,
 ) {
-    let client_legs = listeners.iter().any(|l| l.mode != ListenMode::Peer);
+    let client_legs = listeners.iter().any(|l| !l.mode.accepts_relays());
     let requested = match accel.requested.loss_isolation {
         Switch::Auto => None,
         s => Some(s == Switch::On),
@@ -181,7 +179,7 @@ fn syn_time_checks(
         for (i, l) in listeners.iter().enumerate() {
             // Any tproxy listener: SYNs the detector or the strict queue
             // see may reach it through hand-written rules too.
-            if l.mode == ListenMode::Tproxy && !l.accept_proxy_protocol.is_empty() {
+            if l.mode.intercepts() && !l.accept_proxy_protocol.is_empty() {
                 c.err(
                     format!("listen[{i}].accept_proxy_protocol"),
                     "cannot be combined with accel.early_syn or accel.strict on a tproxy listener (they dial the server at the SYN, before the header names the client)",
@@ -205,7 +203,7 @@ pub(super) fn cross_checks(
         // turbo windows too. Upstream relays outside them get a host
         // route when they authenticate.
         for (i, l) in listeners.iter().enumerate() {
-            if l.mode != ListenMode::Peer {
+            if !l.mode.accepts_relays() {
                 continue;
             }
             for (j, n) in l.allow_clients.iter().enumerate() {

@@ -12,8 +12,8 @@ use serde_path_to_error::Segment;
 
 use super::explain;
 use super::parse_duration;
-use super::source::Source;
 use super::types::ConfigIssue;
+use crate::source::Source;
 
 /// Collects issues while walking the file.
 pub(super) struct Checker<'a> {

@@ -1,5 +1,5 @@
 //! `psk_file` and `psk_file_previous`: the relays' shared keys, read
-//! through the parse's [`Source`](super::source::Source).
+//! through the parse's [`Source`](crate::source::Source).
 
 use std::path::{Path, PathBuf};
 

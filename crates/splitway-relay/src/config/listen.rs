@@ -76,7 +76,7 @@ fn listener(
     syn_option_watch(c, key, &raw);
     let want_tls = raw.tls == Some(true);
     if want_tls {
-        if raw.mode != ListenMode::Peer {
+        if !raw.mode.accepts_relays() {
             c.err(
                 format!("{key}.tls"),
                 "only a mode = \"peer\" listener can use TLS",
@@ -103,7 +103,7 @@ fn listener(
     }
     let users = raw.auth_file.as_deref().and_then(|f| {
         let key = format!("{key}.auth_file");
-        if !matches!(raw.mode, ListenMode::Socks5 | ListenMode::HttpConnect) {
+        if !raw.mode.is_explicit_proxy() {
             c.err(
                 &key,
                 "only a mode = \"socks5\" or \"http-connect\" listener asks its clients for credentials",
@@ -138,7 +138,7 @@ fn listener(
 }
 
 fn intercept(c: &mut Checker, key: &str, mode: ListenMode, i: &Intercept) {
-    if mode != ListenMode::Tproxy {
+    if !mode.intercepts() {
         c.err(
             format!("{key}.intercept"),
             "only a mode = \"tproxy\" listener can intercept",
@@ -169,7 +169,7 @@ fn intercept(c: &mut Checker, key: &str, mode: ListenMode, i: &Intercept) {
 /// (IPv6, /32 to /127, index 0..=127, each index once).
 fn syn_option_prefixes(c: &mut Checker, key: &str, raw: &RawListener) -> Vec<(u8, IpNet)> {
     let mut out: Vec<(u8, IpNet)> = Vec::new();
-    if raw.mode != ListenMode::SynOption {
+    if !raw.mode.syn_carries_dst() {
         if !raw.syn_option_prefixes.is_empty() {
             c.err(
                 format!("{key}.syn_option_prefixes"),
@@ -217,7 +217,7 @@ fn syn_option_watch(c: &mut Checker, key: &str, raw: &RawListener) {
     if raw.watch.is_empty() {
         return;
     }
-    if raw.mode != ListenMode::SynOption {
+    if !raw.mode.syn_carries_dst() {
         c.err(
             format!("{key}.watch"),
             "only a mode = \"syn-option\" listener has its SYNs watched (a tproxy listener's are watched on intercept.interfaces)",

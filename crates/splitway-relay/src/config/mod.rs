@@ -6,8 +6,8 @@
 //!   `tuning`, `limits`, `policy`, `accel`, `keys`), each turning its raw
 //!   section into the types of `types` and recording every problem with
 //!   its key; one bad element does not hide the errors of the others.
-//! - `source`: the files (keys, certificates) and host facts validation
-//!   reads, injected: [`Config::parse_str`] reads none.
+//! - `crate::source`: the files (keys, certificates) and host facts
+//!   validation reads, injected: [`Config::parse_str`] reads none.
 //! - `diff`: what a reload changes between two configs.
 //! - `users`: an explicit listener's `auth_file` (proxy clients' users).
 
@@ -23,7 +23,6 @@ mod peer;
 mod policy;
 pub mod raw;
 mod route;
-pub mod source;
 mod tls;
 mod tuning;
 mod types;
@@ -33,8 +32,8 @@ use std::path::Path;
 
 use crate::policy::{is_host_local, is_link_local};
 
+pub use crate::source::{Filesystem, NoFiles, Source};
 pub use raw::RawConfig;
-pub use source::{Filesystem, NoFiles, Source};
 pub use types::*;
 pub use users::ProxyUsers;
 
@@ -159,7 +158,7 @@ impl Config {
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
         for (i, l) in self.listeners.iter().enumerate() {
-            let explicit = matches!(l.mode, ListenMode::Socks5 | ListenMode::HttpConnect);
+            let explicit = l.mode.is_explicit_proxy();
             if explicit && !l.addr.ip().is_loopback() && l.allow_clients.is_empty() {
                 w.push(format!(
                     "listen[{i}]: {} listener on non-loopback {} without allow_clients: only loopback clients are accepted",

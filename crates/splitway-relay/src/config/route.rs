@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::check::Checker;
 use super::raw::RawRoute;
-use super::types::{ListenMode, Listener, MAX_CANDIDATES, Peer, Reveal, Route, Via};
+use super::types::{Listener, MAX_CANDIDATES, Peer, Reveal, Route, Via};
 
 /// `peer_names`: every name `[[peer]]` defines, usable or not;
 /// `listeners`: whose clients the routes carry.
@@ -53,11 +53,11 @@ pub(super) fn routes(
 /// dual-stack `[::]` listener accepts both.
 pub(super) fn client_families(listeners: &[Listener]) -> (bool, bool) {
     listeners.iter().fold((false, false), |(v4, v6), l| {
-        let (l4, l6) = match (l.mode, l.addr.ip()) {
-            (ListenMode::Peer, _) => (true, true),
+        let (l4, l6) = match l.addr.ip() {
+            _ if l.mode.accepts_relays() => (true, true),
             _ if !l.accept_proxy_protocol.is_empty() => (true, true),
-            (_, std::net::IpAddr::V4(_)) => (true, false),
-            (_, std::net::IpAddr::V6(ip)) => (ip.is_unspecified() && !l.v6_only, true),
+            std::net::IpAddr::V4(_) => (true, false),
+            std::net::IpAddr::V6(ip) => (ip.is_unspecified() && !l.v6_only, true),
         };
         (v4 || l4, v6 || l6)
     })

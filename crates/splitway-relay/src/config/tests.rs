@@ -75,38 +75,6 @@ fn issue_example_parses() {
 }
 
 #[test]
-fn shipped_bpf_congestion_control_is_accepted_on_every_leg() {
-    let cfg = Config::parse_str(
-        r#"
-        name = "rc"
-        [[listen]]
-        mode = "socks5"
-        addr = "127.0.0.1:1080"
-        [direct]
-        congestion = "splitway_cubic"
-        [client]
-        congestion = "splitway_cubic"
-        [upstream]
-        congestion = "splitway_cubic"
-        [[route]]
-        dst = "0.0.0.0/0"
-        via = "direct"
-        "#,
-    )
-    .expect("shipped name accepted");
-    let uses = crate::congestion::shipped_in(&cfg);
-    let keys: Vec<&str> = uses.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(
-        keys,
-        [
-            "direct.congestion",
-            "client.congestion",
-            "upstream.congestion"
-        ]
-    );
-}
-
-#[test]
 fn via_takes_a_list_of_candidates_and_checks_each() {
     let head = "name = \"rc\"\npsk_file = \"psk.key\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n[[peer]]\nname = \"rs1\"\naddr = \"10.0.12.2:7100\"\n[[peer]]\nname = \"rs2\"\naddr = \"10.0.13.2:7100\"\n";
     let cfg = with_psk(&format!(

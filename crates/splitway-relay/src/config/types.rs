@@ -320,6 +320,12 @@ impl ListenMode {
     pub fn syn_carries_dst(self) -> bool {
         self == ListenMode::SynOption
     }
+
+    /// The client names its destination in a proxy protocol and may be
+    /// asked for credentials (SOCKS5, HTTP CONNECT).
+    pub fn is_explicit_proxy(self) -> bool {
+        matches!(self, ListenMode::Socks5 | ListenMode::HttpConnect)
+    }
 }
 
 /// Candidates per route: each one is probed once a second at most.

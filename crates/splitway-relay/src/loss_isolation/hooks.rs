@@ -9,11 +9,12 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use splitway_control::metrics::{LossIsolationEvent, Metrics};
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::{LOSS_TOLERANT_CC, LossyClients, Since, StartUp, Verdict, judge, judge_early};
+use super::{
+    LOSS_TOLERANT_CC, LossIsolationEvent, LossyClients, Since, StartUp, Verdict, judge, judge_early,
+};
 
 /// How often, and how many times, a running leg is checked.
 const EVERY: Duration = Duration::from_millis(250);
@@ -22,7 +23,6 @@ const CHECKS: u32 = 12;
 /// One client leg, as the hooks see it.
 pub struct ClientLeg<'a> {
     pub clients: &'a LossyClients,
-    pub metrics: &'a Metrics,
     pub stream: &'a TcpStream,
     pub client: IpAddr,
     pub accepted_at: Instant,
@@ -32,12 +32,12 @@ pub struct ClientLeg<'a> {
 
 /// At accept: a client whose last leg lost data without queueing gets its
 /// data sent loss-tolerant from the first segment.
-pub fn at_accept(clients: &LossyClients, metrics: &Metrics, stream: &TcpStream, client: IpAddr) {
+pub fn at_accept(clients: &LossyClients, stream: &TcpStream, client: IpAddr) {
     if !clients.is_lossy(client, Instant::now()) {
         return;
     }
     match splitway_sys::sock::set_congestion(stream, LOSS_TOLERANT_CC) {
-        Ok(()) => metrics.loss_isolation(LossIsolationEvent::Applied),
+        Ok(()) => clients.count(LossIsolationEvent::Applied),
         Err(e) => debug!(error = %e, "loss isolation: cannot set the loss-tolerant algorithm"),
     }
 }
@@ -83,7 +83,7 @@ async fn watching(leg: ClientLeg<'_>) {
         match splitway_sys::sock::set_congestion(leg.stream, LOSS_TOLERANT_CC) {
             Ok(()) => {
                 // Judged (and counted) again when it ends.
-                leg.metrics.loss_isolation(LossIsolationEvent::Applied);
+                leg.clients.count(LossIsolationEvent::Applied);
                 leg.clients.learn(leg.client, Verdict::Lossy, now);
                 debug!(
                     data_segs_out = info.data_segs_out,
@@ -123,7 +123,7 @@ pub fn at_end(leg: &ClientLeg<'_>) {
         Verdict::Clean => LossIsolationEvent::Clean,
         Verdict::Unsure => return,
     };
-    leg.metrics.loss_isolation(event);
+    leg.clients.count(event);
     leg.clients.learn(leg.client, verdict, Instant::now());
     let (counted_segs, counted_retrans) = since.counted(&info);
     debug!(

@@ -16,11 +16,11 @@
 //! - [`verdict`]: the judging, sans-IO;
 //! - [`LossyClients`]: what the relay remembers per client;
 //! - [`hooks`]: what it does to a connection: at accept, while it forwards,
-//!   at its end.
+//!   at its end;
+//! - [`metrics`]: `splitway_loss_isolation_total{event}`, declared in the
+//!   relay's registry at bind and counted through [`LossyClients`].
 //!
-//! Its metrics are `splitway_loss_isolation_total{event}`
-//! (`splitway_control::metrics::LossIsolationMetrics`); its status entry is
-//! `accel`'s `loss_isolation` planner.
+//! Its status entry is `accel`'s `loss_isolation` planner.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -31,7 +31,10 @@ use crate::policy::source_host;
 
 pub mod config;
 pub mod hooks;
+pub mod metrics;
 pub mod verdict;
+
+pub use metrics::{LossIsolationEvent, LossIsolationMetrics};
 
 pub use verdict::{Since, StartUp, Verdict, judge, judge_early};
 
@@ -44,13 +47,27 @@ const MEMORY: Duration = Duration::from_secs(600);
 /// Clients remembered at once; beyond, new verdicts are dropped.
 const MAX_CLIENTS: usize = 4096;
 
-/// The clients judged lossy, and since when.
+/// The clients judged lossy, and since when; the room's counters.
 #[derive(Default)]
 pub struct LossyClients {
     since: Mutex<HashMap<IpAddr, Instant>>,
+    metrics: LossIsolationMetrics,
 }
 
 impl LossyClients {
+    /// No client known yet, counting into `metrics`.
+    pub fn new(metrics: LossIsolationMetrics) -> Self {
+        LossyClients {
+            since: Mutex::default(),
+            metrics,
+        }
+    }
+
+    /// Counts `event` in `splitway_loss_isolation_total`.
+    pub fn count(&self, event: LossIsolationEvent) {
+        self.metrics.count(event);
+    }
+
     /// Records what a leg of `client` said at `now`.
     pub fn learn(&self, client: IpAddr, verdict: Verdict, now: Instant) {
         let key = source_host(client);

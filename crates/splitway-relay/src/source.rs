@@ -1,6 +1,6 @@
 //! Where validation reads the files a config names (keys, certificates) and
 //! the host facts it checks against (the kernel's congestion controls).
-//! Injected, so that [`Config::parse_str`](super::Config::parse_str) and the
+//! Injected, so that [`Config::parse_str`](crate::config::Config::parse_str) and the
 //! fuzzer built on it touch no file: a fuzzed `psk_file = "/dev/zero"` is
 //! never opened.
 
@@ -19,8 +19,8 @@ pub trait Source {
     fn congestion_controls(&self) -> Vec<String>;
 }
 
-/// The real filesystem and `/proc`: what [`Config::load`](super::Config::load)
-/// and [`Config::parse`](super::Config::parse) use.
+/// The real filesystem and `/proc`: what [`Config::load`](crate::config::Config::load)
+/// and [`Config::parse`](crate::config::Config::parse) use.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Filesystem;
 
