@@ -92,15 +92,11 @@ impl Relay {
             .then(|| crate::congestion::learn_windows(&mut cfg, crate::congestion::ensure));
         // BPF congestion controls before any socket could select them.
         crate::congestion::register_for(&cfg)?;
-        // The rooms declare their own families in the relay's registry.
-        let mut metrics = Metrics::builder();
-        let lossy = Arc::new(crate::loss_isolation::LossyClients::new(
-            crate::loss_isolation::LossIsolationMetrics::register(metrics.registry()),
-        ));
-        let metrics = Arc::new(metrics.build());
-        cfg.peers
-            .iter()
-            .for_each(|p| metrics.register_peer(&p.name));
+        let (metrics, rooms) = metrics_with_rooms(&cfg);
+        let RoomMetrics {
+            lossy,
+            strict: strict_outcomes,
+        } = rooms;
         // Strict mode's queue first: a host that cannot hold SYNs (or a
         // queue already taken) fails the start before anything is installed.
         let strict_queue = if cfg.accel.strict {
@@ -121,7 +117,9 @@ impl Relay {
         let turbo_routes = install_turbo_routes(&cfg)?;
         let hellos = start_hellos(&cfg, &mut host);
         let strict = match (&early, strict_queue) {
-            (Some(early), Some(queue)) => Some(start_strict(&cfg, queue, early.clone(), &metrics)?),
+            (Some(early), Some(queue)) => {
+                Some(start_strict(&cfg, queue, early.clone(), strict_outcomes)?)
+            }
             _ => None,
         };
         let accept_paths = listeners
@@ -765,6 +763,30 @@ fn log_start(host_addrs: &crate::policy::HostAddrs, plan: &[accel::Entry]) {
     }
 }
 
+/// What the rooms that declare their own metric families hand the relay:
+/// the handles they count through.
+struct RoomMetrics {
+    lossy: Arc<crate::loss_isolation::LossyClients>,
+    strict: crate::strict::StrictMetrics,
+}
+
+/// The relay's registry with every family declared, its peers' series at
+/// zero, and the rooms' handles.
+fn metrics_with_rooms(cfg: &Config) -> (Arc<Metrics>, RoomMetrics) {
+    let mut metrics = Metrics::builder();
+    let rooms = RoomMetrics {
+        lossy: Arc::new(crate::loss_isolation::LossyClients::new(
+            crate::loss_isolation::LossIsolationMetrics::register(metrics.registry()),
+        )),
+        strict: crate::strict::StrictMetrics::register(metrics.registry()),
+    };
+    let metrics = Arc::new(metrics.build());
+    for p in &cfg.peers {
+        metrics.register_peer(&p.name);
+    }
+    (metrics, rooms)
+}
+
 /// Binds strict mode's queue, then installs its rules for each
 /// intercepting listener. Any failure stops the relay from starting:
 /// strict was asked for explicitly, and running without it would break
@@ -773,7 +795,7 @@ fn start_strict(
     cfg: &Config,
     queue: NfQueue,
     early: Arc<EarlyLegs>,
-    metrics: &Arc<Metrics>,
+    outcomes: crate::strict::StrictMetrics,
 ) -> Result<(Arc<Strict>, Vec<StrictRules>), RelayError> {
     let mut rules = Vec::new();
     for (index, l) in cfg.listeners.iter().enumerate() {
@@ -801,7 +823,7 @@ fn start_strict(
         cfg.accel.early_syn_budget,
         cfg.accel.early_syn_expiry,
         early,
-        metrics.clone(),
+        outcomes,
     );
     Ok((strict, rules))
 }

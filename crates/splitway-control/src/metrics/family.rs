@@ -73,8 +73,6 @@ macro_rules! label_enum {
     };
 }
 
-pub(crate) use crate::label_enum;
-
 /// The counter every `_total` family uses.
 pub type CounterU64 = Counter<u64, AtomicU64>;
 

@@ -5,7 +5,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::family::{CounterU64, declare, label_enum, series};
+use super::family::{CounterU64, declare, series};
 
 label_enum! {
     /// Which way relayed bytes flowed.

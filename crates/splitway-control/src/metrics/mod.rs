@@ -25,10 +25,14 @@ use prometheus_client::registry::Registry;
 /// Prefix of every metric name this crate exports.
 pub const METRIC_PREFIX: &str = "splitway";
 
+// First, for its `label_enum!` to be in scope in the modules below (the
+// macro is exported at the crate root for the relay's rooms).
+#[macro_use]
+mod family;
+
 mod accel;
 mod connections;
 mod early_syn;
-mod family;
 /// What a room's metrics module uses besides [`label_enum!`](crate::label_enum):
 /// the counter type, the up-front series and the declaration helper.
 pub mod kit {
@@ -40,7 +44,6 @@ mod peer;
 mod pool;
 mod process;
 mod proxy_protocol;
-mod strict;
 
 pub use accel::{
     AccelMetrics, AccelName, AccelState, LearnedWindowEvent, LearnedWindowMetrics, WindowProbe,
@@ -58,7 +61,6 @@ pub use peer::{
 pub use pool::{PoolEvent, PoolMetrics};
 pub use process::{ProcessCollector, ProcessSample};
 pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
-pub use strict::{StrictMetrics, StrictOutcome};
 
 /// The relay's metrics registry. Create once, share as `Arc<Metrics>`.
 ///
@@ -85,7 +87,6 @@ pub use strict::{StrictMetrics, StrictOutcome};
 /// | `window_probes_total` | counter | `outcome` | `accel` |
 /// | `learned_window_events_total` | counter | `event` | `accel` |
 /// | `learned_window_peers` | gauge | | `accel` |
-/// | `strict_syn_total` | counter | `outcome` | `strict` |
 /// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
 /// | `pool_events_total` | counter | `peer`, `event` | `pool` |
 /// | `pool_level` | gauge | `peer` | `pool` |
@@ -99,7 +100,6 @@ pub struct Metrics {
     accel: AccelMetrics,
     window_probes: WindowProbeMetrics,
     learned_window: LearnedWindowMetrics,
-    strict: StrictMetrics,
     proxy_protocol: ProxyProtocolMetrics,
     pools: pool::PoolFamilies,
     paths: PathMetrics,
@@ -171,7 +171,6 @@ impl Metrics {
             accel: AccelMetrics::register(registry),
             window_probes: WindowProbeMetrics::register(registry),
             learned_window: LearnedWindowMetrics::register(registry),
-            strict: StrictMetrics::register(registry),
             proxy_protocol: ProxyProtocolMetrics::register(registry),
             pools: pool::PoolFamilies::register(registry),
             paths: PathMetrics::register(registry),
@@ -294,11 +293,6 @@ impl Metrics {
     /// The state last recorded for `accel`.
     pub fn accel_state(&self, accel: AccelName) -> AccelState {
         self.accel.get(accel)
-    }
-
-    /// Counts a strict-mode verdict.
-    pub fn strict_syn(&self, outcome: StrictOutcome) {
-        self.strict.count(outcome);
     }
 
     /// Counts a connection refused for its PROXY protocol header.
@@ -518,7 +512,6 @@ mod tests {
             "# HELP splitway_pool_level Idle authenticated connections in each peer's pool.",
             "# HELP splitway_proxy_protocol_refused Connections refused by a listener with accept_proxy_protocol, by reason.",
             "# HELP splitway_setup_seconds Time from accept until the next leg is connected.",
-            "# HELP splitway_strict_syn Client SYNs held by strict mode, by verdict.",
             "# HELP splitway_window_probes Window probes on relay legs (learned windows), by outcome.",
             "# HELP splitway_zero_rtt 0-RTT peer Hellos, by outcome (dialer and acceptor side).",
             "# TYPE process_cpu_seconds counter",
@@ -551,7 +544,6 @@ mod tests {
             "# TYPE splitway_pool_level gauge",
             "# TYPE splitway_proxy_protocol_refused counter",
             "# TYPE splitway_setup_seconds histogram",
-            "# TYPE splitway_strict_syn counter",
             "# TYPE splitway_window_probes counter",
             "# TYPE splitway_zero_rtt counter",
             "# UNIT splitway_leg_sent_bytes bytes",

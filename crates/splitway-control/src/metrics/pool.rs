@@ -7,7 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, declare, label_enum, series};
+use super::family::{CounterU64, declare, series};
 use super::peer::PeerLabels;
 
 label_enum! {

@@ -6,7 +6,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, declare, label_enum, series};
+use super::family::{CounterU64, declare, series};
 
 label_enum! {
     /// Why a listener with `accept_proxy_protocol` refused a connection.

@@ -22,6 +22,8 @@
 //! them as retransmits. Pending SYNs are bounded by `accel.early_syn_budget`:
 //! beyond it SYNs are dropped, so a flood looks like a slow server rather
 //! than breaking the promise by letting SYNs through unchecked.
+//!
+//! The room also holds its metrics ([`metrics`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -30,7 +32,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
-use splitway_control::metrics::{Metrics, StrictOutcome};
 use splitway_proto::Destination;
 use splitway_proto::auth::AuthError;
 use splitway_proto::header::{DEFAULT_TTL, Reply, ReplyStatus};
@@ -47,6 +48,10 @@ use crate::peer::{PeerLeg, reply_bytes};
 use crate::shutdown::stopped;
 use crate::state::{Current, Shared};
 use crate::syn_start::{EarlyLegs, admissible};
+
+pub mod metrics;
+
+pub use metrics::{StrictMetrics, StrictOutcome};
 
 /// The queue strict mode binds ("SW"); one strict relay per network
 /// namespace.
@@ -68,7 +73,7 @@ pub struct Strict {
     budget: usize,
     expiry: Duration,
     early: Arc<EarlyLegs>,
-    metrics: Arc<Metrics>,
+    outcomes: StrictMetrics,
 }
 
 fn canonical(a: SocketAddr) -> SocketAddr {
@@ -81,7 +86,7 @@ impl Strict {
         budget: usize,
         expiry: Duration,
         early: Arc<EarlyLegs>,
-        metrics: Arc<Metrics>,
+        outcomes: StrictMetrics,
     ) -> Arc<Strict> {
         Arc::new(Strict {
             queue: Arc::new(queue),
@@ -90,7 +95,7 @@ impl Strict {
             budget,
             expiry,
             early,
-            metrics,
+            outcomes,
         })
     }
 
@@ -125,7 +130,7 @@ impl Strict {
     }
 
     fn verdict(&self, id: u32, verdict: Verdict, outcome: StrictOutcome) {
-        self.metrics.strict_syn(outcome);
+        self.outcomes.count(outcome);
         if let Err(e) = self.queue.verdict(id, verdict) {
             let verdict = match verdict {
                 Verdict::Accept => "accept",

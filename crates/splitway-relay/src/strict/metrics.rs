@@ -1,11 +1,13 @@
-//! `strict_syn_total`: counted by strict mode (`splitway-relay`'s `strict`)
-//! for each client SYN it held.
+//! The room's metrics: `splitway_strict_syn_total{outcome}`, one count for
+//! each client SYN strict mode held, declared in the relay's registry at
+//! bind ([`StrictMetrics::register`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, declare, label_enum, series};
+use splitway_control::label_enum;
+use splitway_control::metrics::kit::{CounterU64, declare, series};
 
 label_enum! {
     /// What strict mode did with a client SYN it held (NFQUEUE verdicts).
@@ -43,8 +45,9 @@ pub struct StrictMetrics {
 }
 
 impl StrictMetrics {
-    /// Declares the family in `registry`, every verdict at zero.
-    pub(crate) fn register(registry: &mut Registry) -> Self {
+    /// Declares the family in `registry` (the relay's, under `splitway_`),
+    /// every verdict at zero.
+    pub fn register(registry: &mut Registry) -> Self {
         let family: Family<StrictLabels, CounterU64> = declare(
             registry,
             "strict_syn",
@@ -60,5 +63,32 @@ impl StrictMetrics {
     /// Counts a strict-mode verdict.
     pub fn count(&self, outcome: StrictOutcome) {
         self.outcomes[outcome.index()].inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use splitway_control::Metrics;
+
+    use super::*;
+
+    /// Name, type and help byte for byte, every verdict exported at zero.
+    #[test]
+    fn declared_in_the_relays_registry_under_its_name() {
+        let mut builder = Metrics::builder();
+        let room = StrictMetrics::register(builder.registry());
+        room.count(StrictOutcome::Released);
+        let text = builder.build().encode();
+        assert!(
+            text.contains(
+                "# HELP splitway_strict_syn Client SYNs held by strict mode, by verdict.\n"
+            )
+        );
+        assert!(text.contains("# TYPE splitway_strict_syn counter\n"));
+        assert!(text.contains("splitway_strict_syn_total{outcome=\"released\"} 1\n"));
+        for outcome in StrictOutcome::ALL.iter().skip(1) {
+            let zero = format!("splitway_strict_syn_total{{outcome=\"{outcome}\"}} 0\n");
+            assert!(text.contains(&zero), "{zero}");
+        }
     }
 }
