@@ -295,7 +295,7 @@ LAYERS = {
         # typed errors, which wrap some areas' errors
         [
             "policy.rs", "tls.rs", "leg_io.rs", "congestion.rs", "tuning.rs", "transparent.rs",
-            "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn.rs",
+            "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn/",
             "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs", "pool.rs",
             "paths.rs", "accel.rs", "preflight.rs", "error.rs", "access_log.rs",
             "guessing.rs", "loss_isolation/",
@@ -305,7 +305,7 @@ LAYERS = {
         # what runs per connection or per SYN against a snapshot
         [
             "dial.rs", "syn_start.rs", "probe.rs", "proxy_header.rs", "listeners/",
-            "session.rs", "ingress.rs", "strict.rs",
+            "session.rs", "ingress.rs", "strict/",
         ],
         # operating the relay: reload, the admin handler
         ["reload.rs", "admin.rs"],

@@ -46,7 +46,7 @@ pub use admin::{
 };
 pub use error::ControlError;
 pub use metrics::{
-    ActiveGuard, AuthFailureReason, CloseReason, Direction, EarlySynOutcome, Leg, Metrics, Mode,
+    ActiveGuard, AuthFailureReason, CloseReason, Direction, Leg, Metrics, Mode,
     OPENMETRICS_CONTENT_TYPE, Path, PeerLabels, PoolEvent, SETUP_SECONDS_BUCKETS,
     TEXT_CONTENT_TYPE,
 };

@@ -93,10 +93,6 @@ impl Relay {
         // BPF congestion controls before any socket could select them.
         crate::congestion::register_for(&cfg)?;
         let (metrics, rooms) = metrics_with_rooms(&cfg);
-        let RoomMetrics {
-            lossy,
-            strict: strict_outcomes,
-        } = rooms;
         // Strict mode's queue first: a host that cannot hold SYNs (or a
         // queue already taken) fails the start before anything is installed.
         let strict_queue = if cfg.accel.strict {
@@ -113,12 +109,12 @@ impl Relay {
             .iter()
             .map(|p| new_pool(&cfg, p, &metrics))
             .collect();
-        let (early, syn_watch) = start_early_syn(&cfg, &metrics, &mut host);
+        let (early, syn_watch) = start_early_syn(&cfg, rooms.early_syn, &mut host);
         let turbo_routes = install_turbo_routes(&cfg)?;
         let hellos = start_hellos(&cfg, &mut host);
         let strict = match (&early, strict_queue) {
             (Some(early), Some(queue)) => {
-                Some(start_strict(&cfg, queue, early.clone(), strict_outcomes)?)
+                Some(start_strict(&cfg, queue, early.clone(), rooms.strict)?)
             }
             _ => None,
         };
@@ -138,7 +134,7 @@ impl Relay {
         let (stop, stopping) = watch::channel(false);
         let shared = Arc::new(Shared {
             access_log: AccessLog::start(cfg.access_log.as_ref())?,
-            lossy,
+            lossy: rooms.lossy,
             stopping,
             accel,
             accept_paths,
@@ -632,7 +628,7 @@ async fn bind_admin(
 /// says so once (in `host`) and runs without it.
 fn start_early_syn(
     cfg: &Config,
-    metrics: &Arc<Metrics>,
+    metrics: crate::early_syn::EarlySynMetrics,
     host: &mut HostFacts,
 ) -> (Option<Arc<EarlyLegs>>, Option<SynWatch>) {
     if cfg.accel.strict {
@@ -768,6 +764,7 @@ fn log_start(host_addrs: &crate::policy::HostAddrs, plan: &[accel::Entry]) {
 struct RoomMetrics {
     lossy: Arc<crate::loss_isolation::LossyClients>,
     strict: crate::strict::StrictMetrics,
+    early_syn: crate::early_syn::EarlySynMetrics,
 }
 
 /// The relay's registry with every family declared, its peers' series at
@@ -779,6 +776,7 @@ fn metrics_with_rooms(cfg: &Config) -> (Arc<Metrics>, RoomMetrics) {
             crate::loss_isolation::LossIsolationMetrics::register(metrics.registry()),
         )),
         strict: crate::strict::StrictMetrics::register(metrics.registry()),
+        early_syn: crate::early_syn::EarlySynMetrics::register(metrics.registry()),
     };
     let metrics = Arc::new(metrics.build());
     for p in &cfg.peers {

@@ -32,7 +32,6 @@ mod family;
 
 mod accel;
 mod connections;
-mod early_syn;
 /// What a room's metrics module uses besides [`label_enum!`](crate::label_enum):
 /// the counter type, the up-front series and the declaration helper.
 pub mod kit {
@@ -52,7 +51,6 @@ pub use accel::{
 pub use connections::{
     ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
 };
-pub use early_syn::{EarlySynMetrics, EarlySynOutcome};
 pub use forward::{Direction, ForwardMetrics, Leg, Path};
 pub use paths::PathMetrics;
 pub use peer::{
@@ -82,7 +80,6 @@ pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
 /// | `forwarded_bytes_total` | counter | `direction`, `path` | `forward` |
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` | `forward` |
 /// | `data_path_chosen_total` | counter | `path` | `forward` |
-/// | `early_syn_total` | counter | `outcome` | `early_syn` |
 /// | `accel_state` | gauge (1 for the current state, else 0) | `accel`, `state` | `accel` |
 /// | `window_probes_total` | counter | `outcome` | `accel` |
 /// | `learned_window_events_total` | counter | `event` | `accel` |
@@ -96,7 +93,6 @@ pub struct Metrics {
     connections: ConnectionMetrics,
     peers: PeerMetrics,
     forward: ForwardMetrics,
-    early_syn: EarlySynMetrics,
     accel: AccelMetrics,
     window_probes: WindowProbeMetrics,
     learned_window: LearnedWindowMetrics,
@@ -167,7 +163,6 @@ impl Metrics {
             connections: ConnectionMetrics::register(registry),
             peers: PeerMetrics::register(registry),
             forward: ForwardMetrics::register(registry),
-            early_syn: EarlySynMetrics::register(registry),
             accel: AccelMetrics::register(registry),
             window_probes: WindowProbeMetrics::register(registry),
             learned_window: LearnedWindowMetrics::register(registry),
@@ -258,11 +253,6 @@ impl Metrics {
     /// Allocates a label set: failures are off the hot path.
     pub fn peer_connect_failure(&self, peer: &str) {
         self.peers.connect_failure(peer);
-    }
-
-    /// The early-SYN series, for the table that counts them.
-    pub fn early_syn_metrics(&self) -> EarlySynMetrics {
-        self.early_syn.clone()
     }
 
     /// Counts a 0-RTT Hello outcome.
@@ -496,7 +486,6 @@ mod tests {
             "# HELP splitway_connections_closed Connections closed, by mode and reason.",
             "# HELP splitway_data_path_chosen Connection directions that moved data, by data path.",
             "# HELP splitway_denied Connections refused by access policy or connection limits, by reason.",
-            "# HELP splitway_early_syn Client SYNs seen by the early-SYN detector, by outcome.",
             "# HELP splitway_forwarded_bytes Bytes forwarded, by direction and data path.",
             "# HELP splitway_learned_window_events What splitway_resume did on relay legs, host-wide (every relay on the host shares it).",
             "# HELP splitway_learned_window_peers Peer addresses with a learned window young enough to resume from, host-wide.",
@@ -528,7 +517,6 @@ mod tests {
             "# TYPE splitway_connections_closed counter",
             "# TYPE splitway_data_path_chosen counter",
             "# TYPE splitway_denied counter",
-            "# TYPE splitway_early_syn counter",
             "# TYPE splitway_forwarded_bytes counter",
             "# TYPE splitway_learned_window_events counter",
             "# TYPE splitway_learned_window_peers gauge",
@@ -646,7 +634,6 @@ mod tests {
             "splitway_peer_connect_failures_total{peer=\"tokyo\"} 0",
             "# UNIT splitway_setup_seconds seconds",
             "splitway_leg_sent_bytes_total{leg=\"direct\",direction=\"to_server\"} 0",
-            "splitway_early_syn_total{outcome=\"hit\"} 0",
             "splitway_pool_events_total{peer=\"tokyo\",event=\"miss\"} 0",
             "splitway_pool_level{peer=\"tokyo\"} 0",
         ] {

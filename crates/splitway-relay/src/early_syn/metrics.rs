@@ -1,11 +1,13 @@
-//! `early_syn_total`: counted by the early-SYN table (`splitway-relay`'s
-//! `early_syn`), which also reads the counts back for `/status`.
+//! The room's metrics: `splitway_early_syn_total{outcome}`, counted by the
+//! early-SYN table, which also reads the counts back for `/status`;
+//! declared in the relay's registry at bind ([`EarlySynMetrics::register`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, declare, series};
+use splitway_control::label_enum;
+use splitway_control::metrics::kit::{CounterU64, declare, series};
 
 label_enum! {
     /// What became of a client SYN seen by the early-SYN detector.
@@ -47,15 +49,17 @@ struct EarlySynLabels {
 }
 
 /// The `early_syn_total` series (handles into the registry), held by the
-/// early-SYN table that counts them; `/status` reads them back.
-#[derive(Clone, Debug)]
+/// early-SYN table that counts them; `/status` reads them back. `Default`
+/// counts into series no registry exports (tests).
+#[derive(Clone, Debug, Default)]
 pub struct EarlySynMetrics {
     outcomes: [CounterU64; EarlySynOutcome::COUNT],
 }
 
 impl EarlySynMetrics {
-    /// Declares the family in `registry`, every outcome at zero.
-    pub(crate) fn register(registry: &mut Registry) -> Self {
+    /// Declares the family in `registry` (the relay's, under `splitway_`),
+    /// every outcome at zero.
+    pub fn register(registry: &mut Registry) -> Self {
         let family: Family<EarlySynLabels, CounterU64> = declare(
             registry,
             "early_syn",
@@ -78,5 +82,32 @@ impl EarlySynMetrics {
     /// `early_syn_total{outcome}` so far.
     pub fn get(&self, outcome: EarlySynOutcome) -> u64 {
         self.outcomes[outcome.index()].get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use splitway_control::Metrics;
+
+    use super::*;
+
+    /// Name, type and help byte for byte, every outcome exported at zero,
+    /// and a count read back as `/status` reads it.
+    #[test]
+    fn declared_in_the_relays_registry_under_its_name() {
+        let mut builder = Metrics::builder();
+        let room = EarlySynMetrics::register(builder.registry());
+        room.count(EarlySynOutcome::Hit, 3);
+        assert_eq!(room.get(EarlySynOutcome::Hit), 3);
+        let text = builder.build().encode();
+        assert!(text.contains(
+            "# HELP splitway_early_syn Client SYNs seen by the early-SYN detector, by outcome.\n"
+        ));
+        assert!(text.contains("# TYPE splitway_early_syn counter\n"));
+        assert!(text.contains("splitway_early_syn_total{outcome=\"hit\"} 3\n"));
+        for outcome in EarlySynOutcome::ALL {
+            let series = format!("splitway_early_syn_total{{outcome=\"{outcome}\"}} ");
+            assert!(text.contains(&series), "{series}");
+        }
     }
 }

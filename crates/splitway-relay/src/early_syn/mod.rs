@@ -34,10 +34,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use splitway_api as api;
-use splitway_control::metrics::{EarlySynMetrics, EarlySynOutcome, Metrics};
 use splitway_sys::bpf::{near_prefix, near_sample};
 
 use crate::config::Config;
+
+pub mod metrics;
+
+pub use metrics::{EarlySynMetrics, EarlySynOutcome};
 
 const SHARDS: usize = 16;
 
@@ -125,7 +128,12 @@ fn canonical(a: SocketAddr) -> SocketAddr {
 impl<T> EarlyStarts<T> {
     /// `budget` started legs at most, `prefix_budget` of them for one
     /// client prefix; each waits `expiry` for its accept at most.
-    pub fn new(budget: usize, prefix_budget: usize, expiry: Duration, metrics: &Metrics) -> Self {
+    pub fn new(
+        budget: usize,
+        prefix_budget: usize,
+        expiry: Duration,
+        metrics: EarlySynMetrics,
+    ) -> Self {
         EarlyStarts {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
@@ -134,7 +142,7 @@ impl<T> EarlyStarts<T> {
             prefix_budget: prefix_budget.max(1),
             per_prefix: Mutex::new(HashMap::new()),
             expiry,
-            metrics: metrics.early_syn_metrics(),
+            metrics,
             dead: AtomicBool::new(false),
             markers: AtomicUsize::new(0),
             near: NearClients::default(),
@@ -670,7 +678,7 @@ mod tests {
     /// them away: the table cannot grow with connection rate × lifetime.
     #[test]
     fn accept_markers_are_bounded_by_the_budget_and_swept() {
-        let early = EarlyStarts::<()>::new(4, 4, Duration::ZERO, &Metrics::new());
+        let early = EarlyStarts::<()>::new(4, 4, Duration::ZERO, EarlySynMetrics::default());
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         for port in 0..100 {
             assert!(early.take(addr(port), dst).is_none());
@@ -691,7 +699,7 @@ mod tests {
     }
 
     fn near_table() -> EarlyStarts<u8> {
-        EarlyStarts::<u8>::new(64, 64, Duration::from_secs(10), &Metrics::new())
+        EarlyStarts::<u8>::new(64, 64, Duration::from_secs(10), EarlySynMetrics::default())
             .learning_near_clients()
     }
 
@@ -833,7 +841,8 @@ mod tests {
     /// unanswered legs).
     #[test]
     fn explicit_early_syn_never_samples() {
-        let early = EarlyStarts::<u8>::new(64, 64, Duration::from_secs(10), &Metrics::new());
+        let early =
+            EarlyStarts::<u8>::new(64, 64, Duration::from_secs(10), EarlySynMetrics::default());
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         for port in 1..100 {
             assert!(early.start(addr(port), dst, 0).is_some());
@@ -850,7 +859,8 @@ mod tests {
     /// leg; a quick hit leaves none.
     #[test]
     fn a_slow_hit_leaves_a_marker_for_its_retransmitted_syn() {
-        let early = EarlyStarts::<u8>::new(4, 4, Duration::from_secs(10), &Metrics::new());
+        let early =
+            EarlyStarts::<u8>::new(4, 4, Duration::from_secs(10), EarlySynMetrics::default());
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         assert!(early.start(addr(1), dst, 1).is_some());
         assert_eq!(early.take(addr(1), dst), Some(1));
@@ -875,7 +885,8 @@ mod tests {
     /// back.
     #[test]
     fn one_prefix_holds_only_its_share_of_the_budget() {
-        let early = EarlyStarts::<u8>::new(16, 4, Duration::from_secs(10), &Metrics::new());
+        let early =
+            EarlyStarts::<u8>::new(16, 4, Duration::from_secs(10), EarlySynMetrics::default());
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         let flood = |i: u16| SocketAddr::from(([10, 0, 8, (i % 250) as u8 + 1], 1000 + i));
         let started = (0..100u16)
@@ -906,7 +917,8 @@ mod tests {
     /// the sweep closes it and frees its prefix's share.
     #[test]
     fn unanswered_legs_wait_a_few_handshake_round_trips() {
-        let early = EarlyStarts::<u8>::new(64, 1, Duration::from_secs(10), &Metrics::new());
+        let early =
+            EarlyStarts::<u8>::new(64, 1, Duration::from_secs(10), EarlySynMetrics::default());
         let far = IpAddr::from([10, 0, 2, 9]);
         assert_eq!(early.wait_for(far), UNMEASURED_WAIT);
         early.client_rtt(SocketAddr::new(far, 1), Duration::from_millis(80));
@@ -942,7 +954,8 @@ mod tests {
     /// finds it.
     #[test]
     fn a_retransmitted_syn_extends_its_legs_wait() {
-        let early = EarlyStarts::<u8>::new(64, 8, Duration::from_secs(3), &Metrics::new());
+        let early =
+            EarlyStarts::<u8>::new(64, 8, Duration::from_secs(3), EarlySynMetrics::default());
         let dst = SocketAddr::from(([10, 0, 3, 2], 80));
         let client = addr(7);
         assert!(early.start(client, dst, 1).is_some());
