@@ -297,7 +297,7 @@ LAYERS = {
             "policy.rs", "tls.rs", "leg_io.rs", "congestion.rs", "tuning.rs", "transparent.rs",
             "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn/",
             "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs", "pool.rs",
-            "paths.rs", "accel.rs", "preflight.rs", "error.rs", "access_log.rs",
+            "paths/", "accel.rs", "preflight.rs", "error.rs", "access_log.rs",
             "guessing.rs", "loss_isolation/",
         ],
         # the snapshot: `Shared` and what it holds

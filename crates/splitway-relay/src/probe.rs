@@ -79,7 +79,7 @@ async fn probe_one(shared: Arc<Shared>, i: usize, target: IpNet) {
             during: "answering a path probe",
         })
     });
-    shared.metrics.paths().probe_sent(name, r.is_ok());
+    shared.paths.metrics().probe_sent(name, r.is_ok());
     match r {
         Ok((stream, answer)) => paths.probe_answered(i, target, &stream, answer),
         Err(e) => paths.probe_failed(i, &e),
@@ -178,7 +178,7 @@ pub async fn answer(shared: &Shared, stream: &TcpStream, tls: Option<&TlsLeg>, h
             onward_us: None,
         },
     };
-    shared.metrics.paths().probe_answered();
+    shared.paths.metrics().probe_answered();
     let mut out = Vec::with_capacity(PROBE_ANSWER_LEN);
     answer.encode(&mut out);
     let io = LegIo::new(stream, tls);

@@ -92,7 +92,7 @@ impl Relay {
             .then(|| crate::congestion::learn_windows(&mut cfg, crate::congestion::ensure));
         // BPF congestion controls before any socket could select them.
         crate::congestion::register_for(&cfg)?;
-        let (metrics, rooms) = metrics_with_rooms(&cfg);
+        let (metrics, rooms) = metrics_with_rooms(cfg.peers.iter().map(|p| p.name.as_str()));
         // Strict mode's queue first: a host that cannot hold SYNs (or a
         // queue already taken) fails the start before anything is installed.
         let strict_queue = if cfg.accel.strict {
@@ -147,7 +147,7 @@ impl Relay {
             conns: Arc::new(ConnRegistry::default()),
             generation: 0,
             routes: RouteTable::new(&cfg.routes),
-            paths: Arc::new(crate::paths::Paths::new(&cfg)),
+            paths: Arc::new(crate::paths::Paths::new(&cfg, rooms.paths)),
             cfg,
             metrics,
             started: Instant::now(),
@@ -761,15 +761,19 @@ fn log_start(host_addrs: &crate::policy::HostAddrs, plan: &[accel::Entry]) {
 
 /// What the rooms that declare their own metric families hand the relay:
 /// the handles they count through.
-struct RoomMetrics {
+pub struct RoomMetrics {
     lossy: Arc<crate::loss_isolation::LossyClients>,
     strict: crate::strict::StrictMetrics,
     early_syn: crate::early_syn::EarlySynMetrics,
+    paths: crate::paths::PathMetrics,
 }
 
-/// The relay's registry with every family declared, its peers' series at
-/// zero, and the rooms' handles.
-fn metrics_with_rooms(cfg: &Config) -> (Arc<Metrics>, RoomMetrics) {
+/// The relay's registry with every family declared (splitway-control's
+/// and the rooms'), the series of the peers named `peers` at zero, and the
+/// rooms' handles: what `/metrics` exports.
+pub fn metrics_with_rooms<'a>(
+    peers: impl IntoIterator<Item = &'a str>,
+) -> (Arc<Metrics>, RoomMetrics) {
     let mut metrics = Metrics::builder();
     let rooms = RoomMetrics {
         lossy: Arc::new(crate::loss_isolation::LossyClients::new(
@@ -777,10 +781,11 @@ fn metrics_with_rooms(cfg: &Config) -> (Arc<Metrics>, RoomMetrics) {
         )),
         strict: crate::strict::StrictMetrics::register(metrics.registry()),
         early_syn: crate::early_syn::EarlySynMetrics::register(metrics.registry()),
+        paths: crate::paths::PathMetrics::register(metrics.registry()),
     };
     let metrics = Arc::new(metrics.build());
-    for p in &cfg.peers {
-        metrics.register_peer(&p.name);
+    for peer in peers {
+        metrics.register_peer(peer);
     }
     (metrics, rooms)
 }

@@ -154,7 +154,7 @@ impl Shared {
         Shared {
             routes: RouteTable::new(&cfg.routes),
             // Measurements start afresh: peer indices may have changed.
-            paths: Arc::new(crate::paths::Paths::new(&cfg)),
+            paths: Arc::new(crate::paths::Paths::new(&cfg, self.paths.metrics().clone())),
             cfg,
             pools,
             metrics: self.metrics.clone(),
@@ -362,7 +362,6 @@ impl Shared {
         paths::Inputs {
             routes: &self.routes,
             pools: &self.pools,
-            metrics: &self.metrics,
         }
     }
 }

@@ -38,7 +38,6 @@ pub mod kit {
     pub use super::family::{CounterU64, declare, series};
 }
 mod forward;
-mod paths;
 mod peer;
 mod pool;
 mod process;
@@ -52,7 +51,6 @@ pub use connections::{
     ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
 };
 pub use forward::{Direction, ForwardMetrics, Leg, Path};
-pub use paths::PathMetrics;
 pub use peer::{
     AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics, ZeroRttOutcome,
 };
@@ -87,7 +85,6 @@ pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
 /// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
 /// | `pool_events_total` | counter | `peer`, `event` | `pool` |
 /// | `pool_level` | gauge | `peer` | `pool` |
-/// | `path_*` | see [`PathMetrics`] | `route`, `candidate`, `peer` | `paths` |
 pub struct Metrics {
     registry: Registry,
     connections: ConnectionMetrics,
@@ -98,7 +95,6 @@ pub struct Metrics {
     learned_window: LearnedWindowMetrics,
     proxy_protocol: ProxyProtocolMetrics,
     pools: pool::PoolFamilies,
-    paths: PathMetrics,
 }
 
 impl fmt::Debug for Metrics {
@@ -168,18 +164,12 @@ impl Metrics {
             learned_window: LearnedWindowMetrics::register(registry),
             proxy_protocol: ProxyProtocolMetrics::register(registry),
             pools: pool::PoolFamilies::register(registry),
-            paths: PathMetrics::register(registry),
             registry: Registry::default(),
         };
         Self {
             registry: root,
             ..metrics
         }
-    }
-
-    /// The path-choice series.
-    pub fn paths(&self) -> &PathMetrics {
-        &self.paths
     }
 
     /// Counts a connection accepted in `mode`.
@@ -490,10 +480,6 @@ mod tests {
             "# HELP splitway_learned_window_events What splitway_resume did on relay legs, host-wide (every relay on the host shares it).",
             "# HELP splitway_learned_window_peers Peer addresses with a learned window young enough to resume from, host-wide.",
             "# HELP splitway_leg_sent_bytes Bytes the relay wrote to its legs, by leg kind and direction.",
-            "# HELP splitway_path_choices New connections on a multi-candidate route, by route index and the candidate taken.",
-            "# HELP splitway_path_flips Changes of a route's chosen candidate, by route index and cause (failure, better).",
-            "# HELP splitway_path_probes_answered Path probes this relay answered for upstream relays.",
-            "# HELP splitway_path_probes_sent Path probes sent to each peer relay, by outcome.",
             "# HELP splitway_peer_auth_failures Peer relay authentication failures, by reason.",
             "# HELP splitway_peer_connect_failures Failed connects to a configured peer relay, by peer name.",
             "# HELP splitway_peer_handshakes Peer legs by how they were authenticated, on the dialing and the accepting end.",
@@ -521,10 +507,6 @@ mod tests {
             "# TYPE splitway_learned_window_events counter",
             "# TYPE splitway_learned_window_peers gauge",
             "# TYPE splitway_leg_sent_bytes counter",
-            "# TYPE splitway_path_choices counter",
-            "# TYPE splitway_path_flips counter",
-            "# TYPE splitway_path_probes_answered counter",
-            "# TYPE splitway_path_probes_sent counter",
             "# TYPE splitway_peer_auth_failures counter",
             "# TYPE splitway_peer_connect_failures counter",
             "# TYPE splitway_peer_handshakes counter",

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use splitway_api::{CandidateView, RouteView, RoutesView};
-use splitway_control::metrics::Metrics;
 use splitway_proto::header::{ProbeAnswer, ReplyStatus};
 use tokio::net::TcpStream;
 use tracing::{debug, info};
@@ -29,6 +28,10 @@ use crate::config::{Config, Route, Via};
 use crate::error::ConnError;
 use crate::pool::PeerPool;
 use crate::route::RouteTable;
+
+pub mod metrics;
+
+pub use metrics::PathMetrics;
 
 /// At most one change of a route's choice per this long, unless the
 /// current candidate is down.
@@ -166,13 +169,11 @@ struct RoutePath {
     state: Mutex<ChoiceState>,
 }
 
-/// What a choice reads besides its own measurements: the routes, each
-/// peer's pool (a failing refill marks the peer down) and the metrics it
-/// counts choices in.
+/// What a choice reads besides its own measurements: the routes and each
+/// peer's pool (a failing refill marks the peer down).
 pub struct Inputs<'a> {
     pub routes: &'a RouteTable,
     pub pools: &'a [Option<Arc<PeerPool>>],
-    pub metrics: &'a Metrics,
 }
 
 /// Path state of one config generation (a reload starts afresh).
@@ -181,6 +182,7 @@ pub struct Paths {
     /// Route prefixes each peer is a candidate of (probe destinations).
     targets: Vec<Vec<IpNet>>,
     routes: HashMap<IpNet, RoutePath>,
+    metrics: PathMetrics,
 }
 
 /// A candidate's estimate to the destination.
@@ -226,7 +228,9 @@ fn smooth(old: Option<u32>, sample: u32) -> u32 {
 }
 
 impl Paths {
-    pub fn new(cfg: &Config) -> Paths {
+    /// Path state for `cfg`, counting into `metrics` (a reload passes the
+    /// running relay's on).
+    pub fn new(cfg: &Config, metrics: PathMetrics) -> Paths {
         let mut targets = vec![Vec::new(); cfg.peers.len()];
         let mut routes = HashMap::new();
         for (index, r) in cfg.routes.iter().enumerate() {
@@ -271,7 +275,13 @@ impl Paths {
                 .collect(),
             targets,
             routes,
+            metrics,
         }
+    }
+
+    /// The room's counters (the probes count in them too).
+    pub fn metrics(&self) -> &PathMetrics {
+        &self.metrics
     }
 
     /// How many peers could be probed (indices as in `cfg.peers`).
@@ -557,11 +567,11 @@ impl Paths {
             s.current = j;
             s.changed_at = Some(now);
             s.flips += 1;
-            inputs.metrics.paths().flip(r.index, failure);
+            self.metrics.flip(r.index, failure);
             info!(route = %r.dst, from = %self.name_of(&r.candidates[cur]), to = %self.name_of(&r.candidates[j]), cause = if failure { "failure" } else { "better" }, "path changed");
         }
         let via = r.candidates[s.current].clone();
-        inputs.metrics.paths().choice(r.index, &self.name_of(&via));
+        self.metrics.choice(r.index, &self.name_of(&via));
         via
     }
 

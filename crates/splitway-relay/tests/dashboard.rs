@@ -1,6 +1,6 @@
-//! The shipped Grafana dashboard parses and queries only metrics that exist.
-
-use splitway_control::Metrics;
+//! The shipped Grafana dashboard parses and queries only metrics that
+//! exist: those of the relay's whole registry, splitway-control's families
+//! and the rooms' (`relay::metrics_with_rooms`, what `/metrics` serves).
 
 #[test]
 fn grafana_dashboard_uses_only_exported_metric_names() {
@@ -16,8 +16,7 @@ fn grafana_dashboard_uses_only_exported_metric_names() {
             .is_some_and(|p| !p.is_empty())
     );
 
-    let metrics = Metrics::new();
-    metrics.register_peer("rs");
+    let (metrics, _rooms) = splitway_relay::relay::metrics_with_rooms(["rs"]);
     let exported = metrics.encode();
     let mut used = Vec::new();
     let mut rest = text.as_str();

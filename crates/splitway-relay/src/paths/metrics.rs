@@ -1,19 +1,16 @@
-//! Series of the relay's path choice (`splitway-relay`'s `paths`): which
-//! candidate new connections took, how often a route's choice changed, and
-//! the active probes on both ends.
+//! The room's metrics: which candidate new connections took, how often a
+//! route's choice changed, and the active probes on both ends; declared in
+//! the relay's registry at bind ([`PathMetrics::register`]) and held by
+//! [`super::Paths`], which hands them to each reload's successor.
 //!
 //! Labels are bounded by the configuration: `route` is the route's index in
 //! config order (`"0"`, `"1"`, …), `candidate` and `peer` are peer names from
 //! the config or `"direct"`.
 
-use std::sync::atomic::AtomicU64;
-
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-
-type CounterU64 = Counter<u64, AtomicU64>;
+use splitway_control::metrics::kit::CounterU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ChoiceLabels {
@@ -36,6 +33,7 @@ struct ProbeLabels {
 }
 
 /// The `path_*` families, registered with the relay's other metrics.
+/// `Default` counts into series no registry exports (tests).
 #[derive(Debug, Clone, Default)]
 pub struct PathMetrics {
     choices: Family<ChoiceLabels, CounterU64>,
@@ -45,7 +43,9 @@ pub struct PathMetrics {
 }
 
 impl PathMetrics {
-    pub(crate) fn register(registry: &mut Registry) -> PathMetrics {
+    /// Declares the families in `registry` (the relay's, under
+    /// `splitway_`).
+    pub fn register(registry: &mut Registry) -> PathMetrics {
         let m = PathMetrics::default();
         registry.register(
             "path_choices",
@@ -100,5 +100,41 @@ impl PathMetrics {
 
     pub fn probe_answered(&self) {
         self.probes_answered.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use splitway_control::Metrics;
+
+    use super::*;
+
+    /// Each family's name, type and help byte for byte, and the labels a
+    /// choice, a flip and the probes are counted under.
+    #[test]
+    fn declared_in_the_relays_registry_under_their_names() {
+        let mut builder = Metrics::builder();
+        let room = PathMetrics::register(builder.registry());
+        room.choice(1, "rs2");
+        room.flip(1, true);
+        room.probe_sent("rs2", false);
+        room.probe_answered();
+        let text = builder.build().encode();
+        for line in [
+            "# HELP splitway_path_choices New connections on a multi-candidate route, by route index and the candidate taken.",
+            "# HELP splitway_path_flips Changes of a route's chosen candidate, by route index and cause (failure, better).",
+            "# HELP splitway_path_probes_answered Path probes this relay answered for upstream relays.",
+            "# HELP splitway_path_probes_sent Path probes sent to each peer relay, by outcome.",
+            "# TYPE splitway_path_choices counter",
+            "# TYPE splitway_path_flips counter",
+            "# TYPE splitway_path_probes_answered counter",
+            "# TYPE splitway_path_probes_sent counter",
+            "splitway_path_choices_total{route=\"1\",candidate=\"rs2\"} 1",
+            "splitway_path_flips_total{route=\"1\",cause=\"failure\"} 1",
+            "splitway_path_probes_sent_total{peer=\"rs2\",outcome=\"failed\"} 1",
+            "splitway_path_probes_answered_total 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+        }
     }
 }
