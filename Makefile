@@ -29,7 +29,7 @@ build:
 	$(CARGO) build --workspace
 
 release:
-	$(CARGO) build --release -p splitway
+	$(CARGO) build --release -p splitway -p splitway-relay-cli
 
 ## deb: the Debian package in target/debian/ (cargo-deb): the release binary stripped (its
 ## symbols in a -dbgsym package), man pages and completions written from the CLI
@@ -71,27 +71,29 @@ deb-test: deb
 IMAGE ?= localhost/splitway:0.1.0
 PODMAN_RUN_FLAGS ?= --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
 image: release
-	./scripts/image-root.sh target/release/splitway target/image-root
+	./scripts/image-root.sh target/release/splitway-relay target/image-root
 	podman build -f deploy/Containerfile -t $(IMAGE) target/image-root
 	./scripts/image-check.sh $(IMAGE) $(PODMAN_RUN_FLAGS)
 
 ## startup-order: re-trace which functions an idle relay runs (4 KB pages,
-## scripts/bench/lib/pagetouch.c) and rewrite crates/splitway/startup-order.txt,
-## the link order of release builds (crates/splitway/build.rs). Run after
-## changes to start-up code; running it twice refines the order.
+## scripts/bench/lib/pagetouch.c) and rewrite crates/splitway-relay-cli/startup-order.txt,
+## the link order of the relay binary's release builds (crates/splitway-relay-cli/build.rs).
+## Run after changes to start-up code; running it twice refines the order.
 startup-order: deps release
-	python3 scripts/bench/startup-order.py target/release/splitway
+	python3 scripts/bench/startup-order.py target/release/splitway-relay
 
-## footprint: idle RSS/PSS and exec -> READY=1 of the release binary with
-## and without the startup order, alternating, 20 rounds (bench-results/).
+## footprint: idle RSS/PSS and exec -> READY=1 of the relay binary (splitway-relay) with
+## and without the startup order, and of the multi-call front's `splitway relay`, alternating,
+## 20 rounds (bench-results/).
 footprint: deps release
-	cp target/release/splitway target/splitway-ordered
-	SPLITWAY_NO_STARTUP_ORDER=1 $(CARGO) build --release -p splitway
-	cp target/release/splitway target/splitway-unordered
-	$(CARGO) build --release -p splitway
+	cp target/release/splitway-relay target/splitway-relay-ordered
+	cp target/release/splitway target/splitway-front
+	SPLITWAY_NO_STARTUP_ORDER=1 $(CARGO) build --release -p splitway-relay-cli
+	cp target/release/splitway-relay target/splitway-relay-unordered
+	$(CARGO) build --release -p splitway-relay-cli
 	cc -O2 -o target/listen-floor scripts/bench/lib/listen-floor.c
-	python3 scripts/bench/startup-order.py --coverage target/splitway-ordered
-	python3 scripts/bench/footprint-binaries.py 20 ordered=target/splitway-ordered unordered=target/splitway-unordered floor=target/listen-floor | tee bench-results/footprint-$$(date -u +%Y%m%dT%H%M%SZ).txt
+	python3 scripts/bench/startup-order.py --coverage target/splitway-relay-ordered
+	python3 scripts/bench/footprint-binaries.py 20 relay=target/splitway-relay-ordered unordered=target/splitway-relay-unordered front=target/splitway-front floor=target/listen-floor | tee bench-results/footprint-$$(date -u +%Y%m%dT%H%M%SZ).txt
 
 lint: import-graph
 	$(CARGO) fmt --all -- --check
@@ -99,6 +101,8 @@ lint: import-graph
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --all-features
 	./scripts/check-no-bpf.sh
 	./scripts/deny.sh
+	@# The relay binary's dependency tree holds no lab code (issue #31).
+	! $(CARGO) tree -p splitway-relay-cli -e normal,build --prefix none | grep -E '^(splitway-lab|plotters|indicatif) '
 	kubernetes-validate --strict --quiet deploy/k8s/*.yaml
 
 ## check-no-bpf: `SPLITWAY_BPF_SKIP=1 cargo check --workspace` with clang hidden from PATH

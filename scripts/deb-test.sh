@@ -70,7 +70,7 @@ if find "$root/etc/systemd/system" -name 'splitway*' | grep .; then
   echo "the package enabled a unit" >&2
   exit 1
 fi
-for f in /usr/bin/splitway /usr/share/man/man8/splitway.8.gz /usr/share/man/man8/splitway-relay.8.gz \
+for f in /usr/bin/splitway /usr/bin/splitway-relay /usr/share/man/man8/splitway.8.gz /usr/share/man/man8/splitway-relay.8.gz \
   /usr/share/man/man5/splitway.toml.5.gz /usr/share/bash-completion/completions/splitway \
   /usr/share/zsh/vendor-completions/_splitway /usr/share/fish/vendor_completions.d/splitway.fish \
   /usr/lib/sysusers.d/splitway.conf /usr/lib/tmpfiles.d/splitway.conf \
@@ -90,15 +90,18 @@ done
 conffiles=$(in_root dpkg-query --control-show splitway conffiles)
 echo "$conffiles"
 grep -q '^/etc/splitway/rc.toml$' <<<"$conffiles" || { echo "rc.toml is not a conffile" >&2; exit 1; }
-if file "$root/usr/bin/splitway" | grep -qv ', stripped'; then
-  echo "the packaged binary is not stripped" >&2
-  exit 1
-fi
+for bin in splitway splitway-relay; do
+  if file "$root/usr/bin/$bin" | grep -qv ', stripped'; then
+    echo "the packaged $bin is not stripped" >&2
+    exit 1
+  fi
+done
 
 step "splitway relay --check on the shipped examples"
 in_root sh -c 'splitway keygen > /etc/splitway/psk.key && chown root:splitway /etc/splitway/psk.key && chmod 640 /etc/splitway/psk.key'
 for name in rc rs; do
   in_root_eth0 splitway relay --config "/etc/splitway/$name.toml" --check
+  in_root_eth0 splitway-relay relay --config "/etc/splitway/$name.toml" --check
 done
 in_root splitway --version
 

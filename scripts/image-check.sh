@@ -34,11 +34,11 @@ echo "image-check: $image runs relay --check on the DaemonSet's config: ok"
 podman run -d --name "$name" --network none --read-only "$@" "$image" >/dev/null
 # Ready once the admin API answers (it listens after every listener).
 for _ in $(seq 100); do
-  podman exec "$name" /usr/bin/splitway ctl status >/dev/null 2>&1 && break
+  podman exec "$name" /usr/bin/splitway-relay ctl status >/dev/null 2>&1 && break
   sleep 0.1
 done
-podman exec "$name" /usr/bin/splitway ctl status
-podman exec "$name" /usr/bin/splitway ctl drain
+podman exec "$name" /usr/bin/splitway-relay ctl status
+podman exec "$name" /usr/bin/splitway-relay ctl drain
 podman stop -t 10 "$name" >/dev/null
 code=$(podman inspect -f '{{.State.ExitCode}}' "$name")
 podman logs "$name" 2>&1 | tail -3

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stages the container image's whole filesystem (deploy/Containerfile):
-# BINARY stripped as /usr/bin/splitway, every shared library ldd lists for
+# BINARY (the relay binary, splitway-relay) stripped as /usr/bin/splitway-relay,
+# every shared library ldd lists for
 # it at its own path, /etc/splitway/relay.toml (the DaemonSet mounts its
 # own over it) and an empty /tmp.
 # Usage: image-root.sh BINARY OUT_DIR
@@ -9,7 +10,7 @@ binary=$1 out=$2
 rm -rf "$out"
 install -d "$out/usr/bin" "$out/etc/splitway" "$out/tmp"
 chmod 1777 "$out/tmp"
-strip --strip-all -o "$out/usr/bin/splitway" "$binary"
+strip --strip-all -o "$out/usr/bin/splitway-relay" "$binary"
 # "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and the loader's
 # "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.
 libs=$(ldd "$binary" | grep -o '/[^ ]*' | sort -u)

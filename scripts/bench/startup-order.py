@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes crates/splitway/startup-order.txt: the functions a relay runs from
+"""Writes crates/splitway-relay-cli/startup-order.txt: the functions a relay runs from
 exec to idle (then on its first connections), in first-touch order, for the
-linker's --symbol-ordering-file (crates/splitway/build.rs).
+linker's --symbol-ordering-file (crates/splitway-relay-cli/build.rs).
 
 Why: an idle relay maps its code 64 KB at a time (fault-around), so startup
 code scattered over the 8 MB of .text makes RSS, page faults and, with a cold
@@ -234,7 +234,7 @@ def main():
         connect_requests(int(sys.argv[2]), sys.argv[3], 20)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--coverage":
-        names = [n for n in open(os.path.join(ROOT, "crates/splitway/startup-order.txt")).read().split()]
+        names = [n for n in open(os.path.join(ROOT, "crates/splitway-relay-cli/startup-order.txt")).read().split()]
         have = {s[2] for s in symbols(sys.argv[2])[1]}
         found = sum(n in have for n in names)
         print(f"# startup-order.txt: {found} of {len(names)} names in {sys.argv[2]} "
@@ -244,7 +244,7 @@ def main():
         echo_server(socket.create_server(("127.0.0.1", int(sys.argv[2]))))
         return
     args = [a for a in sys.argv[1:]]
-    out = os.path.join(ROOT, "crates/splitway/startup-order.txt")
+    out = os.path.join(ROOT, "crates/splitway-relay-cli/startup-order.txt")
     if "--out" in args:
         i = args.index("--out")
         out = args[i + 1]

@@ -1,39 +1,18 @@
-//! `splitway`: a split-TCP relay for long-haul networks.
+//! `splitway`: a split-TCP relay for long-haul networks, every product
+//! behind one command (a multi-call front). The relay's own commands come
+//! from `splitway-relay-cli`, whose `splitway-relay` binary is what the
+//! systemd unit and the container image run: it maps no lab, bypass or
+//! agent code (issue #31).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+use splitway_relay_cli::cli::{LONG_VERSION, RELAY_ABOUT, RELAY_LONG_ABOUT, VERSION};
+use splitway_relay_cli::{LogFormat, RelayArgs, RelayCommand};
 
 mod agent;
 mod bypass;
-mod ctl;
 mod docgen;
-mod relay_cmd;
-
-/// `splitway -V`: the version, commit and build date on one line.
-static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    use splitway_control::build;
-    format!("{} ({} {})", build::VERSION, build::COMMIT, build::DATE)
-});
-
-/// `splitway --version`: the version line, then what this build holds.
-static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    use splitway_control::build;
-    let bpf = match splitway_sys::bpf::SKIPPED {
-        Some(reason) => format!("none: {reason}"),
-        None => splitway_sys::bpf::PROGRAMS.replace(',', ", "),
-    };
-    format!(
-        "{}\ncommit: {}\nbuilt: {}\nBPF programs: {bpf}",
-        build::VERSION,
-        build::COMMIT,
-        build::DATE,
-    )
-});
 
 #[derive(Parser)]
 #[command(
@@ -55,22 +34,19 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 #[derive(Subcommand)]
 enum Command {
-    /// Run a relay (or validate its config with --check).
-    #[command(long_about = RELAY_LONG_ABOUT)]
-    Relay(RelayArgs),
-    /// Print a new random pre-shared key (hex) for relay-to-relay authentication.
-    Keygen,
+    #[command(flatten)]
+    Relay(RelayCommand),
+    #[command(flatten)]
+    Tools(ToolCommand),
+}
+
+/// The lab and the host tools: what the relay binary leaves out.
+#[derive(Subcommand)]
+enum ToolCommand {
     /// Emulated WAN in network namespaces: every configuration measured against the model.
     Lab(Box<splitway_lab::cli::LabArgs>),
-    Ctl(ctl::CtlArgs),
     Agent(agent::AgentArgs),
     Bypass(bypass::BypassArgs),
     /// Write the man pages and shell completions (`make deb` packages them).
@@ -78,36 +54,10 @@ enum Command {
     GenerateDocs(docgen::DocgenArgs),
 }
 
-const RELAY_ABOUT: &str = "Run a relay (or validate its config with --check).";
-const RELAY_LONG_ABOUT: &str = "Run a relay from a TOML config file.\n\n\
-With --check, validate the file and print every error (each naming its key), then exit: \
-0 if valid, 78 (EX_CONFIG) if not; `splitway relay` itself also exits 78 on an invalid \
-config, so a service manager can stop retrying (RestartPreventExitStatus=78). SIGINT/SIGTERM stop accepting and let open connections finish for \
-up to --drain-timeout. SIGHUP re-reads the config file and applies what can change without \
-a restart (routes, peers, pools, keys, limits, timeouts, tuning, client ACLs); an invalid \
-file changes nothing and its errors are logged (`splitway ctl reload` does the same and \
-prints the outcome). Listening sockets passed by systemd socket activation (LISTEN_FDS) are \
-used for the [[listen]] entries with their addresses. Log verbosity follows RUST_LOG \
-(default: info) and can be changed live: `splitway ctl set log.level debug`.";
-
-/// `splitway relay`'s arguments.
-#[derive(clap::Args)]
-struct RelayArgs {
-    /// The relay's config file (TOML).
-    #[arg(long, short)]
-    config: PathBuf,
-    /// Validate the config and exit.
-    #[arg(long)]
-    check: bool,
-    /// How long open connections may finish after a shutdown signal.
-    #[arg(long, default_value = "30s", value_parser = splitway_control::params::duration_arg)]
-    drain_timeout: Duration,
-}
-
-/// `splitway relay …` parsed on its own: what a service manager runs at
-/// every start. `Cli` builds every subcommand's arguments before parsing
-/// (lab, ctl, bypass: about 200 KB of code, run once, that an idle relay
-/// would keep mapped); this builds only the relay's.
+/// `splitway relay …` parsed on its own: `Cli` builds every subcommand's
+/// arguments before parsing (lab, ctl, bypass: about 200 KB of code, run
+/// once, that an idle relay would keep mapped); this builds only the
+/// relay's.
 #[derive(Parser)]
 #[command(
     name = "splitway relay",
@@ -125,300 +75,27 @@ struct RelayCli {
     relay: RelayArgs,
 }
 
-/// The log filter, changeable while the relay runs (`log.level`).
-struct LogFilter {
-    handle: tracing_subscriber::reload::Handle<
-        tracing_subscriber::EnvFilter,
-        tracing_subscriber::Registry,
-    >,
-    current: std::sync::Mutex<String>,
-}
-
-impl splitway_relay::admin::LogControl for LogFilter {
-    fn current(&self) -> String {
-        self.current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    fn check(&self, filter: &str) -> Result<(), String> {
-        tracing_subscriber::EnvFilter::try_new(filter)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-
-    fn set(&self, filter: &str) -> Result<(), String> {
-        let parsed = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
-        self.handle.reload(parsed).map_err(|e| e.to_string())?;
-        *self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = filter.to_owned();
-        Ok(())
-    }
-}
-
-fn init_logging(format: LogFormat) -> Arc<LogFilter> {
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    let from_env = std::env::var(tracing_subscriber::EnvFilter::DEFAULT_ENV)
-        .ok()
-        .and_then(|text| {
-            tracing_subscriber::EnvFilter::try_new(&text)
-                .ok()
-                .map(|f| (f, text))
-        });
-    let (filter, text) =
-        from_env.unwrap_or_else(|| (tracing_subscriber::EnvFilter::new("info"), "info".into()));
-    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let (text_layer, json_layer) = match format {
-        LogFormat::Text => (
-            Some(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_ansi(ansi),
-            ),
-            None,
-        ),
-        LogFormat::Json => (
-            None,
-            Some(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_writer(std::io::stderr),
-            ),
-        ),
-    };
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(text_layer)
-        .with(json_layer)
-        .init();
-    Arc::new(LogFilter {
-        handle,
-        current: std::sync::Mutex::new(text),
-    })
-}
-
 fn main() -> ExitCode {
     let mut args = std::env::args_os();
-    let relay_only = args.nth(1).is_some_and(|a| a == "relay");
-    let (log_format, command) = if relay_only {
+    if args.nth(1).is_some_and(|a| a == "relay") {
         let cli = RelayCli::parse_from(std::iter::once("splitway relay".into()).chain(args));
-        (cli.log_format, Command::Relay(cli.relay))
-    } else {
-        let cli = Cli::parse();
-        (cli.log_format, cli.command)
-    };
-    let log = init_logging(log_format);
-    let json = matches!(log_format, LogFormat::Json);
-    // A running relay logs why it stopped, errors included, as its last line.
-    let running_relay = matches!(&command, Command::Relay(a) if !a.check);
-    // Commands that only print end quietly when their reader goes away
-    // (`splitway relay --check | head -1`).
-    let prints_only = matches!(&command, Command::Relay(a) if a.check)
-        || matches!(&command, Command::Keygen | Command::Ctl(_));
-    if prints_only && let Err(e) = splitway_sys::rt::default_sigpipe() {
-        tracing::warn!(error = %e, "a closed stdout will end this command with an error");
+        return RelayCommand::Relay(cli.relay).run(cli.log_format);
     }
-    let result = match command {
-        Command::Relay(RelayArgs {
-            config,
-            check,
-            drain_timeout,
-        }) => relay_cmd::run(&config, check, drain_timeout, log, json),
-        Command::Keygen => keygen(),
-        Command::Ctl(args) => ctl::run(args, json),
-        Command::Agent(args) => agent::run(args),
-        Command::Bypass(args) => bypass::run(args),
-        Command::GenerateDocs(args) => docgen::run(&args).map(|()| ExitCode::SUCCESS),
-        Command::Lab(args) => splitway_lab::cli::run(*args)
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(anyhow::Error::from),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            let causes = causes(&e);
-            if running_relay {
-                tracing::error!("relay stopped: {causes}");
-            } else if json {
-                tracing::error!(error = %causes, "splitway failed");
-            } else {
-                eprintln!("splitway: {causes}");
-            }
-            ExitCode::FAILURE
+    let cli = Cli::parse();
+    let log_format = cli.log_format;
+    match cli.command {
+        Command::Relay(command) => command.run(log_format),
+        Command::Tools(command) => {
+            let _log = splitway_relay_cli::cli::init_logging(log_format);
+            let result = match command {
+                ToolCommand::Agent(args) => agent::run(args),
+                ToolCommand::Bypass(args) => bypass::run(args),
+                ToolCommand::GenerateDocs(args) => docgen::run(&args).map(|()| ExitCode::SUCCESS),
+                ToolCommand::Lab(args) => splitway_lab::cli::run(*args)
+                    .map(|()| ExitCode::SUCCESS)
+                    .map_err(anyhow::Error::from),
+            };
+            splitway_relay_cli::exit_code(result, false, matches!(log_format, LogFormat::Json))
         }
-    }
-}
-
-/// An error and its causes, each said once: many errors write their
-/// source into their own message and also return it as `source()`, so
-/// `{:#}` would say it twice (`cannot listen on …: Address in use (os
-/// error 98): Address in use (os error 98)`).
-fn causes(e: &anyhow::Error) -> String {
-    let messages: Vec<String> = e.chain().map(ToString::to_string).collect();
-    let mut said: Vec<&str> = Vec::new();
-    for (i, message) in messages.iter().enumerate() {
-        let mut own = message.as_str();
-        // What the next cause will say, dropped from this one's end.
-        if let Some(next) = messages.get(i + 1)
-            && let Some(head) = own.strip_suffix(next.as_str())
-        {
-            own = head.trim_end().trim_end_matches(':').trim_end();
-        }
-        if own.is_empty() || said.iter().any(|s| s.ends_with(own)) {
-            continue;
-        }
-        said.push(own);
-    }
-    said.join(": ")
-}
-
-fn keygen() -> anyhow::Result<ExitCode> {
-    let mut key = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut key))
-        .context("reading /dev/urandom")?;
-    let psk = splitway_proto::auth::Psk::from_bytes(&key).context("building key")?;
-    println!("{}", psk.to_hex());
-    Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::causes;
-
-    /// As the relay's errors are: the source in the message and as source().
-    #[derive(Debug)]
-    struct Listen {
-        source: std::io::Error,
-    }
-
-    impl std::fmt::Display for Listen {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "cannot listen on 127.0.0.1:9090 (peer): {}", self.source)
-        }
-    }
-
-    impl std::error::Error for Listen {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.source)
-        }
-    }
-
-    #[test]
-    fn each_cause_is_said_once() {
-        let io = std::io::Error::from_raw_os_error(98);
-        let e = anyhow::Error::new(Listen { source: io }).context("starting the relay");
-        assert_eq!(
-            causes(&e),
-            "starting the relay: cannot listen on 127.0.0.1:9090 (peer): Address already in use (os error 98)"
-        );
-        // A context that repeats its cause's message adds nothing.
-        let e = anyhow::anyhow!("admin API: cannot listen on 127.0.0.1:9090")
-            .context("admin API: cannot listen on 127.0.0.1:9090");
-        assert_eq!(causes(&e), "admin API: cannot listen on 127.0.0.1:9090");
-        // Causes that do not repeat each other are all kept.
-        let e = anyhow::anyhow!("no such file").context("reading psk.key");
-        assert_eq!(causes(&e), "reading psk.key: no such file");
-    }
-
-    /// The text of every `trace!`..`error!` call in `text`, to its closing
-    /// parenthesis (strings and nesting respected).
-    fn log_calls(text: &str) -> Vec<(usize, String)> {
-        let mut calls = Vec::new();
-        for level in ["trace!(", "debug!(", "info!(", "warn!(", "error!("] {
-            for (start, _) in text.match_indices(level) {
-                let before = text[..start].chars().next_back();
-                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-                    continue;
-                }
-                let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-                let mut end = text.len();
-                for (i, c) in text[start..].char_indices() {
-                    match (in_string, c) {
-                        (true, _) if escaped => escaped = false,
-                        (true, '\\') => escaped = true,
-                        (_, '"') => in_string = !in_string,
-                        (false, '(') => depth += 1,
-                        (false, ')') => {
-                            depth -= 1;
-                            if depth == 0 {
-                                end = start + i + 1;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                let line = text[..start].matches('\n').count() + 1;
-                calls.push((line, text[start..end].to_owned()));
-            }
-        }
-        calls
-    }
-
-    /// Whether a log call formats something with Debug.
-    fn uses_debug(call: &str) -> bool {
-        call.contains(":?}")
-            || call.contains(":#?}")
-            || call.split([' ', '(', ',', '\n']).any(|w| {
-                w.strip_prefix('?')
-                    .is_some_and(|r| r.starts_with(|c: char| c.is_alphabetic() || c == '_'))
-            })
-    }
-
-    /// Logs show values as an operator reads them: no `Some(…)`, no struct
-    /// dumps, so no Debug formatting (`{:?}`, `{x:?}`, `?field`) in the log
-    /// calls of the crates a relay runs.
-    #[test]
-    fn no_debug_formatting_in_relay_logs() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let mut found = Vec::new();
-        for krate in [
-            "splitway",
-            "splitway-relay",
-            "splitway-control",
-            "splitway-sys",
-        ] {
-            let mut dirs = vec![root.join(krate).join("src")];
-            while let Some(dir) = dirs.pop() {
-                for entry in std::fs::read_dir(&dir).expect("read src dir") {
-                    let path = entry.expect("dir entry").path();
-                    if path.is_dir() {
-                        dirs.push(path);
-                        continue;
-                    }
-                    if path.extension().is_none_or(|e| e != "rs") {
-                        continue;
-                    }
-                    let text = std::fs::read_to_string(&path).expect("read source");
-                    // Unit tests (this one among them) are not what a relay runs.
-                    let text = text
-                        .split("#[cfg(test)]\nmod tests")
-                        .next()
-                        .unwrap_or_default();
-                    for (line, call) in log_calls(text) {
-                        let debug = uses_debug(&call);
-                        if debug {
-                            found.push(format!("{}:{line}: {call}", path.display()));
-                        }
-                    }
-                }
-            }
-        }
-        assert!(
-            found.is_empty(),
-            "Debug formatting in logs:\n{}",
-            found.join("\n")
-        );
-        // The scan finds what it looks for.
-        let calls = log_calls("x; warn!(?state, \"a)\"); info!(\"{x:?}\"); info!(%y, \"z?\");");
-        let flagged: Vec<bool> = calls.iter().map(|(_, c)| uses_debug(c)).collect();
-        // In level order: the two info! calls, then the warn!.
-        assert_eq!(flagged, [true, false, true]);
     }
 }

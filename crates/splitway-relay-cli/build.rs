@@ -1,5 +1,6 @@
-//! Release builds of the binary lay out their functions in the order an
-//! idle relay first runs them (`startup-order.txt`, written by
+//! Release builds of the relay binary (`splitway-relay`, what the unit and
+//! the image run) lay out their functions in the order an idle relay first
+//! runs them (`startup-order.txt`, written by
 //! `make startup-order`): the code a relay keeps mapped is then a few
 //! contiguous 64 KB fault-around blocks instead of blocks all over .text.
 //! Symbols the file names that no longer exist are skipped, so a stale file
@@ -17,10 +18,10 @@ fn main() {
     let release = std::env::var("PROFILE").as_deref() == Ok("release");
     if wanted && lld_target && release && order.exists() {
         println!(
-            "cargo:rustc-link-arg-bin=splitway=-Wl,--symbol-ordering-file={}",
+            "cargo:rustc-link-arg-bin=splitway-relay=-Wl,--symbol-ordering-file={}",
             order.display()
         );
-        println!("cargo:rustc-link-arg-bin=splitway=-Wl,--no-warn-symbol-ordering");
+        println!("cargo:rustc-link-arg-bin=splitway-relay=-Wl,--no-warn-symbol-ordering");
     }
     // Relative relocations packed as DT_RELR: the loader applies the same
     // ~10,000 of them from a 3 KB bitmap instead of a 240 KB table (exec to
@@ -30,7 +31,7 @@ fn main() {
     // and SPLITWAY_NO_RELR=1 builds for an older one.
     println!("cargo:rerun-if-env-changed=SPLITWAY_NO_RELR");
     if lld_target && std::env::var_os("SPLITWAY_NO_RELR").is_none() && host_glibc_has_relr() {
-        println!("cargo:rustc-link-arg-bin=splitway=-Wl,-z,pack-relative-relocs");
+        println!("cargo:rustc-link-arg-bin=splitway-relay=-Wl,-z,pack-relative-relocs");
     }
 }
 
