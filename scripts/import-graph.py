@@ -139,6 +139,11 @@ class Crate:
         for root in ("lib.rs", "main.rs"):
             if os.path.exists(os.path.join(src_dir, root)):
                 self.roots.append(root)
+        # A package with a library and a binary: the binary is a crate of
+        # its own that reaches the library by its name, never `crate::`; its
+        # modules are not the library's.
+        if "lib.rs" in self.roots:
+            self.roots = ["lib.rs"]
         for root in self.roots:
             self._load((), root)
 

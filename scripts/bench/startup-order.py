@@ -43,12 +43,15 @@ addr = "127.0.0.1:{port}"
 dst = "127.0.0.0/8"
 via = "direct"
 """
+# rs listens on 127.0.0.3: rc's nesting guard takes its peers' addresses for
+# relays, and refuses proxy requests from them (policy.allow_relay_clients),
+# so the tracer's clients, on 127.0.0.1, must not share rs's address.
 RS = """name = "rs"
 psk_file = "{psk}"
 admin = "127.0.0.1:{admin}"
 [[listen]]
 mode = "peer"
-addr = "127.0.0.1:{peer}"
+addr = "127.0.0.3:{peer}"
 [[route]]
 dst = "0.0.0.0/0"
 via = "direct"
@@ -68,7 +71,7 @@ mode = "http-connect"
 addr = "127.0.0.1:{port}"
 [[peer]]
 name = "rs"
-addr = "127.0.0.1:{peer}"
+addr = "127.0.0.3:{peer}"
 congestion = "bbr"
 [[route]]
 dst = "127.0.0.2/32"
