@@ -7,8 +7,8 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use splitway_relay_cli::cli::{LONG_VERSION, RELAY_ABOUT, RELAY_LONG_ABOUT, VERSION};
-use splitway_relay_cli::{LogFormat, RelayArgs, RelayCommand};
+use splitway_relay_cli::cli::{LONG_VERSION, VERSION};
+use splitway_relay_cli::{LogFormat, RelayCommand};
 
 mod agent;
 mod bypass;
@@ -54,33 +54,7 @@ enum ToolCommand {
     GenerateDocs(docgen::DocgenArgs),
 }
 
-/// `splitway relay …` parsed on its own: `Cli` builds every subcommand's
-/// arguments before parsing (lab, ctl, bypass: about 200 KB of code, run
-/// once, that an idle relay would keep mapped); this builds only the
-/// relay's.
-#[derive(Parser)]
-#[command(
-    name = "splitway relay",
-    bin_name = "splitway relay",
-    version = VERSION.as_str(),
-    long_version = LONG_VERSION.as_str(),
-    about = RELAY_ABOUT,
-    long_about = RELAY_LONG_ABOUT
-)]
-struct RelayCli {
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    #[command(flatten)]
-    relay: RelayArgs,
-}
-
 fn main() -> ExitCode {
-    let mut args = std::env::args_os();
-    if args.nth(1).is_some_and(|a| a == "relay") {
-        let cli = RelayCli::parse_from(std::iter::once("splitway relay".into()).chain(args));
-        return RelayCommand::Relay(cli.relay).run(cli.log_format);
-    }
     let cli = Cli::parse();
     let log_format = cli.log_format;
     match cli.command {

@@ -470,10 +470,10 @@ fn check_says_what_each_acceleration_will_do_here() {
     );
 }
 
-/// `splitway relay` has its own parser (the fast path a service manager
-/// runs); it must take what the full command line takes, in either place.
+/// `splitway relay` takes its options before or after the command, says
+/// its exit codes in `--help`, and refuses bad arguments with exit 2.
 #[test]
-fn the_relay_command_line_is_the_same_on_its_own_parser() {
+fn the_relay_command_line_takes_its_options_in_either_place() {
     let dir = TempDir::new();
     let psk = dir.join("psk.key");
     write_psk(&psk, 9);
