@@ -10,6 +10,8 @@ use splitway_relay_cli::{LogFormat, RelayCommand, cli};
 #[derive(Parser)]
 #[command(
     name = "splitway-relay",
+    // `splitway relay --version` too.
+    propagate_version = true,
     version = cli::VERSION.as_str(),
     long_version = cli::LONG_VERSION.as_str(),
     about = "A splitway relay: split-TCP for long-haul networks (relay, keygen, ctl)"

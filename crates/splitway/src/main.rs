@@ -17,6 +17,8 @@ mod docgen;
 #[derive(Parser)]
 #[command(
     name = "splitway",
+    // `splitway relay --version` too.
+    propagate_version = true,
     version = VERSION.as_str(),
     long_version = LONG_VERSION.as_str(),
     about = "Split-TCP relay for long-haul networks",
