@@ -699,61 +699,20 @@ impl Wire {
     }
 }
 
-/// Sends segments available at `available[i]` over one leg; returns when
-/// each arrives at the other end. Segments are `sizes[i]` payload bytes.
-fn deliver(leg: &Leg, initcwnd: u32, available: &[f64], sizes: &[u32]) -> Vec<f64> {
-    let n = available.len();
-    let mut arrival = vec![0.0_f64; n];
-    let ack_delay = leg.forward_s;
-    let mut cwnd = f64::from(initcwnd.max(1));
-    let mut next = 0usize; // next segment to send
-    let mut acked = 0usize; // segments whose ACK reached the sender
-    let mut now = available.first().copied().unwrap_or(0.0);
-    let mut wire = Wire::new(leg, initcwnd, now);
-    while acked < n {
-        // Send everything the window and the data allow right now.
-        while next < n && ((next - acked) as f64) < cwnd && available[next] <= now {
-            arrival[next] = wire.send(now, sizes[next]);
-            next += 1;
-        }
-        // Next event: an ACK, or more data becoming available.
-        if acked == next {
-            // Nothing in flight: wait for the upstream leg.
-            now = now.max(available[next]);
-            continue;
-        }
-        let next_ack = arrival[acked] + ack_delay;
-        let next_data = if next < n && ((next - acked) as f64) < cwnd {
-            available[next]
-        } else {
-            f64::INFINITY
-        };
-        if next_data < next_ack {
-            now = next_data.max(now);
-            continue;
-        }
-        now = next_ack.max(now);
-        let in_flight = (next - acked) as f64;
-        acked += 1;
-        if in_flight >= cwnd / 2.0 {
-            cwnd += 1.0;
-        }
-    }
-    arrival
-}
-
 /// Arrivals closer than this form one burst: longer than a full packet's
 /// serialisation at 20 Mbit/s (0.6 ms), far shorter than any leg's RTT.
 const BURST_GAP_S: f64 = 0.001;
 
-/// [`deliver`] for a leg whose segments differ in size from the upstream
-/// leg's (a relay between legs of two address families): the relay's
-/// socket holds a byte stream. Each send takes a full segment of `mss`
-/// from what has arrived, or the rest of a burst as one short segment
-/// once no more data is due within [`BURST_GAP_S`] (TCP_NODELAY, with the
-/// kernel's autocorking holding a tail while more is arriving). Returns
-/// the segments sent: their arrival at the other end and their sizes.
-fn deliver_stream(
+/// Sends over one leg the bytes that reached its sender as `sizes[i]` at
+/// `available[i]`; returns the segments sent: when each arrives at the
+/// other end, and its size. The sender's socket holds a byte stream: each
+/// send takes a full segment of `mss` from what has arrived, or the rest
+/// of a burst as one short segment once no more data is due within
+/// [`BURST_GAP_S`] (TCP_NODELAY, with the kernel's autocorking holding a
+/// tail while more is arriving). Where `mss` is the upstream leg's own,
+/// its segments pass through as they came; where it differs (a relay
+/// between legs of two address families), they are cut again.
+fn deliver(
     leg: &Leg,
     initcwnd: u32,
     available: &[f64],
@@ -866,8 +825,7 @@ pub fn predict_mechanics(
     }
     let hs = handshake(&legs, mechanics);
     let bytes = size + HTTP_RESPONSE_HEADER_BYTES;
-    let mut segment_size = params.mss;
-    let mut sizes = segments(bytes, segment_size);
+    let mut sizes = segments(bytes, params.mss);
     let mut times = vec![hs.request_at_server_s; sizes.len()];
     let last = legs.len() - 1;
     for (j, leg) in legs.iter().enumerate().rev() {
@@ -881,12 +839,7 @@ pub fn predict_mechanics(
             Some(mss) if relay_to_relay => mss,
             _ => params.mss,
         };
-        if mss == segment_size {
-            times = deliver(leg, iw, &times, &sizes);
-        } else {
-            (times, sizes) = deliver_stream(leg, iw, &times, &sizes, mss);
-            segment_size = mss;
-        }
+        (times, sizes) = deliver(leg, iw, &times, &sizes, mss);
     }
     Prediction {
         connect_ms: hs.connect_s * 1000.0,
@@ -914,29 +867,37 @@ mod tests {
     #[test]
     fn deliver_single_round_when_window_suffices() {
         let leg = Leg::over(&[LinkModel::symmetric(100.0, None, 0.0)]);
-        let out = deliver(&leg, 10, &[0.0; 10], &[MSS; 10]);
+        let (out, _) = deliver(&leg, 10, &[0.0; 10], &[MSS; 10], MSS);
         assert!(out.iter().all(|t| (t - 0.05).abs() < 1e-9));
     }
 
     #[test]
-    fn deliver_stream_keeps_every_byte_and_matches_deliver_at_one_size() {
+    fn deliver_keeps_every_byte_and_recuts_only_for_another_segment_size() {
         let leg = Leg::over(&[LinkModel::symmetric(100.0, Some(100.0), 0.0)]);
         // Two bursts of 10 IPv4 segments, 215 ms apart.
         let mut times = vec![0.1; 10];
         times.extend([0.315; 10]);
         let sizes = [1448; 20];
-        let (t, s) = deliver_stream(&leg, 10, &times, &sizes, 1448);
-        assert_eq!(t, deliver(&leg, 10, &times, &sizes));
+        // At the upstream's own size the segments pass as they came: each
+        // burst arrives one way (50 ms) later, a packet per 120 µs at
+        // 100 Mbit/s (the values the per-segment loop gave before the two
+        // loops were one).
+        let (t, s) = deliver(&leg, 10, &times, &sizes, 1448);
         assert_eq!(s, sizes);
+        for (i, t) in t.iter().enumerate() {
+            let burst = if i < 10 { 0.1 } else { 0.315 };
+            let want = burst + 0.05 + (i % 10 + 1) as f64 * 0.00012;
+            assert!((t - want).abs() < 1e-9, "segment {i}: {t} against {want}");
+        }
         // Cut for IPv6: each burst leaves as 10 full segments and its
         // 200-byte tail, sent with the burst, not held for the next one.
-        let (t, s) = deliver_stream(&leg, 10, &times, &sizes, 1428);
+        let (t, s) = deliver(&leg, 10, &times, &sizes, 1428);
         assert_eq!(s.iter().map(|&x| u64::from(x)).sum::<u64>(), 20 * 1448);
         assert_eq!(s.len(), 22);
         assert_eq!(s[10], 200);
         assert!(t[10] < 0.315, "{}", t[10]);
         // Data queued behind a closed window leaves in full segments.
-        let (_, s) = deliver_stream(&leg, 10, &[0.0; 70], &[1448; 70], 1428);
+        let (_, s) = deliver(&leg, 10, &[0.0; 70], &[1448; 70], 1428);
         assert_eq!(s.iter().filter(|&&x| x < 1428).count(), 1);
     }
 
@@ -944,7 +905,7 @@ mod tests {
     fn deliver_doubles_per_round() {
         let leg = Leg::over(&[LinkModel::symmetric(100.0, None, 0.0)]);
         // 10 + 20 segments: the 11th..30th leave one RTT later.
-        let out = deliver(&leg, 10, &[0.0; 30], &[MSS; 30]);
+        let (out, _) = deliver(&leg, 10, &[0.0; 30], &[MSS; 30], MSS);
         assert!((out[29] - 0.15).abs() < 1e-9, "{}", out[29]);
         assert!((out[9] - 0.05).abs() < 1e-9);
     }
@@ -1090,7 +1051,7 @@ mod tests {
         let mut leg = Leg::over(&[LinkModel::symmetric(10.0, Some(100.0), 0.2)]);
         leg.bbr = true;
         let n = 5000;
-        let out = deliver(&leg, 10_000, &vec![0.0; n], &vec![MSS; n]);
+        let (out, _) = deliver(&leg, 10_000, &vec![0.0; n], &vec![MSS; n], MSS);
         // With the window out of the way, the last segment leaves after the
         // whole burst at 80 % of 100 Mbit/s.
         let expected = n as f64 * f64::from(MSS + WIRE_OVERHEAD) * 8.0 / 80e6 + 0.005;
