@@ -118,15 +118,20 @@ impl Families {
         Families::ALL.into_iter().find(|f| f.name() == name)
     }
 
-    /// What a chain's name gets in the report: nothing over IPv4, so the
-    /// IPv4 rows keep the names of runs before issue #32.
-    pub fn chain_suffix(self) -> &'static str {
+    /// How the report names the run beside IPv4's: none for IPv4 itself,
+    /// so the IPv4 rows keep the names of runs before issue #32.
+    pub fn label(self) -> Option<&'static str> {
         match (self.ends, self.legs) {
-            (Family::V4, Family::V4) => "",
-            (Family::V6, Family::V6) => " (IPv6)",
-            (Family::V4, Family::V6) => " (IPv4 over IPv6 legs)",
-            (Family::V6, Family::V4) => " (IPv6 over IPv4 legs)",
+            (Family::V4, Family::V4) => None,
+            (Family::V6, Family::V6) => Some("IPv6"),
+            (Family::V4, Family::V6) => Some("IPv4 over IPv6 legs"),
+            (Family::V6, Family::V4) => Some("IPv6 over IPv4 legs"),
         }
+    }
+
+    /// What a chain's name gets in the report: ` (LABEL)`, or nothing.
+    pub fn chain_suffix(self) -> String {
+        self.label().map_or_else(String::new, |l| format!(" ({l})"))
     }
 }
 

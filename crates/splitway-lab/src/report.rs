@@ -416,7 +416,7 @@ impl LabReport {
                 out,
                 "\n== {}: {} / IPv4, medians (TTFB, total)",
                 v4.name,
-                family.chain_suffix().trim().trim_matches(['(', ')'])
+                family.label().unwrap_or("IPv4")
             );
             for m in &other.results {
                 let Some(m4) = v4.find(&m.config, m.size_bytes) else {
