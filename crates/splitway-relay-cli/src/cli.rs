@@ -38,7 +38,6 @@ pub enum LogFormat {
     Json,
 }
 
-pub const RELAY_ABOUT: &str = "Run a relay (or validate its config with --check).";
 pub const RELAY_LONG_ABOUT: &str = "Run a relay from a TOML config file.\n\n\
 With --check, validate the file and print every error (each naming its key), then exit: \
 0 if valid, 78 (EX_CONFIG) if not; `splitway relay` itself also exits 78 on an invalid \
