@@ -41,7 +41,7 @@ fn exchange(dst: SocketAddr) -> Result<(), String> {
     {
         return Err("response bytes differ".into());
     }
-    match s.read(&mut [0u8; 1]) {
+    match read_some(&mut s, &mut [0u8; 1]) {
         Ok(0) => Ok(()),
         other => Err(format!("expected the server's FIN, got {other:?}")),
     }

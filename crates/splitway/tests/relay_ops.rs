@@ -139,7 +139,7 @@ impl Paused {
             let mut buf = vec![0u8; 64 * 1024];
             let mut len = 0u64;
             loop {
-                let n = server.read(&mut buf).expect("server read");
+                let n = read_some(&mut server, &mut buf).expect("server read");
                 if n == 0 {
                     break;
                 }

@@ -272,7 +272,7 @@ fn refused_destination_is_reported_per_protocol() {
     let mut response = Vec::new();
     let mut buf = [0u8; 1024];
     while !response.windows(4).any(|w| w == b"\r\n\r\n") {
-        match http.read(&mut buf) {
+        match read_some(&mut http, &mut buf) {
             Ok(0) => break,
             Ok(n) => response.extend_from_slice(&buf[..n]),
             Err(e) => panic!("reading CONNECT response: {e}"),

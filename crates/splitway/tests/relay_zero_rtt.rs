@@ -236,7 +236,7 @@ fn read_proof(s: &mut TcpStream, dialer: &mut Dialer) -> Result<Vec<u8>, AuthErr
             Ok(None) => {}
             Err(e) => return Err(e),
         }
-        let n = s.read(&mut chunk).expect("read from rs");
+        let n = read_some(s, &mut chunk).expect("read from rs");
         assert!(n > 0, "rs closed without proof or reject");
         buf.extend_from_slice(&chunk[..n]);
     };
@@ -263,7 +263,7 @@ fn send_hello(
         if let Some((reply, _)) = Reply::decode(&buf).expect("a valid reply") {
             return Ok(reply.status);
         }
-        let n = s.read(&mut chunk).expect("read reply");
+        let n = read_some(&mut s, &mut chunk).expect("read reply");
         assert!(n > 0, "rs closed before its reply");
         buf.extend_from_slice(&chunk[..n]);
     }

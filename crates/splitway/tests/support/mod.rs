@@ -1316,13 +1316,25 @@ pub fn send_pattern(w: &mut impl Write, len: u64, seed: u64) -> io::Result<Strea
     })
 }
 
+/// One `read`, retried when a signal interrupts it. A socket with a receive
+/// timeout returns EINTR even for handlers installed with SA_RESTART, and
+/// this process gets SIGCHLD from the clients it spawns.
+pub fn read_some(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match r.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}
+
 /// Reads until EOF, hashing everything.
 pub fn recv_all(r: &mut impl Read) -> io::Result<StreamDigest> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; CHUNK];
     let mut len = 0u64;
     loop {
-        let n = r.read(&mut buf)?;
+        let n = read_some(r, &mut buf)?;
         if n == 0 {
             break;
         }
@@ -1352,7 +1364,7 @@ pub fn read_until_end(r: &mut impl Read) -> (u64, io::Result<()>) {
 /// Asserts the peer has nothing more to say: the next read is a clean EOF.
 pub fn expect_eof(stream: &mut TcpStream, who: &str) {
     let mut byte = [0u8; 1];
-    match stream.read(&mut byte) {
+    match read_some(stream, &mut byte) {
         Ok(0) => {}
         Ok(_) => panic!("{who}: expected EOF, got data"),
         Err(e) => panic!("{who}: expected clean EOF, got {e}"),
