@@ -1,28 +1,33 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
-// splitway_resume: CUBIC that resumes from the previous connection to the
+// splitway_resume: CUBIC that resumes from the previous connections to the
 // same peer, after the IETF's Careful Resume
-// (draft-ietf-tsvwg-careful-resume) and RFC 9040's cached ssthresh. Meant for
-// relay legs, which reconnect to the same few peers all the time: a measured,
-// per-peer replacement for turbo-start's static initcwnd.
+// (draft-ietf-tsvwg-careful-resume). Meant for relay legs, which reconnect
+// to the same few peers all the time: a measured, per-peer replacement for
+// turbo-start's static initcwnd.
 //
 // License: dual GPL-2.0-only OR BSD-2-Clause; object license string
 // "Dual BSD/GPL" (GPL-compatible, needed for the kfuncs CUBIC calls).
 //
-// - Saved: when a connection ends (release), its cwnd and smoothed RTT, per
-//   peer address (the RTT is the connection's minimum), in an LRU hash map
+// - Measured: the path's bandwidth-delay product without its queue: the
+//   highest delivery rate (sampled on every ACK) times the minimum RTT.
+// - Saved: when a connection ends (release), that BDP, its final cwnd and
+//   its minimum RTT, per peer address, in an LRU hash map
 //   (`sw_resume_peers`) pinned where the host has a bpf filesystem, else
-//   living as long as the registration. Only windows above
-//   RESUME_MIN_CWND are saved. A
-//   connection that never left slow start may raise the saved window but not
-//   lower it (a short transfer ends with a small window that says nothing of
-//   the path); one that left it (loss, HyStart) replaces it.
+//   living as long as the registration. Only windows above RESUME_MIN_CWND
+//   are saved. A connection without a loss may only raise what the entry
+//   holds (a short transfer, or one whose slow start HyStart ended on a
+//   jitter spike, measured less than the path has); one with a loss
+//   replaces it, so what is saved follows a capacity drop.
 // - Resume: at each send after idle (CA_EVENT_TX_START) while the
 //   connection has sent fewer than RESUME_MIN_CWND data segments, if the
 //   peer has an entry younger than RESUME_MAX_AGE and the RTT confirms the
 //   path (between half and ten times the saved RTT, Careful Resume's check),
-//   cwnd jumps to half the saved cwnd; ssthresh is set to the saved cwnd
-//   only if the saving connection had left slow start.
+//   cwnd jumps to the saved BDP, capped at the saved cwnd (to half the
+//   saved cwnd where no delivery rate was measured). Slow start goes on from there (HyStart
+//   watches it as ever): capping it at an earlier connection's window
+//   left bigger transfers in congestion avoidance far below the path
+//   whenever that window was low.
 //   The jump is paced (the kernel's internal pacing, SK_PACING_NEEDED) for
 //   the unvalidated phase. Jumping at the send, not at init, is what makes
 //   it work on pooled legs: they idle between handshake and first use, and
@@ -34,9 +39,14 @@
 //   the next connection starts normally.
 // - Afterwards it is splitway_cubic (cubic_core.h).
 //
-// Simplifications against the draft: the RTT check uses the connection's
-// smoothed RTT so far (on a new leg, the handshake's) as the reconnaissance; the saved value is the final cwnd,
-// not a measured flight size, which is why only half of it is used.
+// Against the draft: the RTT check uses the connection's smoothed RTT so
+// far (on a new leg, the handshake's) as the reconnaissance. The draft
+// jumps to half a measured flight size; the final cwnd is no such measure
+// (on a deep queue it is the BDP plus the queue; after slow start's last
+// ACKs it is twice what was sent), so the jump is the measured BDP: what
+// the path delivered, over its RTT without queueing. A jump to the BDP, paced over one RTT,
+// fills the pipe and no queue; `splitway lab window-safety` measures it
+// against a competing CUBIC flow and a capacity drop.
 
 #include "cubic_core.h"
 #include "layout.h"
@@ -58,10 +68,14 @@ struct resume_val {
 	 * minimum): the path's RTT without queueing. */
 	__u32 srtt_us;
 	__u64 at_ns;
-	/* The saving connection had left slow start (a loss or HyStart), so
-	 * its cwnd is a capacity estimate, not only what it had time to reach. */
+	/* A connection that left slow start (a loss or HyStart) saved or
+	 * raised this entry, so it measured the path's capacity, not only
+	 * what a short transfer had time to reach. */
 	__u32 exited_slow_start;
-	__u32 pad;
+	/* The path's BDP as the saving connection measured it, in segments:
+	 * its highest delivery rate times its minimum RTT, or its largest
+	 * flight without what the queue held, whichever is larger. */
+	__u32 bdp;
 };
 
 SW_PIN_SIZE(resume_key, 20);
@@ -70,6 +84,7 @@ SW_PIN_SIZE(resume_val, 24);
 SW_PIN_OFFSET(resume_val, srtt_us, 4);
 SW_PIN_OFFSET(resume_val, at_ns, 8);
 SW_PIN_OFFSET(resume_val, exited_slow_start, 16);
+SW_PIN_OFFSET(resume_val, bdp, 20);
 
 /* The kernel's initial ssthresh: the connection never left slow start. */
 #define SW_INFINITE_SSTHRESH 0x7fffffff
@@ -123,12 +138,17 @@ struct sw_resume {
 	__u32 jump_cwnd;
 	__u32 jump_at_us;
 	__u32 validate_us;
-	/* The ssthresh the jump took from the saved entry (0: none): a
-	 * connection whose ssthresh is still this one did not leave slow
-	 * start itself, so it measured nothing new about the path. */
-	__u32 inherited_ssthresh;
+	/* A loss (or ECN) called ssthresh: this connection met the path's
+	 * limit, so what it measured replaces the peer's entry. */
+	__u32 lost;
+	/* The highest delivery rate so far, segments per microsecond << BW_SCALE. */
+	__u32 max_bw;
 	__u8 phase;
 };
+
+/* BBR's scale: 2^24 units per segment per microsecond, so a u32 holds up
+ * to 256 segments per microsecond (3 Tbit/s at 1,448-byte segments). */
+#define BW_SCALE 24
 
 _Static_assert(sizeof(struct sw_resume) <= 13 * sizeof(__u64),
 	       "state must fit icsk_ca_priv");
@@ -160,7 +180,41 @@ void BPF_PROG(splitway_resume_init, struct sock *sk)
 
 	cubic_init(sk);
 	ca->phase = CR_OFF;
-	ca->inherited_ssthresh = 0;
+	ca->lost = 0;
+	ca->max_bw = 0;
+}
+
+/* The highest delivery rate so far: the sample of the ACK before this one
+ * (the kernel takes it after pkts_acked), as TCP_INFO reports it. The
+ * final cwnd is no measure of the path: on a deep queue it is the BDP plus
+ * the queue, and slow start doubles it on the last flight's ACKs even when
+ * no data is left to fill it. (Measured on a GEO hop: a flight scaled by
+ * min RTT / smoothed RTT also overcounts in slow start, where the flight
+ * doubled since the RTT was sampled: 2,843 segments for a 1,450 BDP.) */
+static __always_inline void sample_bw(struct sock *sk, struct sw_resume *ca)
+{
+	struct tcp_sock *tp = sw_tcp_sk(sk);
+	__u32 interval = tp->rate_interval_us;
+	__u64 bw;
+
+	if (!interval || !tp->rate_delivered)
+		return;
+	bw = ((__u64)tp->rate_delivered << BW_SCALE) / interval;
+	if (bw > 0xffffffffULL)
+		bw = 0xffffffffULL;
+	if (bw > ca->max_bw)
+		ca->max_bw = bw;
+}
+
+/* What a saved entry lets a new leg jump to: its BDP (capped at its cwnd),
+ * or Careful Resume's half window where no delivery rate was measured.
+ * Not the larger of the two: a cwnd raised by a bulk transfer into a deep
+ * queue is twice the path (measured on a GEO hop: cwnd 5,510, BDP 1,404). */
+static __always_inline __u32 jump_for(const struct resume_val *saved)
+{
+	if (!saved->bdp)
+		return saved->cwnd / 2;
+	return SW_MIN(saved->bdp, saved->cwnd);
 }
 
 /* Called at a send with nothing in flight (CA_EVENT_TX_START), after the
@@ -171,7 +225,7 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	struct tcp_sock *tp = sw_tcp_sk(sk);
 	struct resume_key key;
 	struct resume_val *saved;
-	__u32 srtt, jump;
+	__u32 srtt, now_rtt, jump;
 	__u64 rate;
 
 	/* Only a connection's first use: later idle periods follow the
@@ -198,21 +252,20 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 		count_event(EV_RTT_MISMATCH);
 		return;
 	}
-	jump = saved->cwnd / 2;
+	/* A path whose RTT is shorter now (a LEO hop between handovers)
+	 * holds less at the same bandwidth; a longer one is not assumed to
+	 * hold more. */
+	jump = jump_for(saved);
+	now_rtt = tp->rtt_min.s[0].v;
+	if (!now_rtt || now_rtt > srtt)
+		now_rtt = srtt;
+	if (now_rtt < saved->srtt_us)
+		jump = (__u64)jump * now_rtt / saved->srtt_us;
 	if (jump <= tp->snd_cwnd)
 		return;
 	if (jump > tp->snd_cwnd_clamp)
 		jump = tp->snd_cwnd_clamp;
 	tp->snd_cwnd = jump;
-	/* Slow start ends at the saved window only when that window was a
-	 * capacity estimate. A window that was still growing when its
-	 * connection ended says nothing about where to stop: capping there
-	 * would leave a bigger transfer in congestion avoidance far below
-	 * the path's capacity (measured: 1 MB 9 % slower than no resume). */
-	if (saved->exited_slow_start) {
-		tp->snd_ssthresh = saved->cwnd;
-		ca->inherited_ssthresh = saved->cwnd;
-	}
 	sk->sk_pacing_status = SW_SK_PACING_NEEDED;
 	/* The kernel recomputes the pacing rate from cwnd only at the next
 	 * ACK; until then the jump would leave at the old window's rate
@@ -257,6 +310,7 @@ __u32 BPF_PROG(splitway_resume_ssthresh, struct sock *sk)
 	__u32 retreat;
 
 	maybe_validated(sk, ca);
+	ca->lost = 1;
 	if (ca->phase != CR_UNVALIDATED)
 		return cubic_ssthresh(sk);
 	/* Safe retreat: the saved window was wrong for this connection. */
@@ -280,38 +334,37 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 	struct resume_val *saved;
 	struct sw_resume *ca = sw_ca_priv(sk);
 	__u64 now = bpf_ktime_get_ns();
-	/* Left slow start itself: a loss or HyStart set an ssthresh other
-	 * than the one the jump inherited. */
-	__u32 exited = tp->snd_ssthresh < SW_INFINITE_SSTHRESH &&
-		       tp->snd_ssthresh != ca->inherited_ssthresh;
-	__u32 fresh;
+	__u32 srtt, min_rtt;
 
-	if (tp->snd_cwnd < RESUME_MIN_CWND || !tp->srtt_us)
+	srtt = tp->srtt_us >> 3;
+	if (tp->snd_cwnd < RESUME_MIN_CWND || !srtt)
 		return;
 	if (!peer_key(sk, &key))
 		return;
-	/* A connection that did not leave slow start itself only shows how
-	 * far it got (a short transfer ends small): it may raise the saved
-	 * window but not lower it, and a raise keeps what the entry knew
-	 * of the path's capacity. Lowering takes a congestion signal, so
-	 * what was learned follows a capacity drop. (Measured before this
-	 * rule counted an inherited ssthresh as an exit: each 100 KB
-	 * download halved a GEO hop's saved window, and the next 1 MB ones
-	 * took three satellite round trips more.) */
-	saved = bpf_map_lookup_elem(&sw_resume_peers, &key);
-	fresh = saved && now - saved->at_ns <= RESUME_MAX_AGE_NS;
-	if (fresh && !exited && saved->cwnd >= tp->snd_cwnd) {
-		saved->at_ns = now;
-		return;
-	}
-	if (fresh && !exited)
-		exited = saved->exited_slow_start;
+	min_rtt = tp->rtt_min.s[0].v;
+	if (!min_rtt || min_rtt == ~0U || min_rtt > srtt)
+		min_rtt = srtt;
 	val.cwnd = tp->snd_cwnd;
-	val.srtt_us = tp->rtt_min.s[0].v;
-	if (!val.srtt_us || val.srtt_us == ~0U)
-		val.srtt_us = tp->srtt_us >> 3;
+	val.srtt_us = min_rtt;
+	val.bdp = ((__u64)ca->max_bw * min_rtt) >> BW_SCALE;
 	val.at_ns = now;
-	val.exited_slow_start = exited;
+	val.exited_slow_start = tp->snd_ssthresh < SW_INFINITE_SSTHRESH;
+	/* Without a loss a connection may only raise what the entry holds: a
+	 * short transfer ends small, and HyStart can end slow start on a
+	 * jitter spike (measured: a window probe into a GEO hop stopped at
+	 * 468 of 1,450 segments once in three runs). Lowering takes a loss,
+	 * so what was learned follows a capacity drop. The entry keeps the
+	 * higher bandwidth (BDP over its RTT) with its RTT, so a BDP from a
+	 * long-RTT phase never pairs with a short-RTT phase's minimum. */
+	saved = bpf_map_lookup_elem(&sw_resume_peers, &key);
+	if (saved && now - saved->at_ns <= RESUME_MAX_AGE_NS && !ca->lost) {
+		if ((__u64)saved->bdp * val.srtt_us > (__u64)val.bdp * saved->srtt_us) {
+			val.bdp = saved->bdp;
+			val.srtt_us = saved->srtt_us;
+		}
+		val.cwnd = SW_MAX(val.cwnd, saved->cwnd);
+		val.exited_slow_start |= saved->exited_slow_start;
+	}
 	bpf_map_update_elem(&sw_resume_peers, &key, &val, BPF_ANY);
 	count_event(EV_SAVED);
 }
@@ -324,7 +377,14 @@ void BPF_PROG(splitway_resume_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 		maybe_resume(sk, sw_ca_priv(sk));
 }
 
-SW_CUBIC_SHARED_OPS(splitway_resume)
+SEC("struct_ops/splitway_resume_pkts_acked")
+void BPF_PROG(splitway_resume_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+{
+	sample_bw(sk, sw_ca_priv(sk));
+	cubic_pkts_acked(sk, sample);
+}
+
+SW_CUBIC_STATE_AND_UNDO_OPS(splitway_resume)
 
 SEC(".struct_ops")
 struct tcp_congestion_ops splitway_resume_ops = {

@@ -65,6 +65,10 @@ struct tcp_sock {
 	__u32 mss_cache;
 	struct minmax rtt_min;
 	__u64 tcp_mstamp;
+	/* The last delivery-rate sample (what TCP_INFO's delivery rate
+	 * reports): segments delivered over an interval. */
+	__u32 rate_delivered;
+	__u32 rate_interval_us;
 	__u8 is_cwnd_limited : 1;
 } __attribute__((preserve_access_index));
 

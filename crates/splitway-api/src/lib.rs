@@ -192,14 +192,25 @@ api! {
         /// The `[[peer]]` with this address; `null` for an upstream relay
         /// (its legs are accepted, not dialed).
         pub peer: Option<String>,
-        /// The saving connection's congestion window; a new leg jumps to
-        /// half of it.
+        /// The largest final congestion window of the connections that
+        /// saved it since the last loss.
         pub cwnd_segments: u64,
-        /// The path's RTT without queueing, as the saving connection saw it.
+        /// The path's bandwidth-delay product without its queue, as the
+        /// best-measuring connection since the last loss saw it (its
+        /// highest delivery rate, or its largest flight, over its minimum
+        /// RTT).
+        pub bdp_segments: u64,
+        /// What a new leg whose RTT matches `min_rtt_ms` jumps to: the BDP
+        /// capped at the cwnd, or half the cwnd where no delivery rate was
+        /// measured. A leg with a shorter RTT jumps to a proportionally
+        /// smaller window.
+        pub jump_segments: u64,
+        /// The path's RTT without queueing, as the connection that measured
+        /// the BDP saw it.
         pub min_rtt_ms: f64,
         pub age_s: f64,
-        /// The saving connection left slow start, so the window measured
-        /// the path's capacity rather than how far it grew.
+        /// A saving connection left slow start (a loss or HyStart), so the
+        /// window measured the path's capacity rather than how far it grew.
         pub capacity_estimate: bool,
         /// Young enough to be resumed from (at most 600 s).
         pub current: bool,

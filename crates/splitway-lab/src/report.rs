@@ -101,6 +101,11 @@ pub struct Measurement {
     /// after); absent where no relay runs it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub learned_window_events: Option<splitway_api::LearnedWindowEvents>,
+    /// The windows the last relay had saved once this row's downloads
+    /// ended (it sends the downloads, so these are what its next legs
+    /// toward the client's side jump to).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub learned_windows_after: Vec<splitway_api::LearnedWindow>,
 }
 
 impl Measurement {
@@ -126,6 +131,7 @@ impl Measurement {
             suspect_reasons: Vec::new(),
             premise: Vec::new(),
             learned_window_events: None,
+            learned_windows_after: Vec::new(),
         }
     }
 }

@@ -431,12 +431,14 @@ fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<Chain
                 chain.name,
                 format_size(row.size_bytes)
             ));
-            let before = learned_window_events(&topo);
+            let before = learned_windows(&topo);
             let stats = measure(&topo, &setup, row, reps, scenario.timeout, bar);
             judge_row(chain, config, row, &stats);
+            let after = learned_windows(&topo);
             row.learned_window_events = before
-                .zip(learned_window_events(&topo))
-                .map(|(b, a)| events_since(&b, &a));
+                .zip(after.as_ref())
+                .map(|(b, a)| events_since(&b.events, &a.events));
+            row.learned_windows_after = after.map(|a| a.peers).unwrap_or_default();
             if interrupted() {
                 return Err(LabError::Interrupted);
             }
@@ -489,11 +491,12 @@ fn wait_window_probe(topo: &Topology) -> Result<(), String> {
     }
 }
 
-/// The host's learned-window counters, as the last relay reports them;
-/// `None` where it runs no `splitway_resume` (or is not splitway).
-fn learned_window_events(topo: &Topology) -> Option<splitway_api::LearnedWindowEvents> {
+/// The host's learned-window counters and the windows the last relay
+/// saved, as it reports them; `None` where it runs no `splitway_resume`
+/// (or is not splitway).
+fn learned_windows(topo: &Topology) -> Option<splitway_api::LearnedWindows> {
     let last = topo.relays().last()?;
-    relay_status(last).ok()?.learned_windows.map(|l| l.events)
+    relay_status(last).ok()?.learned_windows
 }
 
 /// What grew from `before` to `after` (maps made anew count from zero).

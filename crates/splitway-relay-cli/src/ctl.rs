@@ -452,12 +452,13 @@ fn uptime(seconds: f64) -> String {
     }
 }
 
-/// One learned window in a cell: `1450 seg, 215.2 ms, 12 s ago`, marked
-/// when it only shows how far a transfer grew, or is too old to be used.
+/// One learned window in a cell: `jump 1450 seg (BDP 1450, cwnd 2900),
+/// 215.2 ms, 12 s ago`, marked when it only shows how far a transfer grew,
+/// or is too old to be used.
 fn learned_window_cell(w: &api::LearnedWindow) -> String {
     let mut s = format!(
-        "{} seg, {:.1} ms, {:.0} s ago",
-        w.cwnd_segments, w.min_rtt_ms, w.age_s
+        "jump {} seg (BDP {}, cwnd {}), {:.1} ms, {:.0} s ago",
+        w.jump_segments, w.bdp_segments, w.cwnd_segments, w.min_rtt_ms, w.age_s
     );
     if !w.capacity_estimate {
         s.push_str(", growing");
@@ -865,9 +866,11 @@ mod tests {
             "learned_windows": {
                 "events": {"jumps": 12, "rtt_mismatches": 1, "validated": 10, "retreats": 2, "saved": 30},
                 "peers": [
-                    {"addr": "10.0.12.2", "peer": "rs", "cwnd_segments": 1450, "min_rtt_ms": 215.25,
+                    {"addr": "10.0.12.2", "peer": "rs", "cwnd_segments": 2900, "bdp_segments": 1450,
+                     "jump_segments": 1450, "min_rtt_ms": 215.25,
                      "age_s": 12.4, "capacity_estimate": true, "current": true},
-                    {"addr": "10.0.9.1", "peer": null, "cwnd_segments": 40, "min_rtt_ms": 30.0,
+                    {"addr": "10.0.9.1", "peer": null, "cwnd_segments": 40, "bdp_segments": 0,
+                     "jump_segments": 20, "min_rtt_ms": 30.0,
                      "age_s": 700.0, "capacity_estimate": false, "current": false}]
             },
             "listeners": [
@@ -948,8 +951,8 @@ mod tests {
             "  socks5  127.0.0.1:1080  -",
             "2 peer(s), 2 route(s)",
             "learned windows (host-wide): jumps 12, validated 10, retreats 2, RTT mismatches 1, saved 30",
-            "  10.0.12.2 (rs): 1450 seg, 215.2 ms, 12 s ago\n",
-            "  10.0.9.1 (upstream relay): 40 seg, 30.0 ms, 700 s ago, growing, expired",
+            "  10.0.12.2 (rs): jump 1450 seg (BDP 1450, cwnd 2900), 215.2 ms, 12 s ago\n",
+            "  10.0.9.1 (upstream relay): jump 20 seg (BDP 0, cwnd 40), 30.0 ms, 700 s ago, growing, expired",
         ] {
             assert!(
                 rendered.contains(expected),

@@ -149,7 +149,7 @@ impl AdminHandler for RelayAdmin {
     fn routes(&self) -> Result<api::RoutesView, AdminError> {
         let shared = self.current.load();
         let mut view = shared.paths.snapshot(&shared.path_inputs());
-        if let Some(learned) = crate::congestion::learned_windows(&shared.cfg) {
+        if let Some(learned) = crate::learned_window::LearnedWindows::status(&shared.cfg) {
             for candidate in view.routes.iter_mut().flat_map(|r| &mut r.candidates) {
                 candidate.learned_window = learned
                     .peers
@@ -163,7 +163,7 @@ impl AdminHandler for RelayAdmin {
 
     fn refresh_metrics(&self) {
         let shared = self.current.load();
-        crate::congestion::observe_learned_windows(&shared.cfg, &shared.metrics);
+        shared.learned.observe(&shared.cfg);
     }
 
     fn params(&self) -> Vec<ParamInfo> {

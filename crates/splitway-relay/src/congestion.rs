@@ -198,73 +198,12 @@ pub fn check(cfg: &Config) -> Vec<String> {
     problems
 }
 
-/// What `splitway_resume` learned and did (host-wide), for `/status`,
-/// `ctl routes` and the metrics; `None` when this process does not use it
-/// (nothing registered under that name here) or its maps cannot be read.
-/// `cfg`'s peers name the addresses they own.
-pub fn learned_windows(cfg: &Config) -> Option<api::LearnedWindows> {
-    if !REGISTRY
+/// Whether this process registered the shipped algorithm `name`.
+pub fn registered_here(name: &str) -> bool {
+    REGISTRY
         .lock()
         .expect("congestion registry lock")
-        .contains_key(LEARNED_WINDOW_CC)
-    {
-        return None;
-    }
-    let state = match splitway_sys::bpf::resume_state::read() {
-        Ok(state) => state?,
-        Err(e) => {
-            warn_unreadable(&e);
-            return None;
-        }
-    };
-    let events = state.events;
-    Some(api::LearnedWindows {
-        events: api::LearnedWindowEvents {
-            jumps: events.jumps,
-            rtt_mismatches: events.rtt_mismatches,
-            validated: events.validated,
-            retreats: events.retreats,
-            saved: events.saved,
-        },
-        peers: state
-            .windows
-            .iter()
-            .map(|w| api::LearnedWindow {
-                addr: w.peer.to_string(),
-                peer: cfg
-                    .peers
-                    .iter()
-                    .find(|p| p.addr.ip() == w.peer)
-                    .map(|p| p.name.clone()),
-                cwnd_segments: u64::from(w.cwnd_segments),
-                min_rtt_ms: w.min_rtt.as_secs_f64() * 1e3,
-                age_s: w.age.as_secs_f64(),
-                capacity_estimate: w.capacity_estimate,
-                current: w.is_current(),
-            })
-            .collect(),
-    })
-}
-
-/// Copies the host's learned-window counters into `metrics` (before a
-/// scrape).
-pub fn observe_learned_windows(cfg: &Config, metrics: &splitway_control::metrics::Metrics) {
-    let Some(learned) = learned_windows(cfg) else {
-        return;
-    };
-    let e = &learned.events;
-    let current = learned.peers.iter().filter(|p| p.current).count() as u64;
-    metrics.learned_window().observe(
-        [e.jumps, e.rtt_mismatches, e.validated, e.retreats, e.saved],
-        current,
-    );
-}
-
-/// Says once per process that the maps could not be read: a scrape a
-/// minute must not repeat it.
-fn warn_unreadable(error: &str) {
-    static SAID: std::sync::Once = std::sync::Once::new();
-    SAID.call_once(|| warn!(error, "cannot read splitway_resume's learned windows"));
+        .contains_key(name)
 }
 
 #[cfg(test)]

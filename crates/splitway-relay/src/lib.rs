@@ -36,6 +36,7 @@ pub mod forward;
 pub mod forward_tls;
 pub mod guessing;
 pub mod ingress;
+pub mod learned_window;
 pub mod leg_io;
 pub mod limits;
 pub mod listeners;

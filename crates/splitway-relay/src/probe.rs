@@ -8,16 +8,16 @@
 //! (`splitway_resume`), the upstream end opens one leg per peer at start,
 //! and again every [`WINDOW_PROBE_EVERY`] while the peer carries traffic,
 //! on which both ends send [`WINDOW_PROBE_BYTES`] and close. Each end's
-//! congestion control saves the window the probe reached, so the first
-//! user connections start from it instead of from slow start.
+//! congestion control saves the BDP the probe measured, so the first user
+//! connections start from it instead of from slow start. The answering end
+//! is the learned-window room's (`learned_window`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use splitway_control::metrics::WindowProbe;
 use splitway_proto::Destination;
 use splitway_proto::header::{
     FLAG_PROBE, FLAG_WINDOW_PROBE, Header, PROBE_ANSWER_LEN, ProbeAnswer, ReplyStatus,
@@ -28,6 +28,9 @@ use tracing::{debug, info};
 
 use crate::config::LEARNED_WINDOW_CC;
 use crate::error::ConnError;
+use crate::learned_window::{
+    WINDOW_PROBE_BYTES, WINDOW_PROBE_TIMEOUT, WindowProbe, read_filler, send_filler,
+};
 use crate::leg_io::{FrameError, LegIo, read_frame};
 use crate::paths::{PROBE_EVERY, PROBE_TIMEOUT};
 use crate::peer;
@@ -214,25 +217,11 @@ pub async fn answer(shared: &Shared, stream: &TcpStream, tls: Option<&TlsLeg>, h
 const PROBE_LINGER: Duration = Duration::from_secs(2);
 const PROBE_LINGER_BYTES: usize = 4096;
 
-/// Bytes each end of a window probe sends. Slow start from the initial
-/// window reaches about 2,900 segments on them, so the window a user
-/// connection resumes at (half the saved one) covers a relay leg of about
-/// 1,450 segments (100 Mbit/s × 170 ms) from the first connection; where
-/// the path holds less, a loss or HyStart ends slow start first and that
-/// window is saved instead. Refreshed every [`WINDOW_PROBE_EVERY`] while
-/// the peer carries traffic: 62 kbit/s each way per peer.
-pub const WINDOW_PROBE_BYTES: u64 = 4 << 20;
 /// `splitway_resume` uses a saved window for 10 minutes.
 pub const WINDOW_PROBE_EVERY: Duration = Duration::from_secs(9 * 60);
 /// How often the loop looks for a peer due a probe (a failed one is
 /// retried then).
 const WINDOW_PROBE_TICK: Duration = Duration::from_secs(60);
-/// One probe, both directions, at most.
-const WINDOW_PROBE_TIMEOUT: Duration = Duration::from_secs(60);
-/// A downstream relay answers one window probe per upstream address per
-/// this much time: an authenticated peer cannot make it send filler at will.
-const WINDOW_PROBE_MIN_GAP: Duration = Duration::from_secs(30);
-
 /// Probes the window of every peer whose legs learn theirs: at start
 /// (retried each `WINDOW_PROBE_TICK` until it works), then every
 /// [`WINDOW_PROBE_EVERY`] if the peer's pool handed out legs since.
@@ -272,7 +261,7 @@ pub async fn window_probe_loop(current: Arc<Current>, mut stop: watch::Receiver<
                 () = stopped(&mut stop) => return,
             };
             let sent = matches!(outcome, Ok(Ok(())));
-            shared.metrics.window_probe(if sent {
+            shared.learned.count_probe(if sent {
                 WindowProbe::Sent
             } else {
                 WindowProbe::SendFailed
@@ -323,102 +312,4 @@ async fn window_probe(shared: &Shared, i: usize) -> Result<(), ConnError> {
         });
     }
     Ok(())
-}
-
-/// Answers a [`FLAG_WINDOW_PROBE`] header on an accepted peer leg: takes
-/// the 0-RTT Confirm if one is owed (a replayed Hello gets nothing), then
-/// reads the upstream relay's filler while sending its own, and closes. Nothing is
-/// dialed.
-pub async fn answer_window(
-    shared: &Shared,
-    stream: &TcpStream,
-    accepted: peer::Accepted,
-    upstream: IpAddr,
-) {
-    static ANSWERED: LazyLock<Mutex<HashMap<IpAddr, Instant>>> = LazyLock::new(Mutex::default);
-    {
-        let mut answered = ANSWERED.lock().unwrap_or_else(|p| p.into_inner());
-        if answered
-            .get(&upstream)
-            .is_some_and(|at| at.elapsed() < WINDOW_PROBE_MIN_GAP)
-        {
-            debug!(%upstream, "window probe refused: one per 30 s per upstream relay");
-            shared.metrics.window_probe(WindowProbe::Refused);
-            return;
-        }
-        // Bounded: upstream relays are few; a full table starts over.
-        if answered.len() >= 1024 {
-            answered.clear();
-        }
-        answered.insert(upstream, Instant::now());
-    }
-    let already = match accepted.unconfirmed {
-        Some(u) => {
-            let deadline = shared.cfg.timeouts.handshake;
-            match u.confirm(stream, deadline, &shared.metrics).await {
-                Ok(after) => after.len(),
-                Err(e) => {
-                    debug!(%upstream, error = %e, "window probe without its 0-RTT confirm");
-                    shared.metrics.window_probe(WindowProbe::Refused);
-                    return;
-                }
-            }
-        }
-        None => accepted.early_data.len(),
-    };
-    let io = LegIo::new(stream, accepted.tls.as_ref());
-    // Its own filler at once, beside the upstream relay's: the probe takes
-    // one direction's time, not two (measured on the GEO scenario: about
-    // 11 s in turn, longer than the lab's first downloads).
-    let exchange = async {
-        let (received, sent) = tokio::join!(read_filler(io, already as u64), send_filler(io));
-        sent?;
-        received
-    };
-    let outcome = tokio::time::timeout(WINDOW_PROBE_TIMEOUT, exchange).await;
-    shared.metrics.window_probe(match outcome {
-        Ok(Ok(_)) => WindowProbe::Answered,
-        _ => WindowProbe::Refused,
-    });
-    match outcome {
-        Ok(Ok(received)) => debug!(%upstream, received, "window probe answered"),
-        Ok(Err(e)) => debug!(%upstream, error = %e, "window probe not answered"),
-        Err(_) => debug!(%upstream, "window probe timed out"),
-    }
-}
-
-/// The filler a window probe sends, in writes of this size. A static, not
-/// a local: a local buffer would live in the future of every accepted
-/// peer connection's admission, which can answer a window probe.
-static FILLER: [u8; 64 << 10] = [0; 64 << 10];
-
-/// [`WINDOW_PROBE_BYTES`] of zeros, then the write side closed.
-async fn send_filler(io: LegIo<'_>) -> std::io::Result<()> {
-    let mut left = WINDOW_PROBE_BYTES;
-    while left > 0 {
-        let n = left.min(FILLER.len() as u64) as usize;
-        io.write_all(&FILLER[..n]).await?;
-        left -= n as u64;
-    }
-    io.shutdown_write().await
-}
-
-/// Reads and drops the other end's filler until its close; `already` bytes
-/// of it were read before. More than the probe is an error, not a sink.
-async fn read_filler(io: LegIo<'_>, already: u64) -> std::io::Result<u64> {
-    let mut buf = vec![0u8; 64 << 10];
-    let mut received = already;
-    loop {
-        let n = io.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(received);
-        }
-        received += n as u64;
-        if received > WINDOW_PROBE_BYTES {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "window probe: more filler than a probe holds",
-            ));
-        }
-    }
 }

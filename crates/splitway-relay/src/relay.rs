@@ -135,6 +135,7 @@ impl Relay {
         let shared = Arc::new(Shared {
             access_log: AccessLog::start(cfg.access_log.as_ref())?,
             lossy: rooms.lossy,
+            learned: rooms.learned,
             stopping,
             accel,
             accept_paths,
@@ -766,6 +767,7 @@ pub struct RoomMetrics {
     strict: crate::strict::StrictMetrics,
     early_syn: crate::early_syn::EarlySynMetrics,
     paths: crate::paths::PathMetrics,
+    learned: Arc<crate::learned_window::LearnedWindows>,
 }
 
 /// The relay's registry with every family declared (splitway-control's
@@ -782,6 +784,10 @@ pub fn metrics_with_rooms<'a>(
         strict: crate::strict::StrictMetrics::register(metrics.registry()),
         early_syn: crate::early_syn::EarlySynMetrics::register(metrics.registry()),
         paths: crate::paths::PathMetrics::register(metrics.registry()),
+        learned: Arc::new(crate::learned_window::LearnedWindows::new(
+            crate::learned_window::LearnedWindowMetrics::register(metrics.registry()),
+            crate::learned_window::WindowProbeMetrics::register(metrics.registry()),
+        )),
     };
     let metrics = Arc::new(metrics.build());
     for peer in peers {

@@ -68,6 +68,8 @@ pub struct Shared {
     /// Clients whose client legs lose data without queueing
     /// (`[accel] loss_isolation`).
     pub lossy: Arc<crate::loss_isolation::LossyClients>,
+    /// Learned windows' metrics and answered window probes.
+    pub learned: Arc<crate::learned_window::LearnedWindows>,
     /// `[access_log]`, opened at start (a reload keeps it).
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// Turns true when the relay stops accepting (a drain): what waits
@@ -173,6 +175,7 @@ impl Shared {
             accel: self.accel.clone(),
             access_log: self.access_log.clone(),
             lossy: self.lossy.clone(),
+            learned: self.learned.clone(),
             stopping: self.stopping.clone(),
         }
     }
@@ -290,7 +293,7 @@ impl Shared {
             // Effective states: what runs, not what the file asked for.
             accel: self.accel.api(),
             congestion_controls: crate::congestion::status(),
-            learned_windows: crate::congestion::learned_windows(&self.cfg),
+            learned_windows: crate::learned_window::LearnedWindows::status(&self.cfg),
             features: api::Features {
                 data_path: format!("{:?}", self.cfg.forwarding.data_path).to_lowercase(),
                 early_syn: self.accel.state(AccelName::EarlySyn) == AccelState::Active,

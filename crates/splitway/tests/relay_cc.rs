@@ -428,16 +428,24 @@ fn splitway_resume_resumes_a_pooled_leg_at_its_first_send_after_idle() {
     );
 }
 
+/// The relay leg's RTT in the default-config tests: a path with a BDP worth
+/// learning (a veth's tens of microseconds hold a few segments).
+const RELAY_LEG_RTT: Duration = Duration::from_millis(20);
+/// The emulated link's subnet between rc and rs in those tests.
+const RELAY_LEG_NET: u8 = 94;
+
 /// Downloads by default (issue #29): with no `congestion` key and no
 /// `[accel]`, relay legs learn their window (`/status` says so), and the
 /// window probe rc sends rs at start teaches it before the first user
-/// connection.
+/// connection. rc reaches rs over a 20 ms emulated link.
 #[test]
 fn the_default_config_learns_the_relay_legs_window_before_the_first_connection() {
     require_netns!();
     let _lock = heavy_lock();
     let mut lab = Lab::two_relays();
-    let configs = lab.default_configs(&[SERVER_PORT], false);
+    let _link = emulated_link(lab.rc(), lab.rs(), RELAY_LEG_NET, RELAY_LEG_RTT);
+    let mut configs = lab.default_configs(&[SERVER_PORT], false);
+    configs[0].peers[0].addr = format!("10.0.{RELAY_LEG_NET}.2:{PEER_PORT}");
     lab.start_relays(&configs);
     let status = admin_status(lab.rc()).expect("GET /status from rc");
     let accel = &status.accel["learned_window"];
@@ -471,6 +479,13 @@ fn the_default_config_learns_the_relay_legs_window_before_the_first_connection()
         to_rs.cwnd_segments >= 20 && to_rs.current && to_rs.min_rtt_ms > 0.0,
         "{to_rs:?}"
     );
+    // The probe measured a delivery rate, and the jump is that BDP, within
+    // the saved window.
+    assert!(
+        to_rs.bdp_segments > 0
+            && to_rs.jump_segments == to_rs.bdp_segments.min(to_rs.cwnd_segments),
+        "{to_rs:?}"
+    );
     assert!(
         learned.events.jumps >= 1 && learned.events.saved >= 1,
         "{learned:?}"
@@ -490,13 +505,15 @@ fn the_default_config_learns_the_relay_legs_window_before_the_first_connection()
 /// The default config's learned windows over IPv6 relay legs (issue #32):
 /// the window probe teaches rc a window for rs's IPv6 address (the BPF
 /// map's IPv6 key), a pooled leg resumes from it, and `/status` names it.
+/// rc reaches rs over a 20 ms emulated link.
 #[test]
 fn the_default_config_learns_the_window_of_ipv6_relay_legs() {
     require_netns!();
     let _lock = heavy_lock();
     let mut lab = Lab::two_relays();
+    let _link = emulated_link(lab.rc(), lab.rs(), RELAY_LEG_NET, RELAY_LEG_RTT);
     let mut configs = lab.default_configs(&[SERVER_PORT], false);
-    let rs_v6 = link_v6(1, 2, 2);
+    let rs_v6 = emulated_v6(RELAY_LEG_NET, 2);
     configs[0].peers[0].addr = format!("[{rs_v6}]:{PEER_PORT}");
     configs[1].listeners[0].addr = format!("[::]:{PEER_PORT}");
     lab.start_relays(&configs);

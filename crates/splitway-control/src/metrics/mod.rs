@@ -43,10 +43,7 @@ mod pool;
 mod process;
 mod proxy_protocol;
 
-pub use accel::{
-    AccelMetrics, AccelName, AccelState, LearnedWindowEvent, LearnedWindowMetrics, WindowProbe,
-    WindowProbeMetrics,
-};
+pub use accel::{AccelMetrics, AccelName, AccelState};
 pub use connections::{
     ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
 };
@@ -79,9 +76,6 @@ pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` | `forward` |
 /// | `data_path_chosen_total` | counter | `path` | `forward` |
 /// | `accel_state` | gauge (1 for the current state, else 0) | `accel`, `state` | `accel` |
-/// | `window_probes_total` | counter | `outcome` | `accel` |
-/// | `learned_window_events_total` | counter | `event` | `accel` |
-/// | `learned_window_peers` | gauge | | `accel` |
 /// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
 /// | `pool_events_total` | counter | `peer`, `event` | `pool` |
 /// | `pool_level` | gauge | `peer` | `pool` |
@@ -91,8 +85,6 @@ pub struct Metrics {
     peers: PeerMetrics,
     forward: ForwardMetrics,
     accel: AccelMetrics,
-    window_probes: WindowProbeMetrics,
-    learned_window: LearnedWindowMetrics,
     proxy_protocol: ProxyProtocolMetrics,
     pools: pool::PoolFamilies,
 }
@@ -160,8 +152,6 @@ impl Metrics {
             peers: PeerMetrics::register(registry),
             forward: ForwardMetrics::register(registry),
             accel: AccelMetrics::register(registry),
-            window_probes: WindowProbeMetrics::register(registry),
-            learned_window: LearnedWindowMetrics::register(registry),
             proxy_protocol: ProxyProtocolMetrics::register(registry),
             pools: pool::PoolFamilies::register(registry),
             registry: Registry::default(),
@@ -258,16 +248,6 @@ impl Metrics {
     /// Records the state `accel` is in now.
     pub fn set_accel_state(&self, accel: AccelName, state: AccelState) {
         self.accel.set(accel, state);
-    }
-
-    /// Counts a window probe's outcome.
-    pub fn window_probe(&self, outcome: WindowProbe) {
-        self.window_probes.count(outcome);
-    }
-
-    /// The learned-window series, which the relay fills before a scrape.
-    pub fn learned_window(&self) -> &LearnedWindowMetrics {
-        &self.learned_window
     }
 
     /// The state last recorded for `accel`.
@@ -477,8 +457,6 @@ mod tests {
             "# HELP splitway_data_path_chosen Connection directions that moved data, by data path.",
             "# HELP splitway_denied Connections refused by access policy or connection limits, by reason.",
             "# HELP splitway_forwarded_bytes Bytes forwarded, by direction and data path.",
-            "# HELP splitway_learned_window_events What splitway_resume did on relay legs, host-wide (every relay on the host shares it).",
-            "# HELP splitway_learned_window_peers Peer addresses with a learned window young enough to resume from, host-wide.",
             "# HELP splitway_leg_sent_bytes Bytes the relay wrote to its legs, by leg kind and direction.",
             "# HELP splitway_peer_auth_failures Peer relay authentication failures, by reason.",
             "# HELP splitway_peer_connect_failures Failed connects to a configured peer relay, by peer name.",
@@ -487,7 +465,6 @@ mod tests {
             "# HELP splitway_pool_level Idle authenticated connections in each peer's pool.",
             "# HELP splitway_proxy_protocol_refused Connections refused by a listener with accept_proxy_protocol, by reason.",
             "# HELP splitway_setup_seconds Time from accept until the next leg is connected.",
-            "# HELP splitway_window_probes Window probes on relay legs (learned windows), by outcome.",
             "# HELP splitway_zero_rtt 0-RTT peer Hellos, by outcome (dialer and acceptor side).",
             "# TYPE process_cpu_seconds counter",
             "# TYPE process_max_fds gauge",
@@ -504,8 +481,6 @@ mod tests {
             "# TYPE splitway_data_path_chosen counter",
             "# TYPE splitway_denied counter",
             "# TYPE splitway_forwarded_bytes counter",
-            "# TYPE splitway_learned_window_events counter",
-            "# TYPE splitway_learned_window_peers gauge",
             "# TYPE splitway_leg_sent_bytes counter",
             "# TYPE splitway_peer_auth_failures counter",
             "# TYPE splitway_peer_connect_failures counter",
@@ -514,7 +489,6 @@ mod tests {
             "# TYPE splitway_pool_level gauge",
             "# TYPE splitway_proxy_protocol_refused counter",
             "# TYPE splitway_setup_seconds histogram",
-            "# TYPE splitway_window_probes counter",
             "# TYPE splitway_zero_rtt counter",
             "# UNIT splitway_leg_sent_bytes bytes",
             "# UNIT splitway_setup_seconds seconds",

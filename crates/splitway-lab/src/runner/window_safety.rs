@@ -72,11 +72,12 @@ const E2E_ALONE: Duration = Duration::from_secs(5);
 const SKIP: Duration = Duration::from_secs(2);
 const MEASURE: Duration = Duration::from_secs(30);
 const DOWNLOADS_AFTER_DROP: usize = 3;
-/// What the relay hop holds after the drop, in 1448-byte segments: its BDP
-/// at 25 Mbit/s and 100 ms (216) plus its queue (417). A learned window at
-/// or under it has converged: CUBIC's window at its losses is about this,
-/// and a jump (half the learned window) then fits the path.
-const DROPPED_PATH_SEGMENTS: u64 = 216 + 417;
+/// The relay hop's BDP after the drop, in 1448-byte segments: 25 Mbit/s
+/// at 100 ms. A learned BDP within a quarter of it has converged.
+const DROPPED_BDP_SEGMENTS: u64 = 216;
+/// What the relay hop holds after the drop: its BDP plus its queue (417).
+/// A jump at or under it fits the path without a loss.
+const DROPPED_PATH_SEGMENTS: u64 = DROPPED_BDP_SEGMENTS + 417;
 
 #[derive(Debug, Serialize)]
 pub struct WindowSafetyReport {
@@ -113,12 +114,40 @@ pub struct FairnessRep {
 
 #[derive(Debug, Serialize)]
 pub struct DropRep {
-    /// The window learned at 50 Mbit/s, before the drop (segments).
-    pub learned_before: Option<u64>,
+    /// The window learned at 50 Mbit/s, before the drop.
+    pub learned_before: Option<Learned>,
     /// 10 MB download times after the drop, in order.
     pub download_ms: Vec<f64>,
     /// The window learned after each of those downloads.
-    pub learned_after: Vec<Option<u64>>,
+    pub learned_after: Vec<Option<Learned>>,
+}
+
+/// What rs saved for its legs to rc, in segments (its `/status`).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Learned {
+    /// What the next leg jumps to.
+    pub jump: u64,
+    /// The saving connection's highest delivery rate times its min RTT.
+    pub bdp: u64,
+    /// The saving connection's final cwnd.
+    pub cwnd: u64,
+}
+
+impl Learned {
+    fn converged(self) -> bool {
+        self.bdp.abs_diff(DROPPED_BDP_SEGMENTS) <= DROPPED_BDP_SEGMENTS / 4
+            && self.jump <= DROPPED_PATH_SEGMENTS
+    }
+}
+
+impl std::fmt::Display for Learned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "jump {} (BDP {}, cwnd {})",
+            self.jump, self.bdp, self.cwnd
+        )
+    }
 }
 
 /// Byte counts at a receiver: (time since the run's start, total so far).
@@ -270,8 +299,8 @@ pub(super) fn fairness_rep(topo: &Topology, server: Ipv4Addr) -> Result<Fairness
     })
 }
 
-/// The window rs saved for its legs to rc (keyed by rc's address).
-fn learned_toward_rc(topo: &Topology) -> Result<Option<u64>, LabError> {
+/// What rs saved for its legs to rc (keyed by rc's address).
+fn learned_toward_rc(topo: &Topology) -> Result<Option<Learned>, LabError> {
     let relays = topo.relays();
     let rc = relays[0]
         .right_addr()
@@ -282,7 +311,11 @@ fn learned_toward_rc(topo: &Topology) -> Result<Option<u64>, LabError> {
         l.peers
             .iter()
             .find(|w| w.addr == rc && w.current)
-            .map(|w| w.cwnd_segments)
+            .map(|w| Learned {
+                jump: w.jump_segments,
+                bdp: w.bdp_segments,
+                cwnd: w.cwnd_segments,
+            })
     }))
 }
 
@@ -553,14 +586,14 @@ fn render(report: &WindowSafetyReport) -> String {
             .map(|r| {
                 r.learned_after
                     .iter()
-                    .position(|w| w.is_some_and(|w| w <= DROPPED_PATH_SEGMENTS))
+                    .position(|w| w.is_some_and(Learned::converged))
                     .map_or("-".into(), |k| (k + 1).to_string())
             })
             .collect();
         if c.capacity_drop.iter().any(|r| r.learned_before.is_some()) {
             let _ = writeln!(
                 out,
-                "{:<14} learned window at or under the dropped path's {DROPPED_PATH_SEGMENTS} segments after connection: {converged:?}",
+                "{:<14} learned BDP within 25 % of the dropped path's {DROPPED_BDP_SEGMENTS} segments, and the jump at most the {DROPPED_PATH_SEGMENTS} it holds, after connection: {converged:?}",
                 ""
             );
         }

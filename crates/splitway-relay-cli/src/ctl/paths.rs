@@ -145,8 +145,8 @@ mod tests {
                  "down_reason": "connection refused"},
                 {"name": "rs2", "state": "up", "estimate_ms": 1.5, "leg_rtt_ms": 0.5,
                  "onward_ms": 1.0, "retrans_per_leg": 0.25, "probes": 8, "down_reason": null,
-                 "learned_window": {"addr": "10.0.2.2", "peer": "rs2", "cwnd_segments": 1450,
-                  "min_rtt_ms": 215.25, "age_s": 12.4, "capacity_estimate": true,
+                 "learned_window": {"addr": "10.0.2.2", "peer": "rs2", "cwnd_segments": 2900,
+                  "bdp_segments": 1450, "jump_segments": 1450, "min_rtt_ms": 215.25, "age_s": 12.4, "capacity_estimate": true,
                   "current": true}}]}]}"#;
         let doc: api::RoutesView = serde_json::from_str(doc).expect("a routes document");
         let out = render_candidates(&doc);
@@ -165,7 +165,10 @@ mod tests {
             "{out}"
         );
         assert!(lines[2].contains("0.25"), "{out}");
-        assert!(lines[2].contains("1450 seg, 215.2 ms, 12 s ago"), "{out}");
+        assert!(
+            lines[2].contains("jump 1450 seg (BDP 1450, cwnd 2900), 215.2 ms, 12 s ago"),
+            "{out}"
+        );
         assert!(lines[1].contains("  -  "), "{out}");
         assert!(lines[3].contains("60 s"), "{out}");
         assert_eq!(

@@ -83,7 +83,10 @@ async fn learn(hs: Handshake<'_>) -> Result<Learned, NotLearned> {
         return Err(NotLearned::Answered);
     }
     if a.header.flags & FLAG_WINDOW_PROBE != 0 {
-        crate::probe::answer_window(shared, hs.stream, a, client.ip()).await;
+        let handshake = shared.cfg.timeouts.handshake;
+        (shared.learned)
+            .answer(hs.stream, a, client.ip(), handshake, &shared.metrics)
+            .await;
         return Err(NotLearned::Answered);
     }
     shared.learn_upstream(client.ip());

@@ -75,6 +75,7 @@ fn rust_pins() -> Vec<Pin> {
             "exited_slow_start",
             offset_of!(ResumeVal, exited_slow_start),
         ),
+        resume("resume_val", "bdp", offset_of!(ResumeVal, bdp)),
         (
             "splitway_resume.c",
             "resume_events",

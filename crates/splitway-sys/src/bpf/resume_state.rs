@@ -35,7 +35,7 @@ pub(crate) struct ResumeVal {
     pub(crate) srtt_us: u32,
     pub(crate) at_ns: u64,
     pub(crate) exited_slow_start: u32,
-    pub(crate) pad: u32,
+    pub(crate) bdp: u32,
 }
 
 /// `struct resume_events`: one counter per `EV_*`, in the C's order.
@@ -61,9 +61,11 @@ const AF_INET6: u32 = libc::AF_INET6 as u32;
 #[derive(Clone, Debug, PartialEq)]
 pub struct LearnedWindow {
     pub peer: IpAddr,
-    /// The saving connection's final congestion window; a new leg jumps to
-    /// half of it.
+    /// The largest final congestion window saved since the last loss.
     pub cwnd_segments: u32,
+    /// The path's bandwidth-delay product without its queue (the best
+    /// measurement since the last loss), at `min_rtt`.
+    pub bdp_segments: u32,
     /// The saving connection's minimum RTT: the path's, without queueing.
     pub min_rtt: Duration,
     pub age: Duration,
@@ -73,6 +75,17 @@ pub struct LearnedWindow {
 }
 
 impl LearnedWindow {
+    /// The window a new leg whose RTT matches `min_rtt` jumps to: the BDP
+    /// capped at the cwnd, or half the cwnd where no delivery rate was
+    /// measured (`jump_for` in the C).
+    pub fn jump_segments(&self) -> u32 {
+        if self.bdp_segments == 0 {
+            self.cwnd_segments / 2
+        } else {
+            self.bdp_segments.min(self.cwnd_segments)
+        }
+    }
+
     /// Whether a new leg would still resume from it.
     pub fn is_current(&self) -> bool {
         self.age <= MAX_AGE
@@ -122,6 +135,7 @@ pub fn read() -> Result<Option<ResumeState>, String> {
         windows.push(LearnedWindow {
             peer,
             cwnd_segments: val.cwnd,
+            bdp_segments: val.bdp,
             min_rtt: Duration::from_micros(u64::from(val.srtt_us)),
             age: Duration::from_nanos(now.saturating_sub(val.at_ns)),
             capacity_estimate: val.exited_slow_start != 0,

@@ -7,8 +7,8 @@ use splitway_lab::emu::{DirectionParams, LinkConfig, LinkHandle};
 use splitway_sys::netns::Netns;
 
 /// An emulated link between `west` and `east` on subnet `10.0.<net>.0/24`
-/// (`.1` in `west`, `.2` in `east`, device `emu<net>`), `rtt` split evenly
-/// between the directions.
+/// and `fd00:e<net>::/64` (`.1`/`::1` in `west`, `.2`/`::2` in `east`,
+/// device `emu<net>`), `rtt` split evenly between the directions.
 pub fn emulated_link(west: &Netns, east: &Netns, net: u8, rtt: Duration) -> LinkHandle {
     let dev = format!("emu{net}");
     let mut tuns = Vec::new();
@@ -32,6 +32,16 @@ pub fn emulated_link(west: &Netns, east: &Netns, net: u8, rtt: Duration) -> Link
         .expect("TUN up");
         ns.ip(&["addr", "add", &format!("10.0.{net}.{host}/24"), "dev", &dev])
             .expect("TUN address");
+        // No duplicate address detection: the address is usable at once.
+        ns.ip(&[
+            "addr",
+            "add",
+            &format!("{}/64", emulated_v6(net, host)),
+            "dev",
+            &dev,
+            "nodad",
+        ])
+        .expect("TUN IPv6 address");
         tuns.push(tun);
     }
     let one_way = DirectionParams::delay_only(rtt.as_nanos() as u64 / 2);
@@ -52,6 +62,11 @@ pub fn emulated_link(west: &Netns, east: &Netns, net: u8, rtt: Duration) -> Link
         east_tun,
     )
     .expect("start emulated link")
+}
+
+/// The IPv6 address of `host` (1: west, 2: east) on emulated link `net`.
+pub fn emulated_v6(net: u8, host: u8) -> String {
+    format!("fd00:e{net}::{host}")
 }
 
 /// A new round-trip time for `link`, split evenly between the directions.
