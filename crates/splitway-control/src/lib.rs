@@ -47,8 +47,7 @@ pub use admin::{
 pub use error::ControlError;
 pub use metrics::{
     ActiveGuard, AuthFailureReason, CloseReason, Direction, Leg, Metrics, Mode,
-    OPENMETRICS_CONTENT_TYPE, Path, PeerLabels, PoolEvent, SETUP_SECONDS_BUCKETS,
-    TEXT_CONTENT_TYPE,
+    OPENMETRICS_CONTENT_TYPE, Path, PeerLabels, SETUP_SECONDS_BUCKETS, TEXT_CONTENT_TYPE,
 };
 pub use params::{
     ParamChange, ParamError, ParamInfo, ParamKind, ParamRegistry, ParamSpec, ParamUpdate,

@@ -107,7 +107,7 @@ impl Relay {
         let pools = cfg
             .peers
             .iter()
-            .map(|p| new_pool(&cfg, p, &metrics))
+            .map(|p| new_pool(&cfg, p, &rooms.pools))
             .collect();
         let (early, syn_watch) = start_early_syn(&cfg, rooms.early_syn, &mut host);
         let turbo_routes = install_turbo_routes(&cfg)?;
@@ -136,6 +136,7 @@ impl Relay {
             access_log: AccessLog::start(cfg.access_log.as_ref())?,
             lossy: rooms.lossy,
             learned: rooms.learned,
+            pool_families: rooms.pools,
             stopping,
             accel,
             accept_paths,
@@ -768,6 +769,7 @@ pub struct RoomMetrics {
     early_syn: crate::early_syn::EarlySynMetrics,
     paths: crate::paths::PathMetrics,
     learned: Arc<crate::learned_window::LearnedWindows>,
+    pools: Arc<crate::pool::PoolFamilies>,
 }
 
 /// The relay's registry with every family declared (splitway-control's
@@ -788,10 +790,12 @@ pub fn metrics_with_rooms<'a>(
             crate::learned_window::LearnedWindowMetrics::register(metrics.registry()),
             crate::learned_window::WindowProbeMetrics::register(metrics.registry()),
         )),
+        pools: Arc::new(crate::pool::PoolFamilies::register(metrics.registry())),
     };
     let metrics = Arc::new(metrics.build());
     for peer in peers {
         metrics.register_peer(peer);
+        rooms.pools.register_peer(peer);
     }
     (metrics, rooms)
 }

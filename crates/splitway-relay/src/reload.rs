@@ -245,7 +245,8 @@ fn reuse_or_start_pools(
             }
             None => {
                 old.metrics.register_peer(&peer.name);
-                let pool = new_pool(cfg, peer, &old.metrics);
+                old.pool_families.register_peer(&peer.name);
+                let pool = new_pool(cfg, peer, &old.pool_families);
                 if let Some(p) = &pool {
                     running.push(start(p.clone()));
                 }
@@ -262,7 +263,7 @@ fn reuse_or_start_pools(
             let _ = r.stop.send(true);
             if !pools.iter().flatten().any(|p| &p.peer().name == name) {
                 // No pool reports for this peer any more.
-                old.metrics.pool_level(name, 0);
+                old.pool_families.for_peer(name).level(0);
             }
         }
         stays

@@ -70,6 +70,8 @@ pub struct Shared {
     pub lossy: Arc<crate::loss_isolation::LossyClients>,
     /// Learned windows' metrics and answered window probes.
     pub learned: Arc<crate::learned_window::LearnedWindows>,
+    /// The pools' metric families: a reload's new pools count into them.
+    pub pool_families: Arc<crate::pool::PoolFamilies>,
     /// `[access_log]`, opened at start (a reload keeps it).
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// Turns true when the relay stops accepting (a drain): what waits
@@ -176,6 +178,7 @@ impl Shared {
             access_log: self.access_log.clone(),
             lossy: self.lossy.clone(),
             learned: self.learned.clone(),
+            pool_families: self.pool_families.clone(),
             stopping: self.stopping.clone(),
         }
     }

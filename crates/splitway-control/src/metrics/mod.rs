@@ -39,7 +39,6 @@ pub mod kit {
 }
 mod forward;
 mod peer;
-mod pool;
 mod process;
 mod proxy_protocol;
 
@@ -51,7 +50,6 @@ pub use forward::{Direction, ForwardMetrics, Leg, Path};
 pub use peer::{
     AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics, ZeroRttOutcome,
 };
-pub use pool::{PoolEvent, PoolMetrics};
 pub use process::{ProcessCollector, ProcessSample};
 pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
 
@@ -77,8 +75,6 @@ pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
 /// | `data_path_chosen_total` | counter | `path` | `forward` |
 /// | `accel_state` | gauge (1 for the current state, else 0) | `accel`, `state` | `accel` |
 /// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
-/// | `pool_events_total` | counter | `peer`, `event` | `pool` |
-/// | `pool_level` | gauge | `peer` | `pool` |
 pub struct Metrics {
     registry: Registry,
     connections: ConnectionMetrics,
@@ -86,7 +82,6 @@ pub struct Metrics {
     forward: ForwardMetrics,
     accel: AccelMetrics,
     proxy_protocol: ProxyProtocolMetrics,
-    pools: pool::PoolFamilies,
 }
 
 impl fmt::Debug for Metrics {
@@ -153,7 +148,6 @@ impl Metrics {
             forward: ForwardMetrics::register(registry),
             accel: AccelMetrics::register(registry),
             proxy_protocol: ProxyProtocolMetrics::register(registry),
-            pools: pool::PoolFamilies::register(registry),
             registry: Registry::default(),
         };
         Self {
@@ -218,13 +212,12 @@ impl Metrics {
         self.connections.observe_setup(mode, elapsed);
     }
 
-    /// Creates the `peer_connect_failures_total` and pool series for a
-    /// configured peer at zero, so they are exported before the first event.
+    /// Creates the `peer_connect_failures_total` series for a configured
+    /// peer at zero, so it is exported before the first event.
     ///
     /// `peer` must be a peer name from the configuration (see [`PeerLabels`]).
     pub fn register_peer(&self, peer: &str) {
         self.peers.register_peer(peer);
-        let _pool = self.pools.for_peer(peer);
     }
 
     /// Counts a failed connect to the configured peer named `peer`.
@@ -258,24 +251,6 @@ impl Metrics {
     /// Counts a connection refused for its PROXY protocol header.
     pub fn proxy_refused(&self, reason: ProxyRefusal) {
         self.proxy_protocol.refused(reason);
-    }
-
-    /// Counts `n` pool events for the configured peer `peer`.
-    pub fn pool_event(&self, peer: &str, event: PoolEvent, n: u64) {
-        if n > 0 {
-            self.pools.event(peer, event, n);
-        }
-    }
-
-    /// The pool series of the configured peer `peer`, resolved once for
-    /// a pool that updates them on every connection it hands out.
-    pub fn pool_metrics(&self, peer: &str) -> PoolMetrics {
-        self.pools.for_peer(peer)
-    }
-
-    /// Sets the pool level gauge of the configured peer `peer`.
-    pub fn pool_level(&self, peer: &str, level: usize) {
-        self.pools.set_level(peer, level);
     }
 
     /// Current `connections_active{mode}` value.
@@ -461,8 +436,6 @@ mod tests {
             "# HELP splitway_peer_auth_failures Peer relay authentication failures, by reason.",
             "# HELP splitway_peer_connect_failures Failed connects to a configured peer relay, by peer name.",
             "# HELP splitway_peer_handshakes Peer legs by how they were authenticated, on the dialing and the accepting end.",
-            "# HELP splitway_pool_events Connection pool events, by peer name and event.",
-            "# HELP splitway_pool_level Idle authenticated connections in each peer's pool.",
             "# HELP splitway_proxy_protocol_refused Connections refused by a listener with accept_proxy_protocol, by reason.",
             "# HELP splitway_setup_seconds Time from accept until the next leg is connected.",
             "# HELP splitway_zero_rtt 0-RTT peer Hellos, by outcome (dialer and acceptor side).",
@@ -485,8 +458,6 @@ mod tests {
             "# TYPE splitway_peer_auth_failures counter",
             "# TYPE splitway_peer_connect_failures counter",
             "# TYPE splitway_peer_handshakes counter",
-            "# TYPE splitway_pool_events counter",
-            "# TYPE splitway_pool_level gauge",
             "# TYPE splitway_proxy_protocol_refused counter",
             "# TYPE splitway_setup_seconds histogram",
             "# TYPE splitway_zero_rtt counter",
@@ -590,8 +561,6 @@ mod tests {
             "splitway_peer_connect_failures_total{peer=\"tokyo\"} 0",
             "# UNIT splitway_setup_seconds seconds",
             "splitway_leg_sent_bytes_total{leg=\"direct\",direction=\"to_server\"} 0",
-            "splitway_pool_events_total{peer=\"tokyo\",event=\"miss\"} 0",
-            "splitway_pool_level{peer=\"tokyo\"} 0",
         ] {
             assert!(text.contains(family), "missing {family:?} in:\n{text}");
         }

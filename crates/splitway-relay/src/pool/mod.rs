@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use splitway_api as api;
-use splitway_control::metrics::{Metrics, PoolEvent, PoolMetrics};
 use splitway_proto::auth::Psk;
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
@@ -22,6 +21,10 @@ use tracing::{debug, info, warn};
 use crate::config::{Config, Peer, Timeouts};
 use crate::peer::{self, Pooled};
 use crate::shutdown::stopped;
+
+mod metrics;
+
+pub use metrics::{PoolEvent, PoolFamilies, PoolMetrics};
 
 /// After a failed refill dial, wait this long before the next (doubling up
 /// to `MAX_BACKOFF`), so an unreachable peer is not hammered.
@@ -53,10 +56,10 @@ impl PeerPool {
         psk: Psk,
         timeouts: Timeouts,
         leg_buffer: Option<usize>,
-        metrics: Arc<Metrics>,
+        pool_metrics: PoolMetrics,
     ) -> Arc<PeerPool> {
         Arc::new(PeerPool {
-            pool_metrics: metrics.pool_metrics(&peer.name),
+            pool_metrics,
             low: AtomicUsize::new(peer.pool.low),
             high: AtomicUsize::new(peer.pool.high),
             peer,
@@ -289,14 +292,18 @@ impl PeerPool {
 }
 
 /// The pool for `peer` if `cfg` pools connections (it needs the key).
-pub(crate) fn new_pool(cfg: &Config, peer: &Peer, metrics: &Arc<Metrics>) -> Option<Arc<PeerPool>> {
+pub(crate) fn new_pool(
+    cfg: &Config,
+    peer: &Peer,
+    families: &PoolFamilies,
+) -> Option<Arc<PeerPool>> {
     match (&cfg.psk, cfg.accel.pool) {
         (Some(psk), true) => Some(PeerPool::new(
             peer.clone(),
             psk.clone(),
             cfg.timeouts.clone(),
             cfg.accel.relay_leg_buffer(),
-            metrics.clone(),
+            families.for_peer(&peer.name),
         )),
         _ => None,
     }
