@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: startup-order footprint demo test deps build release deb deb-test image lint check-no-bpf import-graph fuzz fuzz-ci lab-full lab-window-safety lab-loss-fairness fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
+.PHONY: startup-order footprint footprint-check demo test deps build release deb deb-test image lint check-no-bpf import-graph fuzz fuzz-ci lab-full lab-window-safety lab-loss-fairness fidelity bench clean faults-long lab-paths soak churn bypass-long bypass-probes bypass-floor bench-bypass bench-tproxy bench-growth flood
 
 ## demo: the main job: `splitway lab` on its default scenario (paper-ktcp), quick mode.
 demo: deps release
@@ -12,7 +12,7 @@ demo: deps release
 ## On a failure it prints, last, the head of every failed test's output (unit tests too) and
 ## the namespace tests' panics with their relays' unusual log lines: CI keeps only the head
 ## and tail of a long output.
-test: deps lint
+test: deps lint footprint-check
 	@rm -f target/test-failures.txt target/test-output.txt
 	SPLITWAY_REQUIRE_NETNS=1 SPLITWAY_TEST_FAILURES=$(CURDIR)/target/test-failures.txt \
 	  bash -o pipefail -c '$(CARGO) test --workspace --all-targets --all-features --no-fail-fast 2>&1 | tee target/test-output.txt' \
@@ -94,6 +94,13 @@ footprint: deps release
 	cc -O2 -o target/listen-floor scripts/bench/lib/listen-floor.c
 	python3 scripts/bench/startup-order.py --coverage target/splitway-relay-ordered
 	python3 scripts/bench/footprint-binaries.py 20 relay=target/splitway-relay-ordered unordered=target/splitway-relay-unordered front=target/splitway-front floor=target/listen-floor | tee bench-results/footprint-$$(date -u +%Y%m%dT%H%M%SZ).txt
+
+## footprint-check: the relay binary's idle RSS on the README's rc config, in a namespace of its
+## own, against bench-results/footprint-baseline.txt: fails above +10 % (part of `make test`).
+footprint-check: deps
+	$(CARGO) build --release -p splitway-relay-cli
+	clang -O2 -o target/listen-floor scripts/bench/lib/listen-floor.c
+	python3 scripts/bench/footprint-check.py target/release/splitway-relay target/listen-floor bench-results/footprint-baseline.txt
 
 lint: import-graph
 	$(CARGO) fmt --all -- --check
