@@ -163,7 +163,7 @@ impl AdminHandler for RelayAdmin {
 
     fn refresh_metrics(&self) {
         let shared = self.current.load();
-        shared.learned.observe(&shared.cfg);
+        shared.rooms.learned.observe(&shared.cfg);
     }
 
     fn params(&self) -> Vec<ParamInfo> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason};
+use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason, Mode};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
@@ -301,6 +301,27 @@ impl SpareDescriptor {
     }
 }
 
+/// The client a trusted load balancer's PROXY header names, else `client`
+/// itself; `None` when the listener refused the header (counted, reset).
+async fn behind_proxy(
+    shared: &Shared,
+    spec: &crate::config::Listener,
+    mode: Mode,
+    client_speaks_first: bool,
+    stream: &TcpStream,
+    client: SocketAddr,
+) -> Option<SocketAddr> {
+    let handshake = shared.cfg.timeouts.handshake;
+    match crate::proxy_header::admit(handshake, spec, client_speaks_first, stream, client).await {
+        Ok(client) => Some(client),
+        Err(reason) => {
+            let close = crate::proxy_header::refused(&shared.rooms.proxy_protocol, reason);
+            shared.metrics.closed(mode, close);
+            None
+        }
+    }
+}
+
 /// Counts the connection, applies the listener's ACL and the connection
 /// limits, and runs the listener's handshake. `None`: refused or failed
 /// (already counted and answered).
@@ -320,9 +341,7 @@ async fn admit(
     let _admitting = shared.limiter.admitting();
     let client = SocketAddr::new(client.ip().to_canonical(), client.port());
     // Behind a trusted load balancer the PROXY header names the client.
-    let client =
-        crate::proxy_header::admit(&shared, spec, mode, listener.proxies(), &stream, client)
-            .await?;
+    let client = behind_proxy(&shared, spec, mode, listener.proxies(), &stream, client).await?;
     tracing::Span::current().record("client", tracing::field::display(client));
     let (permit, gate) = match limit(&shared, spec, listener, client) {
         Ok(p) => p,
@@ -480,7 +499,7 @@ fn tune(shared: &Shared, listener: &dyn Listen, stream: &TcpStream, client: Sock
         warn!(error = %e, "cannot tune accepted socket");
     }
     if !listener.relays() && shared.cfg.accel.loss_isolation {
-        loss_isolation::hooks::at_accept(&shared.lossy, stream, client.ip());
+        loss_isolation::hooks::at_accept(&shared.rooms.lossy, stream, client.ip());
     }
 }
 

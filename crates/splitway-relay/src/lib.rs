@@ -53,6 +53,7 @@ pub mod proxy_header;
 pub mod relay;
 pub mod reload;
 pub mod resolve;
+pub mod rooms;
 pub mod route;
 pub mod session;
 pub mod shutdown;

@@ -261,7 +261,7 @@ pub async fn window_probe_loop(current: Arc<Current>, mut stop: watch::Receiver<
                 () = stopped(&mut stop) => return,
             };
             let sent = matches!(outcome, Ok(Ok(())));
-            shared.learned.count_probe(if sent {
+            shared.rooms.learned.count_probe(if sent {
                 WindowProbe::Sent
             } else {
                 WindowProbe::SendFailed

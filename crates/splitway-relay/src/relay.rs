@@ -107,7 +107,7 @@ impl Relay {
         let pools = cfg
             .peers
             .iter()
-            .map(|p| new_pool(&cfg, p, &rooms.pools))
+            .map(|p| new_pool(&cfg, p, &rooms.kept.pools))
             .collect();
         let (early, syn_watch) = start_early_syn(&cfg, rooms.early_syn, &mut host);
         let turbo_routes = install_turbo_routes(&cfg)?;
@@ -134,9 +134,7 @@ impl Relay {
         let (stop, stopping) = watch::channel(false);
         let shared = Arc::new(Shared {
             access_log: AccessLog::start(cfg.access_log.as_ref())?,
-            lossy: rooms.lossy,
-            learned: rooms.learned,
-            pool_families: rooms.pools,
+            rooms: rooms.kept,
             stopping,
             accel,
             accept_paths,
@@ -764,12 +762,11 @@ fn log_start(host_addrs: &crate::policy::HostAddrs, plan: &[accel::Entry]) {
 /// What the rooms that declare their own metric families hand the relay:
 /// the handles they count through.
 pub struct RoomMetrics {
-    lossy: Arc<crate::loss_isolation::LossyClients>,
     strict: crate::strict::StrictMetrics,
     early_syn: crate::early_syn::EarlySynMetrics,
     paths: crate::paths::PathMetrics,
-    learned: Arc<crate::learned_window::LearnedWindows>,
-    pools: Arc<crate::pool::PoolFamilies>,
+    /// What `Shared` keeps for the relay's lifetime.
+    kept: Arc<crate::rooms::Rooms>,
 }
 
 /// The relay's registry with every family declared (splitway-control's
@@ -779,23 +776,28 @@ pub fn metrics_with_rooms<'a>(
     peers: impl IntoIterator<Item = &'a str>,
 ) -> (Arc<Metrics>, RoomMetrics) {
     let mut metrics = Metrics::builder();
+    let r = metrics.registry();
+    let kept = crate::rooms::Rooms {
+        lossy: crate::loss_isolation::LossyClients::new(
+            crate::loss_isolation::LossIsolationMetrics::register(r),
+        ),
+        learned: crate::learned_window::LearnedWindows::new(
+            crate::learned_window::LearnedWindowMetrics::register(r),
+            crate::learned_window::WindowProbeMetrics::register(r),
+        ),
+        pools: crate::pool::PoolFamilies::register(r),
+        proxy_protocol: crate::proxy_header::ProxyProtocolMetrics::register(r),
+    };
     let rooms = RoomMetrics {
-        lossy: Arc::new(crate::loss_isolation::LossyClients::new(
-            crate::loss_isolation::LossIsolationMetrics::register(metrics.registry()),
-        )),
-        strict: crate::strict::StrictMetrics::register(metrics.registry()),
-        early_syn: crate::early_syn::EarlySynMetrics::register(metrics.registry()),
-        paths: crate::paths::PathMetrics::register(metrics.registry()),
-        learned: Arc::new(crate::learned_window::LearnedWindows::new(
-            crate::learned_window::LearnedWindowMetrics::register(metrics.registry()),
-            crate::learned_window::WindowProbeMetrics::register(metrics.registry()),
-        )),
-        pools: Arc::new(crate::pool::PoolFamilies::register(metrics.registry())),
+        strict: crate::strict::StrictMetrics::register(r),
+        early_syn: crate::early_syn::EarlySynMetrics::register(r),
+        paths: crate::paths::PathMetrics::register(r),
+        kept: Arc::new(kept),
     };
     let metrics = Arc::new(metrics.build());
     for peer in peers {
         metrics.register_peer(peer);
-        rooms.pools.register_peer(peer);
+        rooms.kept.pools.register_peer(peer);
     }
     (metrics, rooms)
 }

@@ -245,8 +245,8 @@ fn reuse_or_start_pools(
             }
             None => {
                 old.metrics.register_peer(&peer.name);
-                old.pool_families.register_peer(&peer.name);
-                let pool = new_pool(cfg, peer, &old.pool_families);
+                old.rooms.pools.register_peer(&peer.name);
+                let pool = new_pool(cfg, peer, &old.rooms.pools);
                 if let Some(p) = &pool {
                     running.push(start(p.clone()));
                 }
@@ -263,7 +263,7 @@ fn reuse_or_start_pools(
             let _ = r.stop.send(true);
             if !pools.iter().flatten().any(|p| &p.peer().name == name) {
                 // No pool reports for this peer any more.
-                old.pool_families.for_peer(name).level(0);
+                old.rooms.pools.for_peer(name).level(0);
             }
         }
         stays

@@ -607,7 +607,7 @@ fn client_leg<'a>(
 ) -> Option<loss_isolation::hooks::ClientLeg<'a>> {
     (!inbound.listener.relays() && shared.cfg.accel.loss_isolation).then(|| {
         loss_isolation::hooks::ClientLeg {
-            clients: &shared.lossy,
+            clients: &shared.rooms.lossy,
             stream: &inbound.stream,
             client: inbound.client.ip(),
             accepted_at: inbound.accepted_at,

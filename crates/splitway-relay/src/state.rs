@@ -65,13 +65,8 @@ pub struct Shared {
     pub accel: Arc<AccelStatus>,
     /// Measured candidates and each route's choice (`GET /routes`).
     pub paths: Arc<crate::paths::Paths>,
-    /// Clients whose client legs lose data without queueing
-    /// (`[accel] loss_isolation`).
-    pub lossy: Arc<crate::loss_isolation::LossyClients>,
-    /// Learned windows' metrics and answered window probes.
-    pub learned: Arc<crate::learned_window::LearnedWindows>,
-    /// The pools' metric families: a reload's new pools count into them.
-    pub pool_families: Arc<crate::pool::PoolFamilies>,
+    /// The rooms' state and metrics, shared by a reload's successor.
+    pub rooms: Arc<crate::rooms::Rooms>,
     /// `[access_log]`, opened at start (a reload keeps it).
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// Turns true when the relay stops accepting (a drain): what waits
@@ -176,9 +171,7 @@ impl Shared {
             upstreams: self.upstreams.clone(),
             accel: self.accel.clone(),
             access_log: self.access_log.clone(),
-            lossy: self.lossy.clone(),
-            learned: self.learned.clone(),
-            pool_families: self.pool_families.clone(),
+            rooms: self.rooms.clone(),
             stopping: self.stopping.clone(),
         }
     }

@@ -40,7 +40,6 @@ pub mod kit {
 mod forward;
 mod peer;
 mod process;
-mod proxy_protocol;
 
 pub use accel::{AccelMetrics, AccelName, AccelState};
 pub use connections::{
@@ -51,7 +50,6 @@ pub use peer::{
     AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics, ZeroRttOutcome,
 };
 pub use process::{ProcessCollector, ProcessSample};
-pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
 
 /// The relay's metrics registry. Create once, share as `Arc<Metrics>`.
 ///
@@ -74,14 +72,12 @@ pub use proxy_protocol::{ProxyProtocolMetrics, ProxyRefusal};
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` | `forward` |
 /// | `data_path_chosen_total` | counter | `path` | `forward` |
 /// | `accel_state` | gauge (1 for the current state, else 0) | `accel`, `state` | `accel` |
-/// | `proxy_protocol_refused_total` | counter | `reason` | `proxy_protocol` |
 pub struct Metrics {
     registry: Registry,
     connections: ConnectionMetrics,
     peers: PeerMetrics,
     forward: ForwardMetrics,
     accel: AccelMetrics,
-    proxy_protocol: ProxyProtocolMetrics,
 }
 
 impl fmt::Debug for Metrics {
@@ -147,7 +143,6 @@ impl Metrics {
             peers: PeerMetrics::register(registry),
             forward: ForwardMetrics::register(registry),
             accel: AccelMetrics::register(registry),
-            proxy_protocol: ProxyProtocolMetrics::register(registry),
             registry: Registry::default(),
         };
         Self {
@@ -246,11 +241,6 @@ impl Metrics {
     /// The state last recorded for `accel`.
     pub fn accel_state(&self, accel: AccelName) -> AccelState {
         self.accel.get(accel)
-    }
-
-    /// Counts a connection refused for its PROXY protocol header.
-    pub fn proxy_refused(&self, reason: ProxyRefusal) {
-        self.proxy_protocol.refused(reason);
     }
 
     /// Current `connections_active{mode}` value.
@@ -436,7 +426,6 @@ mod tests {
             "# HELP splitway_peer_auth_failures Peer relay authentication failures, by reason.",
             "# HELP splitway_peer_connect_failures Failed connects to a configured peer relay, by peer name.",
             "# HELP splitway_peer_handshakes Peer legs by how they were authenticated, on the dialing and the accepting end.",
-            "# HELP splitway_proxy_protocol_refused Connections refused by a listener with accept_proxy_protocol, by reason.",
             "# HELP splitway_setup_seconds Time from accept until the next leg is connected.",
             "# HELP splitway_zero_rtt 0-RTT peer Hellos, by outcome (dialer and acceptor side).",
             "# TYPE process_cpu_seconds counter",
@@ -458,7 +447,6 @@ mod tests {
             "# TYPE splitway_peer_auth_failures counter",
             "# TYPE splitway_peer_connect_failures counter",
             "# TYPE splitway_peer_handshakes counter",
-            "# TYPE splitway_proxy_protocol_refused counter",
             "# TYPE splitway_setup_seconds histogram",
             "# TYPE splitway_zero_rtt counter",
             "# UNIT splitway_leg_sent_bytes bytes",

@@ -84,7 +84,7 @@ async fn learn(hs: Handshake<'_>) -> Result<Learned, NotLearned> {
     }
     if a.header.flags & FLAG_WINDOW_PROBE != 0 {
         let handshake = shared.cfg.timeouts.handshake;
-        (shared.learned)
+        (shared.rooms.learned)
             .answer(hs.stream, a, client.ip(), handshake, &shared.metrics)
             .await;
         return Err(NotLearned::Answered);

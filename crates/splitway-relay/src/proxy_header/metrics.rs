@@ -1,12 +1,14 @@
-//! `proxy_protocol_refused_total`: counted by the PROXY header reader
-//! (`splitway-relay`'s `proxy_header`) of listeners with
-//! `accept_proxy_protocol`.
+//! The room's metrics: `splitway_proxy_protocol_refused_total{reason}`,
+//! counted when a listener with `accept_proxy_protocol` refuses a
+//! connection for its PROXY header; declared in the relay's registry at
+//! bind.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, declare, series};
+use splitway_control::label_enum;
+use splitway_control::metrics::kit::{CounterU64, declare, series};
 
 label_enum! {
     /// Why a listener with `accept_proxy_protocol` refused a connection.
@@ -40,7 +42,7 @@ pub struct ProxyProtocolMetrics {
 
 impl ProxyProtocolMetrics {
     /// Declares the family in `registry`, every reason at zero.
-    pub(crate) fn register(registry: &mut Registry) -> Self {
+    pub fn register(registry: &mut Registry) -> Self {
         let family: Family<ProxyRefusalLabels, CounterU64> = declare(
             registry,
             "proxy_protocol_refused",
@@ -56,5 +58,32 @@ impl ProxyProtocolMetrics {
     /// Counts a connection refused for its PROXY protocol header.
     pub fn refused(&self, reason: ProxyRefusal) {
         self.refused[reason.index()].inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use splitway_control::Metrics;
+
+    use super::*;
+
+    /// Name, type and help byte for byte, every reason exported at zero.
+    #[test]
+    fn declared_in_the_relays_registry_under_its_name() {
+        let mut builder = Metrics::builder();
+        let refused = ProxyProtocolMetrics::register(builder.registry());
+        refused.refused(ProxyRefusal::Untrusted);
+        let text = builder.build().encode();
+        for line in [
+            "# HELP splitway_proxy_protocol_refused Connections refused by a listener with accept_proxy_protocol, by reason.\n",
+            "# TYPE splitway_proxy_protocol_refused counter\n",
+            "splitway_proxy_protocol_refused_total{reason=\"untrusted\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+        for reason in ProxyRefusal::ALL {
+            let series = format!("splitway_proxy_protocol_refused_total{{reason=\"{reason}\"}} ");
+            assert!(text.contains(&series), "{series}");
+        }
     }
 }

@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use splitway_control::metrics::{CloseReason, Mode, ProxyRefusal};
+use splitway_control::metrics::CloseReason;
 use splitway_proto::proxy_protocol::{self, MAX_HEADER_LEN, ProxyError, V2_SIGNATURE};
 use tokio::net::TcpStream;
 use tracing::{debug, info};
@@ -19,7 +19,10 @@ use tracing::{debug, info};
 use crate::config::{Listener, Route};
 use crate::policy::REFUSALS;
 use crate::route::allowed;
-use crate::state::Shared;
+
+mod metrics;
+
+pub use metrics::{ProxyProtocolMetrics, ProxyRefusal};
 
 /// Why a connection's PROXY header was refused. Always the client's (the
 /// load balancer's, or whoever forged it) fault.
@@ -134,20 +137,18 @@ fn has_signature(first: &[u8]) -> bool {
 }
 
 /// Applies a listener's `accept_proxy_protocol` to a new connection from
-/// `source`: the client the relay should take it for, or `None` when it is
-/// refused (already counted, logged and closed).
+/// `source`: the client the relay should take it for, or, when it is
+/// refused (already logged and reset), how its close counts ([`refused`]).
 pub async fn admit(
-    shared: &Shared,
+    timeout: Duration,
     spec: &Listener,
-    mode: Mode,
     client_speaks_first: bool,
     stream: &TcpStream,
     source: SocketAddr,
-) -> Option<SocketAddr> {
+) -> Result<SocketAddr, Option<ProxyRefusal>> {
     if spec.accept_proxy_protocol.is_empty() {
-        return Some(source);
+        return Ok(source);
     }
-    let timeout = shared.cfg.timeouts.handshake;
     let trusted = allowed(&spec.accept_proxy_protocol, source.ip(), false);
     let outcome = if trusted {
         match tokio::time::timeout(timeout, read_header(stream, source)).await {
@@ -171,16 +172,8 @@ pub async fn admit(
         untrusted(client_speaks_first, stream, source, timeout).await
     };
     match outcome {
-        Ok(client) => Some(client),
+        Ok(client) => Ok(client),
         Err(e) => {
-            let close = match e.reason() {
-                Some(reason) => {
-                    shared.metrics.proxy_refused(reason);
-                    CloseReason::BadRequest
-                }
-                None => CloseReason::HandshakeTimeout,
-            };
-            shared.metrics.closed(mode, close);
             // Throttled like denials: a forging client must not flood the log.
             let reason = e.reason().map_or("silent", ProxyRefusal::as_str);
             if let Some(l) = REFUSALS.admit(reason, source.ip()) {
@@ -188,8 +181,20 @@ pub async fn admit(
             }
             // A reset: nobody on the other side is owed an orderly answer.
             let _ = splitway_sys::sock::set_linger_zero(stream);
-            None
+            Err(e.reason())
         }
+    }
+}
+
+/// Counts a connection [`admit`] refused (`reason`: its header's fault;
+/// none: the header never came) and says how its close counts.
+pub fn refused(counts: &ProxyProtocolMetrics, reason: Option<ProxyRefusal>) -> CloseReason {
+    match reason {
+        Some(reason) => {
+            counts.refused(reason);
+            CloseReason::BadRequest
+        }
+        None => CloseReason::HandshakeTimeout,
     }
 }
 
