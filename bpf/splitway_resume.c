@@ -17,8 +17,10 @@
 //   living as long as the registration. Only windows above RESUME_MIN_CWND
 //   are saved. A connection without a loss may only raise what the entry
 //   holds (a short transfer, or one whose slow start HyStart ended on a
-//   jitter spike, measured less than the path has); one with a loss
-//   replaces it, so what is saved follows a capacity drop.
+//   jitter spike, measured less than the path has); one with a loss that
+//   was not undone as spurious replaces it, so what is saved follows a
+//   capacity drop, and so does one whose RTT left the resume check's
+//   range (a new route).
 // - Resume: at each send after idle (CA_EVENT_TX_START) while the
 //   connection has sent fewer than RESUME_MIN_CWND data segments, if the
 //   peer has an entry younger than RESUME_MAX_AGE and the RTT confirms the
@@ -35,8 +37,8 @@
 //   TX_START) would cut a jump made at init back to the initial window.
 // - Unvalidated phase: two smoothed RTTs after the jump. A loss in it is a
 //   "safe retreat": ssthresh = a quarter of the jump (below what plain CUBIC
-//   would keep), CUBIC's W_max forgotten, and the peer's entry deleted so
-//   the next connection starts normally.
+//   would keep), CUBIC's W_max forgotten, and the peer's entry deleted; the
+//   retreating connection saves nothing, so the next one starts normally.
 // - Afterwards it is splitway_cubic (cubic_core.h).
 //
 // Against the draft: the RTT check uses the connection's smoothed RTT so
@@ -62,19 +64,20 @@ struct resume_key {
 	__u32 addr[4];
 };
 
+/* Since the last loss, fields may come from different connections: the
+ * largest cwnd, and the highest bandwidth (bdp over srtt_us) with its RTT. */
 struct resume_val {
 	__u32 cwnd;
-	/* The saving connection's minimum RTT (its smoothed RTT if it had no
-	 * minimum): the path's RTT without queueing. */
+	/* The minimum RTT of the connection that measured `bdp` (its smoothed
+	 * RTT if it had no minimum): the path's RTT without queueing. */
 	__u32 srtt_us;
 	__u64 at_ns;
 	/* A connection that left slow start (a loss or HyStart) saved or
 	 * raised this entry, so it measured the path's capacity, not only
 	 * what a short transfer had time to reach. */
 	__u32 exited_slow_start;
-	/* The path's BDP as the saving connection measured it, in segments:
-	 * its highest delivery rate times its minimum RTT, or its largest
-	 * flight without what the queue held, whichever is larger. */
+	/* The path's BDP as a saving connection measured it, in segments:
+	 * its highest delivery rate times its minimum RTT. */
 	__u32 bdp;
 };
 
@@ -138,9 +141,13 @@ struct sw_resume {
 	__u32 jump_cwnd;
 	__u32 jump_at_us;
 	__u32 validate_us;
-	/* A loss (or ECN) called ssthresh: this connection met the path's
-	 * limit, so what it measured replaces the peer's entry. */
+	/* ssthresh was called (a loss, an RTO, ECN, local congestion) and
+	 * not undone as spurious: this connection met the path's limit, so
+	 * what it measured replaces the peer's entry. */
 	__u32 lost;
+	/* A safe retreat deleted the peer's entry: this connection saves
+	 * nothing, so the next one starts normally. */
+	__u32 retreated;
 	/* The highest delivery rate so far, segments per microsecond << BW_SCALE. */
 	__u32 max_bw;
 	__u8 phase;
@@ -181,6 +188,7 @@ void BPF_PROG(splitway_resume_init, struct sock *sk)
 	cubic_init(sk);
 	ca->phase = CR_OFF;
 	ca->lost = 0;
+	ca->retreated = 0;
 	ca->max_bw = 0;
 }
 
@@ -204,6 +212,14 @@ static __always_inline void sample_bw(struct sock *sk, struct sw_resume *ca)
 		bw = 0xffffffffULL;
 	if (bw > ca->max_bw)
 		ca->max_bw = bw;
+}
+
+/* Careful Resume's check that `rtt` is the saved path's: between half and
+ * ten times the saved RTT, widened by 1 ms so that microsecond jitter on
+ * short paths does not count. */
+static __always_inline int rtt_matches(__u32 rtt, __u32 saved_rtt)
+{
+	return rtt + 1000 >= saved_rtt / 2 && rtt <= saved_rtt * 10 + 1000;
 }
 
 /* What a saved entry lets a new leg jump to: its BDP (capped at its cwnd),
@@ -247,8 +263,7 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	 * transfer that filled a bottleneck's queue (a window probe into a
 	 * GEO link's 1.2 s buffer) would otherwise save an RTT more than
 	 * twice the empty path's, and every later leg would fail the check. */
-	if (!srtt || srtt + 1000 < saved->srtt_us / 2 ||
-	    srtt > saved->srtt_us * 10 + 1000) {
+	if (!srtt || !rtt_matches(srtt, saved->srtt_us)) {
 		count_event(EV_RTT_MISMATCH);
 		return;
 	}
@@ -298,7 +313,12 @@ static __always_inline void maybe_validated(struct sock *sk, struct sw_resume *c
 SEC("struct_ops/splitway_resume_cong_avoid")
 void BPF_PROG(splitway_resume_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
-	maybe_validated(sk, sw_ca_priv(sk));
+	struct sw_resume *ca = sw_ca_priv(sk);
+
+	maybe_validated(sk, ca);
+	/* Here the kernel has taken this ACK's rate sample (pkts_acked runs
+	 * before it): the last ACK's sample is not lost. */
+	sample_bw(sk, ca);
 	cubic_cong_avoid(sk, ack, acked);
 }
 
@@ -318,6 +338,7 @@ __u32 BPF_PROG(splitway_resume_ssthresh, struct sock *sk)
 	sk->sk_pacing_status = SW_SK_PACING_NONE;
 	if (peer_key(sk, &key))
 		bpf_map_delete_elem(&sw_resume_peers, &key);
+	ca->retreated = 1;
 	count_event(EV_RETREAT);
 	cubic_ssthresh(sk);
 	retreat = SW_MAX(ca->jump_cwnd / 4, 2U);
@@ -337,8 +358,9 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 	__u32 srtt, min_rtt;
 
 	srtt = tp->srtt_us >> 3;
-	if (tp->snd_cwnd < RESUME_MIN_CWND || !srtt)
+	if (tp->snd_cwnd < RESUME_MIN_CWND || !srtt || ca->retreated)
 		return;
+	sample_bw(sk, ca);
 	if (!peer_key(sk, &key))
 		return;
 	min_rtt = tp->rtt_min.s[0].v;
@@ -357,13 +379,23 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 	 * higher bandwidth (BDP over its RTT) with its RTT, so a BDP from a
 	 * long-RTT phase never pairs with a short-RTT phase's minimum. */
 	saved = bpf_map_lookup_elem(&sw_resume_peers, &key);
-	if (saved && now - saved->at_ns <= RESUME_MAX_AGE_NS && !ca->lost) {
-		if ((__u64)saved->bdp * val.srtt_us > (__u64)val.bdp * saved->srtt_us) {
-			val.bdp = saved->bdp;
-			val.srtt_us = saved->srtt_us;
+	if (saved) {
+		/* A copy at once: another connection's release may rewrite the
+		 * entry meanwhile. */
+		struct resume_val old = *saved;
+
+		/* A path whose RTT moved out of the resume check's range (a new
+		 * route) is a new path: its entry is replaced, or every later leg
+		 * would fail the check while refreshing the entry's age. */
+		if (now - old.at_ns <= RESUME_MAX_AGE_NS && !ca->lost &&
+		    rtt_matches(min_rtt, old.srtt_us)) {
+			if ((__u64)old.bdp * val.srtt_us > (__u64)val.bdp * old.srtt_us) {
+				val.bdp = old.bdp;
+				val.srtt_us = old.srtt_us;
+			}
+			val.cwnd = SW_MAX(val.cwnd, old.cwnd);
+			val.exited_slow_start |= old.exited_slow_start;
 		}
-		val.cwnd = SW_MAX(val.cwnd, saved->cwnd);
-		val.exited_slow_start |= saved->exited_slow_start;
 	}
 	bpf_map_update_elem(&sw_resume_peers, &key, &val, BPF_ANY);
 	count_event(EV_SAVED);
@@ -384,7 +416,22 @@ void BPF_PROG(splitway_resume_pkts_acked, struct sock *sk, const struct ack_samp
 	cubic_pkts_acked(sk, sample);
 }
 
-SW_CUBIC_STATE_AND_UNDO_OPS(splitway_resume)
+SEC("struct_ops/splitway_resume_undo_cwnd")
+__u32 BPF_PROG(splitway_resume_undo_cwnd, struct sock *sk)
+{
+	struct sw_resume *ca = sw_ca_priv(sk);
+
+	/* The loss was spurious (reordering, a late ACK): it measured no
+	 * limit of the path. */
+	ca->lost = 0;
+	return cubic_undo_cwnd(sk);
+}
+
+SEC("struct_ops/splitway_resume_set_state")
+void BPF_PROG(splitway_resume_set_state, struct sock *sk, __u8 new_state)
+{
+	cubic_set_state(sk, new_state);
+}
 
 SEC(".struct_ops")
 struct tcp_congestion_ops splitway_resume_ops = {

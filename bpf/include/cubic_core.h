@@ -357,27 +357,22 @@ static __always_inline __u32 cubic_undo_cwnd(struct sock *sk)
 /* The struct_ops callbacks that are CUBIC's unchanged, for a congestion
  * control NAME: NAME_set_state, NAME_pkts_acked and NAME_undo_cwnd, in the
  * sections libbpf expects. Both programs take them as they are. */
-/* set_state and undo_cwnd as CUBIC's, for an algorithm that has its own
- * pkts_acked. */
-#define SW_CUBIC_STATE_AND_UNDO_OPS(NAME)                                      \
+#define SW_CUBIC_SHARED_OPS(NAME)                                              \
 	SEC("struct_ops/" #NAME "_set_state")                                  \
 	void BPF_PROG(NAME##_set_state, struct sock *sk, __u8 new_state)       \
 	{                                                                      \
 		cubic_set_state(sk, new_state);                                \
 	}                                                                      \
-	SEC("struct_ops/" #NAME "_undo_cwnd")                                  \
-	__u32 BPF_PROG(NAME##_undo_cwnd, struct sock *sk)                      \
-	{                                                                      \
-		return cubic_undo_cwnd(sk);                                    \
-	}
-
-#define SW_CUBIC_SHARED_OPS(NAME)                                              \
-	SW_CUBIC_STATE_AND_UNDO_OPS(NAME)                                      \
 	SEC("struct_ops/" #NAME "_pkts_acked")                                 \
 	void BPF_PROG(NAME##_pkts_acked, struct sock *sk,                      \
 		      const struct ack_sample *sample)                         \
 	{                                                                      \
 		cubic_pkts_acked(sk, sample);                                  \
+	}                                                                      \
+	SEC("struct_ops/" #NAME "_undo_cwnd")                                  \
+	__u32 BPF_PROG(NAME##_undo_cwnd, struct sock *sk)                      \
+	{                                                                      \
+		return cubic_undo_cwnd(sk);                                    \
 	}
 
 #endif

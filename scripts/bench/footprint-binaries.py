@@ -14,7 +14,10 @@ time for a C program that only listens and notifies.
 
 Usage: footprint-binaries.py ROUNDS LABEL=BINARY [LABEL=BINARY ...]
 The relay runs the bench's minimal config (one HTTP CONNECT listener, admin
-on, route direct) on loopback ports 17000/17050. Prints one row per
+on, route direct) on loopback ports 17000/17050, in a network namespace of
+its own (`swfb-<pid>`, removed on every exit; since 2026-11-28: earlier runs
+used the host's loopback). `ip netns exec` runs inside the timed span, for
+every binary alike. Prints one row per
 measurement (round label metric value unit) and medians at the end.
 """
 import os
@@ -26,6 +29,7 @@ import tempfile
 import time
 
 NOTIFY = os.path.join(tempfile.gettempdir(), f"footprint-notify-{os.getpid()}.sock")
+NETNS = f"swfb-{os.getpid()}"
 
 CONFIG = """name = "footprint"
 admin = "127.0.0.1:17050"
@@ -80,7 +84,8 @@ def one(binary, cfg):
     def just_before_exec():
         os.write(clock_w, str(time.monotonic_ns()).encode())
 
-    p = subprocess.Popen([binary, "relay", "--config", cfg], stdout=subprocess.DEVNULL,
+    p = subprocess.Popen(["ip", "netns", "exec", NETNS, binary, "relay", "--config", cfg],
+                         stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, preexec_fn=just_before_exec,
                          env=dict(os.environ, RUST_LOG="warn", NOTIFY_SOCKET=NOTIFY))
     try:
@@ -114,6 +119,21 @@ def main():
         size = subprocess.run(["size", b], capture_output=True, text=True).stdout.splitlines()[-1].split()
         print(f"# {label}: {b}, text {size[0]} data {size[1]} bss {size[2]} bytes")
     rows = []
+    subprocess.run(["ip", "netns", "add", NETNS], check=True)
+    try:
+        subprocess.run(["ip", "-n", NETNS, "link", "set", "lo", "up"], check=True)
+        measure(rounds, bins, cfg, rows)
+    finally:
+        subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
+    print(f"# load after {open('/proc/loadavg').read().split()[:3]}")
+    for label, _ in bins:
+        for metric in ("ready_ms", "rss_kb", "rss_anon_kb", "rss_file_kb", "pss_kb", "minflt", "majflt"):
+            v = [x for l, m, x in rows if l == label and m == metric]
+            extra = f" min {min(v):.3f}" if metric == "ready_ms" else ""
+            print(f"# {label} {metric} median {statistics.median(v):.3f}{extra}")
+
+
+def measure(rounds, bins, cfg, rows):
     for r in range(1, rounds + 1):
         for label, b in (bins if r % 2 else bins[::-1]):
             ready, st = one(b, cfg)
@@ -123,12 +143,6 @@ def main():
                                         ("majflt", st["majflt"], "faults")):
                 print(f"{r} {label} {metric} {value} {unit}")
                 rows.append((label, metric, float(value)))
-    print(f"# load after {open('/proc/loadavg').read().split()[:3]}")
-    for label, _ in bins:
-        for metric in ("ready_ms", "rss_kb", "rss_anon_kb", "rss_file_kb", "pss_kb", "minflt", "majflt"):
-            v = [x for l, m, x in rows if l == label and m == metric]
-            extra = f" min {min(v):.3f}" if metric == "ready_ms" else ""
-            print(f"# {label} {metric} median {statistics.median(v):.3f}{extra}")
 
 
 if __name__ == "__main__":

@@ -66,10 +66,11 @@ pub struct LearnedWindow {
     /// The path's bandwidth-delay product without its queue (the best
     /// measurement since the last loss), at `min_rtt`.
     pub bdp_segments: u32,
-    /// The saving connection's minimum RTT: the path's, without queueing.
+    /// The minimum RTT of the connection that measured the BDP: the
+    /// path's, without queueing.
     pub min_rtt: Duration,
     pub age: Duration,
-    /// The saving connection left slow start (a loss or HyStart), so the
+    /// A saving connection left slow start (a loss or HyStart), so the
     /// window is a capacity estimate rather than how far it got.
     pub capacity_estimate: bool,
 }
