@@ -1727,6 +1727,12 @@ mod tests {
         assert_eq!(v4_over_v6.model.relay_leg_mss, Some(1428));
         assert_eq!(v6_over_v4.model.relay_leg_mss, Some(1448));
         assert_eq!(v6.model.relay_leg_mss, None);
+        // Turbo-Start's "bdp" window counts the legs' segments:
+        // 100 Mbit/s x 215 ms is 1,857 of 1,448 bytes, 1,883 of 1,428.
+        assert_eq!(v4.model.turbo_initcwnd, 1857);
+        assert_eq!(v6_over_v4.model.turbo_initcwnd, 1857);
+        assert_eq!(v6.model.turbo_initcwnd, 1883);
+        assert_eq!(v4_over_v6.model.turbo_initcwnd, 1883);
     }
 
     #[test]

@@ -254,6 +254,9 @@ pub struct Chain {
     /// Per link: its handovers, if it has them (the model sees its first
     /// RTT only).
     pub handovers: Vec<Option<Handover>>,
+    /// `turbo_initcwnd = "bdp"`: the window is the relay leg's BDP in the
+    /// legs' segments, so a family with other segments gets its own.
+    pub turbo_at_bdp: bool,
 }
 
 /// A link's handovers: every `every`, the next RTT of `rtts`, with `loss`
@@ -280,6 +283,11 @@ impl Chain {
         let mss_v4 = self.model.mss;
         c.model.mss = family.ends.mss(mss_v4);
         c.model.relay_leg_mss = (family.legs != family.ends).then(|| family.legs.mss(mss_v4));
+        if self.turbo_at_bdp
+            && let Some(window) = model::turbo_window(&c.model_links(), family.legs.mss(mss_v4))
+        {
+            c.model.turbo_initcwnd = window;
+        }
         std::borrow::Cow::Owned(c)
     }
 
@@ -841,6 +849,7 @@ fn validate(file: ScenarioFile, origin: &str) -> Result<Scenario, ScenarioError>
             model,
             relay_congestion: congestions,
             handovers,
+            turbo_at_bdp: turbo_bdp,
         };
         if turbo_bdp {
             let links = chain.model_links();
