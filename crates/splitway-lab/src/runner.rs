@@ -365,14 +365,7 @@ fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<Chain
             .iter()
             .map(|&size| Measurement::unmeasured(chain, config, size))
             .collect();
-        let available = availability(config).and_then(|()| match (config, family.ends) {
-            (Config::Agent, Family::V6) => Err(
-                "the agent's IPv6 destination option (23 bytes) does not fit beside Linux's \
-                 SYN options: its connections go direct (docs/syn-option.md)"
-                    .to_owned(),
-            ),
-            _ => Ok(()),
-        });
+        let available = availability(config);
         if let Err(reason) = available {
             for row in &mut rows {
                 row.note = Some(reason.clone());
@@ -1309,15 +1302,23 @@ fn leg_congestion(chain: &Chain, link: usize) -> &'static str {
         .map_or(RELAY_CONGESTION, Congestion::name)
 }
 
+/// The client's and the server's addresses in the ends' family.
+#[derive(Debug, Clone, Copy)]
+struct EndAddrs {
+    client: IpAddr,
+    server: IpAddr,
+}
+
 fn relay_config(
     relays: &[Host],
     i: usize,
     psk: &Path,
     accel: Accel,
     chain: &Chain,
-    client: IpAddr,
+    ends: EndAddrs,
     family: Families,
 ) -> Result<String, LabError> {
+    let EndAddrs { client, server } = ends;
     use crate::testbed::config::{
         self as testbed, Intercept, ListenMode, RawAccel, RawListener, RawPeer, RawRoute,
         RawTuning, RawTurbo,
@@ -1344,10 +1345,15 @@ fn relay_config(
                 l
             }
             // `watch`: the detector reads the destination from the SYN.
+            // An IPv6 destination rides the indexed form: its full form
+            // does not fit beside Linux's own SYN options.
             Ingress::Agent => {
                 let mut l = RawListener::new(ListenMode::SynOption, any(SYNOPT_PORT));
                 l.allow_clients = vec![family.ends.host_prefix(client)];
                 l.watch = vec![DEV_LEFT.into()];
+                if let Some(prefix) = agent_v6_prefix(server) {
+                    l.syn_option_prefixes = vec![format!("{AGENT_V6_INDEX}={prefix}")];
+                }
                 l
             }
         }
@@ -1454,7 +1460,18 @@ fn setup_splitway(
             .map_err(|e| LabError::peer("sysctl", relay.name(), e.to_string()))?;
     }
     for (i, relay) in relays.iter().enumerate().rev() {
-        let conf = relay_config(relays, i, &psk, accel, chain, client, family)?;
+        let conf = relay_config(
+            relays,
+            i,
+            &psk,
+            accel,
+            chain,
+            EndAddrs {
+                client,
+                server: server_addr,
+            },
+            family,
+        )?;
         let path = dir.join(format!("relay-{}.toml", relay.name()));
         write_file(&path, conf.as_bytes())?;
         let mut cmd = relay.netns().command(&bin.to_string_lossy());
@@ -1570,11 +1587,7 @@ fn setup_splitway(
             Some(AgentGuard::enable(
                 &bin,
                 dir,
-                &format!(
-                    "{}={}",
-                    family.ends.host_prefix(server_addr),
-                    SocketAddr::new(first, SYNOPT_PORT)
-                ),
+                &agent_route(server_addr, first),
             )?),
         ),
     };
@@ -1599,6 +1612,32 @@ fn setup_splitway(
         agent,
         _procs: procs,
     })
+}
+
+/// The index of the server's IPv6 prefix in the agent's route and the
+/// relay's `syn_option_prefixes`.
+const AGENT_V6_INDEX: u8 = 1;
+
+/// The server's /64, which the agent's IPv6 route and the relay's
+/// `syn_option_prefixes` name by index; None for IPv4.
+fn agent_v6_prefix(server: IpAddr) -> Option<String> {
+    let IpAddr::V6(v6) = server else {
+        return None;
+    };
+    let mut segments = v6.segments();
+    segments[4..].fill(0);
+    Some(format!("{}/64", std::net::Ipv6Addr::from(segments)))
+}
+
+/// `splitway agent --route` sending connections to `server` through the
+/// syn-option listener at `relay`: IPv4 in the option's full form, IPv6 in
+/// the indexed one (7 + 8 bytes for a /64).
+fn agent_route(server: IpAddr, relay: IpAddr) -> String {
+    let listener = SocketAddr::new(relay, SYNOPT_PORT);
+    match agent_v6_prefix(server) {
+        Some(prefix) => format!("{prefix}={listener}#{AGENT_V6_INDEX}"),
+        None => format!("{server}/32={listener}"),
+    }
 }
 
 /// `splitway agent` enabled for a cgroup of its own (curl joins it);
