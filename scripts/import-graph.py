@@ -294,16 +294,18 @@ LAYERS = {
     "splitway-relay": [
         # byte helpers, the stop watch, syn-option destinations
         ["bytes.rs", "shutdown.rs", "syn_dst.rs", "source.rs"],
-        # the config file: raw layer, validators, source, diff
-        ["config/"],
+        # the config file: raw layer, validators, source, diff; a room's
+        # resolution of its own keys, which config/accel.rs calls
+        ["config/", "loss_isolation/config.rs", "tfo/config.rs"],
         # one area each, built from the config, taking no `Shared`; the
         # typed errors, which wrap some areas' errors
         [
             "policy.rs", "tls.rs", "leg_io.rs", "congestion.rs", "tuning.rs", "transparent.rs",
             "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn/",
-            "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs", "pool.rs",
+            "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs",
             "paths/", "accel.rs", "preflight.rs", "error.rs", "access_log.rs",
-            "guessing.rs", "loss_isolation/",
+            "guessing.rs", "loss_isolation/", "tfo/", "learned_window/", "pool/",
+            "proxy_header/", "rooms.rs",
         ],
         # the snapshot: `Shared` and what it holds
         ["state.rs"],

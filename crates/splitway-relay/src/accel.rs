@@ -10,9 +10,7 @@ use splitway_api as api;
 use splitway_control::metrics::{AccelName, AccelState, Metrics};
 
 use crate::config::{Config, LEARNED_WINDOW_CC, LOSS_TOLERANT_CC, Switch};
-
-/// The sysctl file that holds `tcp_fastopen` also holds the fix.
-const TFO_FIX: &str = "set net.ipv4.tcp_fastopen = 3 (deploy/sysctl.d/60-splitway-tfo.conf)";
+use crate::tfo;
 
 /// One acceleration's effective state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,8 +26,8 @@ pub struct Entry {
 /// What the host allows, read once at start (or by `--check`).
 #[derive(Debug, Clone)]
 pub struct HostFacts {
-    /// `net.ipv4.tcp_fastopen` of this network namespace (None: unreadable).
-    pub tcp_fastopen: Option<u32>,
+    /// `net.ipv4.tcp_fastopen` of this network namespace.
+    pub tfo: tfo::Sysctl,
     /// Outcome of loading (`--check`: probing) the early-SYN detector, when
     /// it was tried; None when it was not tried (yet).
     pub early_syn: Option<Result<String, String>>,
@@ -47,27 +45,16 @@ impl HostFacts {
     /// The TFO sysctl as it is now; the detector not tried.
     pub fn read() -> HostFacts {
         HostFacts {
-            tcp_fastopen: splitway_sys::sock::fastopen_sysctl(),
+            tfo: tfo::Sysctl::read(),
             early_syn: None,
             hello_register: None,
             learned_window: None,
         }
     }
 
-    fn tfo(&self, bit: u32) -> bool {
-        self.tcp_fastopen.is_some_and(|v| v & bit != 0)
-    }
-
-    fn tfo_text(&self) -> String {
-        match self.tcp_fastopen {
-            Some(v) => format!("net.ipv4.tcp_fastopen = {v}"),
-            None => "net.ipv4.tcp_fastopen unreadable".into(),
-        }
-    }
-
     /// Whether fresh peer legs this relay dials send their Hello in the SYN.
     pub fn peer_fast_open(&self, cfg: &Config) -> bool {
-        cfg.accel.zero_rtt && self.tfo(1)
+        cfg.accel.zero_rtt && self.tfo.client()
     }
 }
 
@@ -259,94 +246,32 @@ fn zero_rtt(cfg: &Config, host: &HostFacts) -> Entry {
     }
 }
 
-/// TFO on peer legs: the dialing end needs the client bit, the accepting
-/// end the server bit.
+/// TFO on peer legs (`tfo::plan::peer`).
 fn tfo_peer(cfg: &Config, host: &HostFacts) -> Entry {
-    use AccelState::{Active, Off, Unavailable};
-    let r = cfg.accel.requested.zero_rtt;
     let (plain_dials, plain_accepts) = plain_peer_legs(cfg);
-    let mut missing = Vec::new();
-    if plain_dials && !host.tfo(1) {
-        missing.push("the client bit (1): Hellos to peers leave after the handshake");
-    }
-    if plain_accepts && !host.tfo(2) {
-        missing.push("the server bit (2): upstream relays' Hellos arrive after the handshake");
-    }
-    let (state, reason) = if !cfg.accel.zero_rtt {
-        (
-            Off,
-            "needs zero_rtt (the Hello is what rides the SYN)".into(),
-        )
-    } else if !plain_dials && !plain_accepts {
-        (Off, "no plain (non-TLS) peer legs".into())
-    } else if missing.is_empty() {
-        (
-            Active,
-            format!(
-                "Hellos ride the SYN once a cookie is held ({})",
-                host.tfo_text()
-            ),
-        )
-    } else {
-        (
-            Unavailable,
-            format!(
-                "{} lacks {}; {TFO_FIX}",
-                host.tfo_text(),
-                missing.join(", and ")
-            ),
-        )
-    };
-    entry(AccelName::TfoPeer, r, state, reason)
+    let (state, reason) = tfo::plan::peer(cfg.accel.zero_rtt, plain_dials, plain_accepts, host.tfo);
+    entry(
+        AccelName::TfoPeer,
+        cfg.accel.requested.zero_rtt,
+        state,
+        reason,
+    )
 }
 
 /// TFO from clients; follows the one `[accel] tfo` switch with
 /// [`tfo_server`].
 fn tfo_client(cfg: &Config, host: &HostFacts) -> Entry {
-    use AccelState::{Active, Off, Unavailable};
     let r = cfg.accel.requested.tfo;
     let client_facing = cfg.listeners.iter().any(|l| !l.mode.accepts_relays());
-    let (state, reason) = if !cfg.accel.tfo {
-        (Off, off_reason(r, "tfo", ""))
-    } else if !client_facing {
-        (Off, "no client-facing listener".into())
-    } else if host.tfo(2) {
-        (
-            Active,
-            "clients that send data in their SYN are accepted at the SYN".into(),
-        )
-    } else {
-        (
-            Unavailable,
-            format!("{} lacks the server bit (2); {TFO_FIX}", host.tfo_text()),
-        )
-    };
+    let (state, reason) =
+        tfo::plan::from_clients(cfg.accel.tfo, r == Switch::Off, client_facing, host.tfo);
     entry(AccelName::TfoClient, r, state, reason)
 }
 
 /// TFO to servers.
 fn tfo_server(cfg: &Config, host: &HostFacts) -> Entry {
-    use AccelState::{Active, Off, Unavailable};
     let r = cfg.accel.requested.tfo;
-    let (state, reason) = if !cfg.accel.tfo_direct {
-        (
-            Off,
-            match r {
-                Switch::Off => "turned off ([accel] tfo = false)".into(),
-                _ => "opt-in only ([accel] tfo = true): SYN data can be replayed to a server that did not ask for TFO, and middleboxes towards arbitrary servers drop such SYNs".into(),
-            },
-        )
-    } else if host.tfo(1) {
-        (
-            Active,
-            "the client's first bytes ride the SYN to servers whose cookie is held".into(),
-        )
-    } else {
-        (
-            Unavailable,
-            format!("{} lacks the client bit (1); {TFO_FIX}", host.tfo_text()),
-        )
-    };
+    let (state, reason) = tfo::plan::to_servers(cfg.accel.tfo_direct, r == Switch::Off, host.tfo);
     entry(AccelName::TfoServer, r, state, reason)
 }
 

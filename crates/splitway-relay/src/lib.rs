@@ -62,6 +62,7 @@ pub mod state;
 pub mod strict;
 pub mod syn_dst;
 pub mod syn_start;
+pub mod tfo;
 pub mod tls;
 pub mod transparent;
 pub mod tuning;

@@ -49,8 +49,9 @@ pub(super) fn accel(
         Switch::Auto => !peers.is_empty(),
         s => s == Switch::On,
     };
-    accel.tfo = accel.requested.tfo != Switch::Off;
-    accel.tfo_direct = accel.requested.tfo == Switch::On;
+    let tfo = crate::tfo::config::resolve(raw.tfo);
+    accel.tfo = tfo.from_clients;
+    accel.tfo_direct = tfo.to_servers;
     accel.zero_rtt = accel.requested.zero_rtt != Switch::Off;
     if let Some(t) = raw.zero_rtt_window
         && let Some(d) = c.duration("accel.zero_rtt_window", &t)

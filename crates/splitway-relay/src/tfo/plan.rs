@@ -1,0 +1,140 @@
+//! TFO's three lines of `--check` and `ctl status`: each gives its state
+//! and the reason, in words an operator can act on.
+
+use splitway_control::metrics::AccelState::{self, Active, Off, Unavailable};
+
+use super::{FIX, Sysctl};
+
+/// TFO on peer legs: the 0-RTT Hello rides the SYN. The dialing end needs
+/// the client bit, the accepting end the server bit. `plain_dials` and
+/// `plain_accepts`: this relay dials, and accepts, plain (non-TLS) peer legs.
+pub fn peer(
+    zero_rtt: bool,
+    plain_dials: bool,
+    plain_accepts: bool,
+    host: Sysctl,
+) -> (AccelState, String) {
+    let mut missing = Vec::new();
+    if plain_dials && !host.client() {
+        missing.push("the client bit (1): Hellos to peers leave after the handshake");
+    }
+    if plain_accepts && !host.server() {
+        missing.push("the server bit (2): upstream relays' Hellos arrive after the handshake");
+    }
+    if !zero_rtt {
+        (
+            Off,
+            "needs zero_rtt (the Hello is what rides the SYN)".into(),
+        )
+    } else if !plain_dials && !plain_accepts {
+        (Off, "no plain (non-TLS) peer legs".into())
+    } else if missing.is_empty() {
+        (
+            Active,
+            format!(
+                "Hellos ride the SYN once a cookie is held ({})",
+                host.describe()
+            ),
+        )
+    } else {
+        (
+            Unavailable,
+            format!(
+                "{} lacks {}; {FIX}",
+                host.describe(),
+                missing.join(", and ")
+            ),
+        )
+    }
+}
+
+/// TFO from clients: `on` as `[accel] tfo` resolved, `turned_off` when
+/// the file says `tfo = false`; `client_facing`: a listener other than
+/// peer.
+pub fn from_clients(
+    on: bool,
+    turned_off: bool,
+    client_facing: bool,
+    host: Sysctl,
+) -> (AccelState, String) {
+    if !on {
+        (Off, turned_off_reason(turned_off, ""))
+    } else if !client_facing {
+        (Off, "no client-facing listener".into())
+    } else if host.server() {
+        (
+            Active,
+            "clients that send data in their SYN are accepted at the SYN".into(),
+        )
+    } else {
+        (
+            Unavailable,
+            format!("{} lacks the server bit (2); {FIX}", host.describe()),
+        )
+    }
+}
+
+/// TFO to servers: opt-in only (`config::Resolved::to_servers`).
+pub fn to_servers(on: bool, turned_off: bool, host: Sysctl) -> (AccelState, String) {
+    if !on {
+        (
+            Off,
+            turned_off_reason(
+                turned_off,
+                "opt-in only ([accel] tfo = true): SYN data can be replayed to a server that did not ask for TFO, and middleboxes towards arbitrary servers drop such SYNs",
+            ),
+        )
+    } else if host.client() {
+        (
+            Active,
+            "the client's first bytes ride the SYN to servers whose cookie is held".into(),
+        )
+    } else {
+        (
+            Unavailable,
+            format!("{} lacks the client bit (1); {FIX}", host.describe()),
+        )
+    }
+}
+
+fn turned_off_reason(turned_off: bool, otherwise: &str) -> String {
+    if turned_off {
+        "turned off ([accel] tfo = false)".into()
+    } else {
+        otherwise.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_line_names_the_missing_bit_and_the_fix() {
+        let client_only = Sysctl(Some(1));
+        let (state, why) = peer(true, true, true, client_only);
+        assert_eq!(state, Unavailable);
+        assert!(
+            why.contains("the server bit (2)") && why.contains(FIX),
+            "{why}"
+        );
+        assert_eq!(peer(true, true, false, client_only).0, Active);
+        assert_eq!(peer(false, true, true, Sysctl(Some(3))).0, Off);
+        assert_eq!(peer(true, false, false, Sysctl(Some(3))).0, Off);
+
+        let (state, why) = from_clients(true, false, true, client_only);
+        assert_eq!(state, Unavailable);
+        assert!(why.contains("lacks the server bit (2)"), "{why}");
+        assert_eq!(from_clients(true, false, false, client_only).0, Off);
+        assert_eq!(
+            from_clients(false, true, true, client_only),
+            (Off, "turned off ([accel] tfo = false)".into())
+        );
+
+        let (state, why) = to_servers(false, false, client_only);
+        assert_eq!(state, Off);
+        assert!(why.starts_with("opt-in only"), "{why}");
+        assert_eq!(to_servers(true, false, client_only).0, Active);
+        assert_eq!(to_servers(true, false, Sysctl(Some(2))).0, Unavailable);
+    }
+}
