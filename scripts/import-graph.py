@@ -509,14 +509,14 @@ def self_test():
     assert run(parent) == [["c/d.rs", "c/mod.rs"]], run(parent)
     # The layering rule: state.rs may not import a module taking a `&Shared`.
     relay = {
-        "lib.rs": "pub mod state;\npub mod pool;\n",
-        "state.rs": "use crate::pool::Pool;\npub struct Shared { pub pool: Pool }\n",
-        "pool.rs": "pub struct Pool;\n",
+        "lib.rs": "pub mod state;\npub mod guessing;\n",
+        "state.rs": "use crate::guessing::Pool;\npub struct Shared { pub pool: Pool }\n",
+        "guessing.rs": "pub struct Pool;\n",
     }
     assert run(relay, "splitway-relay") == [], run(relay, "splitway-relay")
-    broken = dict(relay, **{"pool.rs": "pub struct Pool;\npub fn f(_: &crate::state::Shared) {}\n"})
+    broken = dict(relay, **{"guessing.rs": "pub struct Pool;\npub fn f(_: &crate::state::Shared) {}\n"})
     assert len(run(broken, "splitway-relay")) == 2, run(broken, "splitway-relay")
-    # The upward count: pool.rs (an area) importing state.rs (above it).
+    # The upward count: guessing.rs (an area) importing state.rs (above it).
     with tempfile.TemporaryDirectory() as root:
         for rel, text in broken.items():
             path = os.path.join(root, "src", rel)
@@ -524,7 +524,7 @@ def self_test():
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
         edges = Crate("splitway-relay", os.path.join(root, "src")).graph()
-        assert upward_imports("splitway-relay", edges) == [("pool.rs", "state.rs")], edges
+        assert upward_imports("splitway-relay", edges) == [("guessing.rs", "state.rs")], edges
     # A circle between top-level modules that no two files close: a/x.rs ->
     # b.rs -> a/y.rs. Found at module level only; a baseline holding it (or a
     # larger circle) lets it pass, a smaller one does not.
