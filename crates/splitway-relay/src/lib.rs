@@ -66,6 +66,7 @@ pub mod tfo;
 pub mod tls;
 pub mod transparent;
 pub mod tuning;
+pub mod turbo;
 
 pub use config::Config;
 pub use error::{ConnError, Culprit, RelayError};

@@ -1,7 +1,6 @@
 //! The relay as a whole: binds listeners, installs interception, serves the
 //! admin API, runs accept loops, and drains on shutdown.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -12,7 +11,6 @@ use splitway_control::metrics::{AccelName, AccelState, Metrics};
 use splitway_sys::bpf::SynWatch;
 use splitway_sys::nfqueue::NfQueue;
 use splitway_sys::tproxy::{InterceptSpec, Interception, StrictRules, StrictSpec};
-use splitway_sys::turbo::TurboRoute;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -36,7 +34,6 @@ use crate::syn_start::{self, EarlyLegs};
 // of this module (code written against the old layout keeps compiling).
 pub(crate) use crate::pool::new_pool;
 pub use crate::shutdown::stopped;
-pub(crate) use crate::state::install_turbo;
 pub use crate::state::{Cached, Current, Shared};
 
 /// How the process around the relay hands it what it owns.
@@ -110,7 +107,11 @@ impl Relay {
             .map(|p| new_pool(&cfg, p, &rooms.kept.pools))
             .collect();
         let (early, syn_watch) = start_early_syn(&cfg, rooms.early_syn, &mut host);
-        let turbo_routes = install_turbo_routes(&cfg)?;
+        rooms
+            .kept
+            .turbo
+            .install_at_start(&cfg)
+            .map_err(|e| RelayError::Internal(e.to_string()))?;
         let hellos = start_hellos(&cfg, &mut host);
         let strict = match (&early, strict_queue) {
             (Some(early), Some(queue)) => {
@@ -141,7 +142,6 @@ impl Relay {
             own: Arc::new(own),
             host: Arc::new(host_addrs),
             upstreams: Arc::default(),
-            turbo_routes: Arc::new(std::sync::Mutex::new(turbo_routes)),
             limiter: ConnLimiter::with_descriptor_cap(cfg.limits, descriptor_cap),
             live: Arc::new(Live::new(&cfg)),
             conns: Arc::new(ConnRegistry::default()),
@@ -272,7 +272,7 @@ impl Relay {
         // clients retransmit).
         drop(self.strict.take());
         stop_intercepting_new(&mut self.interceptions);
-        self.shared.turbo_routes.lock().expect("turbo lock").clear();
+        self.shared.rooms.turbo.clear();
 
         // Every open connection holds a limiter permit until its task ends
         // (or, still being admitted, an admission).
@@ -691,37 +691,6 @@ fn start_early_syn(
     }
 }
 
-/// Turbo-start routes to every relay we talk to: configured peers, and
-/// upstream relays' allowed prefixes (others are learned when they
-/// authenticate).
-fn install_turbo_routes(cfg: &Config) -> Result<HashMap<IpAddr, TurboRoute>, RelayError> {
-    let mut turbo_routes = HashMap::new();
-    if let Some(t) = cfg.accel.turbo {
-        let peer_prefixes = cfg
-            .listeners
-            .iter()
-            .filter(|l| l.mode.accepts_relays())
-            .flat_map(|l| l.allow_clients.iter());
-        for (addr, len) in cfg
-            .peers
-            .iter()
-            .map(|p| (p.addr.ip().to_canonical(), None))
-            .chain(peer_prefixes.map(|n| (n.addr(), Some(n.prefix_len()))))
-        {
-            let r = install_turbo(addr, len, t)
-                .map_err(|e| RelayError::Internal(format!("turbo-start route to {addr}: {e}")))?;
-            info!(
-                route = r.destination(),
-                initcwnd = t.initcwnd,
-                initrwnd = t.initrwnd,
-                "turbo-start route installed"
-            );
-            turbo_routes.insert(addr, r);
-        }
-    }
-    Ok(turbo_routes)
-}
-
 /// The replay window of 0-RTT Hellos and what guards it (in `host`).
 fn start_hellos(cfg: &Config, host: &mut HostFacts) -> Option<Arc<HelloWindow>> {
     let hello_listeners = accel::hello_listeners(cfg);
@@ -787,6 +756,7 @@ pub fn metrics_with_rooms<'a>(
         ),
         pools: crate::pool::PoolFamilies::register(r),
         proxy_protocol: crate::proxy_header::ProxyProtocolMetrics::register(r),
+        turbo: crate::turbo::TurboRoutes::default(),
     };
     let rooms = RoomMetrics {
         strict: crate::strict::StrictMetrics::register(r),

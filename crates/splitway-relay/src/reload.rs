@@ -26,7 +26,7 @@ use crate::config::diff::{self, Running, same_dialing};
 use crate::config::{Config, ConfigErrors};
 use crate::pool::PeerPool;
 use crate::pool::new_pool;
-use crate::state::{Current, Shared, install_turbo};
+use crate::state::{Current, Shared};
 
 /// Why a reload changed nothing.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +203,7 @@ impl Reloader {
         if self.syn_watch {
             old.live.set_early_syn(cfg.accel.early_syn);
         }
-        follow_turbo_routes(&old, &cfg);
+        old.rooms.turbo.follow_reload(&old.cfg, &cfg);
         let next = Arc::new(old.successor(cfg, pools));
         let generation = next.generation;
         self.current.store(next);
@@ -269,38 +269,6 @@ fn reuse_or_start_pools(
         stays
     });
     pools
-}
-
-/// Turbo-start routes follow the peers: routes to peers the new file no
-/// longer has go now, not at exit (an upstream relay at the same address
-/// learns its route again when it next authenticates); new peers get one.
-fn follow_turbo_routes(old: &Shared, cfg: &Config) {
-    {
-        let mut routes = old.turbo_routes.lock().expect("turbo lock");
-        for p in &old.cfg.peers {
-            let addr = p.addr.ip().to_canonical();
-            let kept = cfg.peers.iter().any(|n| n.addr.ip().to_canonical() == addr);
-            if !kept && routes.remove(&addr).is_some() {
-                info!(peer = %p.name, %addr, "reload: turbo-start route to a removed peer removed");
-            }
-        }
-    }
-    if let Some(t) = cfg.accel.turbo {
-        let mut routes = old.turbo_routes.lock().expect("turbo lock");
-        for p in &cfg.peers {
-            let addr = p.addr.ip().to_canonical();
-            if routes.contains_key(&addr) {
-                continue;
-            }
-            match install_turbo(addr, None, t) {
-                Ok(r) => {
-                    info!(peer = %p.name, route = r.destination(), "turbo-start route installed");
-                    routes.insert(addr, r);
-                }
-                Err(e) => warn!(peer = %p.name, error = %e, "cannot install turbo-start route"),
-            }
-        }
-    }
 }
 
 /// What runs now, where it may differ from the file (`PUT /params`).

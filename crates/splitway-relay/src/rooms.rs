@@ -8,6 +8,7 @@ use crate::learned_window::LearnedWindows;
 use crate::loss_isolation::LossyClients;
 use crate::pool::PoolFamilies;
 use crate::proxy_header::ProxyProtocolMetrics;
+use crate::turbo::TurboRoutes;
 
 pub struct Rooms {
     /// Clients whose client legs lose data without queueing
@@ -19,4 +20,7 @@ pub struct Rooms {
     pub pools: PoolFamilies,
     /// PROXY headers refused by listeners with `accept_proxy_protocol`.
     pub proxy_protocol: ProxyProtocolMetrics,
+    /// Turbo-Start's routes (`[accel.turbo]`): installed at start, by
+    /// upstream relays that authenticate and by reloads.
+    pub turbo: TurboRoutes,
 }

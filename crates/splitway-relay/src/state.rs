@@ -13,11 +13,9 @@ use std::time::{Duration, Instant};
 use splitway_api as api;
 use splitway_control::metrics::{AccelName, AccelState, Metrics, Mode};
 use splitway_proto::Destination;
-use splitway_sys::turbo::{self, TurboRoute, Windows};
-use tracing::{info, warn};
 
 use crate::accel::AccelStatus;
-use crate::config::{Config, ListenMode, Turbo, Via};
+use crate::config::{Config, ListenMode, Via};
 use crate::early_syn::EarlyStarts;
 use crate::forward::Counters;
 use crate::limits::ConnLimiter;
@@ -46,8 +44,6 @@ pub struct Shared {
     pub live: Arc<Live>,
     /// Open connections, for `GET /connections`.
     pub conns: Arc<ConnRegistry>,
-    /// Turbo-start routes, by destination; removed when the relay stops.
-    pub turbo_routes: Arc<std::sync::Mutex<HashMap<IpAddr, TurboRoute>>>,
     /// 0 for the config the relay started with, +1 per applied reload.
     pub generation: u64,
     /// Replay window for 0-RTT peer Hellos, when `[accel] zero_rtt` is on.
@@ -162,7 +158,6 @@ impl Shared {
             limiter: self.limiter.clone(),
             live: self.live.clone(),
             conns: self.conns.clone(),
-            turbo_routes: self.turbo_routes.clone(),
             generation: self.generation + 1,
             hellos: self.hellos.clone(),
             accept_paths: self.accept_paths.clone(),
@@ -178,56 +173,11 @@ impl Shared {
 }
 
 impl Shared {
-    /// Makes sure the return direction to an upstream relay that just
-    /// authenticated gets turbo-start too. Its connections established
-    /// before this route existed keep the default window.
+    /// An upstream relay authenticated from `addr`: turbo-start for the
+    /// return direction too (`turbo::TurboRoutes::learn_upstream`).
     pub fn learn_upstream(&self, addr: IpAddr) {
-        let Some(turbo) = self.cfg.accel.turbo else {
-            return;
-        };
-        let addr = addr.to_canonical();
-        // Upstreams inside a configured prefix (routes installed at start)
-        // are settled without the lock every relay connection would take.
-        if self.turbo_prefix_covers(addr) {
-            return;
-        }
-        let mut routes = self.turbo_routes.lock().expect("turbo lock");
-        if routes.contains_key(&addr) {
-            return;
-        }
-        match install_turbo(addr, None, turbo) {
-            Ok(r) => {
-                info!(upstream = %addr, route = r.destination(), "turbo-start route installed for upstream relay");
-                routes.insert(addr, r);
-            }
-            Err(e) => warn!(upstream = %addr, error = %e, "cannot install turbo-start route"),
-        }
+        self.rooms.turbo.learn_upstream(&self.cfg, addr);
     }
-
-    fn turbo_prefix_covers(&self, addr: IpAddr) -> bool {
-        self.cfg
-            .listeners
-            .iter()
-            .filter(|l| l.mode.accepts_relays())
-            .flat_map(|l| l.allow_clients.iter())
-            .any(|n| n.contains(&addr))
-    }
-}
-
-pub(crate) fn install_turbo(
-    addr: IpAddr,
-    prefix: Option<u8>,
-    t: Turbo,
-) -> Result<TurboRoute, splitway_sys::SysError> {
-    let len = prefix.unwrap_or(if addr.is_ipv4() { 32 } else { 128 });
-    turbo::install(
-        addr,
-        len,
-        Windows {
-            initcwnd: t.initcwnd,
-            initrwnd: t.initrwnd,
-        },
-    )
 }
 
 impl Shared {
@@ -303,13 +253,7 @@ impl Shared {
                     initcwnd: t.initcwnd,
                     initrwnd: t.initrwnd,
                     buffer: t.buffer as u64,
-                    routes: self
-                        .turbo_routes
-                        .lock()
-                        .expect("turbo lock")
-                        .values()
-                        .map(|r| r.destination().to_owned())
-                        .collect(),
+                    routes: self.rooms.turbo.destinations(),
                 }),
             },
             connections_open: self.limiter.open() as u64,
