@@ -1743,6 +1743,25 @@ mod tests {
     }
 
     #[test]
+    fn the_agent_names_an_ipv6_server_by_its_prefix_index() {
+        let relay: IpAddr = "fd77::2".parse().expect("address");
+        let server: IpAddr = "fd77:2::2".parse().expect("address");
+        assert_eq!(agent_v6_prefix(server).as_deref(), Some("fd77:2::/64"));
+        assert_eq!(
+            agent_route(server, relay),
+            format!("fd77:2::/64=[fd77::2]:{SYNOPT_PORT}#{AGENT_V6_INDEX}")
+        );
+        // IPv4 keeps the option's full form: the host itself, no index.
+        let relay4: IpAddr = "10.77.0.2".parse().expect("address");
+        let server4: IpAddr = "10.77.2.2".parse().expect("address");
+        assert_eq!(agent_v6_prefix(server4), None);
+        assert_eq!(
+            agent_route(server4, relay4),
+            format!("10.77.2.2/32=10.77.0.2:{SYNOPT_PORT}")
+        );
+    }
+
+    #[test]
     fn a_mixed_chain_is_modelled_with_each_legs_segments() {
         let s = Scenario::load("paper-ktcp").expect("built in");
         let chain = &s.chains[0];
