@@ -175,30 +175,26 @@ fn check_rows(chain: &serde_json::Value, stdout: &str, text: &str) {
             "no table line for {config}:\n{stdout}"
         );
     }
-    // The README's minimal config (learned windows on the relay legs) is
-    // never much slower than every acceleration off: a window learned
-    // wrong (a stuck ssthresh, a retreat loop) costs whole round trips.
-    let total = |config: &str, size: u64| {
+    let median = |config: &str, size: u64, figure: &str| {
         rows.iter()
             .find(|r| r["config"] == config && r["size_bytes"] == size)
-            .and_then(|r| r["total_ms"]["median"].as_f64())
-            .expect("a measured total")
+            .and_then(|r| r[figure]["median"].as_f64())
+            .unwrap_or_else(|| panic!("a measured {figure} for {config} {size}"))
     };
+    let total = |config: &str, size: u64| median(config, size, "total_ms");
     // The agent's connections ride the relays (the destination in the SYN,
     // over IPv6 in the option's indexed form): a connection the agent left
     // direct would take e2e's handshake over the whole chain.
-    let ttfb = |config: &str| {
-        rows.iter()
-            .find(|r| r["config"] == config && r["size_bytes"] == SIZES[0])
-            .and_then(|r| r["ttfb_ms"]["median"].as_f64())
-            .expect("a measured TTFB")
-    };
+    let ttfb = |config: &str| median(config, SIZES[0], "ttfb_ms");
     assert!(
         ttfb("agent") < ttfb("e2e") - 3.0,
         "agent TTFB {} ms against e2e {} ms:\n{stdout}",
         ttfb("agent"),
         ttfb("e2e")
     );
+    // The README's minimal config (learned windows on the relay legs) is
+    // never much slower than every acceleration off: a window learned
+    // wrong (a stuck ssthresh, a retreat loop) costs whole round trips.
     for size in SIZES {
         let (default, split) = (total("default", size), total("split", size));
         assert!(

@@ -39,17 +39,12 @@ impl TurboRoutes {
         let Some(t) = cfg.accel.turbo else {
             return Ok(());
         };
-        let upstream_prefixes = cfg
-            .listeners
-            .iter()
-            .filter(|l| l.mode.accepts_relays())
-            .flat_map(|l| l.allow_clients.iter());
         let mut routes = self.lock();
         for (addr, len) in cfg
             .peers
             .iter()
             .map(|p| (p.addr.ip().to_canonical(), None))
-            .chain(upstream_prefixes.map(|n| (n.addr(), Some(n.prefix_len()))))
+            .chain(upstream_prefixes(cfg).map(|n| (n.addr(), Some(n.prefix_len()))))
         {
             let r = install(addr, len, t).map_err(|source| RouteRefused { addr, source })?;
             info!(
@@ -73,7 +68,7 @@ impl TurboRoutes {
         let addr = addr.to_canonical();
         // Upstreams inside a configured prefix (routes installed at start)
         // are settled without the lock every relay connection would take.
-        if upstream_prefix_covers(cfg, addr) {
+        if upstream_prefixes(cfg).any(|n| n.contains(&addr)) {
             return;
         }
         let mut routes = self.lock();
@@ -141,14 +136,13 @@ impl TurboRoutes {
     }
 }
 
-/// Whether `addr` lies in a prefix a peer listener allows (its route was
-/// installed at start).
-fn upstream_prefix_covers(cfg: &Config, addr: IpAddr) -> bool {
+/// The prefixes peer listeners allow upstream relays from: their routes
+/// are installed at start.
+fn upstream_prefixes(cfg: &Config) -> impl Iterator<Item = &ipnet::IpNet> {
     cfg.listeners
         .iter()
         .filter(|l| l.mode.accepts_relays())
         .flat_map(|l| l.allow_clients.iter())
-        .any(|n| n.contains(&addr))
 }
 
 /// One route to `addr`/`prefix` (the host's own length without one).
