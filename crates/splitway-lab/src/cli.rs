@@ -77,6 +77,10 @@ pub enum LabCommand {
         /// Write the fidelity report as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// The emulator's release quantum in µs (default 250; 0: a wake-up
+        /// at each packet's time).
+        #[arg(long)]
+        emulator_quantum_us: Option<u64>,
     },
     /// Learned relay-leg windows against a competing CUBIC flow and a
     /// capacity drop, beside the kernel's default (`make lab-window-safety`).
@@ -150,6 +154,12 @@ pub struct RunArgs {
     /// other), or all four. Default: the scenario's `families`, else v4.
     #[arg(long, value_enum)]
     pub family: Option<FamilyChoice>,
+    /// The emulator's release quantum in µs (default 250): packets coming
+    /// due within it of the last release share one wake-up. 0 wakes at each
+    /// packet's time, for comparison. Recorded in each link's
+    /// `release_quantum_us` in the JSON.
+    #[arg(long)]
+    pub emulator_quantum_us: Option<u64>,
 }
 
 /// `--family`.
@@ -193,6 +203,7 @@ impl RunArgs {
             relay_congestion: self.relay_congestion.or(outer.relay_congestion),
             loss_seed: self.loss_seed.or(outer.loss_seed),
             family: self.family.or(outer.family),
+            emulator_quantum_us: self.emulator_quantum_us.or(outer.emulator_quantum_us),
             out_dir: if self.out_dir.as_os_str() == RESULTS_DIR {
                 outer.out_dir.clone()
             } else {
@@ -236,7 +247,11 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
                 Scenario::what_if(&rtt, loss.as_deref(), rate.as_deref(), &sizes, &configs)?;
             execute(&scenario, &run)
         }
-        Some(LabCommand::Fidelity { quick, json }) => fidelity(quick, json),
+        Some(LabCommand::Fidelity {
+            quick,
+            json,
+            emulator_quantum_us,
+        }) => fidelity(quick, json, emulator_quantum_us),
         Some(LabCommand::Bench(bench)) => crate::bench::run(bench),
         Some(LabCommand::Load(load)) => Ok(crate::bench::loadgen::run(load)?),
         Some(LabCommand::Soak(soak)) => crate::soak::run(soak),
@@ -266,11 +281,18 @@ struct FidelityFile<'a> {
     report: &'a FidelityReport,
 }
 
-fn fidelity(quick: bool, json: Option<PathBuf>) -> Result<(), LabError> {
+fn fidelity(
+    quick: bool,
+    json: Option<PathBuf>,
+    emulator_quantum_us: Option<u64>,
+) -> Result<(), LabError> {
     if !runner::is_root() {
         return Err(LabError::NotRoot);
     }
     let mut options = FidelityOptions::default();
+    if let Some(us) = emulator_quantum_us {
+        options.release_quantum_ns = us * 1000;
+    }
     if quick {
         options.probe_time = std::time::Duration::from_secs(1);
         options.loss_packets = 20_000;
@@ -391,6 +413,7 @@ fn execute(scenario: &Scenario, run: &RunArgs) -> Result<(), LabError> {
             configs: Some(configs),
             progress: true,
             loss_seed: run.loss_seed,
+            emulator_quantum_us: run.emulator_quantum_us,
         };
         runner::run_scenario(scenario, &options)?
     };

@@ -11,6 +11,11 @@
 //!   the IP bytes the client's TUN device received over a window after
 //!   slow start, an independent kernel counter. Target: within ±3 %.
 //!
+//! - Burst: bursts of 1,857 full-size UDP datagrams (paper-ktcp's
+//!   relay-to-relay BDP, which `full` sends at once) written back to back
+//!   into a 1 Gbit/s link. Targets (issue #29): release lateness p99 at most
+//!   1 ms, and the emulator's CPU at most 5 µs per packet.
+//!
 //! Every row also carries the emulator's own self-check for that phase
 //! (lateness p99, unexpected drops); misses are always shown.
 
@@ -57,6 +62,17 @@ pub struct FidelityOptions {
     pub realtime_probes: bool,
     /// Run the emulator threads at SCHED_FIFO (the normal lab setting).
     pub realtime_emulator: bool,
+    /// The emulator's release quantum
+    /// ([`crate::emu::link::RELEASE_QUANTUM_NS`]; 0: none).
+    pub release_quantum_ns: u64,
+    /// Bursts of the burst phase, each `burst_packets` full-size datagrams
+    /// written at once into a `burst_rate_mbit` link, as a relay leg's
+    /// Turbo-Start window is.
+    pub bursts: u64,
+    /// paper-ktcp's relay-to-relay BDP (215 ms at 100 Mbit/s, 1,857
+    /// segments), which `full` sends at once.
+    pub burst_packets: u64,
+    pub burst_rate_mbit: f64,
 }
 
 /// SCHED_FIFO priority of the probe threads (the emulator runs at 50).
@@ -79,6 +95,10 @@ impl Default for FidelityOptions {
             rate_warmup: Duration::from_millis(1500),
             realtime_probes: true,
             realtime_emulator: true,
+            release_quantum_ns: crate::emu::link::RELEASE_QUANTUM_NS,
+            bursts: 20,
+            burst_packets: 1857,
+            burst_rate_mbit: 1000.0,
         }
     }
 }
@@ -219,6 +239,7 @@ pub fn run_fidelity(opts: FidelityOptions) -> Result<FidelityReport, EmuError> {
         &EmuOptions {
             seed: opts.seed,
             no_realtime: !opts.realtime_emulator,
+            release_quantum_ns: opts.release_quantum_ns,
         },
     )?;
     let mut checks = Vec::new();
@@ -371,6 +392,8 @@ pub fn run_fidelity(opts: FidelityOptions) -> Result<FidelityReport, EmuError> {
         phases.push((phase, stats));
     }
 
+    burst_phase(&mut topo, &opts, &mut checks, &mut phases)?;
+
     let realtime = phases
         .iter()
         .all(|(_, s)| s.links.iter().all(|l| l.realtime));
@@ -380,6 +403,65 @@ pub fn run_fidelity(opts: FidelityOptions) -> Result<FidelityReport, EmuError> {
         realtime,
         elapsed_s: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Bursts of full-size packets into a fast link, as a Turbo-Start window
+/// leaves a relay (issue #29, item 6): the release lateness p99 and the
+/// emulator's CPU per packet, against 1 ms and 5 µs.
+fn burst_phase(
+    topo: &mut Topology,
+    opts: &FidelityOptions,
+    checks: &mut Vec<FidelityCheck>,
+    phases: &mut Vec<(String, EmuStats)>,
+) -> Result<(), EmuError> {
+    if opts.bursts == 0 {
+        return Ok(());
+    }
+    let rtt = Duration::from_millis(20);
+    topo.set_link_drained(0, LinkSpec::wan(rtt, 0.0, opts.burst_rate_mbit))?;
+    topo.reset_stats();
+    // A burst leaves the link in packets × 12 µs at 1 Gbit/s; give it ten
+    // times that and the RTT.
+    let wire_ns = opts.burst_packets as f64 * 1500.0 * 8.0 / (opts.burst_rate_mbit * 1e6) * 1e9;
+    let drain = Duration::from_nanos((wire_ns * 10.0) as u64) + rtt + Duration::from_millis(200);
+    let (sent, received) = udp_bursts(topo, opts.bursts, opts.burst_packets, drain)?;
+    let stats = topo.stats();
+    let link = &stats.links[0];
+    let d = &link.forward;
+    let phase = format!(
+        "burst {}×{} at {:.0} Mb",
+        opts.bursts, opts.burst_packets, opts.burst_rate_mbit
+    );
+    let note = format!(
+        "client→server, {received} of {sent} arrived; {} queue drops; release quantum {:.0} µs; lateness p50 {:.0} µs, max {:.0} µs",
+        d.dropped_queue, link.release_quantum_us, d.lateness.p50_us, d.lateness.max_us
+    );
+    checks.push(check(
+        &phase,
+        "late99",
+        "µs",
+        0.0,
+        d.lateness.p99_us,
+        1000.0,
+        "≤ 1 ms",
+        d.forwarded_packets,
+        &stats,
+        &note,
+    ));
+    checks.push(check(
+        &phase,
+        "cpu/pkt",
+        "µs",
+        0.0,
+        link.cpu_us_per_packet,
+        5.0,
+        "≤ 5 µs",
+        d.packets_in + link.reverse.packets_in,
+        &stats,
+        &note,
+    ));
+    phases.push((phase, stats));
+    Ok(())
 }
 
 fn note_probe_loss(received: u64, time: Duration, interval: Duration) -> String {
@@ -558,45 +640,90 @@ fn probe_rtt(topo: &Topology, opts: &FidelityOptions, rtt: Duration) -> Result<V
     Ok(samples)
 }
 
+/// A UDP socket on the server counting, on a thread of its own, the
+/// datagrams that start with `PROBE_MAGIC`.
+struct UdpSink {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    got: Arc<AtomicU64>,
+    thread: JoinHandle<std::io::Result<()>>,
+}
+
+impl UdpSink {
+    fn start(topo: &Topology) -> Result<UdpSink, EmuError> {
+        let server_ip = IpAddr::V4(topo.server().addr());
+        let sink = topo
+            .server()
+            .netns()
+            .run_in(move || -> std::io::Result<UdpSocket> {
+                let s = UdpSocket::bind(SocketAddr::new(server_ip, 0))?;
+                // Best effort: capped by net.core.rmem_max.
+                socket2::SockRef::from(&s).set_recv_buffer_size(8 << 20)?;
+                Ok(s)
+            })?
+            .map_err(|e| EmuError::io("bind UDP sink on the server", e))?;
+        let addr = sink
+            .local_addr()
+            .map_err(|e| EmuError::io("UDP sink address", e))?;
+        sink.set_read_timeout(Some(Duration::from_millis(50)))
+            .map_err(|e| EmuError::io("sink timeout", e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let got = Arc::new(AtomicU64::new(0));
+        let (stop2, got2) = (Arc::clone(&stop), Arc::clone(&got));
+        let thread = std::thread::spawn(move || -> std::io::Result<()> {
+            let mut buf = [0u8; 2048];
+            while !stop2.load(Ordering::Relaxed) {
+                match sink.recv(&mut buf) {
+                    Ok(n)
+                        if n >= 8
+                            && u32::from_be_bytes(buf[0..4].try_into().expect("4"))
+                                == PROBE_MAGIC =>
+                    {
+                        got2.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        });
+        Ok(UdpSink {
+            addr,
+            stop,
+            got,
+            thread,
+        })
+    }
+
+    fn received(&self) -> u64 {
+        self.got.load(Ordering::Relaxed)
+    }
+
+    /// Stops the thread; the datagrams counted.
+    fn finish(self) -> Result<u64, EmuError> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| EmuError::Internal("UDP sink panicked".into()))?
+            .map_err(|e| EmuError::io("UDP sink receive", e))?;
+        Ok(self.got.load(Ordering::Relaxed))
+    }
+}
+
+/// A datagram of `len` bytes (at least 8): the magic, then `seq`.
+fn probe_datagram(buf: &mut [u8], seq: u64) {
+    buf[0..4].copy_from_slice(&PROBE_MAGIC.to_be_bytes());
+    buf[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+}
+
 /// Sends `count` small UDP datagrams client→server at 25 000/s; returns
 /// (sent, received).
 fn udp_stream(topo: &Topology, count: u64, rtt: Duration) -> Result<(u64, u64), EmuError> {
     const PER_BURST: u64 = 25;
     const BURST_EVERY_NS: u64 = 1_000_000;
-    let server_ip = IpAddr::V4(topo.server().addr());
-    let sink = topo
-        .server()
-        .netns()
-        .run_in(move || -> std::io::Result<UdpSocket> {
-            let s = UdpSocket::bind(SocketAddr::new(server_ip, 0))?;
-            // Best effort: capped by net.core.rmem_max.
-            socket2::SockRef::from(&s).set_recv_buffer_size(8 << 20)?;
-            Ok(s)
-        })?
-        .map_err(|e| EmuError::io("bind UDP sink on the server", e))?;
-    let sink_addr = sink
-        .local_addr()
-        .map_err(|e| EmuError::io("UDP sink address", e))?;
-    sink.set_read_timeout(Some(Duration::from_millis(50)))
-        .map_err(|e| EmuError::io("sink timeout", e))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = Arc::clone(&stop);
-    let receiver = std::thread::spawn(move || -> std::io::Result<u64> {
-        let mut buf = [0u8; 64];
-        let mut got = 0;
-        while !stop2.load(Ordering::Relaxed) {
-            match sink.recv(&mut buf) {
-                Ok(8) if u32::from_be_bytes(buf[0..4].try_into().expect("4")) == PROBE_MAGIC => {
-                    got += 1
-                }
-                Ok(_) => {}
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(got)
-    });
-    let client = client_udp(topo, sink_addr, "bind UDP source on the client")?;
+    let sink = UdpSink::start(topo)?;
+    let client = client_udp(topo, sink.addr, "bind UDP source on the client")?;
     let start = rt::now_ns();
     let mut sent = 0;
     let mut send_err = None;
@@ -607,8 +734,7 @@ fn udp_stream(topo: &Topology, count: u64, rtt: Duration) -> Result<(u64, u64), 
                 break 'outer;
             }
             let mut pkt = [0u8; 8];
-            pkt[0..4].copy_from_slice(&PROBE_MAGIC.to_be_bytes());
-            pkt[4..8].copy_from_slice(&(sent as u32).to_be_bytes());
+            probe_datagram(&mut pkt, sent);
             if let Err(e) = client.send(&pkt) {
                 send_err = Some(e);
                 break 'outer;
@@ -617,11 +743,50 @@ fn udp_stream(topo: &Topology, count: u64, rtt: Duration) -> Result<(u64, u64), 
         }
     }
     std::thread::sleep(rtt + Duration::from_millis(200));
-    stop.store(true, Ordering::Relaxed);
-    let received = receiver
-        .join()
-        .map_err(|_| EmuError::Internal("UDP sink panicked".into()))?
-        .map_err(|e| EmuError::io("UDP sink receive", e))?;
+    let received = sink.finish()?;
+    if let Some(e) = send_err {
+        return Err(EmuError::io("UDP source send", e));
+    }
+    Ok((sent, received))
+}
+
+/// Bytes of UDP payload that make a 1,500-byte IPv4 packet.
+const FULL_DATAGRAM: usize = 1500 - 20 - 8;
+
+/// Sends `bursts` bursts of `per_burst` full-size UDP datagrams
+/// client→server, each written back to back, as a window released at once
+/// is, and waits for each to arrive before the next; returns (sent,
+/// received). A burst that does not all arrive within `drain` ends the
+/// phase.
+fn udp_bursts(
+    topo: &Topology,
+    bursts: u64,
+    per_burst: u64,
+    drain: Duration,
+) -> Result<(u64, u64), EmuError> {
+    let sink = UdpSink::start(topo)?;
+    let client = client_udp(topo, sink.addr, "bind UDP source on the client")?;
+    let mut pkt = [0u8; FULL_DATAGRAM];
+    let mut sent = 0;
+    let mut send_err = None;
+    'outer: for _ in 0..bursts {
+        for _ in 0..per_burst {
+            probe_datagram(&mut pkt, sent);
+            if let Err(e) = client.send(&pkt) {
+                send_err = Some(e);
+                break 'outer;
+            }
+            sent += 1;
+        }
+        let deadline = Instant::now() + drain;
+        while sink.received() < sent && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if sink.received() < sent {
+            break;
+        }
+    }
+    let received = sink.finish()?;
     if let Some(e) = send_err {
         return Err(EmuError::io("UDP source send", e));
     }

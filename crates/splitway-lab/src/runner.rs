@@ -208,6 +208,8 @@ pub struct RunOptions {
     pub progress: bool,
     /// Seed of the emulator's loss PRNGs for every chain (None: random).
     pub loss_seed: Option<u64>,
+    /// The emulator's release quantum, µs (None: the emulator's default).
+    pub emulator_quantum_us: Option<u64>,
 }
 
 /// `http://addr:port` with an IPv6 address in brackets.
@@ -258,9 +260,13 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Result<LabRepo
 
     for chain in &scenario.chains {
         for &family in &families {
+            let defaults = EmuOptions::default();
             let emu = EmuOptions {
                 seed: options.loss_seed,
-                ..EmuOptions::default()
+                release_quantum_ns: options
+                    .emulator_quantum_us
+                    .map_or(defaults.release_quantum_ns, |us| us * 1000),
+                ..defaults
             };
             let run = ChainRun {
                 configs: &configs,

@@ -264,12 +264,24 @@ impl ChainSpec {
 }
 
 /// Options of the emulator beyond the chain itself.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct EmuOptions {
     /// Seed of the loss/jitter PRNGs (reproducible runs); None: random.
     pub seed: Option<u64>,
     /// Do not try SCHED_FIFO (e.g. to measure the difference).
     pub no_realtime: bool,
+    /// Each link's release quantum ([`crate::emu::link::RELEASE_QUANTUM_NS`]).
+    pub release_quantum_ns: u64,
+}
+
+impl Default for EmuOptions {
+    fn default() -> Self {
+        EmuOptions {
+            seed: None,
+            no_realtime: false,
+            release_quantum_ns: crate::emu::link::RELEASE_QUANTUM_NS,
+        }
+    }
 }
 
 /// One host of the chain: a namespace and its link addresses.
@@ -441,6 +453,7 @@ impl Topology {
                 initial_buffers,
                 max_buffers,
                 realtime: !options.no_realtime,
+                release_quantum_ns: options.release_quantum_ns,
             };
             links.push(Link {
                 handle: LinkHandle::spawn(config, left_tun, right_tun)?,
@@ -583,6 +596,7 @@ impl Topology {
                     right: self.hosts[i + 1].name.clone(),
                     rate_capped: link.rate_capped,
                     realtime: link.handle.realtime(),
+                    release_quantum_us: link.handle.release_quantum_ns() as f64 / 1e3,
                     cpu_ms,
                     cpu_us_per_packet: if packets == 0 {
                         0.0

@@ -253,6 +253,7 @@ impl Graph {
                 initial_buffers,
                 max_buffers,
                 realtime: !options.no_realtime,
+                release_quantum_ns: options.release_quantum_ns,
             };
             links.push(GLink {
                 handle: LinkHandle::spawn(config, a_tun, b_tun)?,

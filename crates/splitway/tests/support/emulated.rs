@@ -57,6 +57,7 @@ pub fn emulated_link(west: &Netns, east: &Netns, net: u8, rtt: Duration) -> Link
             max_buffers: 4096,
             // The machine is shared: no SCHED_FIFO thread spinning on it.
             realtime: false,
+            release_quantum_ns: splitway_lab::emu::link::RELEASE_QUANTUM_NS,
         },
         west_tun,
         east_tun,
