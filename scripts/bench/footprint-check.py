@@ -49,7 +49,6 @@ addr = "127.0.0.1:3128"
 [[peer]]
 name = "rs"
 addr = "10.0.12.2:7100"
-congestion = "bbr"
 
 [[route]]
 dst = "10.0.3.0/24"
