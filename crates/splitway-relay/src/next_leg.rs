@@ -13,12 +13,52 @@ use crate::peer::PeerLeg;
 
 /// A next leg started before its connection was accepted (early SYN,
 /// strict mode), as the accept picks it up.
-pub type Started = oneshot::Receiver<Result<Next, ConnError>>;
+pub type Started = oneshot::Receiver<Result<Unclaimed, ConnError>>;
+
+/// A leg started before its accept. Dropped unclaimed (its SYN's client
+/// never came, was refused, or reset before the session took the leg) it
+/// is reset, not closed: a FIN would tell the server that the client ended
+/// its request, which it never sent.
+pub struct Unclaimed(Option<Next>);
+
+impl Unclaimed {
+    pub fn new(next: Next) -> Unclaimed {
+        Unclaimed(Some(next))
+    }
+
+    /// The leg, for the session that takes it.
+    pub fn claim(mut self) -> Next {
+        self.0.take().expect("an unclaimed leg holds its leg")
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if let Some(next) = self.0.take() {
+            next.abort();
+        }
+    }
+}
 
 /// A connected next leg.
 pub enum Next {
     Direct(ServerLeg),
     Peer(PeerLeg),
+}
+
+impl Next {
+    /// Closes the leg with a reset.
+    pub fn abort(self) {
+        let stream = match &self {
+            Next::Direct(leg) => &leg.stream,
+            Next::Peer(leg) => &leg.stream,
+        };
+        // Best effort: a socket that cannot take the option is closed
+        // with a FIN instead, and the next hop sees an empty request.
+        if let Err(e) = splitway_sys::sock::set_linger_zero(stream) {
+            tracing::debug!(error = %e, "cannot reset an unclaimed leg");
+        }
+    }
 }
 
 /// A leg to the server itself.

@@ -23,7 +23,7 @@ use crate::forward_tls::forward_legs;
 use crate::leg_io::LegIo;
 use crate::listeners::{Confirm, Listen};
 use crate::loss_isolation;
-use crate::next_leg::{LegRequest, Next, ServerLeg, Started};
+use crate::next_leg::{LegRequest, Next, ServerLeg, Started, Unclaimed};
 use crate::peer::{PeerLeg, Unconfirmed};
 use crate::policy::REFUSALS;
 use crate::state::{ConnLive, Shared};
@@ -280,6 +280,10 @@ pub async fn run(
     live: &ConnLive,
 ) -> Result<Closed, Failed> {
     let listener = inbound.listener;
+    // Taken first: should the session end before it uses the leg started at
+    // the SYN (a client reset below, a refusal), the leg is reset with it
+    // rather than left in the table to close with a FIN when it expires.
+    let early_start = listener.early_leg(shared, &inbound.stream, inbound.client, &inbound.dst);
     if listener.takes_queued_bytes() {
         // Whatever the client already sent (a TFO client's request rode its
         // SYN) goes out with the next leg's first segment.
@@ -287,8 +291,7 @@ pub async fn run(
             |source| Failed::early(ConnError::ClientIo { op: "read", source }, Answer::Reset),
         )?;
     }
-    let early_start = listener.early_leg(shared, &inbound.stream, inbound.client, &inbound.dst);
-    // Refused whatever the route says; a leg started at the SYN is dropped.
+    // Refused whatever the route says; a leg started at the SYN is reset.
     listener
         .check_dst(shared, &inbound.dst)
         .map_err(Failed::refused)?;
@@ -401,7 +404,8 @@ async fn next_leg(
         // The leg was started when the client's SYN arrived.
         return started
             .await
-            .unwrap_or_else(|_| Err(ConnError::Internal("early-started leg was dropped".into())));
+            .unwrap_or_else(|_| Err(ConnError::Internal("early-started leg was dropped".into())))
+            .map(Unclaimed::claim);
     }
     let mut req = LegRequest {
         dst: inbound.dst.clone(),

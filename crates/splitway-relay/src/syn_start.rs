@@ -15,7 +15,7 @@ use crate::config::Listener;
 use crate::dial::connect_next;
 use crate::early_syn::EarlyStarts;
 use crate::limits::Refused;
-use crate::next_leg::{LegRequest, Started};
+use crate::next_leg::{LegRequest, Started, Unclaimed};
 use crate::route::allowed;
 use crate::state::Shared;
 use crate::syn_dst::from_options;
@@ -105,8 +105,9 @@ fn start(early: &EarlyLegs, shared: &Arc<Shared>, client: SocketAddr, dst: Socke
             optimistic: true,
         };
         let r = connect_next(&shared, &mut req).await;
-        // Nobody waiting (expired): dropping the leg closes it.
-        let _ = tx.send(r);
+        // Nobody waiting (expired, or the session ended first): the leg
+        // comes back and is reset as it drops.
+        let _ = tx.send(r.map(Unclaimed::new));
     });
 }
 

@@ -30,43 +30,11 @@ fn status(lab: &Lab, relay: &str) -> splitway_api::Status {
     admin_status(lab.relay_ns(relay)).unwrap_or_else(|e| panic!("GET /status from {relay}: {e}"))
 }
 
-/// Drops SYN-ACKs arriving at the client for local ports in `ports`.
-fn drop_syn_acks(client: &Netns, ports: &str, extra_match: &str) {
-    nft(
-        client,
-        &format!(
-            "table inet swtest {{\n chain input {{\n  type filter hook input priority 0;\n  \
-             tcp dport {ports} tcp flags & (syn | ack) == syn | ack {extra_match} drop\n }}\n}}\n"
-        ),
-    );
-}
-
-/// Starts a connect from `ns` without waiting for it (its SYNs go out and
-/// are retransmitted by the kernel); the socket is returned to keep it alive.
-fn start_connect(ns: &Netns, local_port: u16, dst: SocketAddr) -> socket2::Socket {
-    ns.run_in(move || {
-        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-        s.set_nonblocking(true)?;
-        s.bind(&SocketAddr::from(([10, 0, 1, 1], local_port)).into())?;
-        match s.connect(&dst.into()) {
-            Err(e) if e.raw_os_error() == Some(libc_einprogress()) => Ok(s),
-            Err(e) => Err(e),
-            Ok(()) => Ok(s),
-        }
-    })
-    .expect("enter namespace")
-    .expect("start connect")
-}
-
 /// The `cwnd:N` values in `ss -i` output.
 fn cwnds(ss: &str) -> Vec<u32> {
     ss.split_whitespace()
         .filter_map(|w| w.strip_prefix("cwnd:")?.parse().ok())
         .collect()
-}
-
-fn libc_einprogress() -> i32 {
-    115
 }
 
 /// The standard lab with rc's `[accel]` set by `accel`.
@@ -128,9 +96,9 @@ fn early_syn_pairs_once_under_syn_retransmit() {
 }
 
 /// A SYN whose handshake never completes: its early leg reaches the server,
-/// then expires and is closed without a byte.
+/// then expires and is reset without a byte.
 #[test]
-fn early_syn_that_never_completes_expires_and_closes_its_leg() {
+fn early_syn_that_never_completes_expires_and_resets_its_leg() {
     require_netns!();
     let deadline = Deadline::after(Duration::from_secs(60));
     let mut lab = lab_with(|a| {
@@ -143,10 +111,15 @@ fn early_syn_that_never_completes_expires_and_closes_its_leg() {
     let half_open = start_connect(&lab.client, 41000, server_v4());
     let (mut leg, peer) = server.accept(deadline.remaining("early leg at the server"));
     assert_peer_ip(peer, LAST_RELAY_V4);
-    // The entry relay drops the leg unused (abortively: nobody will ever
-    // read the downstream's reply), so the server may see EOF or a reset.
+    // The entry relay resets the unused leg: a FIN would tell the server
+    // that a client ended a request it never sent.
     let (n, end) = read_until_end(&mut leg);
     assert_eq!(n, 0, "no client byte can have been forwarded ({end:?})");
+    assert_eq!(
+        end.as_ref().map_err(std::io::Error::kind).err(),
+        Some(std::io::ErrorKind::ConnectionReset),
+        "the expired leg ends with a reset, not {end:?}"
+    );
     lab.wait_counter(
         "rc",
         "splitway_early_syn_total",

@@ -318,6 +318,45 @@ fn resets_cross_tls_legs_as_resets() {
     lab.assert_relays_alive();
 }
 
+/// An early-SYN leg over TLS whose client never completes its handshake:
+/// the entry relay resets it at expiry, and the reset crosses rs to the
+/// server. Closed with a FIN instead (a TLS leg has no unread reply to
+/// force a reset), the server would see a client that ended a request it
+/// never sent.
+#[test]
+fn expired_early_tls_leg_reaches_the_server_as_a_reset() {
+    require_netns!();
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let (mut lab, _pki, server) = tls_lab(
+        false,
+        Some(RawAccel {
+            early_syn: Some(true),
+            early_syn_expiry: Some("1s".into()),
+            ..RawAccel::default()
+        }),
+    );
+    drop_syn_acks(&lab.client, "0-65535", "");
+    let half_open = start_connect(&lab.client, 41000, server_v4());
+    let (mut leg, peer) = server.accept(deadline.remaining("early leg at the server"));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let (n, end) = read_until_end(&mut leg);
+    assert_eq!(n, 0, "no client byte can have been forwarded ({end:?})");
+    assert_eq!(
+        end.as_ref().map_err(std::io::Error::kind).err(),
+        Some(std::io::ErrorKind::ConnectionReset),
+        "the expired TLS leg ends with a reset, not {end:?}"
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_early_syn_total",
+        &[("outcome", "expired")],
+        1.0,
+        deadline,
+    );
+    drop(half_open);
+    lab.assert_relays_alive();
+}
+
 #[test]
 fn pooled_legs_are_tls_too() {
     require_netns!();

@@ -43,7 +43,7 @@ use tracing::{debug, warn};
 use crate::dial::connect_next;
 use crate::error::ConnError;
 use crate::leg_io::{FrameError, LegIo, read_frame};
-use crate::next_leg::{LegRequest, Next};
+use crate::next_leg::{LegRequest, Next, Unclaimed};
 use crate::peer::{PeerLeg, reply_bytes};
 use crate::shutdown::stopped;
 use crate::state::{Current, Shared};
@@ -205,7 +205,7 @@ impl Strict {
                 // Parked before the release: the accept may follow at once.
                 let (tx, rx) = oneshot::channel();
                 // The receiver is alive: the send cannot fail.
-                let _ = tx.send(Ok(next));
+                let _ = tx.send(Ok(Unclaimed::new(next)));
                 self.early.park(client, dst, rx);
                 table.insert(
                     key,

@@ -1609,3 +1609,35 @@ pub fn assert_refused_at_connect(lab: &Lab, dst: SocketAddr, what: &str) {
         Ok(_) => panic!("{what}: connect succeeded although the server refuses"),
     }
 }
+
+/// Drops SYN-ACKs arriving at the client for local ports in `ports`.
+pub fn drop_syn_acks(client: &Netns, ports: &str, extra_match: &str) {
+    nft(
+        client,
+        &format!(
+            "table inet swtest {{\n chain input {{\n  type filter hook input priority 0;\n  \
+             tcp dport {ports} tcp flags & (syn | ack) == syn | ack {extra_match} drop\n }}\n}}\n"
+        ),
+    );
+}
+
+/// Starts a connect from `ns` without waiting for it (its SYNs go out and
+/// are retransmitted by the kernel); the socket is returned to keep it alive.
+pub fn start_connect(ns: &Netns, local_port: u16, dst: SocketAddr) -> socket2::Socket {
+    ns.run_in(move || {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        s.set_nonblocking(true)?;
+        s.bind(&SocketAddr::from(([10, 0, 1, 1], local_port)).into())?;
+        match s.connect(&dst.into()) {
+            Err(e) if e.raw_os_error() == Some(libc_einprogress()) => Ok(s),
+            Err(e) => Err(e),
+            Ok(()) => Ok(s),
+        }
+    })
+    .expect("enter namespace")
+    .expect("start connect")
+}
+
+fn libc_einprogress() -> i32 {
+    115
+}
