@@ -303,7 +303,7 @@ LAYERS = {
             "policy.rs", "tls.rs", "leg_io.rs", "congestion.rs", "tuning.rs", "transparent.rs",
             "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn/",
             "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs",
-            "paths/", "accel.rs", "preflight.rs", "error.rs", "access_log.rs",
+            "paths/", "accel.rs", "accel_state.rs", "preflight.rs", "error.rs", "access_log.rs",
             "guessing.rs", "loss_isolation/", "tfo/", "learned_window/", "pool/",
             "proxy_header/", "turbo/", "rooms.rs",
         ],

@@ -4,10 +4,11 @@
 //! early-SYN detector).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use splitway_api as api;
-use splitway_control::metrics::{AccelName, AccelState, Metrics};
+
+pub use crate::accel_state::{AccelMetrics, AccelName, AccelState};
 
 use crate::config::{Config, LEARNED_WINDOW_CC, LOSS_TOLERANT_CC, Switch};
 use crate::tfo;
@@ -366,15 +367,15 @@ fn loss_isolation(cfg: &Config, _: &HostFacts) -> Entry {
 /// The running relay's view, shared by every config snapshot.
 pub struct AccelStatus {
     entries: Mutex<Vec<Entry>>,
-    metrics: Arc<Metrics>,
+    metrics: AccelMetrics,
     /// Fresh peer legs this relay dials use TCP_FASTOPEN_CONNECT.
     pub peer_fast_open: bool,
 }
 
 impl AccelStatus {
-    pub fn new(entries: Vec<Entry>, metrics: Arc<Metrics>, peer_fast_open: bool) -> AccelStatus {
+    pub fn new(entries: Vec<Entry>, metrics: AccelMetrics, peer_fast_open: bool) -> AccelStatus {
         for e in &entries {
-            metrics.set_accel_state(e.name, e.state);
+            metrics.set(e.name, e.state);
         }
         AccelStatus {
             entries: Mutex::new(entries),
@@ -390,7 +391,7 @@ impl AccelStatus {
             e.state = state;
             e.reason = reason;
         }
-        self.metrics.set_accel_state(name, state);
+        self.metrics.set(name, state);
     }
 
     /// Takes the entry for `name` from a fresh plan (a reload).
@@ -402,7 +403,7 @@ impl AccelStatus {
         if let Some(e) = entries.iter_mut().find(|e| e.name == name) {
             *e = new.clone();
         }
-        self.metrics.set_accel_state(name, new.state);
+        self.metrics.set(name, new.state);
     }
 
     pub fn state(&self, name: AccelName) -> AccelState {

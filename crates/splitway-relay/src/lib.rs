@@ -24,6 +24,7 @@
 //! - `config`, `error`, `shutdown`: the TOML file, typed errors, the stop watch
 
 pub mod accel;
+pub mod accel_state;
 pub mod access_log;
 pub mod admin;
 pub mod bytes;

@@ -226,7 +226,7 @@ const WINDOW_PROBE_TICK: Duration = Duration::from_secs(60);
 /// (retried each `WINDOW_PROBE_TICK` until it works), then every
 /// [`WINDOW_PROBE_EVERY`] if the peer's pool handed out legs since.
 pub async fn window_probe_loop(current: Arc<Current>, mut stop: watch::Receiver<bool>) {
-    use splitway_control::metrics::{AccelName, AccelState};
+    use crate::accel::{AccelName, AccelState};
     // Per peer: when its last probe succeeded, and its pool's legs taken then.
     let mut last: HashMap<String, (Instant, u64)> = HashMap::new();
     let mut tick = tokio::time::interval(WINDOW_PROBE_TICK);

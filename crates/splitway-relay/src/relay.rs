@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use splitway_control::metrics::{AccelName, AccelState, Metrics};
+use splitway_control::metrics::Metrics;
+
+use crate::accel::{AccelName, AccelState};
 use splitway_sys::bpf::SynWatch;
 use splitway_sys::nfqueue::NfQueue;
 use splitway_sys::tproxy::{InterceptSpec, Interception, StrictRules, StrictSpec};
@@ -129,7 +131,7 @@ impl Relay {
         log_start(&host_addrs, &plan);
         let accel = Arc::new(AccelStatus::new(
             plan,
-            metrics.clone(),
+            rooms.accel,
             host.peer_fast_open(&cfg),
         ));
         let (stop, stopping) = watch::channel(false);
@@ -731,6 +733,7 @@ fn log_start(host_addrs: &crate::policy::HostAddrs, plan: &[accel::Entry]) {
 /// What the rooms that declare their own metric families hand the relay:
 /// the handles they count through.
 pub struct RoomMetrics {
+    accel: crate::accel::AccelMetrics,
     strict: crate::strict::StrictMetrics,
     early_syn: crate::early_syn::EarlySynMetrics,
     paths: crate::paths::PathMetrics,
@@ -759,6 +762,7 @@ pub fn metrics_with_rooms<'a>(
         turbo: crate::turbo::TurboRoutes::default(),
     };
     let rooms = RoomMetrics {
+        accel: crate::accel::AccelMetrics::register(r),
         strict: crate::strict::StrictMetrics::register(r),
         early_syn: crate::early_syn::EarlySynMetrics::register(r),
         paths: crate::paths::PathMetrics::register(r),

@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::accel::{AccelName, AccelState};
 use splitway_api as api;
-use splitway_control::metrics::{AccelName, AccelState};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -192,7 +192,7 @@ impl Reloader {
         let pools = reuse_or_start_pools(&old, &cfg, &mut running);
         // Run-time state shared by every snapshot.
         old.accel.replan(
-            splitway_control::metrics::AccelName::Pool,
+            AccelName::Pool,
             &crate::accel::plan(&cfg, &crate::accel::HostFacts::read()),
         );
         old.limiter.set_limits(cfg.limits);

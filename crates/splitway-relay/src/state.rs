@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use splitway_api as api;
-use splitway_control::metrics::{AccelName, AccelState, Metrics, Mode};
+use splitway_control::metrics::{Metrics, Mode};
+
+use crate::accel::{AccelName, AccelState};
 use splitway_proto::Destination;
 
 use crate::accel::AccelStatus;

@@ -30,7 +30,6 @@ pub const METRIC_PREFIX: &str = "splitway";
 #[macro_use]
 mod family;
 
-mod accel;
 mod connections;
 /// What a room's metrics module uses besides [`label_enum!`](crate::label_enum):
 /// the counter type, the up-front series and the declaration helper.
@@ -41,7 +40,6 @@ mod forward;
 mod peer;
 mod process;
 
-pub use accel::{AccelMetrics, AccelName, AccelState};
 pub use connections::{
     ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
 };
@@ -71,13 +69,11 @@ pub use process::{ProcessCollector, ProcessSample};
 /// | `forwarded_bytes_total` | counter | `direction`, `path` | `forward` |
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` | `forward` |
 /// | `data_path_chosen_total` | counter | `path` | `forward` |
-/// | `accel_state` | gauge (1 for the current state, else 0) | `accel`, `state` | `accel` |
 pub struct Metrics {
     registry: Registry,
     connections: ConnectionMetrics,
     peers: PeerMetrics,
     forward: ForwardMetrics,
-    accel: AccelMetrics,
 }
 
 impl fmt::Debug for Metrics {
@@ -142,7 +138,6 @@ impl Metrics {
             connections: ConnectionMetrics::register(registry),
             peers: PeerMetrics::register(registry),
             forward: ForwardMetrics::register(registry),
-            accel: AccelMetrics::register(registry),
             registry: Registry::default(),
         };
         Self {
@@ -231,16 +226,6 @@ impl Metrics {
     /// Counts how a peer leg was authenticated.
     pub fn peer_handshake(&self, side: LegSide, handshake: PeerHandshake) {
         self.peers.handshake(side, handshake);
-    }
-
-    /// Records the state `accel` is in now.
-    pub fn set_accel_state(&self, accel: AccelName, state: AccelState) {
-        self.accel.set(accel, state);
-    }
-
-    /// The state last recorded for `accel`.
-    pub fn accel_state(&self, accel: AccelName) -> AccelState {
-        self.accel.get(accel)
     }
 
     /// Current `connections_active{mode}` value.
@@ -413,7 +398,6 @@ mod tests {
             "# HELP process_resident_memory_bytes Resident memory size in bytes.",
             "# HELP process_start_time_seconds Start time of the process since the Unix epoch, in seconds.",
             "# HELP process_virtual_memory_bytes Virtual memory size in bytes.",
-            "# HELP splitway_accel_state Effective state of each acceleration: 1 on the state it is in, 0 on the others.",
             "# HELP splitway_accept_errors Failed accept() calls (e.g. out of file descriptors), by listener mode.",
             "# HELP splitway_build This build: its version and git commit (value 1).",
             "# HELP splitway_connections_accepted Connections accepted, by how they arrived.",
@@ -434,7 +418,6 @@ mod tests {
             "# TYPE process_resident_memory_bytes gauge",
             "# TYPE process_start_time_seconds gauge",
             "# TYPE process_virtual_memory_bytes gauge",
-            "# TYPE splitway_accel_state gauge",
             "# TYPE splitway_accept_errors counter",
             "# TYPE splitway_build info",
             "# TYPE splitway_connections_accepted counter",

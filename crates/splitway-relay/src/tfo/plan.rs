@@ -1,7 +1,7 @@
 //! TFO's three lines of `--check` and `ctl status`: each gives its state
 //! and the reason, in words an operator can act on.
 
-use splitway_control::metrics::AccelState::{self, Active, Off, Unavailable};
+use crate::accel_state::AccelState::{self, Active, Off, Unavailable};
 
 use super::{FIX, Sysctl};
 

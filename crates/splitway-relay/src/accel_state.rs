@@ -1,13 +1,17 @@
-//! `accel_state`: set by the relay's acceleration bookkeeping
-//! (`splitway-relay`'s `accel`, `state` and `reload`) whenever an
-//! acceleration starts, stops or turns out unavailable.
+//! The words every acceleration's status is told in (`AccelName`,
+//! `AccelState`), below both `accel` and the rooms whose planners answer
+//! in them, and `splitway_accel_state{accel, state}`, set by the relay's
+//! bookkeeping ([`crate::accel::AccelStatus`]) whenever an acceleration
+//! starts, stops or turns out unavailable. Declared in the relay's registry
+//! at bind ([`AccelMetrics::register`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::family::{declare, series};
+use splitway_control::label_enum;
+use splitway_control::metrics::kit::{declare, series};
 
 label_enum! {
     /// An acceleration whose effective state is exported.
@@ -58,7 +62,7 @@ pub struct AccelMetrics {
 
 impl AccelMetrics {
     /// Declares the family in `registry`, every acceleration off.
-    pub(crate) fn register(registry: &mut Registry) -> Self {
+    pub fn register(registry: &mut Registry) -> Self {
         let family: Family<AccelLabels, Gauge> = declare(
             registry,
             "accel_state",
@@ -91,5 +95,33 @@ impl AccelMetrics {
             .zip(&self.state[accel.index()])
             .find(|(_, g)| g.get() == 1)
             .map_or(AccelState::Off, |(s, _)| s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use splitway_control::Metrics;
+
+    use super::*;
+
+    /// Name, type and help byte for byte; every acceleration off until set.
+    #[test]
+    fn declared_in_the_relays_registry_under_its_name() {
+        let mut builder = Metrics::builder();
+        let accel = AccelMetrics::register(builder.registry());
+        accel.set(AccelName::Pool, AccelState::Active);
+        assert_eq!(accel.get(AccelName::Pool), AccelState::Active);
+        assert_eq!(accel.get(AccelName::Strict), AccelState::Off);
+        let text = builder.build().encode();
+        assert!(text.contains(
+            "# HELP splitway_accel_state Effective state of each acceleration: 1 on the state it is in, 0 on the others.\n"
+        ));
+        assert!(text.contains("# TYPE splitway_accel_state gauge\n"));
+        assert!(text.contains("splitway_accel_state{accel=\"pool\",state=\"active\"} 1\n"));
+        assert!(text.contains("splitway_accel_state{accel=\"pool\",state=\"off\"} 0\n"));
+        for name in AccelName::ALL.iter().filter(|n| **n != AccelName::Pool) {
+            let off = format!("splitway_accel_state{{accel=\"{name}\",state=\"off\"}} 1\n");
+            assert!(text.contains(&off), "{off}");
+        }
     }
 }
