@@ -18,9 +18,10 @@ Usage: startup-order.py [BINARY] [--out FILE]   (default target/release/splitway
        startup-order.py --coverage BINARY     how many of the file's names BINARY
                                               still has (a stale file places fewer)
 Traced, each until idle and then through a few connections: the footprint
-config (HTTP CONNECT + admin, route direct) on loopback, and the README's
-minimal rs (peer listener) and rc (TPROXY on eth0, SOCKS5, HTTP CONNECT, a peer)
-in a throwaway namespace.
+config (HTTP CONNECT + admin, route direct), and the README's minimal rs (peer
+listener) and rc (TPROXY on eth0, SOCKS5, HTTP CONNECT, a peer; no congestion
+key, so learned windows load), all in a throwaway namespace (`swpt<pid>`,
+removed on every exit): no relay runs on the host's own loopback.
 """
 import bisect
 import os
@@ -28,7 +29,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -72,7 +72,6 @@ addr = "127.0.0.1:{port}"
 [[peer]]
 name = "rs"
 addr = "127.0.0.3:{peer}"
-congestion = "bbr"
 [[route]]
 dst = "127.0.0.2/32"
 via = "rs"
@@ -261,11 +260,6 @@ def main():
             f.write(subprocess.run([binary, "keygen"], capture_output=True, text=True,
                                    check=True).stdout)
         os.chmod(psk, 0o600)
-        listener = socket.create_server(("127.0.0.1", 0))
-        threading.Thread(target=echo_server, args=(listener,), daemon=True).start()
-        echo = f"127.0.0.1:{listener.getsockname()[1]}"
-        traces = trace(binary, None, FOOTPRINT.format(admin=17150, port=17100), d, "footprint",
-                       through(17100, echo))
         sh("ip", "netns", "add", NS)
         try:
             sh("ip", "-n", NS, "link", "set", "lo", "up")
@@ -275,6 +269,8 @@ def main():
             ns_echo = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, __file__,
                                         "--echo", "17199"])
             try:
+                traces = trace(binary, NS, FOOTPRINT.format(admin=17150, port=17100), d,
+                               "footprint", through(17100, "127.0.0.1:17199"))
                 traces += trace(binary, NS, RS.format(psk=psk, admin=17151, peer=17101), d, "rs")
                 traces += trace(binary, NS, RC.format(psk=psk, admin=17152, port=17102,
                                                       peer=17101), d, "rc",
