@@ -97,13 +97,10 @@ def echo_server(listener):
 
 
 def through(port, target):
-    """The first connections: 20 HTTP CONNECTs, in the namespace if any."""
+    """The first connections: 20 HTTP CONNECTs, in the relay's namespace."""
     def run(netns):
-        if netns:
-            sh("ip", "netns", "exec", netns, sys.executable, __file__, "--connect", str(port),
-               target)
-        else:
-            connect_requests(port, target, 20)
+        sh("ip", "netns", "exec", netns, sys.executable, __file__, "--connect", str(port),
+           target)
     return run
 
 
@@ -139,7 +136,7 @@ def trace(binary, netns, config, out_dir, label, busy=None):
     env = dict(os.environ, LD_PRELOAD=os.path.join(out_dir, "pagetouch.so"),
                PAGETOUCH_OUT=os.path.join(out_dir, f"{label}.trace"),
                NOTIFY_SOCKET=notify_path, RUST_LOG="warn")
-    prefix = ["ip", "netns", "exec", netns] if netns else []
+    prefix = ["ip", "netns", "exec", netns]
     log = open(os.path.join(out_dir, f"{label}.log"), "w")
     p = subprocess.Popen(prefix + [binary, "relay", "--config", cfg], env=env,
                          stdout=subprocess.DEVNULL, stderr=log)
@@ -269,6 +266,15 @@ def main():
             ns_echo = subprocess.Popen(["ip", "netns", "exec", NS, sys.executable, __file__,
                                         "--echo", "17199"])
             try:
+                # The echo server listens before the first trace's connections.
+                for _ in range(100):
+                    ss = subprocess.run(["ip", "netns", "exec", NS, "ss", "-Hltn", "sport = :17199"],
+                                        capture_output=True, text=True).stdout
+                    if ss.strip():
+                        break
+                    time.sleep(0.05)
+                else:
+                    raise SystemExit("the namespace's echo server did not listen")
                 traces = trace(binary, NS, FOOTPRINT.format(admin=17150, port=17100), d,
                                "footprint", through(17100, "127.0.0.1:17199"))
                 traces += trace(binary, NS, RS.format(psk=psk, admin=17151, peer=17101), d, "rs")

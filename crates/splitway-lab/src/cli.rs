@@ -79,7 +79,7 @@ pub enum LabCommand {
         json: Option<PathBuf>,
         /// The emulator's release quantum in µs (default 250; 0: a wake-up
         /// at each packet's time).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=10_000))]
         emulator_quantum_us: Option<u64>,
     },
     /// Learned relay-leg windows against a competing CUBIC flow and a
@@ -158,7 +158,7 @@ pub struct RunArgs {
     /// due within it of the last release share one wake-up. 0 wakes at each
     /// packet's time, for comparison. Recorded in each link's
     /// `release_quantum_us` in the JSON.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub emulator_quantum_us: Option<u64>,
 }
 

@@ -460,6 +460,13 @@ fn burst_phase(
         &stats,
         &note,
     ));
+    // A phase cut short judges too few packets: neither check passes.
+    if sent == 0 || received < sent {
+        for c in checks.iter_mut().rev().take(2) {
+            c.pass = false;
+            c.note.push_str("; burst incomplete");
+        }
+    }
     phases.push((phase, stats));
     Ok(())
 }

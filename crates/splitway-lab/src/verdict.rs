@@ -32,6 +32,8 @@ pub const TOLERANCE_FLOOR_MS: f64 = 1.0;
 pub struct LinkLateness {
     /// Release-lateness p99 in µs (0 when nothing crossed).
     pub p99_us: (f64, f64),
+    /// The same beyond the release quantum's hold (the thread's own).
+    pub unplanned_p99_us: (f64, f64),
     /// Drop-tail overflows of the rate cap's queue.
     pub queue_drops: (u64, u64),
     /// Drops no link configuration makes: emulator faults.
@@ -52,6 +54,13 @@ impl LinkLateness {
                         0.0
                     }
                 };
+                let unplanned = |d: &crate::emu::DirectionStats| {
+                    if d.unplanned_lateness.count > 0 {
+                        d.unplanned_lateness.p99_us
+                    } else {
+                        0.0
+                    }
+                };
                 let faults = |d: &crate::emu::DirectionStats| {
                     d.dropped_no_buffer + d.write_failures + d.read_errors
                 };
@@ -61,6 +70,7 @@ impl LinkLateness {
                     .sum();
                 LinkLateness {
                     p99_us: (p99(&l.forward), p99(&l.reverse)),
+                    unplanned_p99_us: (unplanned(&l.forward), unplanned(&l.reverse)),
                     queue_drops: (l.forward.dropped_queue, l.reverse.dropped_queue),
                     fault_drops: faults(&l.forward) + faults(&l.reverse) + tun,
                 }
@@ -107,21 +117,28 @@ pub fn judge(
     observed: &[LinkLateness],
 ) -> Verdict {
     let base = model::predict(links, config, size, params);
-    let late: Vec<LinkModel> = links
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let o = observed.get(i).copied().unwrap_or_default();
-            LinkModel {
-                forward_s: l.forward_s + o.p99_us.0 / 1e6,
-                backward_s: l.backward_s + o.p99_us.1 / 1e6,
-                ..*l
-            }
-        })
-        .collect();
-    let moved = model::predict(&late, config, size, params);
+    let delayed = |p99: fn(&LinkLateness) -> (f64, f64)| -> Vec<LinkModel> {
+        links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let (to_server, to_client) = p99(&observed.get(i).copied().unwrap_or_default());
+                LinkModel {
+                    forward_s: l.forward_s + to_server / 1e6,
+                    backward_s: l.backward_s + to_client / 1e6,
+                    ..*l
+                }
+            })
+            .collect()
+    };
+    let moved = model::predict(&delayed(|o| o.p99_us), config, size, params);
+    // The release quantum holds only packets that come due within it of a
+    // link's last releases, when those came close together: a stream's. The
+    // packets a TTFB waits for cross each link at least a one-way delay
+    // apart, so only the thread's own lateness can move it.
+    let moved_ttfb = model::predict(&delayed(|o| o.unplanned_p99_us), config, size, params);
     let shift = EmulatorShift {
-        ttfb_ms: round3((moved.ttfb_ms - base.ttfb_ms).max(0.0)),
+        ttfb_ms: round3((moved_ttfb.ttfb_ms - base.ttfb_ms).max(0.0)),
         total_ms: round3((moved.total_ms - base.total_ms).max(0.0)),
         ttfb_tolerance_ms: round3(tolerance_ms(base.ttfb_ms)),
         total_tolerance_ms: round3(tolerance_ms(base.total_ms)),
@@ -190,6 +207,7 @@ mod tests {
         vec![
             LinkLateness {
                 p99_us: (p99_us, p99_us),
+                unplanned_p99_us: (p99_us, p99_us),
                 ..LinkLateness::default()
             };
             3
@@ -221,6 +239,18 @@ mod tests {
             v.suspect.iter().any(|r| r.contains("TTFB")),
             "12 ms beyond 5.5 ms: {v:?}"
         );
+    }
+
+    #[test]
+    fn the_quantums_hold_moves_the_download_time_not_the_ttfb() {
+        let (links, params) = ktcp();
+        let mut observed = uniform(100.0);
+        for o in &mut observed {
+            o.p99_us = (1000.0, 1000.0);
+        }
+        let v = judge(&links, &params, Config::E2e, 10_000, &observed);
+        assert!((v.shift.ttfb_ms - 1.2).abs() < 0.01, "{v:?}");
+        assert!(v.shift.total_ms > 11.0, "the held packets count: {v:?}");
     }
 
     #[test]

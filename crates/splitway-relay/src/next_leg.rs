@@ -97,3 +97,53 @@ pub struct LegRequest {
     /// Sets the header's OPTIMISTIC flag (see `Inbound::optimistic`).
     pub optimistic: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A leg dropped unclaimed reaches its far end as a reset, even with
+    /// nothing unread on it (a close would have sent a FIN: a clean EOF).
+    #[tokio::test]
+    async fn an_unclaimed_leg_dropped_is_reset() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        let (mut far, _) = listener.accept().await.expect("accept");
+        drop(Unclaimed::new(Next::Direct(ServerLeg {
+            stream,
+            server: addr,
+            proxy_header: None,
+        })));
+        let mut buf = [0u8; 16];
+        let end = far.read(&mut buf).await;
+        assert_eq!(
+            end.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::ConnectionReset)
+        );
+    }
+
+    /// A claimed leg is the session's: nothing is done to it.
+    #[tokio::test]
+    async fn a_claimed_leg_is_left_open() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        let (mut far, _) = listener.accept().await.expect("accept");
+        let next = Unclaimed::new(Next::Direct(ServerLeg {
+            stream,
+            server: addr,
+            proxy_header: None,
+        }))
+        .claim();
+        let Next::Direct(leg) = next else {
+            panic!("the leg changed kind");
+        };
+        drop(leg);
+        let mut buf = [0u8; 16];
+        assert_eq!(far.read(&mut buf).await.expect("a clean EOF"), 0);
+    }
+}

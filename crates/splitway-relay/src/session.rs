@@ -281,8 +281,9 @@ pub async fn run(
 ) -> Result<Closed, Failed> {
     let listener = inbound.listener;
     // Taken first: should the session end before it uses the leg started at
-    // the SYN (a client reset below, a refusal), the leg is reset with it
-    // rather than left in the table to close with a FIN when it expires.
+    // the SYN (a client reset below, a refusal), the leg is reset at once
+    // rather than left in the table until it expires (counted as a hit, not
+    // as expired).
     let early_start = listener.early_leg(shared, &inbound.stream, inbound.client, &inbound.dst);
     if listener.takes_queued_bytes() {
         // Whatever the client already sent (a TFO client's request rode its

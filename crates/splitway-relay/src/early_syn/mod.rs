@@ -379,8 +379,9 @@ impl<T> EarlyStarts<T> {
         }
     }
 
-    /// Drops entries whose client was not accepted in time; their legs
-    /// close (and so do the connections the next relays opened for them).
+    /// Drops entries whose client was not accepted in time; their legs are
+    /// reset (`next_leg::Unclaimed`), and so are the connections the next
+    /// relays opened for them.
     pub fn sweep(&self) {
         let mut freed: Vec<IpAddr> = Vec::new();
         for shard in &self.shards {
