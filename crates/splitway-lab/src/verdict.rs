@@ -135,7 +135,8 @@ pub fn judge(
     // The release quantum holds only packets that come due within it of a
     // link's last releases, when those came close together: a stream's. The
     // packets a TTFB waits for cross each link at least a one-way delay
-    // apart, so only the thread's own lateness can move it.
+    // apart, so on links that carry only the timed download (a scenario's
+    // rows) only the thread's own lateness can move it.
     let moved_ttfb = model::predict(&delayed(|o| o.unplanned_p99_us), config, size, params);
     let shift = EmulatorShift {
         ttfb_ms: round3((moved_ttfb.ttfb_ms - base.ttfb_ms).max(0.0)),
