@@ -305,7 +305,7 @@ LAYERS = {
             "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs",
             "paths/", "accel.rs", "accel_state.rs", "preflight.rs", "error.rs", "access_log.rs",
             "guessing.rs", "loss_isolation/", "tfo/", "learned_window/", "pool/",
-            "proxy_header/", "turbo/", "rooms.rs",
+            "proxy_header/", "turbo/", "zero_rtt/", "rooms.rs",
         ],
         # the snapshot: `Shared` and what it holds
         ["state.rs"],

@@ -11,7 +11,7 @@ use splitway_api as api;
 pub use crate::accel_state::{AccelMetrics, AccelName, AccelState};
 
 use crate::config::{Config, LEARNED_WINDOW_CC, LOSS_TOLERANT_CC, Switch};
-use crate::tfo;
+use crate::{tfo, zero_rtt};
 
 /// One acceleration's effective state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,28 +223,16 @@ fn plain_peer_legs(cfg: &Config) -> (bool, bool) {
     (dials, accepts)
 }
 
+/// 0-RTT Hellos (`zero_rtt::plan::state`).
 fn zero_rtt(cfg: &Config, host: &HostFacts) -> Entry {
-    use AccelState::{Active, Off, Unavailable};
     let r = cfg.accel.requested.zero_rtt;
-    let (plain_dials, plain_accepts) = plain_peer_legs(cfg);
-    if !cfg.accel.zero_rtt {
-        return entry(AccelName::ZeroRtt, r, Off, off_reason(r, "zero_rtt", ""));
-    }
-    if !plain_dials && !plain_accepts {
-        return entry(
-            AccelName::ZeroRtt,
-            r,
-            Off,
-            "no plain (non-TLS) peer legs: TLS legs bind the challenge to the session".into(),
-        );
-    }
-    let base = "fresh peer legs open with the authenticated Hello (no challenge round trip); the challenge is the fallback";
-    match &host.hello_register {
-        None => entry(AccelName::ZeroRtt, r, Active, base.into()),
-        Some(Ok(guard)) => entry(AccelName::ZeroRtt, r, Active, format!("{base}; {guard}")),
-        // Dialing with Hellos still works; taking them does not.
-        Some(Err(why)) => entry(AccelName::ZeroRtt, r, Unavailable, why.clone()),
-    }
+    let (state, reason) = if cfg.accel.zero_rtt {
+        let (plain_dials, plain_accepts) = plain_peer_legs(cfg);
+        zero_rtt::plan::state(plain_dials || plain_accepts, host.hello_register.as_ref())
+    } else {
+        (AccelState::Off, off_reason(r, "zero_rtt", ""))
+    };
+    entry(AccelName::ZeroRtt, r, state, reason)
 }
 
 /// TFO on peer legs (`tfo::plan::peer`).

@@ -68,6 +68,7 @@ pub mod tls;
 pub mod transparent;
 pub mod tuning;
 pub mod turbo;
+pub mod zero_rtt;
 
 pub use config::Config;
 pub use error::{ConnError, Culprit, RelayError};
