@@ -105,19 +105,26 @@ mod tests {
 
     use super::*;
 
+    /// A server leg on loopback, unclaimed, and its far end.
+    async fn loopback_leg() -> (Unclaimed, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        let (far, _) = listener.accept().await.expect("accept");
+        let leg = Unclaimed::new(Next::Direct(ServerLeg {
+            stream,
+            server: addr,
+            proxy_header: None,
+        }));
+        (leg, far)
+    }
+
     /// A leg dropped unclaimed reaches its far end as a reset, even with
     /// nothing unread on it (a close would have sent a FIN: a clean EOF).
     #[tokio::test]
     async fn an_unclaimed_leg_dropped_is_reset() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stream = TcpStream::connect(addr).await.expect("connect");
-        let (mut far, _) = listener.accept().await.expect("accept");
-        drop(Unclaimed::new(Next::Direct(ServerLeg {
-            stream,
-            server: addr,
-            proxy_header: None,
-        })));
+        let (leg, mut far) = loopback_leg().await;
+        drop(leg);
         let mut buf = [0u8; 16];
         let end = far.read(&mut buf).await;
         assert_eq!(
@@ -129,17 +136,8 @@ mod tests {
     /// A claimed leg is the session's: nothing is done to it.
     #[tokio::test]
     async fn a_claimed_leg_is_left_open() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stream = TcpStream::connect(addr).await.expect("connect");
-        let (mut far, _) = listener.accept().await.expect("accept");
-        let next = Unclaimed::new(Next::Direct(ServerLeg {
-            stream,
-            server: addr,
-            proxy_header: None,
-        }))
-        .claim();
-        let Next::Direct(leg) = next else {
+        let (leg, mut far) = loopback_leg().await;
+        let Next::Direct(leg) = leg.claim() else {
             panic!("the leg changed kind");
         };
         drop(leg);

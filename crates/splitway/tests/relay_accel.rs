@@ -106,29 +106,9 @@ fn early_syn_that_never_completes_expires_and_resets_its_leg() {
         a.early_syn_expiry = Some("1s".into());
     });
     assert_early_syn_up(&lab);
-    drop_syn_acks(&lab.client, "0-65535", "");
     let server = TestServer::bind(&lab.server, server_v4());
-    let half_open = start_connect(&lab.client, 41000, server_v4());
-    let (mut leg, peer) = server.accept(deadline.remaining("early leg at the server"));
-    assert_peer_ip(peer, LAST_RELAY_V4);
-    // The entry relay resets the unused leg: a FIN would tell the server
-    // that a client ended a request it never sent.
-    let (n, end) = read_until_end(&mut leg);
-    assert_eq!(n, 0, "no client byte can have been forwarded ({end:?})");
-    assert_eq!(
-        end.as_ref().map_err(std::io::Error::kind).err(),
-        Some(std::io::ErrorKind::ConnectionReset),
-        "the expired leg ends with a reset, not {end:?}"
-    );
-    lab.wait_counter(
-        "rc",
-        "splitway_early_syn_total",
-        &[("outcome", "expired")],
-        1.0,
-        deadline,
-    );
+    assert_expired_early_leg_is_reset(&lab, &server, server_v4(), deadline);
     assert_eq!(early(&lab, "hit"), 0.0);
-    drop(half_open);
     lab.assert_relays_alive();
 }
 

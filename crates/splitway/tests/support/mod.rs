@@ -1610,6 +1610,38 @@ pub fn assert_refused_at_connect(lab: &Lab, dst: SocketAddr, what: &str) {
     }
 }
 
+/// A SYN whose handshake never completes, on a lab whose rc starts legs at
+/// the SYN with a short `early_syn_expiry`: its early leg reaches `server`
+/// from the last relay, carries no byte, ends with a reset when rc's entry
+/// expires (a FIN would tell the server that a client ended a request it
+/// never sent), and rc counts it as expired. `dst` is the server's address.
+pub fn assert_expired_early_leg_is_reset(
+    lab: &Lab,
+    server: &TestServer,
+    dst: SocketAddr,
+    deadline: Deadline,
+) {
+    drop_syn_acks(&lab.client, "0-65535", "");
+    let half_open = start_connect(&lab.client, 41000, dst);
+    let (mut leg, peer) = server.accept(deadline.remaining("early leg at the server"));
+    assert_peer_ip(peer, LAST_RELAY_V4);
+    let (n, end) = read_until_end(&mut leg);
+    assert_eq!(n, 0, "no client byte can have been forwarded ({end:?})");
+    assert_eq!(
+        end.as_ref().map_err(io::Error::kind).err(),
+        Some(io::ErrorKind::ConnectionReset),
+        "the expired leg ends with a reset, not {end:?}"
+    );
+    lab.wait_counter(
+        "rc",
+        "splitway_early_syn_total",
+        &[("outcome", "expired")],
+        1.0,
+        deadline,
+    );
+    drop(half_open);
+}
+
 /// Drops SYN-ACKs arriving at the client for local ports in `ports`.
 pub fn drop_syn_acks(client: &Netns, ports: &str, extra_match: &str) {
     nft(
