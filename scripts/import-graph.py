@@ -279,7 +279,8 @@ RULES = [
     (
         "splitway-relay",
         "state.rs",
-        r"[&(<]\s*(?:Arc<)?(?:\w+::)*Shared\b",
+        # Module paths only: `HelloRegister::Shared(..)` is an enum's variant.
+        r"[&(<]\s*(?:Arc<)?(?:[a-z_]\w*::)*Shared\b",
         "state.rs holds the snapshot; modules that take a `&Shared` import it, not the reverse",
     ),
 ]

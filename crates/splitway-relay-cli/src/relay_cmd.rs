@@ -164,9 +164,9 @@ pub fn run(
             );
         }
         if cfg.accel.zero_rtt
-            && let Some(shares_port) = splitway_relay::accel::hello_listeners(&cfg)
+            && let Some(shares_port) = splitway_relay::zero_rtt::hello_listeners(&cfg)
         {
-            host.hello_register = Some(splitway_relay::peer::HelloRegister::probe(shares_port));
+            host.hello_register = Some(splitway_relay::zero_rtt::HelloRegister::probe(shares_port));
         }
         if cfg.accel.learned_window {
             host.learned_window = Some(splitway_relay::congestion::learn_windows(

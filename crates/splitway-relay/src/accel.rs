@@ -59,19 +59,6 @@ impl HostFacts {
     }
 }
 
-/// Whether this relay takes 0-RTT Hellos: `Some(shares_port)` when it has a
-/// plain (non-TLS) peer listener, `shares_port` when one of them has
-/// `reuse_port` (other processes may accept on its port).
-pub fn hello_listeners(cfg: &Config) -> Option<bool> {
-    let mut plain = cfg
-        .listeners
-        .iter()
-        .filter(|l| l.mode.accepts_relays() && l.tls.is_none())
-        .peekable();
-    plain.peek()?;
-    Some(plain.any(|l| l.reuse_port))
-}
-
 fn entry(name: AccelName, requested: Switch, state: AccelState, reason: String) -> Entry {
     Entry {
         name,

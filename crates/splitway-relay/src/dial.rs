@@ -168,7 +168,7 @@ async fn connect_peer(
                 &early,
                 &shared.cfg.timeouts,
                 leg_buffer,
-                shared.cfg.accel.zero_rtt,
+                shared.hello_dials(),
                 shared.accel.peer_fast_open,
                 &shared.metrics,
             )

@@ -148,7 +148,7 @@ async fn probe_leg(shared: &Shared, i: usize, header: &Header) -> Result<ProbeLe
         &[],
         &shared.cfg.timeouts,
         shared.cfg.accel.relay_leg_buffer(),
-        shared.cfg.accel.zero_rtt,
+        shared.hello_dials(),
         shared.accel.peer_fast_open,
         &shared.metrics,
     )

@@ -25,7 +25,6 @@ use crate::error::RelayError;
 use crate::ingress;
 use crate::limits::{ConnLimiter, DESCRIPTOR_RESERVE, descriptor_cap};
 use crate::loops::OwnListeners;
-use crate::peer::{HelloRegister, HelloWindow};
 use crate::reload::Reloader;
 use crate::route::RouteTable;
 use crate::state::{ConnRegistry, Live};
@@ -114,7 +113,8 @@ impl Relay {
             .turbo
             .install_at_start(&cfg)
             .map_err(|e| RelayError::Internal(e.to_string()))?;
-        let hellos = start_hellos(&cfg, &mut host);
+        let zero_rtt = crate::zero_rtt::start(&cfg, rooms.kept.zero_rtt.clone());
+        host.hello_register = zero_rtt.register;
         let strict = match (&early, strict_queue) {
             (Some(early), Some(queue)) => {
                 Some(start_strict(&cfg, queue, early.clone(), rooms.strict)?)
@@ -155,7 +155,7 @@ impl Relay {
             started: Instant::now(),
             pools,
             early,
-            hellos,
+            hellos: zero_rtt.window,
         });
         let current = Arc::new(Current::new(shared.clone()));
         let reloader = Arc::new(Reloader::new(
@@ -693,22 +693,6 @@ fn start_early_syn(
     }
 }
 
-/// The replay window of 0-RTT Hellos and what guards it (in `host`).
-fn start_hellos(cfg: &Config, host: &mut HostFacts) -> Option<Arc<HelloWindow>> {
-    let hello_listeners = accel::hello_listeners(cfg);
-    let hellos = cfg.accel.zero_rtt.then(|| {
-        let register = match hello_listeners {
-            Some(shares_port) => HelloRegister::open(shares_port),
-            None => HelloRegister::Local("no plain peer listener".into()),
-        };
-        Arc::new(HelloWindow::new(cfg.accel.zero_rtt_window, register))
-    });
-    if hello_listeners.is_some() {
-        host.hello_register = hellos.as_ref().map(|h| h.describe());
-    }
-    hellos
-}
-
 /// What the relay refuses as this host's addresses, and each
 /// acceleration's state, logged once at start.
 fn log_start(host_addrs: &crate::policy::HostAddrs, plan: &[accel::Entry]) {
@@ -760,6 +744,7 @@ pub fn metrics_with_rooms<'a>(
         pools: crate::pool::PoolFamilies::register(r),
         proxy_protocol: crate::proxy_header::ProxyProtocolMetrics::register(r),
         turbo: crate::turbo::TurboRoutes::default(),
+        zero_rtt: crate::zero_rtt::ZeroRttMetrics::register(r),
     };
     let rooms = RoomMetrics {
         accel: crate::accel::AccelMetrics::register(r),

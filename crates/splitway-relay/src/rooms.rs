@@ -9,6 +9,7 @@ use crate::loss_isolation::LossyClients;
 use crate::pool::PoolFamilies;
 use crate::proxy_header::ProxyProtocolMetrics;
 use crate::turbo::TurboRoutes;
+use crate::zero_rtt::ZeroRttMetrics;
 
 pub struct Rooms {
     /// Clients whose client legs lose data without queueing
@@ -23,4 +24,6 @@ pub struct Rooms {
     /// Turbo-Start's routes (`[accel.turbo]`): installed at start, by
     /// upstream relays that authenticate and by reloads.
     pub turbo: TurboRoutes,
+    /// 0-RTT Hellos' outcomes, counted on both ends of a peer leg.
+    pub zero_rtt: ZeroRttMetrics,
 }

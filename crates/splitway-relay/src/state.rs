@@ -24,9 +24,9 @@ use crate::limits::ConnLimiter;
 use crate::loops::OwnListeners;
 use crate::next_leg::Started;
 use crate::paths::{self};
-use crate::peer::HelloWindow;
 use crate::pool::PeerPool;
 use crate::route::RouteTable;
+use crate::zero_rtt::HelloWindow;
 
 /// What a connection runs on: one snapshot of the config and what is built
 /// from it (routes, pools), plus handles to the state every snapshot shares
@@ -175,6 +175,12 @@ impl Shared {
 }
 
 impl Shared {
+    /// Where a fresh peer leg's 0-RTT Hello counts its outcome: `Some` when
+    /// such legs open with one (`[accel] zero_rtt`).
+    pub fn hello_dials(&self) -> Option<&crate::zero_rtt::ZeroRttMetrics> {
+        self.cfg.accel.zero_rtt.then_some(&self.rooms.zero_rtt)
+    }
+
     /// An upstream relay authenticated from `addr`: turbo-start for the
     /// return direction too (`turbo::TurboRoutes::learn_upstream`).
     pub fn learn_upstream(&self, addr: IpAddr) {

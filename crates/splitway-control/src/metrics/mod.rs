@@ -44,9 +44,7 @@ pub use connections::{
     ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
 };
 pub use forward::{Direction, ForwardMetrics, Leg, Path};
-pub use peer::{
-    AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics, ZeroRttOutcome,
-};
+pub use peer::{AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics};
 pub use process::{ProcessCollector, ProcessSample};
 
 /// The relay's metrics registry. Create once, share as `Arc<Metrics>`.
@@ -64,7 +62,6 @@ pub use process::{ProcessCollector, ProcessSample};
 /// | `setup_seconds` | histogram | `mode` | `connections` |
 /// | `peer_auth_failures_total` | counter | `reason` | `peer` |
 /// | `peer_connect_failures_total` | counter | `peer` (config names) | `peer` |
-/// | `zero_rtt_total` | counter | `outcome` | `peer` |
 /// | `peer_handshakes_total` | counter | `side`, `handshake` | `peer` |
 /// | `forwarded_bytes_total` | counter | `direction`, `path` | `forward` |
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` | `forward` |
@@ -216,11 +213,6 @@ impl Metrics {
     /// Allocates a label set: failures are off the hot path.
     pub fn peer_connect_failure(&self, peer: &str) {
         self.peers.connect_failure(peer);
-    }
-
-    /// Counts a 0-RTT Hello outcome.
-    pub fn zero_rtt(&self, outcome: ZeroRttOutcome) {
-        self.peers.zero_rtt(outcome);
     }
 
     /// Counts how a peer leg was authenticated.
@@ -411,7 +403,6 @@ mod tests {
             "# HELP splitway_peer_connect_failures Failed connects to a configured peer relay, by peer name.",
             "# HELP splitway_peer_handshakes Peer legs by how they were authenticated, on the dialing and the accepting end.",
             "# HELP splitway_setup_seconds Time from accept until the next leg is connected.",
-            "# HELP splitway_zero_rtt 0-RTT peer Hellos, by outcome (dialer and acceptor side).",
             "# TYPE process_cpu_seconds counter",
             "# TYPE process_max_fds gauge",
             "# TYPE process_open_fds gauge",
@@ -431,7 +422,6 @@ mod tests {
             "# TYPE splitway_peer_connect_failures counter",
             "# TYPE splitway_peer_handshakes counter",
             "# TYPE splitway_setup_seconds histogram",
-            "# TYPE splitway_zero_rtt counter",
             "# UNIT splitway_leg_sent_bytes bytes",
             "# UNIT splitway_setup_seconds seconds",
         ];

@@ -1,6 +1,6 @@
 //! Peer-leg families: authentication failures and handshakes on either end
 //! (`splitway-relay`'s `peer` and `dial`), connect failures to configured
-//! peers, and 0-RTT Hello outcomes.
+//! peers. 0-RTT Hello outcomes are counted in the relay's `zero_rtt` room.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -28,32 +28,6 @@ label_enum! {
         /// The TLS handshake failed (no TLS, or a certificate not signed
         /// by the configured CA).
         Tls => "tls",
-    }
-}
-
-label_enum! {
-    /// What became of a 0-RTT peer Hello (`[accel] zero_rtt`), on either end.
-    pub enum ZeroRttOutcome {
-        /// Dialer: the Hello went out in the SYN or right after the handshake.
-        Sent => "sent",
-        /// Dialer: the peer refused the Hello (stale, full, or no 0-RTT
-        /// there); the leg was redialed with the challenge handshake.
-        Fallback => "fallback",
-        /// Acceptor: verified and fresh; the next leg started.
-        Accepted => "accepted",
-        /// Acceptor: outside the time window or older than this process.
-        Stale => "stale",
-        /// Acceptor: a nonce seen before (a replayed SYN).
-        Replay => "replay",
-        /// Acceptor: the replay window was full.
-        Full => "full",
-        /// Acceptor: refused because other processes share the peer port
-        /// and no host-wide strike register is available.
-        Unshared => "unshared",
-        /// Acceptor: an accepted Hello's Confirm was missing or wrong (a
-        /// replay that got past the register); nothing was forwarded
-        /// beyond the bytes its MAC covers.
-        Unconfirmed => "unconfirmed",
     }
 }
 
@@ -88,11 +62,6 @@ struct AuthFailureLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ZeroRttLabels {
-    outcome: ZeroRttOutcome,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HandshakeLabels {
     side: LegSide,
     handshake: PeerHandshake,
@@ -108,18 +77,17 @@ pub struct PeerLabels {
     pub peer: String,
 }
 
-/// `peer_auth_failures_total`, `peer_connect_failures_total`,
-/// `zero_rtt_total` and `peer_handshakes_total`.
+/// `peer_auth_failures_total`, `peer_connect_failures_total` and
+/// `peer_handshakes_total`.
 #[derive(Clone, Debug)]
 pub struct PeerMetrics {
     auth_failures: [CounterU64; AuthFailureReason::COUNT],
     connect_failures: Family<PeerLabels, CounterU64>,
-    zero_rtt: [CounterU64; ZeroRttOutcome::COUNT],
     handshakes: [[CounterU64; PeerHandshake::COUNT]; LegSide::COUNT],
 }
 
 impl PeerMetrics {
-    /// Declares the four families in `registry`, every enum-labelled
+    /// Declares the three families in `registry`, every enum-labelled
     /// series at zero (`peer`-labelled ones appear per configured peer).
     pub(crate) fn register(registry: &mut Registry) -> Self {
         let auth_family: Family<AuthFailureLabels, CounterU64> = declare(
@@ -132,11 +100,6 @@ impl PeerMetrics {
             "peer_connect_failures",
             "Failed connects to a configured peer relay, by peer name",
         );
-        let zero_rtt_family: Family<ZeroRttLabels, CounterU64> = declare(
-            registry,
-            "zero_rtt",
-            "0-RTT peer Hellos, by outcome (dialer and acceptor side)",
-        );
         let handshake_family: Family<HandshakeLabels, CounterU64> = declare(
             registry,
             "peer_handshakes",
@@ -147,9 +110,6 @@ impl PeerMetrics {
                 AuthFailureLabels { reason }
             }),
             connect_failures,
-            zero_rtt: series(&zero_rtt_family, ZeroRttOutcome::ALL, |outcome| {
-                ZeroRttLabels { outcome }
-            }),
             handshakes: LegSide::ALL.map(|side| {
                 series(&handshake_family, PeerHandshake::ALL, |handshake| {
                     HandshakeLabels { side, handshake }
@@ -179,11 +139,6 @@ impl PeerMetrics {
                 peer: peer.to_owned(),
             })
             .inc();
-    }
-
-    /// Counts a 0-RTT Hello outcome.
-    pub fn zero_rtt(&self, outcome: ZeroRttOutcome) {
-        self.zero_rtt[outcome.index()].inc();
     }
 
     /// Counts how a peer leg was authenticated.

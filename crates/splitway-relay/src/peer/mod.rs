@@ -16,10 +16,8 @@
 mod downstream;
 mod upstream;
 
-pub use downstream::{Accepted, HelloRegister, HelloWindow, Unconfirmed, accept};
+pub use downstream::{Accepted, Unconfirmed, accept};
 pub use upstream::{PeerLeg, Pooled, connect, dial, dial_pooled};
-
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
 use splitway_control::metrics::PeerHandshake;
@@ -34,12 +32,6 @@ pub(crate) fn nonce() -> [u8; NONCE_LEN] {
     let mut n = [0u8; NONCE_LEN];
     rand::rngs::OsRng.fill_bytes(&mut n);
     n
-}
-
-pub(crate) fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 pub(crate) fn peer_frame_error<E: std::fmt::Display>(

@@ -4,7 +4,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use splitway_control::metrics::{LegSide, Metrics, PeerHandshake, ZeroRttOutcome};
+use splitway_control::metrics::{LegSide, Metrics, PeerHandshake};
 use splitway_proto::auth::{AuthError, Dialer, Psk, RejectReason};
 use splitway_proto::header::{Header, Reply, ReplyStatus};
 use tokio::net::{TcpSocket, TcpStream};
@@ -15,7 +15,8 @@ use crate::leg_io::{FrameError, LegIo, read_frame};
 use crate::tls::TlsLeg;
 use crate::tuning::{self, PEER_KEEPALIVE_DEFAULT};
 
-use super::{hello_kind, nonce, peer_frame_error, unix_ms};
+use super::{hello_kind, nonce, peer_frame_error};
+use crate::zero_rtt::{ZeroRttMetrics, ZeroRttOutcome, unix_ms};
 
 /// A connected, authenticated-by-us leg to the next relay whose own proof
 /// and Reply are still to be read.
@@ -141,7 +142,8 @@ async fn answer_challenge(
 
 /// Connects to `peer`, authenticates and sends `header` (and the client's
 /// first bytes) in the same write as our Response; the peer's proof is read
-/// later, with its Reply. With `zero_rtt` (plain legs only) a Hello replaces
+/// later, with its Reply. With `zero_rtt` (plain legs only; where the
+/// Hello's outcome is counted) a Hello replaces
 /// the challenge, in the SYN with `fast_open`; a peer that refuses it is
 /// dialed again with the challenge handshake, the same bytes resent.
 #[expect(
@@ -155,23 +157,23 @@ pub async fn dial(
     early_data: &[u8],
     timeouts: &Timeouts,
     leg_buffer: Option<usize>,
-    zero_rtt: bool,
+    zero_rtt: Option<&ZeroRttMetrics>,
     fast_open: bool,
     metrics: &Metrics,
 ) -> Result<PeerLeg, ConnError> {
-    if zero_rtt && peer.tls.is_none() {
+    if let Some(hellos) = zero_rtt.filter(|_| peer.tls.is_none()) {
         match dial_hello(
             peer, psk, header, early_data, timeouts, leg_buffer, fast_open,
         )
         .await
         {
             Ok(leg) => {
-                metrics.zero_rtt(ZeroRttOutcome::Sent);
+                hellos.count(ZeroRttOutcome::Sent);
                 metrics.peer_handshake(LegSide::Dial, hello_kind(&leg.stream));
                 return Ok(leg);
             }
             Err(HelloDial::Refused(reason)) => {
-                metrics.zero_rtt(ZeroRttOutcome::Fallback);
+                hellos.count(ZeroRttOutcome::Fallback);
                 tracing::info!(peer = %peer.name, %reason, "peer refused our 0-RTT hello; redialing with the challenge handshake");
             }
             Err(HelloDial::Failed(e)) => return Err(e),
