@@ -297,11 +297,11 @@ LAYERS = {
         ["bytes.rs", "shutdown.rs", "syn_dst.rs", "source.rs"],
         # the config file: raw layer, validators, source, diff; a room's
         # resolution of its own keys, which config/accel.rs calls
-        ["config/", "loss_isolation/config.rs", "tfo/config.rs"],
+        ["config/", "loss_isolation/config.rs", "tfo/config.rs", "congestion/config.rs"],
         # one area each, built from the config, taking no `Shared`; the
         # typed errors, which wrap some areas' errors
         [
-            "policy.rs", "tls.rs", "leg_io.rs", "congestion.rs", "tuning.rs", "transparent.rs",
+            "policy.rs", "tls.rs", "leg_io.rs", "congestion/", "tuning.rs", "transparent.rs",
             "resolve.rs", "loops.rs", "route.rs", "limits.rs", "early_syn/",
             "forward.rs", "forward_tls.rs", "peer/", "next_leg.rs",
             "paths/", "accel.rs", "accel_state.rs", "preflight.rs", "error.rs", "access_log.rs",

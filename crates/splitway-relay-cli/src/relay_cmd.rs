@@ -103,7 +103,7 @@ pub fn run(
     if check {
         // Shipped BPF congestion controls: tried for real, named by key.
         // A named algorithm this host cannot run is the file's to change.
-        let problems = splitway_relay::congestion::check(&cfg);
+        let problems = splitway_relay::congestion::check(&cfg.congestion_keys());
         for p in &problems {
             eprintln!("{}: {p}", path.display());
         }
@@ -169,7 +169,7 @@ pub fn run(
             host.hello_register = Some(splitway_relay::zero_rtt::HelloRegister::probe(shares_port));
         }
         if cfg.accel.learned_window {
-            host.learned_window = Some(splitway_relay::congestion::learn_windows(
+            host.learned_window = Some(splitway_relay::learned_window::learn_windows(
                 &mut cfg.clone(),
                 splitway_relay::congestion::probe,
             ));

@@ -87,9 +87,9 @@ impl Relay {
         let learned_window = cfg
             .accel
             .learned_window
-            .then(|| crate::congestion::learn_windows(&mut cfg, crate::congestion::ensure));
+            .then(|| crate::learned_window::learn_windows(&mut cfg, crate::congestion::ensure));
         // BPF congestion controls before any socket could select them.
-        crate::congestion::register_for(&cfg)?;
+        crate::congestion::register_for(&cfg.congestion_keys())?;
         let (metrics, rooms) = metrics_with_rooms(cfg.peers.iter().map(|p| p.name.as_str()));
         // Strict mode's queue first: a host that cannot hold SYNs (or a
         // queue already taken) fails the start before anything is installed.

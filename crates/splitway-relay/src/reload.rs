@@ -178,11 +178,11 @@ impl Reloader {
         // Relay legs keep the learned window the relay started with (a
         // change of `accel.learned_window` needs a restart).
         if old.accel.state(AccelName::LearnedWindow) == AccelState::Active {
-            crate::congestion::fill_learned_window(&mut new);
+            crate::learned_window::fill_learned_window(&mut new);
         }
         // Load on demand: new connections may only switch to an algorithm
         // that is registered.
-        crate::congestion::register_for(&new)?;
+        crate::congestion::register_for(&new.congestion_keys())?;
         for w in new.warnings() {
             warn!("reload: {w}");
         }

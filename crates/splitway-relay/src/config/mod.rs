@@ -203,6 +203,27 @@ impl Config {
         }
         w
     }
+
+    /// Every `congestion` key this config sets, as (key path, algorithm),
+    /// in file order: what `congestion::register_for` and its `--check`
+    /// read.
+    pub fn congestion_keys(&self) -> Vec<(String, String)> {
+        let peers = self
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("peer[{i}].congestion"), &p.tuning.congestion));
+        let legs = [
+            ("direct.congestion", &self.direct.congestion),
+            ("client.congestion", &self.client.congestion),
+            ("upstream.congestion", &self.upstream.congestion),
+        ]
+        .map(|(key, cc)| (key.to_owned(), cc));
+        peers
+            .chain(legs)
+            .filter_map(|(key, cc)| Some((key, cc.clone()?)))
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -1194,3 +1194,37 @@ fn auth_file_is_read_relative_to_the_config_and_only_on_explicit_listeners() {
         "{issues:#?}"
     );
 }
+
+/// Every leg's `congestion` key, in file order, for the congestion room's
+/// registration and `--check`.
+#[test]
+fn congestion_keys_lists_every_leg_that_names_one() {
+    let cfg = Config::parse_str(
+        r#"
+        name = "rc"
+        [[listen]]
+        mode = "socks5"
+        addr = "127.0.0.1:1080"
+        [direct]
+        congestion = "splitway_cubic"
+        [client]
+        congestion = "splitway_cubic"
+        [upstream]
+        congestion = "splitway_cubic"
+        [[route]]
+        dst = "0.0.0.0/0"
+        via = "direct"
+        "#,
+    )
+    .expect("shipped name accepted");
+    let keys: Vec<(String, String)> = cfg.congestion_keys();
+    let cubic = "splitway_cubic".to_owned();
+    assert_eq!(
+        keys,
+        [
+            ("direct.congestion".to_owned(), cubic.clone()),
+            ("client.congestion".to_owned(), cubic.clone()),
+            ("upstream.congestion".to_owned(), cubic),
+        ]
+    );
+}

@@ -57,33 +57,15 @@ pub(super) fn tuning(c: &mut Checker, key: &str, raw: RawTuning) -> LegTuning {
     }
 }
 
-/// A congestion control this kernel has, or one splitway ships (loaded
-/// when used); any well-formed name when the kernel's list is unknown.
+/// The key's algorithm, when [`crate::congestion::config::check_name`]
+/// takes it.
 fn congestion(c: &mut Checker, key: &str, cc: String) -> Option<String> {
     let available = c.congestion_controls();
-    if cc.is_empty() || cc.len() > 15 || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    {
-        c.err(
-            format!("{key}.congestion"),
-            format!("`{cc}` is not a congestion control name"),
-        );
-        None
-    } else if !available.is_empty()
-        && !available.contains(&cc)
-        && !splitway_sys::cc::is_shipped(&cc)
-    {
-        c.err(
-            format!("{key}.congestion"),
-            format!(
-                "`{cc}` is not available on this kernel (available: {}; shipped with splitway: {})",
-                available.join(", "),
-                splitway_sys::cc::shipped_names()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        );
-        None
-    } else {
-        Some(cc)
+    match crate::congestion::config::check_name(&cc, &available) {
+        Ok(()) => Some(cc),
+        Err(e) => {
+            c.err(format!("{key}.congestion"), e);
+            None
+        }
     }
 }

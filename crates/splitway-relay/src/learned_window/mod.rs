@@ -6,8 +6,10 @@
 //! answering end of a window probe (the dialing end, which runs on the
 //! relay's snapshot, is `probe::window_probe_loop`), the probe filler both
 //! ends send, what the algorithm saved for `/status` and `ctl`, and the
-//! room's metrics. Which legs use it is the config's (`LEARNED_WINDOW_CC`
-//! and its rule in `config`), and its registration `congestion`'s.
+//! room's metrics, and which legs run it: relay legs whose config names no
+//! congestion control (`fill_learned_window`, `learn_windows`). The
+//! algorithm's name is the config's (`LEARNED_WINDOW_CC`), its
+//! registration `congestion`'s.
 
 mod metrics;
 
@@ -23,6 +25,7 @@ use tracing::{debug, warn};
 
 use crate::Config;
 use crate::config::LEARNED_WINDOW_CC;
+use crate::congestion;
 use crate::leg_io::LegIo;
 use crate::peer;
 
@@ -43,6 +46,46 @@ pub const WINDOW_PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 const WINDOW_PROBE_MIN_GAP: Duration = Duration::from_secs(30);
 /// Upstream relays are few; a full table of answered probes starts over.
 const ANSWERED_MAX: usize = 1024;
+
+/// Gives every relay leg whose config names no congestion control the
+/// learned-window algorithm: legs dialed to each `[[peer]]`, and legs
+/// accepted from upstream relays (`[upstream]`) when a peer listener
+/// exists. Client and server legs face hosts we do not control and keep
+/// the kernel's behaviour. Returns the keys it filled, in file order.
+pub fn fill_learned_window(cfg: &mut Config) -> Vec<String> {
+    let mut filled = Vec::new();
+    for (i, p) in cfg.peers.iter_mut().enumerate() {
+        if p.tuning.congestion.is_none() {
+            p.tuning.congestion = Some(LEARNED_WINDOW_CC.to_owned());
+            filled.push(format!("peer[{i}].congestion"));
+        }
+    }
+    let accepts_relays = cfg.listeners.iter().any(|l| l.mode.accepts_relays());
+    if accepts_relays && cfg.upstream.congestion.is_none() {
+        cfg.upstream.congestion = Some(LEARNED_WINDOW_CC.to_owned());
+        filled.push("upstream.congestion".to_owned());
+    }
+    filled
+}
+
+/// Gives relay legs that name no congestion control the learned-window
+/// algorithm once `register` accepts it (the relay: [`ensure`]; `--check`:
+/// [`probe`]). If it cannot be registered, `cfg` is left as it was: the
+/// legs keep the kernel's default, and the reason goes to `--check`,
+/// `/status` and `accel_state`. The keys it filled, or why not.
+pub fn learn_windows(
+    cfg: &mut Config,
+    register: fn(&str) -> Result<(), splitway_sys::cc::CcError>,
+) -> Result<Vec<String>, String> {
+    let mut learning = cfg.clone();
+    let keys = fill_learned_window(&mut learning);
+    if keys.is_empty() {
+        return Ok(keys);
+    }
+    register(LEARNED_WINDOW_CC).map_err(|e| e.to_string())?;
+    *cfg = learning;
+    Ok(keys)
+}
 
 /// The room's state: its metrics' handles and the answered probes' times.
 #[derive(Debug)]
@@ -71,7 +114,7 @@ impl LearnedWindows {
     /// it (nothing registered under that name here) or its maps cannot be
     /// read. `cfg`'s peers name the addresses they own.
     pub fn status(cfg: &Config) -> Option<api::LearnedWindows> {
-        if !crate::congestion::registered_here(LEARNED_WINDOW_CC) {
+        if !congestion::registered_here(LEARNED_WINDOW_CC) {
             return None;
         }
         let state = match splitway_sys::bpf::resume_state::read() {
