@@ -29,7 +29,7 @@ build:
 	$(CARGO) build --workspace
 
 release:
-	$(CARGO) build --release -p splitway -p splitway-relay-cli
+	$(CARGO) build --release -p splitway -p splitway-relay-cli -p splitway-lab -p splitway-tools
 
 ## deb: the Debian package in target/debian/ (cargo-deb): the release binary stripped (its
 ## symbols in a -dbgsym package), man pages and completions written from the CLI
@@ -110,6 +110,8 @@ lint: import-graph
 	./scripts/deny.sh
 	@# The relay binary's dependency tree holds no lab code (issue #31).
 	! $(CARGO) tree -p splitway-relay-cli -e normal,build --prefix none | grep -E '^(splitway-lab|plotters|indicatif) '
+	@# The host tools' binary holds neither relay nor lab code.
+	! $(CARGO) tree -p splitway-tools -e normal,build --prefix none | grep -E '^(splitway-relay|splitway-lab|splitway-control|plotters) '
 	kubernetes-validate --strict --quiet deploy/k8s/*.yaml
 
 ## check-no-bpf: `SPLITWAY_BPF_SKIP=1 cargo check --workspace` with clang hidden from PATH

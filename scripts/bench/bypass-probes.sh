@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Measures the sk_msg-redirect hazards on this kernel, paired vs plain, with
-# `splitway bypass torture`: FIONREAD and splice on a paired socket, a sender
+# `splitway-bypass-torture`: FIONREAD and splice on a paired socket, a sender
 # behind a reader that never reads (backpressure), and randomized trials with
 # blocking threads vs epoll (tokio). Output: bench-results/bypass-probes-*.txt
 # (date, commit, kernel, load in the header). Needs root; uses its own cgroup.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/splitway}
+TORTURE=${TORTURE:-$(dirname "$BIN")/splitway-bypass-torture}
 # shellcheck source=lib/bypass-cg.sh
 . scripts/bench/lib/bypass-cg.sh
 bypass_cg_up bypass-probe
 out="bench-results/bypass-probes-$(date -u +%Y%m%dT%H%M%SZ).txt"
 trap bypass_cg_down EXIT
 
-in_cg() { incg "$BIN" bypass torture "$@" 2>&1; }
-plain() { "$BIN" bypass torture "$@" 2>&1; }
+in_cg() { incg "$TORTURE" "$@" 2>&1; }
+plain() { "$TORTURE" "$@" 2>&1; }
 
 {
   echo "# bypass probes $(date -u +%FT%TZ)"

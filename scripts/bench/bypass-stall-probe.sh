@@ -14,6 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/splitway}
+TORTURE=${TORTURE:-$(dirname "$BIN")/splitway-bypass-torture}
 RUNS=${RUNS:-100}
 MAXB=${MAXB:-3000000}
 LABEL=${LABEL:-$(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)}
@@ -44,15 +45,15 @@ PY
 probe() {
   echo "# bypass stall probe $(date -u +%FT%TZ), build $LABEL, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
   "$BIN" bypass disable >/dev/null
-  echo "## pipelined, plain: $(incg "$BIN" bypass torture --mode pipelined --trials 20)"
+  echo "## pipelined, plain: $(incg "$TORTURE" --mode pipelined --trials 20)"
   "$BIN" bypass enable --cgroup "$cg" --any-port
-  echo "## pipelined, paired: $(incg "$BIN" bypass torture --mode pipelined --trials 20)"
+  echo "## pipelined, paired: $(incg "$TORTURE" --mode pipelined --trials 20)"
   python3 "$tmp/echo.py" & pids+=($!)
   incg_bg "$BIN" relay -c "$tmp/relay.toml" >"$tmp/relay.log" 2>&1; pids+=($!)
   for _ in $(seq 50); do ss -ltn | grep -q ':23280 ' && ss -ltn | grep -q ':23281 ' && break; sleep 0.1; done
   stalled=0
   for i in $(seq "$RUNS"); do
-    incg timeout 40 "$BIN" bypass torture --mode echo-client --trials 5 --max-bytes "$MAXB" \
+    incg timeout 40 "$TORTURE" --mode echo-client --trials 5 --max-bytes "$MAXB" \
       --connect 127.0.0.1:23281 --via-connect 127.0.0.1:23280 >"$tmp/echo.out" 2>&1 &
     t=$!
     for _ in $(seq 100); do kill -0 $t 2>/dev/null || break; sleep 0.1; done

@@ -1202,7 +1202,7 @@ fn relay_status(relay: &Host) -> Result<splitway_api::Status, LabError> {
 }
 
 /// The splitway binary: `$SPLITWAY_BIN`, else this executable if it is
-/// `splitway`.
+/// `splitway`, else the `splitway` beside it (the `splitway-lab` binary).
 pub(crate) fn splitway_binary() -> Result<PathBuf, LabError> {
     if let Some(path) = std::env::var_os("SPLITWAY_BIN") {
         let path = PathBuf::from(path);
@@ -1217,11 +1217,17 @@ pub(crate) fn splitway_binary() -> Result<PathBuf, LabError> {
     }
     let exe = std::env::current_exe().map_err(|e| LabError::io("locate the running binary", e))?;
     if exe.file_name().is_some_and(|n| n == "splitway") {
-        Ok(exe)
+        return Ok(exe);
+    }
+    // `splitway-lab`: the multi-call front built beside it.
+    let sibling = exe.with_file_name("splitway");
+    if sibling.is_file() {
+        Ok(sibling)
     } else {
-        Err(LabError::NotBuilt(
-            "no splitway binary: run the lab as `splitway lab` or set SPLITWAY_BIN".into(),
-        ))
+        Err(LabError::NotBuilt(format!(
+            "no splitway binary beside {} (cargo build -p splitway): run the lab as `splitway lab` or set SPLITWAY_BIN",
+            exe.display()
+        )))
     }
 }
 

@@ -1,17 +1,16 @@
 //! `splitway`: a split-TCP relay for long-haul networks, every product
-//! behind one command (a multi-call front). The relay's own commands come
-//! from `splitway-relay-cli`, whose `splitway-relay` binary is what the
-//! systemd unit and the container image run: it maps no lab, bypass or
-//! agent code (issue #31).
+//! behind one command (a multi-call front). Each product is also a binary
+//! of its own (issue #31): `splitway-relay` (relay, keygen, ctl; what the
+//! systemd unit and the container image run, with no lab, bypass or agent
+//! code), `splitway-lab`, and `splitway-tools` (agent, bypass).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use splitway_relay_cli::cli::{LONG_VERSION, VERSION};
 use splitway_relay_cli::{LogFormat, RelayCommand};
+use splitway_tools::{agent, bypass};
 
-mod agent;
-mod bypass;
 mod docgen;
 
 #[derive(Parser)]

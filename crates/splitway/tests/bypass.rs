@@ -14,6 +14,8 @@ use std::process::{Command, Output, Stdio};
 use splitway_sys::bpf::bypass::Status;
 
 const BIN: &str = env!("CARGO_BIN_EXE_splitway");
+/// The workload, a test-only binary of this package.
+const TORTURE: &str = env!("CARGO_BIN_EXE_splitway-bypass-torture");
 
 /// A cgroup v2 directory with a unique name, removed on drop (after its
 /// processes exited: the children are always waited for).
@@ -97,7 +99,7 @@ fn report<T: serde::de::DeserializeOwned>(out: &Output, what: &str) -> T {
     })
 }
 
-/// `splitway bypass torture ARGS`, started inside `cgroup`: the shell writes
+/// `splitway-bypass-torture ARGS`, started inside `cgroup`: the shell writes
 /// its own pid into cgroup.procs and then execs, so every socket the
 /// workload creates belongs to the cgroup (and the test runner does not).
 fn torture_in(cgroup: &Path, args: &[&str]) -> Command {
@@ -105,8 +107,7 @@ fn torture_in(cgroup: &Path, args: &[&str]) -> Command {
     cmd.arg("-c")
         .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
         .arg(cgroup)
-        .arg(BIN)
-        .args(["bypass", "torture"])
+        .arg(TORTURE)
         .args(args);
     cmd
 }

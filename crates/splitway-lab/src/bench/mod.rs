@@ -33,13 +33,7 @@ pub fn run(args: BenchArgs) -> Result<(), LabError> {
         return Err(LabError::NotRoot);
     }
     let plan = Plan::new(&args);
-    let splitway_bin = match std::env::var_os("SPLITWAY_BIN") {
-        Some(p) => PathBuf::from(p),
-        None => std::env::current_exe().map_err(|source| LabError::Io {
-            op: "find the splitway binary".into(),
-            source,
-        })?,
-    };
+    let splitway_bin = crate::runner::splitway_binary()?;
     let nofile = raise_nofile()?;
     let mut plan = plan;
     // The bench process holds both ends of every idle connection (client

@@ -69,8 +69,8 @@ pub fn fill_learned_window(cfg: &mut Config) -> Vec<String> {
 }
 
 /// Gives relay legs that name no congestion control the learned-window
-/// algorithm once `register` accepts it (the relay: [`ensure`]; `--check`:
-/// [`probe`]). If it cannot be registered, `cfg` is left as it was: the
+/// algorithm once `register` accepts it (the relay: [`congestion::ensure`];
+/// `--check`: [`congestion::probe`]). If it cannot be registered, `cfg` is left as it was: the
 /// legs keep the kernel's default, and the reason goes to `--check`,
 /// `/status` and `accel_state`. The keys it filled, or why not.
 pub fn learn_windows(

@@ -1,4 +1,4 @@
-//! `splitway bypass`: co-located TCP bypass (sock_ops + sockhash + sk_msg
+//! `splitway-tools bypass` (and `splitway bypass`): co-located TCP bypass (sock_ops + sockhash + sk_msg
 //! redirect), in the manner of tcp_splice's tcp-splice-ctl. See docs/bypass.md.
 
 use std::path::PathBuf;
@@ -7,8 +7,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use splitway_sys::bpf::bypass::{self, DisableOutcome, EnableOutcome, Policy};
-
-mod torture;
 
 #[derive(Args, Debug)]
 #[command(
@@ -59,10 +57,6 @@ enum BypassCommand {
     },
     /// Detach and remove the pins (paired sockets drain first).
     Disable,
-    /// Test helper: randomized byte-exact trials on this process's own
-    /// sockets (run it inside the bypass cgroup).
-    #[command(hide = true)]
-    Torture(torture::TortureArgs),
 }
 
 pub fn run(args: BypassArgs) -> anyhow::Result<ExitCode> {
@@ -154,7 +148,6 @@ pub fn run(args: BypassArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        BypassCommand::Torture(args) => torture::run(args),
     }
 }
 

@@ -1,4 +1,5 @@
-//! `splitway bypass torture`: the workload for the bypass tests. It runs
+//! `splitway-bypass-torture`: the workload for the bypass tests (test-only:
+//! not packaged; issue #31). It runs
 //! both ends of every connection in this process, so a test spawns it inside
 //! the bypass cgroup (sockets belong to the cgroup of the process that
 //! creates them). Every byte is checked; the summary is one JSON line.
@@ -10,13 +11,17 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clap::{Args, ValueEnum};
+use clap::{Parser, ValueEnum};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-#[derive(Args, Debug)]
+#[derive(Parser, Debug)]
+#[command(
+    name = "splitway-bypass-torture",
+    about = "Randomized byte-exact trials on this process's own sockets (run it inside the bypass cgroup)"
+)]
 pub struct TortureArgs {
     #[arg(long, value_enum, default_value_t = Mode::Trials)]
     mode: Mode,
@@ -815,7 +820,14 @@ async fn http_connect(proxy: SocketAddr, to: SocketAddr) -> anyhow::Result<tokio
     Ok(s)
 }
 
-pub fn run(args: TortureArgs) -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
+    run(TortureArgs::parse()).unwrap_or_else(|e| {
+        eprintln!("splitway-bypass-torture: {e:#}");
+        ExitCode::FAILURE
+    })
+}
+
+fn run(args: TortureArgs) -> anyhow::Result<ExitCode> {
     if args.family.is_empty() {
         bail!("--family needs at least one family");
     }
