@@ -1,10 +1,16 @@
 //! What every family module shares: the label-enum macro, the counter type
 //! and the helper that creates a family's enum-labelled series up front.
 
+use std::fmt;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::registry::Registry;
 
 /// Defines a label-value enum with `ALL`, `COUNT`, `as_str()`, `Display` and
 /// an `EncodeLabelValue` impl that writes `as_str()`.
@@ -12,8 +18,35 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 /// The derive from prometheus-client would export the Rust variant name
 /// (`HttpConnect`); the exported values are the snake_case names instead.
 /// Exported for the relay's rooms, which must depend on prometheus-client.
+///
+/// Led by `label "name";`, the enum also names its label
+/// ([`LabelEnum`](crate::metrics::kit::LabelEnum)), so that an
+/// [`EnumCounter`](crate::metrics::kit::EnumCounter) can count by it with
+/// no label struct of its own.
 #[macro_export]
 macro_rules! label_enum {
+    (
+        label $key:literal;
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident => $value:literal, )+
+        }
+    ) => {
+        $crate::label_enum! {
+            $(#[$meta])*
+            pub enum $name {
+                $( $(#[$vmeta])* $variant => $value, )+
+            }
+        }
+
+        impl $crate::metrics::kit::LabelEnum for $name {
+            const KEY: &'static str = $key;
+            const VALUES: &'static [Self] = &$name::ALL;
+            fn position(self) -> usize {
+                self.index()
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         pub enum $name:ident {
@@ -100,4 +133,150 @@ where
     let metric = M::default();
     registry.register(name, help, metric.clone());
     metric
+}
+
+/// A label enum (`label_enum!` led by `label "name";`) that is a family's
+/// one label: its name and its values.
+pub trait LabelEnum:
+    Copy + Eq + Hash + fmt::Debug + fmt::Display + EncodeLabelValue + Send + Sync + 'static
+{
+    /// The label's name (`outcome`, `reason`).
+    const KEY: &'static str;
+    /// Every value, in declaration order.
+    const VALUES: &'static [Self];
+    /// Position in [`Self::VALUES`].
+    fn position(self) -> usize;
+}
+
+/// The label set `{KEY="value"}` of one [`LabelEnum`] value.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Keyed<E>(E);
+
+impl<E: LabelEnum> EncodeLabelSet for Keyed<E> {
+    fn encode(&self, encoder: LabelSetEncoder<'_>) -> fmt::Result {
+        [(E::KEY, self.0)].encode(encoder)
+    }
+}
+
+/// A counter family labelled by one enum, every value's series created at
+/// declaration (exported at zero) and counted through its handle: one
+/// atomic add, no hashing. Clones share the series. `Default` counts into
+/// series no registry exports (tests).
+#[derive(Clone)]
+pub struct EnumCounter<E> {
+    series: Arc<[CounterU64]>,
+    label: PhantomData<E>,
+}
+
+impl<E> fmt::Debug for EnumCounter<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnumCounter")
+            .field("series", &self.series.len())
+            .finish()
+    }
+}
+
+impl<E: LabelEnum> Default for EnumCounter<E> {
+    fn default() -> Self {
+        EnumCounter {
+            series: E::VALUES.iter().map(|_| CounterU64::default()).collect(),
+            label: PhantomData,
+        }
+    }
+}
+
+impl<E: LabelEnum> EnumCounter<E> {
+    /// Declares the family `name` (a counter: exported as `name_total`)
+    /// with `help` in `registry`, every value at zero.
+    pub fn register(registry: &mut Registry, name: &str, help: &str) -> Self {
+        let family: Family<Keyed<E>, CounterU64> = declare(registry, name, help);
+        EnumCounter {
+            series: E::VALUES
+                .iter()
+                .map(|v| family.get_or_create(&Keyed(*v)).clone())
+                .collect(),
+            label: PhantomData,
+        }
+    }
+
+    /// Counts one event labelled `value`.
+    pub fn inc(&self, value: E) {
+        self.series[value.position()].inc();
+    }
+
+    /// Counts `n` events labelled `value`.
+    pub fn inc_by(&self, value: E, n: u64) {
+        if n > 0 {
+            self.series[value.position()].inc_by(n);
+        }
+    }
+
+    /// The count labelled `value` so far.
+    pub fn get(&self, value: E) -> u64 {
+        self.series[value.position()].get()
+    }
+}
+
+/// For the rooms' tests: what a counter family `name` (without the
+/// `splitway_` prefix) declared with `help` should export and `text` (the
+/// registry's OpenMetrics) lacks: its HELP and TYPE lines byte for byte,
+/// and a `_total` series for every value. Empty when the family is whole.
+pub fn missing_lines<E: LabelEnum>(text: &str, name: &str, help: &str) -> Vec<String> {
+    let full = format!("{}_{name}", super::METRIC_PREFIX);
+    let whole = [
+        format!("# HELP {full} {help}."),
+        format!("# TYPE {full} counter"),
+    ];
+    let series = E::VALUES
+        .iter()
+        .map(|v| format!("{full}_total{{{}=\"{v}\"}} ", E::KEY));
+    let mut missing: Vec<String> = whole
+        .into_iter()
+        .filter(|line| !text.lines().any(|l| l == line))
+        .collect();
+    missing.extend(series.filter(|s| !text.lines().any(|l| l.starts_with(s.as_str()))));
+    missing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    crate::label_enum! {
+        label "side";
+        /// A two-valued label for the kit's own tests.
+        pub enum Side {
+            Left => "left",
+            Right => "right",
+        }
+    }
+
+    /// Counted by value, exported under the enum's label name, every
+    /// value at zero; `missing_lines` names what a wrong or absent family
+    /// lacks.
+    #[test]
+    fn an_enum_counter_exports_every_value_under_its_label() {
+        let mut registry = Registry::with_prefix(super::super::METRIC_PREFIX);
+        let counter: EnumCounter<Side> =
+            EnumCounter::register(&mut registry, "sides", "Sides seen");
+        counter.inc(Side::Right);
+        counter.inc_by(Side::Right, 2);
+        counter.inc_by(Side::Left, 0);
+        assert_eq!((counter.get(Side::Left), counter.get(Side::Right)), (0, 3));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(
+            text.contains("splitway_sides_total{side=\"right\"} 3\n"),
+            "{text}"
+        );
+        assert_eq!(
+            missing_lines::<Side>(&text, "sides", "Sides seen"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            missing_lines::<Side>(&text, "sides", "Other help"),
+            ["# HELP splitway_sides Other help."]
+        );
+        assert_eq!(missing_lines::<Side>("", "sides", "Sides seen").len(), 4);
+    }
 }

@@ -32,9 +32,14 @@ mod family;
 
 mod connections;
 /// What a room's metrics module uses besides [`label_enum!`](crate::label_enum):
-/// the counter type, the up-front series and the declaration helper.
+/// [`EnumCounter`](kit::EnumCounter), a counter family with one enum label
+/// (the enum led by `label "name";`), and `missing_lines` for its test; for
+/// other shapes the counter type, the up-front series and the declaration
+/// helper.
 pub mod kit {
-    pub use super::family::{CounterU64, declare, series};
+    pub use super::family::{
+        CounterU64, EnumCounter, Keyed, LabelEnum, declare, missing_lines, series,
+    };
 }
 mod forward;
 mod peer;

@@ -4,15 +4,14 @@
 //! host-wide counters before each scrape; declared in the relay's registry
 //! at bind.
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use splitway_control::label_enum;
-use splitway_control::metrics::kit::{CounterU64, declare, series};
+use splitway_control::metrics::kit::EnumCounter;
 
 label_enum! {
+    label "outcome";
     /// How a window probe (learned windows, issue #29) ended, by side.
     pub enum WindowProbe {
         /// Sent to a peer; both directions' filler went through.
@@ -27,40 +26,29 @@ label_enum! {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct WindowProbeLabels {
-    outcome: WindowProbe,
-}
-
 /// `window_probes_total`: the relay-leg connections that carried window
 /// probes, which `connections_accepted_total{mode="peer"}` counts too.
 #[derive(Clone, Debug)]
-pub struct WindowProbeMetrics {
-    outcomes: [CounterU64; WindowProbe::COUNT],
-}
+pub struct WindowProbeMetrics(EnumCounter<WindowProbe>);
 
 impl WindowProbeMetrics {
     /// Declares the family in `registry`, every outcome at zero.
     pub fn register(registry: &mut Registry) -> Self {
-        let family: Family<WindowProbeLabels, CounterU64> = declare(
+        WindowProbeMetrics(EnumCounter::register(
             registry,
             "window_probes",
             "Window probes on relay legs (learned windows), by outcome",
-        );
-        WindowProbeMetrics {
-            outcomes: series(&family, WindowProbe::ALL, |outcome| WindowProbeLabels {
-                outcome,
-            }),
-        }
+        ))
     }
 
     /// Counts a window probe's outcome.
     pub fn count(&self, outcome: WindowProbe) {
-        self.outcomes[outcome.index()].inc();
+        self.0.inc(outcome);
     }
 }
 
 label_enum! {
+    label "event";
     /// What `splitway_resume` did on relay legs (learned windows).
     pub enum LearnedWindowEvent {
         /// A connection started from its peer's saved window.
@@ -77,17 +65,12 @@ label_enum! {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LearnedWindowLabels {
-    event: LearnedWindowEvent,
-}
-
 /// `learned_window_events_total` and `learned_window_peers`. The kernel
 /// counts (in the algorithm's BPF map, host-wide); the relay copies the
 /// totals in before each scrape, and this adds what grew since.
 #[derive(Clone, Debug)]
 pub struct LearnedWindowMetrics {
-    events: [CounterU64; LearnedWindowEvent::COUNT],
+    events: EnumCounter<LearnedWindowEvent>,
     peers: Gauge,
     /// The totals last copied in: a counter only grows by the difference.
     seen: std::sync::Arc<std::sync::Mutex<[u64; LearnedWindowEvent::COUNT]>>,
@@ -96,7 +79,7 @@ pub struct LearnedWindowMetrics {
 impl LearnedWindowMetrics {
     /// Declares both families in `registry`, at zero.
     pub fn register(registry: &mut Registry) -> Self {
-        let family: Family<LearnedWindowLabels, CounterU64> = declare(
+        let events = EnumCounter::register(
             registry,
             "learned_window_events",
             "What splitway_resume did on relay legs, host-wide (every relay on the host shares it)",
@@ -108,9 +91,7 @@ impl LearnedWindowMetrics {
             peers.clone(),
         );
         LearnedWindowMetrics {
-            events: series(&family, LearnedWindowEvent::ALL, |event| {
-                LearnedWindowLabels { event }
-            }),
+            events,
             peers,
             seen: Default::default(),
         }
@@ -125,9 +106,13 @@ impl LearnedWindowMetrics {
             .seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for ((counter, last), total) in self.events.iter().zip(seen.iter_mut()).zip(totals) {
+        for ((event, last), total) in LearnedWindowEvent::ALL
+            .iter()
+            .zip(seen.iter_mut())
+            .zip(totals)
+        {
             let grew = if total >= *last { total - *last } else { total };
-            counter.inc_by(grew);
+            self.events.inc_by(*event, grew);
             *last = total;
         }
         self.peers
@@ -136,13 +121,14 @@ impl LearnedWindowMetrics {
 
     /// The exported total of `event`.
     pub fn get(&self, event: LearnedWindowEvent) -> u64 {
-        self.events[event.index()].get()
+        self.events.get(event)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use splitway_control::Metrics;
+    use splitway_control::metrics::kit::missing_lines;
 
     use super::*;
 
@@ -168,14 +154,23 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }
-        for outcome in WindowProbe::ALL {
-            let series = format!("splitway_window_probes_total{{outcome=\"{outcome}\"}} ");
-            assert!(text.contains(&series), "{series}");
-        }
-        for event in LearnedWindowEvent::ALL {
-            let series = format!("splitway_learned_window_events_total{{event=\"{event}\"}} ");
-            assert!(text.contains(&series), "{series}");
-        }
+        let none = Vec::<String>::new();
+        assert_eq!(
+            missing_lines::<WindowProbe>(
+                &text,
+                "window_probes",
+                "Window probes on relay legs (learned windows), by outcome"
+            ),
+            none
+        );
+        assert_eq!(
+            missing_lines::<LearnedWindowEvent>(
+                &text,
+                "learned_window_events",
+                "What splitway_resume did on relay legs, host-wide (every relay on the host shares it)"
+            ),
+            none
+        );
     }
 
     #[test]
