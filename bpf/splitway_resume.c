@@ -36,7 +36,7 @@
 //   slow start after idle (tcp_cwnd_restart, which runs just before
 //   TX_START) would cut a jump made at init back to the initial window.
 // - Unvalidated phase: two smoothed RTTs after the jump. A loss in it is a
-//   "safe retreat": ssthresh = a quarter of the jump (below what plain CUBIC
+//   "safe retreat": ssthresh = half the jump (below what plain CUBIC
 //   would keep), CUBIC's W_max forgotten, and the peer's entry deleted; the
 //   retreating connection saves nothing, so the next one starts normally.
 // - Afterwards it is splitway_cubic (cubic_core.h).
@@ -341,7 +341,12 @@ __u32 BPF_PROG(splitway_resume_ssthresh, struct sock *sk)
 	ca->retreated = 1;
 	count_event(EV_RETREAT);
 	cubic_ssthresh(sk);
-	retreat = SW_MAX(ca->jump_cwnd / 4, 2U);
+	/* Half the jump: RFC 9959's PipeSize/2 when the jump was delivered,
+	 * below the 0.7 x cwnd plain CUBIC would keep. A quarter (before
+	 * 2026-11-28) left a leg that met a competing flow's full queue at
+	 * 0.28-0.32 of the capacity after 30 s, as the kernel's own CUBIC
+	 * starting late (`splitway lab window-safety`). */
+	retreat = SW_MAX(ca->jump_cwnd / 2, 2U);
 	ca->cubic.last_max_cwnd = retreat;
 	return retreat;
 }
