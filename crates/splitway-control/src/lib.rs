@@ -1,11 +1,11 @@
-//! splitway control plane: the relay's Prometheus metrics and the admin HTTP
-//! API that exposes them.
+//! splitway control plane: the metrics registry and the admin HTTP API that
+//! exposes it.
 //!
-//! * [`Metrics`] owns the `prometheus_client` registry with every
-//!   `splitway_*` family. Labels are closed enums ([`Mode`], [`CloseReason`],
-//!   [`AuthFailureReason`], [`Direction`], [`Path`]) or configured peer names,
-//!   so series cardinality never depends on traffic. Updates on the data path
-//!   are single atomic operations.
+//! * [`Metrics`] owns the `prometheus_client` registry: the process's and
+//!   the build's series, and the families the relay declares in it through
+//!   [`Metrics::builder`] with [`metrics::kit`] (closed label enums, so
+//!   series cardinality never depends on traffic; updates on the data path
+//!   are single atomic operations).
 //! * [`serve`] runs the admin server: `GET /metrics` (OpenMetrics text),
 //!   `GET /status`, `GET /connections`, `GET /routes`, `GET`/`PUT /params`,
 //!   `POST /drain`, `POST /reload`, answered by the relay's [`AdminHandler`]
@@ -18,10 +18,9 @@
 //! ```no_run
 //! # async fn run() -> Result<(), splitway_control::ControlError> {
 //! use std::sync::Arc;
-//! use splitway_control::{AdminHandler, Metrics, Mode, bind, serve};
+//! use splitway_control::{AdminHandler, Metrics, bind, serve};
 //!
 //! let metrics = Arc::new(Metrics::new());
-//! metrics.accepted(Mode::Socks5);
 //! // A closure is a handler that serves `/status` only.
 //! let handler: Arc<dyn AdminHandler> = Arc::new(|| splitway_api::Status {
 //!     name: "edge".into(),
@@ -45,10 +44,7 @@ pub use admin::{
     StatusProvider, bind, bind_unix, serve, serve_unix, serve_with_config,
 };
 pub use error::ControlError;
-pub use metrics::{
-    ActiveGuard, AuthFailureReason, CloseReason, Direction, Leg, Metrics, Mode,
-    OPENMETRICS_CONTENT_TYPE, Path, PeerLabels, SETUP_SECONDS_BUCKETS, TEXT_CONTENT_TYPE,
-};
+pub use metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 pub use params::{
     ParamChange, ParamError, ParamInfo, ParamKind, ParamRegistry, ParamSpec, ParamUpdate,
     ParamValue,

@@ -421,7 +421,7 @@ fn serve(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                 .enable_all()
                 .build()?;
             rt.block_on(async move {
-                let metrics = Arc::new(splitway_control::metrics::Metrics::new());
+                let metrics = Arc::new(splitway_relay::metrics::Metrics::new());
                 let mut tasks = Vec::new();
                 for (l, target) in listeners.into_iter().zip(targets) {
                     l.set_nonblocking(true)?;

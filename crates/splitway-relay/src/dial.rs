@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use splitway_control::metrics::{Direction, LegSide, Path, PeerHandshake};
+use crate::metrics::{Direction, LegSide, Path, PeerHandshake};
 use splitway_proto::Destination;
 use splitway_proto::header::{FLAG_OPTIMISTIC, Header};
 use tokio::net::{TcpSocket, TcpStream};

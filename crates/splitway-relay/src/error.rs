@@ -3,7 +3,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use splitway_control::metrics::{CloseReason, DenyReason};
+use crate::metrics::{CloseReason, DenyReason};
 use splitway_proto::header::ReplyStatus;
 
 /// Who is to blame for a failure: what an operator needs first.

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use splitway_control::metrics::{Direction, Metrics, Path};
+use crate::metrics::{Direction, Metrics, Path};
 use splitway_sys::splice::Pipe;
 use tokio::io::Interest;
 use tokio::net::TcpStream;

@@ -7,7 +7,7 @@
 //! an error (RST, a TLS alert, or a TCP FIN without close_notify, which may
 //! be a truncation) → both TCP sockets are closed abortively (SO_LINGER 0).
 
-use splitway_control::metrics::{Metrics, Path};
+use crate::metrics::{Metrics, Path};
 
 use crate::bytes::{give_buf, take_buf};
 use crate::forward::{

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::metrics::{ActiveGuard, CloseReason, DenyReason, Mode};
 use socket2::{Domain, Protocol, Socket, Type};
-use splitway_control::metrics::{ActiveGuard, CloseReason, DenyReason, Mode};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};

@@ -43,6 +43,7 @@ pub mod limits;
 pub mod listeners;
 pub mod loops;
 pub mod loss_isolation;
+pub mod metrics;
 pub mod next_leg;
 pub mod paths;
 pub mod peer;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use splitway_control::metrics::DenyReason;
+use crate::metrics::DenyReason;
 use tokio::sync::Notify;
 
 use crate::guessing::Guessing;

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::metrics::DenyReason;
 use ipnet::IpNet;
-use splitway_control::metrics::DenyReason;
 
 /// A validated `[policy]` section. The default allows every destination
 /// but the default deny-list: multicast and broadcast, link-local (cloud

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use splitway_control::metrics::Metrics;
+use crate::metrics::Metrics;
 
 use crate::accel::{AccelName, AccelState};
 use splitway_sys::bpf::SynWatch;
@@ -445,7 +445,7 @@ fn spawn_metrics_only(
         };
         let r = splitway_control::serve_with_config(
             l,
-            metrics,
+            metrics.served(),
             Arc::new(handler),
             config,
             async move {
@@ -481,7 +481,7 @@ fn spawn_admin(
             Ok(addr) => info!(%addr, "admin API listening"),
             Err(e) => info!(error = %e, "admin API listening (its address unreadable)"),
         }
-        let r = splitway_control::serve(l, metrics, Arc::new(admin), async move {
+        let r = splitway_control::serve(l, metrics.served(), Arc::new(admin), async move {
             let _ = stop.wait_for(|s| *s).await;
         })
         .await;

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use splitway_control::metrics::{CloseReason, Direction, Path};
+use crate::metrics::{CloseReason, Direction, Path};
 use splitway_proto::Destination;
 use splitway_proto::header::ReplyStatus;
 use tokio::net::TcpStream;

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::metrics::{Metrics, Mode};
 use splitway_api as api;
-use splitway_control::metrics::{Metrics, Mode};
 
 use crate::accel::{AccelName, AccelState};
 use splitway_proto::Destination;

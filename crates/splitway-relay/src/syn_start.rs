@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::metrics::DenyReason;
 use rand::RngCore;
-use splitway_control::metrics::DenyReason;
 use splitway_proto::Destination;
 use splitway_proto::header::DEFAULT_TTL;
 use tokio::sync::oneshot;

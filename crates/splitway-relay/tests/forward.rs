@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use splitway_control::metrics::Metrics;
 use splitway_relay::config::DataPath;
 use splitway_relay::forward::{self, End, Options, Side};
 use splitway_relay::leg_io::LegIo;
+use splitway_relay::metrics::Metrics;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

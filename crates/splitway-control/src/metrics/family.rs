@@ -12,6 +12,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::registry::Registry;
 
+/// Prefix of every metric name the relay exports.
+pub const METRIC_PREFIX: &str = "splitway";
+
 /// Defines a label-value enum with `ALL`, `COUNT`, `as_str()`, `Display` and
 /// an `EncodeLabelValue` impl that writes `as_str()`.
 ///
@@ -222,7 +225,7 @@ impl<E: LabelEnum> EnumCounter<E> {
 /// registry's OpenMetrics) lacks: its HELP and TYPE lines byte for byte,
 /// and a `_total` series for every value. Empty when the family is whole.
 pub fn missing_lines<E: LabelEnum>(text: &str, name: &str, help: &str) -> Vec<String> {
-    let full = format!("{}_{name}", super::METRIC_PREFIX);
+    let full = format!("{METRIC_PREFIX}_{name}");
     let whole = [
         format!("# HELP {full} {help}."),
         format!("# TYPE {full} counter"),
@@ -242,7 +245,7 @@ pub fn missing_lines<E: LabelEnum>(text: &str, name: &str, help: &str) -> Vec<St
 mod tests {
     use super::*;
 
-    crate::label_enum! {
+    label_enum! {
         label "side";
         /// A two-valued label for the kit's own tests.
         pub enum Side {
@@ -256,7 +259,7 @@ mod tests {
     /// lacks.
     #[test]
     fn an_enum_counter_exports_every_value_under_its_label() {
-        let mut registry = Registry::with_prefix(super::super::METRIC_PREFIX);
+        let mut registry = Registry::with_prefix(METRIC_PREFIX);
         let counter: EnumCounter<Side> =
             EnumCounter::register(&mut registry, "sides", "Sides seen");
         counter.inc(Side::Right);

@@ -1,81 +1,49 @@
-//! The relay's Prometheus metrics.
+//! The metrics registry the relay's families are declared in, and how it
+//! is served.
 //!
-//! Every label value is a closed Rust enum (or, for `peer`, a name taken from
-//! the configuration), so the number of series is fixed by the code and the
-//! config, never by traffic. Addresses never become label values.
+//! This crate declares only what any process has: the process's series
+//! (`process_*`) and `splitway_build`. Every `splitway_*` family of the
+//! relay is declared where it is counted, in `splitway-relay` (its
+//! `metrics` module and each acceleration's room), with
+//! [`label_enum!`](crate::label_enum) and the helpers of [`kit`], into
+//! [`MetricsBuilder::registry`]: issue #31, this crate knows no relay word.
 //!
-//! All enum-labelled series are created up front and their handles kept in
-//! arrays indexed by the enum, so a hot-path update is one atomic add: no
-//! hashing, no lock, no allocation. Creating them up front also exports every
-//! series as `0` from the first scrape, which `rate()` needs.
-//!
-//! Each family is declared (name, help, labels) in the submodule of the
-//! relay area that counts it, as a handle type with a `register` function;
-//! [`Metrics::new`] only assembles them into one registry. An acceleration
-//! with a room of its own in `splitway-relay` declares its families there,
-//! with [`label_enum!`](crate::label_enum) and the helpers of [`kit`], into
-//! [`MetricsBuilder::registry`] (issue #31: this crate is to know no relay
-//! word; the families still here move as their areas get rooms).
+//! Every label value is a closed Rust enum (or a name taken from the
+//! configuration), so the number of series is fixed by the code and the
+//! config, never by traffic. All enum-labelled series are created up front
+//! and their handles kept, so a hot-path update is one atomic add, and
+//! every series is exported as `0` from the first scrape, which `rate()`
+//! needs.
 
 use std::fmt;
-use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-
-/// Prefix of every metric name this crate exports.
-pub const METRIC_PREFIX: &str = "splitway";
 
 // First, for its `label_enum!` to be in scope in the modules below (the
 // macro is exported at the crate root for the relay's rooms).
 #[macro_use]
 mod family;
 
-mod connections;
-/// What a room's metrics module uses besides [`label_enum!`](crate::label_enum):
-/// [`EnumCounter`](kit::EnumCounter), a counter family with one enum label
-/// (the enum led by `label "name";`), and `missing_lines` for its test; for
-/// other shapes the counter type, the up-front series and the declaration
-/// helper.
+/// What a metrics module of the relay uses besides
+/// [`label_enum!`](crate::label_enum): [`EnumCounter`](kit::EnumCounter), a
+/// counter family with one enum label (the enum led by `label "name";`),
+/// and `missing_lines` for its test; for other shapes the counter type, the
+/// up-front series and the declaration helper.
 pub mod kit {
     pub use super::family::{
         CounterU64, EnumCounter, Keyed, LabelEnum, declare, missing_lines, series,
     };
 }
-mod forward;
-mod peer;
 mod process;
 
-pub use connections::{
-    ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
-};
-pub use forward::{Direction, ForwardMetrics, Leg, Path};
-pub use peer::{AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics};
+pub use family::METRIC_PREFIX;
 pub use process::{ProcessCollector, ProcessSample};
 
-/// The relay's metrics registry. Create once, share as `Arc<Metrics>`.
-///
-/// Exported families (all prefixed `splitway_`), by the submodule that
-/// declares them:
-///
-/// | name | type | labels | declared in |
-/// | --- | --- | --- | --- |
-/// | `connections_accepted_total` | counter | `mode` | `connections` |
-/// | `connections_active` | gauge | `mode` | `connections` |
-/// | `connections_closed_total` | counter | `mode`, `reason` | `connections` |
-/// | `denied_total` | counter | `reason` | `connections` |
-/// | `accept_errors_total` | counter | `mode` | `connections` |
-/// | `setup_seconds` | histogram | `mode` | `connections` |
-/// | `peer_auth_failures_total` | counter | `reason` | `peer` |
-/// | `peer_connect_failures_total` | counter | `peer` (config names) | `peer` |
-/// | `peer_handshakes_total` | counter | `side`, `handshake` | `peer` |
-/// | `forwarded_bytes_total` | counter | `direction`, `path` | `forward` |
-/// | `leg_sent_bytes_total` | counter | `leg`, `direction` | `forward` |
-/// | `data_path_chosen_total` | counter | `path` | `forward` |
+/// The registry: the process's and the build's series, and what the
+/// relay declared through [`Metrics::builder`]. Create once, share as
+/// `Arc<Metrics>`; the admin server encodes it for `GET /metrics`.
 pub struct Metrics {
     registry: Registry,
-    connections: ConnectionMetrics,
-    peers: PeerMetrics,
-    forward: ForwardMetrics,
 }
 
 impl fmt::Debug for Metrics {
@@ -134,100 +102,7 @@ impl Metrics {
                 ("commit", crate::build::COMMIT),
             ]),
         );
-        let registry = &mut *registry;
-        // Handles are Arc-backed: a clone updates the series in the registry.
-        let metrics = Self {
-            connections: ConnectionMetrics::register(registry),
-            peers: PeerMetrics::register(registry),
-            forward: ForwardMetrics::register(registry),
-            registry: Registry::default(),
-        };
-        Self {
-            registry: root,
-            ..metrics
-        }
-    }
-
-    /// Counts a connection accepted in `mode`.
-    pub fn accepted(&self, mode: Mode) {
-        self.connections.accepted(mode);
-    }
-
-    /// Counts a connection as active in `mode` until the guard is dropped.
-    pub fn active(&self, mode: Mode) -> ActiveGuard {
-        self.connections.active(mode)
-    }
-
-    /// Counts a connection in `mode` closed for `reason`.
-    pub fn closed(&self, mode: Mode, reason: CloseReason) {
-        self.connections.closed(mode, reason);
-    }
-
-    /// Counts a connection refused by policy or limits. The caller also
-    /// counts it closed with [`CloseReason::NotAllowed`].
-    pub fn denied(&self, reason: DenyReason) {
-        self.connections.denied(reason);
-    }
-
-    /// Counts a failed `accept()` on a listener of `mode`.
-    pub fn accept_error(&self, mode: Mode) {
-        self.connections.accept_error(mode);
-    }
-
-    /// Counts a failed peer authentication.
-    pub fn auth_failure(&self, reason: AuthFailureReason) {
-        self.peers.auth_failure(reason);
-    }
-
-    /// Adds `n` bytes forwarded in `direction` over `path`.
-    pub fn bytes(&self, direction: Direction, path: Path, n: u64) {
-        self.forward.bytes(direction, path, n);
-    }
-
-    /// Adds `n` bytes written to a leg of kind `leg` in `direction`.
-    ///
-    /// Counted where the relay writes, so every forwarded byte is counted
-    /// once per leg it leaves on: on a client relay, `{leg="peer",
-    /// direction="to_server"}` is the upload carried over the long haul and
-    /// `{leg="client", direction="to_client"}` the download delivered.
-    pub fn leg_bytes(&self, leg: Leg, direction: Direction, n: u64) {
-        self.forward.leg_bytes(leg, direction, n);
-    }
-
-    /// Counts one connection direction that moved data over `path`.
-    pub fn data_path_chosen(&self, path: Path) {
-        self.forward.data_path_chosen(path);
-    }
-
-    /// Records the time from accept until the next leg was connected.
-    pub fn observe_setup(&self, mode: Mode, elapsed: Duration) {
-        self.connections.observe_setup(mode, elapsed);
-    }
-
-    /// Creates the `peer_connect_failures_total` series for a configured
-    /// peer at zero, so it is exported before the first event.
-    ///
-    /// `peer` must be a peer name from the configuration (see [`PeerLabels`]).
-    pub fn register_peer(&self, peer: &str) {
-        self.peers.register_peer(peer);
-    }
-
-    /// Counts a failed connect to the configured peer named `peer`.
-    ///
-    /// `peer` must be a peer name from the configuration (see [`PeerLabels`]).
-    /// Allocates a label set: failures are off the hot path.
-    pub fn peer_connect_failure(&self, peer: &str) {
-        self.peers.connect_failure(peer);
-    }
-
-    /// Counts how a peer leg was authenticated.
-    pub fn peer_handshake(&self, side: LegSide, handshake: PeerHandshake) {
-        self.peers.handshake(side, handshake);
-    }
-
-    /// Current `connections_active{mode}` value.
-    pub fn active_count(&self, mode: Mode) -> i64 {
-        self.connections.active_count(mode)
+        Self { registry: root }
     }
 
     /// Renders the registry in Prometheus's text format; serve it with
@@ -332,54 +207,11 @@ mod tests {
     #[test]
     fn metrics_is_send_and_sync() {
         assert_send_sync::<Metrics>();
-        assert_send_sync::<ActiveGuard>();
     }
 
-    #[test]
-    fn label_values_are_snake_case_and_unique() {
-        fn check(values: &[&str]) {
-            for value in values {
-                assert!(
-                    value
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
-                    "{value} is not snake_case"
-                );
-            }
-            let mut sorted = values.to_vec();
-            sorted.sort_unstable();
-            sorted.dedup();
-            assert_eq!(
-                sorted.len(),
-                values.len(),
-                "duplicate label value in {values:?}"
-            );
-        }
-        check(&Mode::ALL.map(Mode::as_str));
-        check(&CloseReason::ALL.map(CloseReason::as_str));
-        check(&AuthFailureReason::ALL.map(AuthFailureReason::as_str));
-        check(&DenyReason::ALL.map(DenyReason::as_str));
-        check(&Direction::ALL.map(Direction::as_str));
-        check(&Path::ALL.map(Path::as_str));
-        check(&Leg::ALL.map(Leg::as_str));
-        assert_eq!(Mode::HttpConnect.to_string(), "http_connect");
-        assert_eq!(CloseReason::COUNT, 15);
-        assert_eq!(AuthFailureReason::COUNT, 8);
-    }
-
-    #[test]
-    fn index_matches_position_in_all() {
-        for (position, mode) in Mode::ALL.into_iter().enumerate() {
-            assert_eq!(mode.index(), position);
-        }
-        for (position, reason) in CloseReason::ALL.into_iter().enumerate() {
-            assert_eq!(reason.index(), position);
-        }
-    }
-
-    /// Every family's name, type, unit and help text, byte for byte: they
-    /// are declared across the submodules, and dashboards, the README and
-    /// the integration tests read them.
+    /// The families this crate declares itself, byte for byte: the
+    /// process's and the build's (the relay's are its own, and pinned
+    /// there).
     #[test]
     fn family_metadata_is_unchanged() {
         let text = Metrics::new().encode();
@@ -395,58 +227,34 @@ mod tests {
             "# HELP process_resident_memory_bytes Resident memory size in bytes.",
             "# HELP process_start_time_seconds Start time of the process since the Unix epoch, in seconds.",
             "# HELP process_virtual_memory_bytes Virtual memory size in bytes.",
-            "# HELP splitway_accept_errors Failed accept() calls (e.g. out of file descriptors), by listener mode.",
             "# HELP splitway_build This build: its version and git commit (value 1).",
-            "# HELP splitway_connections_accepted Connections accepted, by how they arrived.",
-            "# HELP splitway_connections_active Connections currently being relayed.",
-            "# HELP splitway_connections_closed Connections closed, by mode and reason.",
-            "# HELP splitway_data_path_chosen Connection directions that moved data, by data path.",
-            "# HELP splitway_denied Connections refused by access policy or connection limits, by reason.",
-            "# HELP splitway_forwarded_bytes Bytes forwarded, by direction and data path.",
-            "# HELP splitway_leg_sent_bytes Bytes the relay wrote to its legs, by leg kind and direction.",
-            "# HELP splitway_peer_auth_failures Peer relay authentication failures, by reason.",
-            "# HELP splitway_peer_connect_failures Failed connects to a configured peer relay, by peer name.",
-            "# HELP splitway_peer_handshakes Peer legs by how they were authenticated, on the dialing and the accepting end.",
-            "# HELP splitway_setup_seconds Time from accept until the next leg is connected.",
             "# TYPE process_cpu_seconds counter",
             "# TYPE process_max_fds gauge",
             "# TYPE process_open_fds gauge",
             "# TYPE process_resident_memory_bytes gauge",
             "# TYPE process_start_time_seconds gauge",
             "# TYPE process_virtual_memory_bytes gauge",
-            "# TYPE splitway_accept_errors counter",
             "# TYPE splitway_build info",
-            "# TYPE splitway_connections_accepted counter",
-            "# TYPE splitway_connections_active gauge",
-            "# TYPE splitway_connections_closed counter",
-            "# TYPE splitway_data_path_chosen counter",
-            "# TYPE splitway_denied counter",
-            "# TYPE splitway_forwarded_bytes counter",
-            "# TYPE splitway_leg_sent_bytes counter",
-            "# TYPE splitway_peer_auth_failures counter",
-            "# TYPE splitway_peer_connect_failures counter",
-            "# TYPE splitway_peer_handshakes counter",
-            "# TYPE splitway_setup_seconds histogram",
-            "# UNIT splitway_leg_sent_bytes bytes",
-            "# UNIT splitway_setup_seconds seconds",
         ];
         assert_eq!(meta, expected);
     }
 
     /// The text format a client gets without asking for OpenMetrics: a
     /// Prometheus parser reads it, counters by their `_total` name, with
-    /// the build and process series.
+    /// the build and process series and a family a room declared.
     #[test]
     fn text_fallback_parses_as_prometheus_text() {
-        let metrics = Metrics::new();
-        metrics.accepted(Mode::Socks5);
+        let mut builder = Metrics::builder();
+        let counter: kit::CounterU64 = kit::declare(builder.registry(), "things", "Things seen");
+        counter.inc();
+        let metrics = builder.build();
         let text = metrics.encode_text();
         assert!(
             !text.contains("# EOF") && !text.contains("# UNIT"),
             "{text}"
         );
         assert!(
-            text.contains("# TYPE splitway_connections_accepted_total counter\n"),
+            text.contains("# TYPE splitway_things_total counter\n"),
             "{text}"
         );
         assert!(
@@ -473,14 +281,10 @@ mod tests {
             sample("process_cpu_seconds_total").value,
             prometheus_parse::Value::Counter(_)
         ));
-        assert!(
-            scrape
-                .samples
-                .iter()
-                .any(|s| s.metric == "splitway_connections_accepted_total"
-                    && matches!(s.value, prometheus_parse::Value::Counter(n) if n == 1.0)),
-            "{text}"
-        );
+        assert!(matches!(
+            sample("splitway_things_total").value,
+            prometheus_parse::Value::Counter(n) if n == 1.0
+        ));
     }
 
     #[test]
@@ -494,78 +298,5 @@ mod tests {
             "application/openmetrics-text;q=0"
         )));
         assert!(!accepts_openmetrics(None));
-    }
-
-    #[test]
-    fn active_guard_decrements_on_drop() {
-        let metrics = Metrics::new();
-        let first = metrics.active(Mode::Socks5);
-        let second = metrics.active(Mode::Socks5);
-        assert_eq!(metrics.active_count(Mode::Socks5), 2);
-        assert_eq!(metrics.active_count(Mode::Tproxy), 0);
-        drop(first);
-        assert_eq!(metrics.active_count(Mode::Socks5), 1);
-        drop(second);
-        assert_eq!(metrics.active_count(Mode::Socks5), 0);
-    }
-
-    #[test]
-    fn encode_names_every_family_and_ends_with_eof() {
-        let metrics = Metrics::new();
-        metrics.register_peer("tokyo");
-        let text = metrics.encode();
-        for family in [
-            "splitway_connections_accepted_total{mode=\"http_connect\"} 0",
-            "splitway_connections_active{mode=\"peer\"} 0",
-            "splitway_connections_closed_total{mode=\"tproxy\",reason=\"ttl_exceeded\"} 0",
-            "splitway_peer_auth_failures_total{reason=\"bad_mac\"} 0",
-            "splitway_denied_total{reason=\"port\"} 0",
-            "splitway_accept_errors_total{mode=\"socks5\"} 0",
-            "splitway_forwarded_bytes_total{direction=\"to_client\",path=\"splice\"} 0",
-            "splitway_data_path_chosen_total{path=\"copy\"} 0",
-            "splitway_setup_seconds_count{mode=\"socks5\"} 0",
-            "splitway_peer_connect_failures_total{peer=\"tokyo\"} 0",
-            "# UNIT splitway_setup_seconds seconds",
-            "splitway_leg_sent_bytes_total{leg=\"direct\",direction=\"to_server\"} 0",
-        ] {
-            assert!(text.contains(family), "missing {family:?} in:\n{text}");
-        }
-        assert!(text.ends_with("# EOF\n"));
-    }
-
-    #[test]
-    fn denials_and_accept_errors_land_in_their_series_only() {
-        let metrics = Metrics::new();
-        metrics.denied(DenyReason::Port);
-        metrics.denied(DenyReason::Port);
-        metrics.denied(DenyReason::Downstream);
-        metrics.accept_error(Mode::Peer);
-        let text = metrics.encode();
-        for line in [
-            "splitway_denied_total{reason=\"port\"} 2",
-            "splitway_denied_total{reason=\"downstream\"} 1",
-            "splitway_denied_total{reason=\"destination\"} 0",
-            "splitway_accept_errors_total{mode=\"peer\"} 1",
-            "splitway_accept_errors_total{mode=\"tproxy\"} 0",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in:\n{text}");
-        }
-    }
-
-    #[test]
-    fn leg_bytes_land_in_their_series_only() {
-        let metrics = Metrics::new();
-        metrics.leg_bytes(Leg::Peer, Direction::ToServer, 1000);
-        metrics.leg_bytes(Leg::Peer, Direction::ToServer, 24);
-        metrics.leg_bytes(Leg::Client, Direction::ToClient, 7);
-        let text = metrics.encode();
-        for line in [
-            "splitway_leg_sent_bytes_total{leg=\"peer\",direction=\"to_server\"} 1024",
-            "splitway_leg_sent_bytes_total{leg=\"client\",direction=\"to_client\"} 7",
-            "splitway_leg_sent_bytes_total{leg=\"peer\",direction=\"to_client\"} 0",
-            "splitway_leg_sent_bytes_total{leg=\"direct\",direction=\"to_server\"} 0",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in:\n{text}");
-        }
     }
 }

@@ -18,8 +18,8 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::metrics::Metrics;
 use splitway_api as api;
-use splitway_control::metrics::Metrics;
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
 

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 
-use splitway_control::metrics::Mode;
+use crate::metrics::Mode;
 use splitway_proto::header::ReplyStatus;
 use splitway_proto::{Destination, http_connect, proxy_auth};
 use tokio::net::TcpStream;

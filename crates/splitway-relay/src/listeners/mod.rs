@@ -15,8 +15,8 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
+use crate::metrics::{DenyReason, Mode};
 use rand::RngCore;
-use splitway_control::metrics::{DenyReason, Mode};
 use splitway_proto::Destination;
 use splitway_proto::header::{DEFAULT_TTL, ReplyStatus};
 use tokio::net::TcpStream;

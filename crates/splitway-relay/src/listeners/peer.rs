@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use splitway_control::metrics::Mode;
+use crate::metrics::Mode;
 use splitway_proto::header::{FLAG_OPTIMISTIC, FLAG_PROBE, FLAG_WINDOW_PROBE, ReplyStatus};
 
 use super::{Confirm, Handshake, Learned, Learning, Listen, NotLearned};

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use splitway_control::metrics::Mode;
+use crate::metrics::Mode;
 use splitway_proto::header::ReplyStatus;
 use splitway_proto::{Destination, proxy_auth, socks5};
 use tokio::net::TcpStream;

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use splitway_control::metrics::{DenyReason, Mode};
+use crate::metrics::{DenyReason, Mode};
 use splitway_proto::Destination;
 use splitway_proto::header::ReplyStatus;
 use tokio::net::TcpStream;

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use splitway_control::metrics::Mode;
+use crate::metrics::Mode;
 use splitway_proto::Destination;
 use splitway_proto::header::ReplyStatus;
 use splitway_proto::syn_option;

@@ -10,7 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::family::{CounterU64, declare, series};
+use splitway_control::label_enum;
+use splitway_control::metrics::kit::{CounterU64, declare, series};
 
 /// Upper bounds (seconds) of the `setup_seconds` histogram buckets: a
 /// 1-2.5-5 ladder (exponential per decade) from 50 µs to 10 s. Chosen over

@@ -5,7 +5,8 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::family::{CounterU64, declare, series};
+use splitway_control::label_enum;
+use splitway_control::metrics::kit::{CounterU64, declare, series};
 
 label_enum! {
     /// Which way relayed bytes flowed.

@@ -6,7 +6,8 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::family::{CounterU64, declare, series};
+use splitway_control::label_enum;
+use splitway_control::metrics::kit::{CounterU64, declare, series};
 
 label_enum! {
     /// Why a peer relay's authentication was rejected.

@@ -6,8 +6,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::metrics::{AuthFailureReason, LegSide, Metrics, PeerHandshake};
 use rustls::ServerConfig;
-use splitway_control::metrics::{AuthFailureReason, LegSide, Metrics, PeerHandshake};
 use splitway_proto::auth::{Acceptor, AuthError, FRAME_HELLO, Psk};
 use splitway_proto::header::{Header, ReplyStatus};
 use splitway_proto::zero_rtt::{self, Confirmation, Hello, Refusal};

@@ -19,8 +19,8 @@ mod upstream;
 pub use downstream::{Accepted, Unconfirmed, accept};
 pub use upstream::{PeerLeg, Pooled, connect, dial, dial_pooled};
 
+use crate::metrics::PeerHandshake;
 use rand::RngCore;
-use splitway_control::metrics::PeerHandshake;
 use splitway_proto::auth::NONCE_LEN;
 use splitway_proto::header::{Reply, ReplyStatus};
 use tokio::net::TcpStream;

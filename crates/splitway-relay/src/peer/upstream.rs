@@ -4,7 +4,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use splitway_control::metrics::{LegSide, Metrics, PeerHandshake};
+use crate::metrics::{LegSide, Metrics, PeerHandshake};
 use splitway_proto::auth::{AuthError, Dialer, Psk, RejectReason};
 use splitway_proto::header::{Header, Reply, ReplyStatus};
 use tokio::net::{TcpSocket, TcpStream};

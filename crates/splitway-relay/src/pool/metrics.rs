@@ -8,8 +8,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::metrics::PeerLabels;
 use splitway_control::label_enum;
-use splitway_control::metrics::PeerLabels;
 use splitway_control::metrics::kit::{CounterU64, declare, series};
 
 label_enum! {

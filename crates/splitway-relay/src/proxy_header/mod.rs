@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use splitway_control::metrics::CloseReason;
+use crate::metrics::CloseReason;
 use splitway_proto::proxy_protocol::{self, MAX_HEADER_LEN, ProxyError, V2_SIGNATURE};
 use tokio::net::TcpStream;
 use tracing::{debug, info};
