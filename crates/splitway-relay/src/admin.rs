@@ -221,7 +221,14 @@ impl AdminHandler for RelayAdmin {
     }
 
     fn reload(&self) -> Result<api::Reload, AdminError> {
-        match self.reloader.reload() {
+        let result = self.reloader.reload();
+        // As after a SIGHUP reload (the relay binary's): what the reload
+        // parsed and freed (a BPF load's BTF, megabytes) goes back to the
+        // system. The trim walks the heap under its locks: off the workers.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            drop(rt.spawn_blocking(splitway_sys::mem::release_free_heap));
+        }
+        match result {
             Ok(report) => Ok(report.api()),
             Err(ReloadError::Invalid(errors)) => Err(AdminError::Invalid(errors.lines())),
             Err(e) => Err(AdminError::Refused(e.to_string())),
