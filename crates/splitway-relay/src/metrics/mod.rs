@@ -16,7 +16,6 @@ mod connections;
 mod forward;
 mod peer;
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,17 +45,12 @@ pub use peer::{AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetric
 /// | `forwarded_bytes_total` | counter | `direction`, `path` | `forward` |
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` | `forward` |
 /// | `data_path_chosen_total` | counter | `path` | `forward` |
+#[derive(Debug)]
 pub struct Metrics {
     served: Arc<splitway_control::Metrics>,
     connections: ConnectionMetrics,
     peers: PeerMetrics,
     forward: ForwardMetrics,
-}
-
-impl fmt::Debug for Metrics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Metrics").finish_non_exhaustive()
-    }
 }
 
 impl Default for Metrics {
