@@ -13,10 +13,6 @@ use std::time::Duration;
 use splitway_sys::netns::Netns;
 use support::*;
 
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
-
 /// `turbo = { initcwnd = 40, initrwnd = 40 }`.
 fn turbo_40() -> RawTurbo {
     RawTurbo {

@@ -9,7 +9,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
@@ -17,10 +16,6 @@ use splitway_sys::netns::Netns;
 use support::*;
 
 const CC: &str = "splitway_cubic";
-
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
 
 fn registered() -> bool {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")

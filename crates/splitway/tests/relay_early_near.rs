@@ -6,14 +6,9 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use support::*;
-
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
 
 fn early_stats(lab: &Lab) -> splitway_api::EarlySynStats {
     match admin_status(lab.relay_ns("rc"))

@@ -20,10 +20,6 @@ use std::time::{Duration, Instant};
 use splitway_sys::netns::Netns;
 use support::*;
 
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
-
 fn status(lab: &Lab, relay: &str) -> splitway_api::Status {
     admin_status(lab.relay_ns(relay)).unwrap_or_else(|e| panic!("GET /status from {relay}: {e}"))
 }

@@ -3,15 +3,10 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use splitway_sys::netns::Netns;
 use support::*;
-
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
 
 /// What interception installs in a namespace, as text: the nft ruleset,
 /// the policy routing rules and the routes of tables other than main and

@@ -17,10 +17,6 @@ use rand::{RngCore, SeedableRng};
 use sha2::{Digest as _, Sha256};
 use support::*;
 
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
-
 fn server_v6() -> SocketAddr {
     sock(&format!("[{SERVER_V6}]:{SERVER_PORT}"))
 }

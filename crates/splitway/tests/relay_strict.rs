@@ -15,10 +15,6 @@ use support::*;
 /// A port the server namespace silently drops.
 const BLACKHOLE_PORT: u16 = 5010;
 
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
-
 /// A lab whose entry relay runs strict mode on the test ports, with short
 /// connect timeouts so a blackhole resolves within the test's budget.
 fn strict_lab(relays: &[&str]) -> Lab {

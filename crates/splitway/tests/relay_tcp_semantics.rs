@@ -4,15 +4,11 @@
 
 mod support;
 
-use std::net::{Shutdown, SocketAddr};
+use std::net::Shutdown;
 use std::time::Duration;
 
 use socket2::SockRef;
 use support::*;
-
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
 
 fn lab_with_relays() -> (Lab, TestServer) {
     let mut lab = Lab::two_relays();

@@ -6,7 +6,7 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::Shutdown;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,10 +62,6 @@ impl Pki {
             ca: self.ca.display().to_string(),
         }
     }
-}
-
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
 }
 
 /// The lab's default configs with every relay↔relay leg in TLS: each

@@ -4,16 +4,12 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::Shutdown;
 use std::time::Duration;
 
 use support::*;
 
 const SIZES: [u64; 4] = [0, 1, 64 * 1024, 100 * MIB];
-
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
 
 /// Both directions of every size through relay-installed interception.
 #[test]

@@ -1487,6 +1487,11 @@ pub fn write_random_file(path: &Path, len: u64, seed: u64) -> StreamDigest {
     digest
 }
 
+/// The test server's IPv4 address and port.
+pub fn server_v4() -> SocketAddr {
+    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
+}
+
 pub fn sock(addr: &str) -> SocketAddr {
     addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"))
 }
