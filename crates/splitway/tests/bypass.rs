@@ -45,7 +45,7 @@ impl Drop for DisableOnDrop {
     }
 }
 
-/// Runs `splitway bypass torture` in `cgroup` and asserts it succeeded; a
+/// Runs `splitway-bypass-torture` in `cgroup` and asserts it succeeded; a
 /// failed check is in its output.
 fn torture_ok(cgroup: &Path, args: &[&str], what: &str) -> Output {
     let out = torture_in(cgroup, args)
@@ -79,7 +79,7 @@ fn status() -> Status {
     serde_json::from_str(&ok(&["bypass", "status", "--json"])).expect("status json")
 }
 
-/// The line `bypass torture` prints last; only `errors` is checked here.
+/// The line `splitway-bypass-torture` prints last; only `errors` is checked here.
 #[derive(Debug, serde::Deserialize)]
 struct TortureSummary {
     errors: u64,

@@ -23,10 +23,6 @@ use std::time::{Duration, Instant};
 use socket2::SockRef;
 use support::*;
 
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
-
 fn long_mode() -> bool {
     std::env::var("SPLITWAY_FAULTS_LONG").as_deref() == Ok("1")
 }

@@ -9,10 +9,6 @@ use std::time::Duration;
 
 use support::*;
 
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
-
 fn server_v6() -> SocketAddr {
     sock(&format!("[{SERVER_V6}]:{SERVER_PORT}"))
 }

@@ -5,17 +5,12 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use splitway_lab::emu::{DirectionParams, QueueBound};
 use support::*;
 
 const CLIENT_RTT: Duration = Duration::from_millis(10);
-
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
 
 fn counted(lab: &Lab, event: &str) -> f64 {
     lab.metrics("rc")

@@ -28,10 +28,6 @@ fn no_window_probe(configs: &mut [RelayConfig]) {
     configs[0].accel(|a| a.learned_window = Some(false));
 }
 
-fn server_v4() -> SocketAddr {
-    sock(&format!("{SERVER_V4}:{SERVER_PORT}"))
-}
-
 fn tcp_ext(ns: &Netns, name: &str) -> u64 {
     ns.tcp_ext().expect("TcpExt counters")[name]
 }

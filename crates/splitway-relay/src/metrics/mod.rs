@@ -45,6 +45,11 @@ pub use peer::{AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetric
 /// | `forwarded_bytes_total` | counter | `direction`, `path` | `forward` |
 /// | `leg_sent_bytes_total` | counter | `leg`, `direction` | `forward` |
 /// | `data_path_chosen_total` | counter | `path` | `forward` |
+///
+/// The accelerations' families (`zero_rtt_total`, `early_syn_total`,
+/// `strict_syn_total`, `accel_state`, the pools', paths', learned windows',
+/// loss isolation's and PROXY refusals') are declared in their rooms, in
+/// `relay::metrics_with_rooms`.
 #[derive(Debug)]
 pub struct Metrics {
     served: Arc<splitway_control::Metrics>,
