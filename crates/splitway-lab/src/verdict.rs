@@ -47,19 +47,8 @@ impl LinkLateness {
             .links
             .iter()
             .map(|l| {
-                let p99 = |d: &crate::emu::DirectionStats| {
-                    if d.lateness.count > 0 {
-                        d.lateness.p99_us
-                    } else {
-                        0.0
-                    }
-                };
-                let unplanned = |d: &crate::emu::DirectionStats| {
-                    if d.unplanned_lateness.count > 0 {
-                        d.unplanned_lateness.p99_us
-                    } else {
-                        0.0
-                    }
+                let p99 = |s: &crate::emu::LatenessSummary| {
+                    if s.count > 0 { s.p99_us } else { 0.0 }
                 };
                 let faults = |d: &crate::emu::DirectionStats| {
                     d.dropped_no_buffer + d.write_failures + d.read_errors
@@ -69,8 +58,11 @@ impl LinkLateness {
                     .map(|t| t.tx_dropped.unwrap_or(0))
                     .sum();
                 LinkLateness {
-                    p99_us: (p99(&l.forward), p99(&l.reverse)),
-                    unplanned_p99_us: (unplanned(&l.forward), unplanned(&l.reverse)),
+                    p99_us: (p99(&l.forward.lateness), p99(&l.reverse.lateness)),
+                    unplanned_p99_us: (
+                        p99(&l.forward.unplanned_lateness),
+                        p99(&l.reverse.unplanned_lateness),
+                    ),
                     queue_drops: (l.forward.dropped_queue, l.reverse.dropped_queue),
                     fault_drops: faults(&l.forward) + faults(&l.reverse) + tun,
                 }

@@ -103,7 +103,7 @@ fn early_syn_that_never_completes_expires_and_resets_its_leg() {
     });
     assert_early_syn_up(&lab);
     let server = TestServer::bind(&lab.server, server_v4());
-    assert_expired_early_leg_is_reset(&lab, &server, server_v4(), deadline);
+    assert_expired_early_leg_is_reset(&lab, &server, deadline);
     assert_eq!(early(&lab, "hit"), 0.0);
     lab.assert_relays_alive();
 }

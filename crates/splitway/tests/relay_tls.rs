@@ -329,7 +329,7 @@ fn expired_early_tls_leg_reaches_the_server_as_a_reset() {
             ..RawAccel::default()
         }),
     );
-    assert_expired_early_leg_is_reset(&lab, &server, server_v4(), deadline);
+    assert_expired_early_leg_is_reset(&lab, &server, deadline);
     lab.assert_relays_alive();
 }
 

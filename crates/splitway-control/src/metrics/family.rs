@@ -220,6 +220,17 @@ impl<E: LabelEnum> EnumCounter<E> {
     }
 }
 
+/// For tests that pin a registry's families byte for byte: the HELP,
+/// TYPE and UNIT lines of `text` (OpenMetrics), sorted.
+pub fn metadata_lines(text: &str) -> Vec<&str> {
+    let mut meta: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("# ") && *l != "# EOF")
+        .collect();
+    meta.sort_unstable();
+    meta
+}
+
 /// For the rooms' tests: what a counter family `name` (without the
 /// `splitway_` prefix) declared with `help` should export and `text` (the
 /// registry's OpenMetrics) lacks: its HELP and TYPE lines byte for byte,

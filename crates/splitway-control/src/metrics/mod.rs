@@ -31,7 +31,7 @@ mod family;
 /// up-front series and the declaration helper.
 pub mod kit {
     pub use super::family::{
-        CounterU64, EnumCounter, Keyed, LabelEnum, declare, missing_lines, series,
+        CounterU64, EnumCounter, Keyed, LabelEnum, declare, metadata_lines, missing_lines, series,
     };
 }
 mod process;
@@ -215,11 +215,6 @@ mod tests {
     #[test]
     fn family_metadata_is_unchanged() {
         let text = Metrics::new().encode();
-        let mut meta: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("# ") && *l != "# EOF")
-            .collect();
-        meta.sort_unstable();
         let expected = [
             "# HELP process_cpu_seconds User and system CPU time spent, in seconds.",
             "# HELP process_max_fds The limit of open file descriptors (RLIMIT_NOFILE, soft).",
@@ -236,7 +231,7 @@ mod tests {
             "# TYPE process_virtual_memory_bytes gauge",
             "# TYPE splitway_build info",
         ];
-        assert_eq!(meta, expected);
+        assert_eq!(kit::metadata_lines(&text), expected);
     }
 
     /// The text format a client gets without asking for OpenMetrics: a

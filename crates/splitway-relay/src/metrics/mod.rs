@@ -269,21 +269,13 @@ mod tests {
     /// the integration tests read them.
     #[test]
     fn family_metadata_is_unchanged() {
+        use splitway_control::metrics::kit::metadata_lines;
         let text = Metrics::new().encode();
-        let mut meta: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("# ") && *l != "# EOF")
-            .collect();
-        meta.sort_unstable();
-        let expected = [
-            "# HELP process_cpu_seconds User and system CPU time spent, in seconds.",
-            "# HELP process_max_fds The limit of open file descriptors (RLIMIT_NOFILE, soft).",
-            "# HELP process_open_fds Open file descriptors (sockets, pipes, files).",
-            "# HELP process_resident_memory_bytes Resident memory size in bytes.",
-            "# HELP process_start_time_seconds Start time of the process since the Unix epoch, in seconds.",
-            "# HELP process_virtual_memory_bytes Virtual memory size in bytes.",
+        // The process's and the build's lines, which splitway-control pins.
+        let base = splitway_control::Metrics::new().encode();
+        let mut expected = metadata_lines(&base);
+        expected.extend([
             "# HELP splitway_accept_errors Failed accept() calls (e.g. out of file descriptors), by listener mode.",
-            "# HELP splitway_build This build: its version and git commit (value 1).",
             "# HELP splitway_connections_accepted Connections accepted, by how they arrived.",
             "# HELP splitway_connections_active Connections currently being relayed.",
             "# HELP splitway_connections_closed Connections closed, by mode and reason.",
@@ -295,14 +287,7 @@ mod tests {
             "# HELP splitway_peer_connect_failures Failed connects to a configured peer relay, by peer name.",
             "# HELP splitway_peer_handshakes Peer legs by how they were authenticated, on the dialing and the accepting end.",
             "# HELP splitway_setup_seconds Time from accept until the next leg is connected.",
-            "# TYPE process_cpu_seconds counter",
-            "# TYPE process_max_fds gauge",
-            "# TYPE process_open_fds gauge",
-            "# TYPE process_resident_memory_bytes gauge",
-            "# TYPE process_start_time_seconds gauge",
-            "# TYPE process_virtual_memory_bytes gauge",
             "# TYPE splitway_accept_errors counter",
-            "# TYPE splitway_build info",
             "# TYPE splitway_connections_accepted counter",
             "# TYPE splitway_connections_active gauge",
             "# TYPE splitway_connections_closed counter",
@@ -316,8 +301,9 @@ mod tests {
             "# TYPE splitway_setup_seconds histogram",
             "# UNIT splitway_leg_sent_bytes bytes",
             "# UNIT splitway_setup_seconds seconds",
-        ];
-        assert_eq!(meta, expected);
+        ]);
+        expected.sort_unstable();
+        assert_eq!(metadata_lines(&text), expected);
     }
 
     #[test]

@@ -1619,15 +1619,11 @@ pub fn assert_refused_at_connect(lab: &Lab, dst: SocketAddr, what: &str) {
 /// the SYN with a short `early_syn_expiry`: its early leg reaches `server`
 /// from the last relay, carries no byte, ends with a reset when rc's entry
 /// expires (a FIN would tell the server that a client ended a request it
-/// never sent), and rc counts it as expired. `dst` is the server's address.
-pub fn assert_expired_early_leg_is_reset(
-    lab: &Lab,
-    server: &TestServer,
-    dst: SocketAddr,
-    deadline: Deadline,
-) {
+/// never sent), and rc counts it as expired. `server` listens on
+/// [`server_v4`].
+pub fn assert_expired_early_leg_is_reset(lab: &Lab, server: &TestServer, deadline: Deadline) {
     drop_syn_acks(&lab.client, "0-65535", "");
-    let half_open = start_connect(&lab.client, 41000, dst);
+    let half_open = start_connect(&lab.client, 41000, server_v4());
     let (mut leg, peer) = server.accept(deadline.remaining("early leg at the server"));
     assert_peer_ip(peer, LAST_RELAY_V4);
     let (n, end) = read_until_end(&mut leg);
