@@ -6,7 +6,7 @@
 # network namespace so nothing can reach the host's network):
 # - the splitway user exists and /etc/splitway is 0750 root:splitway;
 # - no unit of the package is enabled and no relay runs;
-# - the installed binary passes `relay --check` on the shipped rc.toml and
+# - the installed binaries run: `relay --check` on the shipped rc.toml and
 #   rs.toml with a key written as the docs say (0640 root:splitway);
 # - the man pages and completions are where man and the shells look;
 # - `systemd-analyze verify` passes the installed units and every page their
@@ -70,7 +70,9 @@ if find "$root/etc/systemd/system" -name 'splitway*' | grep .; then
   echo "the package enabled a unit" >&2
   exit 1
 fi
-for f in /usr/bin/splitway /usr/bin/splitway-relay /usr/share/man/man8/splitway.8.gz /usr/share/man/man8/splitway-relay.8.gz \
+for f in /usr/bin/splitway /usr/bin/splitway-relay /usr/bin/splitway-tools /usr/bin/splitway-lab \
+  /usr/share/man/man8/splitway.8.gz /usr/share/man/man8/splitway-relay.8.gz \
+  /usr/share/man/man8/splitway-tools.8.gz /usr/share/man/man8/splitway-lab.8.gz \
   /usr/share/man/man5/splitway.toml.5.gz /usr/share/bash-completion/completions/splitway \
   /usr/share/zsh/vendor-completions/_splitway /usr/share/fish/vendor_completions.d/splitway.fish \
   /usr/lib/sysusers.d/splitway.conf /usr/lib/tmpfiles.d/splitway.conf \
@@ -90,7 +92,7 @@ done
 conffiles=$(in_root dpkg-query --control-show splitway conffiles)
 echo "$conffiles"
 grep -q '^/etc/splitway/rc.toml$' <<<"$conffiles" || { echo "rc.toml is not a conffile" >&2; exit 1; }
-for bin in splitway splitway-relay; do
+for bin in splitway splitway-relay splitway-tools splitway-lab; do
   if file "$root/usr/bin/$bin" | grep -qv ', stripped'; then
     echo "the packaged $bin is not stripped" >&2
     exit 1
@@ -104,6 +106,13 @@ for name in rc rs; do
   in_root_eth0 splitway-relay relay --config "/etc/splitway/$name.toml" --check
 done
 in_root splitway --version
+# The other products' binaries run from the package, with its libraries only.
+in_root splitway-tools --version
+in_root splitway-tools agent --help >/dev/null
+in_root splitway-lab list | grep -q paper-ktcp || { echo "splitway-lab list lacks paper-ktcp" >&2; exit 1; }
+# The agent unit runs the host tools' binary, not the front.
+grep -q '^ExecStart=/usr/bin/splitway-tools agent enable' "$root/lib/systemd/system/splitway-agent.service" \
+  || { echo "splitway-agent.service does not run splitway-tools" >&2; exit 1; }
 
 step "systemd-analyze verify on the installed units"
 apt_in_root install -y -qq --no-install-recommends systemd >"$root/tmp/systemd-install.log" 2>&1 \

@@ -10,7 +10,8 @@ floor (scripts/bench/lib/listen-floor.c, a program that only listens and
 sends READY=1) and the relay, alternating which goes first. RSS is compared
 in kB (the same source and toolchain build the same binary; its rounds
 agree within 3 %). Start-up time is printed but not judged: on the README's
-config it is mostly `nft` and the SYN detector's BPF load, and it spread
+config it is mostly reading and parsing the kernel's BTF (libbpf and aya
+each do it), the BPF loads, and `nft` and `ip`; it spread
 from 151 to 261 ms over the rounds of one run (the floor 7 to 29 ms) on a
 quiet 2-core machine, so a 10 % bound would fail at random.
 

@@ -6,3 +6,4 @@
 
 pub mod agent;
 pub mod bypass;
+pub mod cli;

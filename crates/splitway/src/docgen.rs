@@ -45,6 +45,15 @@ pub fn run(args: &DocgenArgs) -> anyhow::Result<()> {
         let path = man_dir.join(format!("splitway-{}.8", sub.get_name()));
         write_man(&sub, &path, &["splitway".into(), "splitway.toml(5)".into()])?;
     }
+    // The host tools' own binary; the relay's and the lab's share their
+    // names with the front's `relay` and `lab` pages.
+    let mut tools = splitway_tools::cli::Cli::command().disable_help_subcommand(true);
+    tools.build();
+    write_man(
+        &tools,
+        &man_dir.join("splitway-tools.8"),
+        &["splitway-agent".into(), "splitway-bypass".into()],
+    )?;
 
     // Without the hidden subcommands, which clap_complete would offer.
     let full = crate::Cli::command();
@@ -116,6 +125,10 @@ mod tests {
                 "splitway.8 lacks {sub}"
             );
             assert!(bash.contains(sub), "bash completion lacks {sub}");
+        }
+        let tools = read(out.join("man/splitway-tools.8"));
+        for sub in ["agent", "bypass"] {
+            assert!(tools.contains(sub), "splitway-tools.8 lacks {sub}");
         }
         for file in ["completions/_splitway", "completions/splitway.fish"] {
             assert!(read(out.join(file)).contains("relay"), "{file} lacks relay");

@@ -431,11 +431,13 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
     }
     // The kernel's BTF, read once: the read counter's field offsets come
     // from it, and its BTF tracepoint is loaded against it.
-    let btf_bytes = std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| {
-        BypassError::Btf(format!(
-            "/sys/kernel/btf/vmlinux: {e} (needs CONFIG_DEBUG_INFO_BTF)"
-        ))
-    })?;
+    let btf_bytes =
+        super::kernel_btf::KernelBtf::open(std::path::Path::new(super::kernel_btf::VMLINUX))
+            .map_err(|e| {
+                BypassError::Btf(format!(
+                    "/sys/kernel/btf/vmlinux: {e} (needs CONFIG_DEBUG_INFO_BTF)"
+                ))
+            })?;
     let (cookie_off, user_data_off) = sock_offsets(&btf_bytes)?;
     let btf = aya::Btf::parse(&btf_bytes, aya::Endianness::default())
         .map_err(|e| BypassError::Btf(format!("/sys/kernel/btf/vmlinux: {e}")))?;

@@ -95,14 +95,14 @@ pub fn unsupported_reason() -> Option<String> {
         return Some(why.to_owned());
     }
     let btf_path = std::env::var("SPLITWAY_KERNEL_BTF")
-        .unwrap_or_else(|_| "/sys/kernel/btf/vmlinux".to_owned());
-    match std::fs::read(&btf_path) {
+        .unwrap_or_else(|_| super::kernel_btf::VMLINUX.to_owned());
+    match super::kernel_btf::KernelBtf::open(std::path::Path::new(&btf_path)) {
         Err(e) => Some(format!(
             "{btf_path}: {e} (kernel without BTF: needs CONFIG_DEBUG_INFO_BTF)"
         )),
         Ok(btf) => {
             let needle = b"bpf_struct_ops_tcp_congestion_ops\0";
-            if btf.windows(needle.len()).any(|w| w == needle) {
+            if memchr::memmem::find(&btf, needle).is_some() {
                 None
             } else {
                 Some("kernel BTF has no bpf_struct_ops_tcp_congestion_ops (needs CONFIG_BPF_JIT and 5.6+)".into())

@@ -16,6 +16,7 @@ pub mod agent_synopt;
 pub mod btf;
 pub mod bypass;
 pub mod cc;
+pub mod kernel_btf;
 #[cfg(test)]
 mod layout;
 pub mod resume_state;
