@@ -69,6 +69,9 @@ struct tcp_sock {
 	 * reports): segments delivered over an interval. */
 	__u32 rate_delivered;
 	__u32 rate_interval_us;
+	/* Segments marked lost (SACK, RACK) and retransmitted so far. */
+	__u32 lost_out;
+	__u32 total_retrans;
 	__u8 is_cwnd_limited : 1;
 } __attribute__((preserve_access_index));
 
