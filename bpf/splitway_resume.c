@@ -314,17 +314,22 @@ static __always_inline void maybe_resume(struct sock *sk, struct sw_resume *ca)
 	count_event(EV_JUMP);
 }
 
+/* Ends the unvalidated phase as validated: the jump stands, unpaced. */
+static __always_inline void end_validated(struct sock *sk, struct sw_resume *ca)
+{
+	ca->phase = CR_OFF;
+	sk->sk_pacing_status = SW_SK_PACING_NONE;
+	count_event(EV_VALIDATED);
+}
+
 /* Ends the unvalidated phase once two RTTs passed without a loss. */
 static __always_inline void maybe_validated(struct sock *sk, struct sw_resume *ca)
 {
 	struct tcp_sock *tp = sw_tcp_sk(sk);
 
 	if (ca->phase == CR_UNVALIDATED &&
-	    (__s32)(now_us(tp) - ca->jump_at_us) > (__s32)ca->validate_us) {
-		ca->phase = CR_OFF;
-		sk->sk_pacing_status = SW_SK_PACING_NONE;
-		count_event(EV_VALIDATED);
-	}
+	    (__s32)(now_us(tp) - ca->jump_at_us) > (__s32)ca->validate_us)
+		end_validated(sk, ca);
 }
 
 SEC("struct_ops/splitway_resume_cong_avoid")
@@ -384,11 +389,8 @@ __u32 BPF_PROG(splitway_resume_ssthresh, struct sock *sk)
 		/* Not congestion: the window stays (slow start goes on), the
 		 * jump is not undone, and the entry may only be raised. A queue
 		 * that then builds makes the next loss count. */
-		if (ca->phase == CR_UNVALIDATED) {
-			ca->phase = CR_OFF;
-			sk->sk_pacing_status = SW_SK_PACING_NONE;
-			count_event(EV_VALIDATED);
-		}
+		if (ca->phase == CR_UNVALIDATED)
+			end_validated(sk, ca);
 		return SW_MAX(tp->snd_ssthresh, tp->snd_cwnd);
 	}
 	/* Only a loss a queue came before measures the path's limit. */
@@ -401,9 +403,7 @@ __u32 BPF_PROG(splitway_resume_ssthresh, struct sock *sk)
 	 * RTTs are over; measured: a 10 MB download after a capacity drop
 	 * retreated and took 5.7 s instead of 3.5). Validated, not a retreat. */
 	if (!sw_after(ca->jump_end_seq, tp->snd_una)) {
-		ca->phase = CR_OFF;
-		sk->sk_pacing_status = SW_SK_PACING_NONE;
-		count_event(EV_VALIDATED);
+		end_validated(sk, ca);
 		return cubic_ssthresh(sk);
 	}
 	/* Safe retreat: the saved window was wrong for this connection. */

@@ -1,5 +1,6 @@
-//! The `splitway-tools` command line: its binary parses it, and
-//! `splitway generate-docs` renders its man page from it.
+//! The `splitway-tools` command line: its binary parses it, the `splitway`
+//! front mounts its commands, and `splitway generate-docs` renders its man
+//! page from it.
 
 use std::process::ExitCode;
 
@@ -15,22 +16,28 @@ use crate::{agent, bypass};
 )]
 pub struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: HostCommand,
 }
 
+/// The host tools' commands, here and flattened into the `splitway` front.
 #[derive(Subcommand)]
-enum Command {
+pub enum HostCommand {
     Agent(agent::AgentArgs),
     Bypass(bypass::BypassArgs),
 }
 
+impl HostCommand {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            HostCommand::Agent(args) => agent::run(args),
+            HostCommand::Bypass(args) => bypass::run(args),
+        }
+    }
+}
+
 /// Runs the parsed command; errors go to stderr with the binary's name.
 pub fn run(cli: Cli) -> ExitCode {
-    let result = match cli.command {
-        Command::Agent(args) => agent::run(args),
-        Command::Bypass(args) => bypass::run(args),
-    };
-    result.unwrap_or_else(|e| {
+    cli.command.run().unwrap_or_else(|e| {
         eprintln!("splitway-tools: {e:#}");
         ExitCode::FAILURE
     })

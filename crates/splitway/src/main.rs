@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use splitway_relay_cli::cli::{LONG_VERSION, VERSION};
 use splitway_relay_cli::{LogFormat, RelayCommand};
-use splitway_tools::{agent, bypass};
+use splitway_tools::cli::HostCommand;
 
 mod docgen;
 
@@ -48,8 +48,8 @@ enum Command {
 enum ToolCommand {
     /// Emulated WAN in network namespaces: every configuration measured against the model.
     Lab(Box<splitway_lab::cli::LabArgs>),
-    Agent(agent::AgentArgs),
-    Bypass(bypass::BypassArgs),
+    #[command(flatten)]
+    Host(HostCommand),
     /// Write the man pages and shell completions (`make deb` packages them).
     #[command(hide = true)]
     GenerateDocs(docgen::DocgenArgs),
@@ -63,8 +63,7 @@ fn main() -> ExitCode {
         Command::Tools(command) => {
             let _log = splitway_relay_cli::cli::init_logging(log_format);
             let result = match command {
-                ToolCommand::Agent(args) => agent::run(args),
-                ToolCommand::Bypass(args) => bypass::run(args),
+                ToolCommand::Host(command) => command.run(),
                 ToolCommand::GenerateDocs(args) => docgen::run(&args).map(|()| ExitCode::SUCCESS),
                 ToolCommand::Lab(args) => splitway_lab::cli::run(*args)
                     .map(|()| ExitCode::SUCCESS)

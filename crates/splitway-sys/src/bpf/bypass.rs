@@ -431,16 +431,12 @@ fn load_and_attach(cgroup: &Path, policy: &Policy) -> Result<EnableOutcome, Bypa
     }
     // The kernel's BTF, read once: the read counter's field offsets come
     // from it, and its BTF tracepoint is loaded against it.
-    let btf_bytes =
-        super::kernel_btf::KernelBtf::open(std::path::Path::new(super::kernel_btf::VMLINUX))
-            .map_err(|e| {
-                BypassError::Btf(format!(
-                    "/sys/kernel/btf/vmlinux: {e} (needs CONFIG_DEBUG_INFO_BTF)"
-                ))
-            })?;
+    use super::kernel_btf::{KernelBtf, VMLINUX};
+    let btf_bytes = KernelBtf::open(Path::new(VMLINUX))
+        .map_err(|e| BypassError::Btf(format!("{VMLINUX}: {e} (needs CONFIG_DEBUG_INFO_BTF)")))?;
     let (cookie_off, user_data_off) = sock_offsets(&btf_bytes)?;
     let btf = aya::Btf::parse(&btf_bytes, aya::Endianness::default())
-        .map_err(|e| BypassError::Btf(format!("/sys/kernel/btf/vmlinux: {e}")))?;
+        .map_err(|e| BypassError::Btf(format!("{VMLINUX}: {e}")))?;
     let mut ebpf: Ebpf = EbpfLoader::new()
         .override_global("COOKIE_OFF", &cookie_off, true)
         .override_global("USER_DATA_OFF", &user_data_off, true)
