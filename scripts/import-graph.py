@@ -308,6 +308,8 @@ LAYERS = {
             "paths/", "accel.rs", "accel_state.rs", "preflight.rs", "error.rs", "access_log.rs",
             "guessing.rs", "loss_isolation/", "tfo/", "learned_window/", "pool/",
             "proxy_header/", "turbo/", "zero_rtt/", "rooms.rs",
+            # strict mode's status line, which accel.rs's list wraps
+            "strict/plan.rs",
         ],
         # the snapshot: `Shared` and what it holds
         ["state.rs"],

@@ -1,28 +1,14 @@
 //! What each acceleration does on this host, and why: for `relay --check`
 //! before anything starts, and for `ctl status` and `/metrics` while the
 //! relay runs (updated when something fails at run time, such as the
-//! early-SYN detector).
+//! early-SYN detector). Each room's `plan.rs` decides its line from the
+//! pieces of the config and the host facts it needs; `PLANNERS` hands them
+//! over.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+pub use crate::accel_state::{AccelMetrics, AccelName, AccelState, AccelStatus, Entry};
 
-use splitway_api as api;
-
-pub use crate::accel_state::{AccelMetrics, AccelName, AccelState};
-
-use crate::config::{Config, LEARNED_WINDOW_CC, LOSS_TOLERANT_CC, Switch};
-use crate::{tfo, zero_rtt};
-
-/// One acceleration's effective state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub name: AccelName,
-    /// `auto`, `on` or `off`, as the config file set it.
-    pub requested: &'static str,
-    pub state: AccelState,
-    /// Why it is in this state, in words an operator can act on.
-    pub reason: String,
-}
+use crate::config::{Config, Switch};
+use crate::{early_syn, learned_window, loss_isolation, pool, tfo, turbo, zero_rtt};
 
 /// What the host allows, read once at start (or by `--check`).
 #[derive(Debug, Clone)]
@@ -40,16 +26,21 @@ pub struct HostFacts {
     /// congestion control: the leg keys it serves, or why it cannot run.
     /// None when it was not tried.
     pub learned_window: Option<Result<Vec<String>, String>>,
+    /// The congestion controls this kernel offers
+    /// (`tcp_available_congestion_control`; empty: unreadable).
+    pub congestion_controls: Vec<String>,
 }
 
 impl HostFacts {
-    /// The TFO sysctl as it is now; the detector not tried.
+    /// The TFO sysctl and the congestion controls as they are now; the
+    /// detector not tried.
     pub fn read() -> HostFacts {
         HostFacts {
             tfo: tfo::Sysctl::read(),
             early_syn: None,
             hello_register: None,
             learned_window: None,
+            congestion_controls: splitway_sys::sock::available_congestion_controls(),
         }
     }
 
@@ -59,144 +50,117 @@ impl HostFacts {
     }
 }
 
-fn entry(name: AccelName, requested: Switch, state: AccelState, reason: String) -> Entry {
-    Entry {
-        name,
-        requested: requested.as_str(),
-        state,
-        reason,
-    }
-}
+/// One acceleration's line: the switch as the file set it (`auto`, `on` or
+/// `off`), and its room's state and reason.
+type Planner = fn(&Config, &HostFacts) -> (&'static str, (AccelState, String));
 
-fn off_reason(requested: Switch, key: &str, auto_reason: &str) -> String {
-    match requested {
-        Switch::Off => format!("turned off ([accel] {key} = false)"),
-        _ => auto_reason.to_owned(),
-    }
-}
-
-/// One acceleration's planner: its state for a config on a host, and why.
-type Planner = fn(&Config, &HostFacts) -> Entry;
-
-/// Every acceleration, in the order `ctl status` lists them. Adding one is
-/// a planner here and its `AccelName`.
-const PLANNERS: [Planner; 10] = [
-    early_syn,
-    strict,
-    pool,
-    zero_rtt,
-    tfo_peer,
-    tfo_client,
-    tfo_server,
-    turbo_start,
-    learned_window,
-    loss_isolation,
+/// Every acceleration, in the order `ctl status` lists them, with the
+/// pieces its room's `plan` decides from. Adding one is an entry here, its
+/// `AccelName` and its room's `plan.rs`.
+const PLANNERS: [(AccelName, Planner); 10] = [
+    (AccelName::EarlySyn, |cfg, host| {
+        let asked = early_syn::plan::Asked::of(cfg);
+        let line = early_syn::plan::state(&asked, host.early_syn.as_ref());
+        (cfg.accel.requested.early_syn.as_str(), line)
+    }),
+    (AccelName::Strict, |cfg, _| {
+        let on = cfg.accel.strict;
+        // By path: strict/mod.rs runs against a snapshot (above this list);
+        // its plan.rs does not.
+        (opt_in(on), crate::strict::plan::state(on))
+    }),
+    (AccelName::Pool, |cfg, _| {
+        let r = cfg.accel.requested.pool;
+        let peers: Vec<(&str, usize, usize)> = cfg
+            .peers
+            .iter()
+            .map(|p| (p.name.as_str(), p.pool.low, p.pool.high))
+            .collect();
+        let line = pool::plan::state(cfg.accel.pool, r == Switch::Off, &peers);
+        (r.as_str(), line)
+    }),
+    (AccelName::ZeroRtt, |cfg, host| {
+        let r = cfg.accel.requested.zero_rtt;
+        let (dials, accepts) = plain_peer_legs(cfg);
+        let hellos = host.hello_register.as_ref();
+        let line = zero_rtt::plan::state(
+            cfg.accel.zero_rtt,
+            r == Switch::Off,
+            dials || accepts,
+            hellos,
+        );
+        (r.as_str(), line)
+    }),
+    // TFO on peer legs carries the 0-RTT Hello: it follows that switch.
+    (AccelName::TfoPeer, |cfg, host| {
+        let (dials, accepts) = plain_peer_legs(cfg);
+        let line = tfo::plan::peer(cfg.accel.zero_rtt, dials, accepts, host.tfo);
+        (cfg.accel.requested.zero_rtt.as_str(), line)
+    }),
+    // TFO from clients and to servers follow the one `[accel] tfo` switch.
+    (AccelName::TfoClient, |cfg, host| {
+        let r = cfg.accel.requested.tfo;
+        let client_facing = cfg.listeners.iter().any(|l| !l.mode.accepts_relays());
+        let line =
+            tfo::plan::from_clients(cfg.accel.tfo, r == Switch::Off, client_facing, host.tfo);
+        (r.as_str(), line)
+    }),
+    (AccelName::TfoServer, |cfg, host| {
+        let r = cfg.accel.requested.tfo;
+        let line = tfo::plan::to_servers(cfg.accel.tfo_direct, r == Switch::Off, host.tfo);
+        (r.as_str(), line)
+    }),
+    (AccelName::TurboStart, |cfg, _| {
+        let turbo = cfg.accel.turbo.as_ref();
+        (opt_in(turbo.is_some()), turbo::plan::state(turbo))
+    }),
+    (AccelName::LearnedWindow, |cfg, host| {
+        let a = &cfg.accel;
+        let r = a.requested.learned_window;
+        let relay_legs =
+            !cfg.peers.is_empty() || cfg.listeners.iter().any(|l| l.mode.accepts_relays());
+        let registered = host.learned_window.as_ref();
+        let line = learned_window::plan::state(
+            a.learned_window,
+            r == Switch::Off,
+            a.turbo.is_some(),
+            relay_legs,
+            registered,
+        );
+        (r.as_str(), line)
+    }),
+    (AccelName::LossIsolation, |cfg, host| {
+        let r = cfg.accel.requested.loss_isolation;
+        let line = loss_isolation::plan::state(
+            cfg.accel.loss_isolation,
+            r == Switch::Off,
+            cfg.client.congestion.is_some(),
+            &host.congestion_controls,
+        );
+        (r.as_str(), line)
+    }),
 ];
 
 /// Every acceleration's state for `cfg` on a host with `host`.
 pub fn plan(cfg: &Config, host: &HostFacts) -> Vec<Entry> {
-    PLANNERS.iter().map(|planner| planner(cfg, host)).collect()
-}
-
-fn early_syn(cfg: &Config, host: &HostFacts) -> Entry {
-    use AccelState::{Active, Off, Unavailable};
-    let a = &cfg.accel;
-    let r = a.requested;
-    let intercept: Vec<String> = crate::early_syn::watched_interfaces(cfg);
-    if a.strict {
-        return entry(
-            AccelName::EarlySyn,
-            r.early_syn,
-            Off,
-            "strict mode holds the SYNs and starts their legs itself".into(),
-        );
-    }
-    if !a.early_syn {
-        let auto_reason = if cfg.listeners.iter().any(|l| {
-            (l.mode.intercepts() && l.intercept.is_some())
-                || (l.mode.syn_carries_dst() && !l.watch.is_empty())
-        }) {
-            "a tproxy listener takes PROXY headers (the client is known only after accept)"
-        } else {
-            "no tproxy listener with `intercept` or syn-option listener with `watch` (nowhere to watch SYNs)"
-        };
-        return entry(
-            AccelName::EarlySyn,
-            r.early_syn,
-            Off,
-            off_reason(r.early_syn, "early_syn", auto_reason),
-        );
-    }
-    // What `auto` adds to `true` for intercepted SYNs (early_syn.rs,
-    // NearClients; SYNs carrying the agent's option are always reported).
-    let intercepting = cfg
-        .listeners
+    PLANNERS
         .iter()
-        .any(|l| l.mode.intercepts() && l.intercept.is_some());
-    let near = if r.early_syn == Switch::Auto && intercepting {
-        "; client prefixes whose handshakes take under 200 µs (a LAN) get 1 SYN in 16 reported"
-    } else {
-        ""
-    };
-    // What the detector cannot see, said where an operator looks first.
-    let unwalked = "; IPv6 SYNs behind AH or over four extension headers start at accept (early_syn_total{outcome=\"ipv6_unwalked\"})";
-    let (state, reason) = match &host.early_syn {
-        None => (
-            Active,
-            format!(
-                "BPF SYN detector to attach on {}{near}{unwalked}",
-                intercept.join(", ")
-            ),
-        ),
-        Some(Ok(how)) => (Active, format!("{how}{near}{unwalked}")),
-        Some(Err(e)) => (Unavailable, format!("{e}; legs start at accept")),
-    };
-    entry(AccelName::EarlySyn, r.early_syn, state, reason)
+        .map(|&(name, planner)| {
+            let (requested, (state, reason)) = planner(cfg, host);
+            Entry {
+                name,
+                requested,
+                state,
+                reason,
+            }
+        })
+        .collect()
 }
 
-fn strict(cfg: &Config, _: &HostFacts) -> Entry {
-    let on = cfg.accel.strict;
-    Entry {
-        name: AccelName::Strict,
-        requested: if on { "on" } else { "off" },
-        state: if on {
-            AccelState::Active
-        } else {
-            AccelState::Off
-        },
-        reason: if on {
-            "intercepted SYNs are held until the server accepted".into()
-        } else {
-            "opt-in only ([accel] strict = true): it delays every SYN by the path".into()
-        },
-    }
-}
-
-fn pool(cfg: &Config, _: &HostFacts) -> Entry {
-    let r = cfg.accel.requested.pool;
-    let none = "no [[peer]] to pool connections to";
-    if !cfg.accel.pool {
-        return entry(
-            AccelName::Pool,
-            r,
-            AccelState::Off,
-            off_reason(r, "pool", none),
-        );
-    }
-    if cfg.peers.is_empty() {
-        return entry(AccelName::Pool, r, AccelState::Off, none.into());
-    }
-    let sizes: Vec<String> = cfg
-        .peers
-        .iter()
-        .map(|p| format!("{} {}..{}", p.name, p.pool.low, p.pool.high))
-        .collect();
-    entry(
-        AccelName::Pool,
-        r,
-        AccelState::Active,
-        format!("authenticated connections kept ready: {}", sizes.join(", ")),
-    )
+/// The file's word for an acceleration without `auto` (strict mode,
+/// Turbo-Start): set or not.
+fn opt_in(on: bool) -> &'static str {
+    if on { "on" } else { "off" }
 }
 
 /// Whether this relay dials, and whether it accepts, plain (non-TLS)
@@ -208,205 +172,6 @@ fn plain_peer_legs(cfg: &Config) -> (bool, bool) {
         .iter()
         .any(|l| l.mode.accepts_relays() && l.tls.is_none());
     (dials, accepts)
-}
-
-/// 0-RTT Hellos (`zero_rtt::plan::state`).
-fn zero_rtt(cfg: &Config, host: &HostFacts) -> Entry {
-    let r = cfg.accel.requested.zero_rtt;
-    let (state, reason) = if cfg.accel.zero_rtt {
-        let (plain_dials, plain_accepts) = plain_peer_legs(cfg);
-        zero_rtt::plan::state(plain_dials || plain_accepts, host.hello_register.as_ref())
-    } else {
-        (AccelState::Off, off_reason(r, "zero_rtt", ""))
-    };
-    entry(AccelName::ZeroRtt, r, state, reason)
-}
-
-/// TFO on peer legs (`tfo::plan::peer`).
-fn tfo_peer(cfg: &Config, host: &HostFacts) -> Entry {
-    let (plain_dials, plain_accepts) = plain_peer_legs(cfg);
-    let (state, reason) = tfo::plan::peer(cfg.accel.zero_rtt, plain_dials, plain_accepts, host.tfo);
-    entry(
-        AccelName::TfoPeer,
-        cfg.accel.requested.zero_rtt,
-        state,
-        reason,
-    )
-}
-
-/// TFO from clients; follows the one `[accel] tfo` switch with
-/// [`tfo_server`].
-fn tfo_client(cfg: &Config, host: &HostFacts) -> Entry {
-    let r = cfg.accel.requested.tfo;
-    let client_facing = cfg.listeners.iter().any(|l| !l.mode.accepts_relays());
-    let (state, reason) =
-        tfo::plan::from_clients(cfg.accel.tfo, r == Switch::Off, client_facing, host.tfo);
-    entry(AccelName::TfoClient, r, state, reason)
-}
-
-/// TFO to servers.
-fn tfo_server(cfg: &Config, host: &HostFacts) -> Entry {
-    let r = cfg.accel.requested.tfo;
-    let (state, reason) = tfo::plan::to_servers(cfg.accel.tfo_direct, r == Switch::Off, host.tfo);
-    entry(AccelName::TfoServer, r, state, reason)
-}
-
-fn turbo_start(cfg: &Config, _: &HostFacts) -> Entry {
-    match cfg.accel.turbo {
-        Some(t) => Entry {
-            name: AccelName::TurboStart,
-            requested: "on",
-            state: AccelState::Active,
-            reason: format!(
-                "initcwnd {} initrwnd {} on routes to relays",
-                t.initcwnd, t.initrwnd
-            ),
-        },
-        None => Entry {
-            name: AccelName::TurboStart,
-            requested: "off",
-            state: AccelState::Off,
-            reason: "opt-in only ([accel.turbo]): it changes routes for whole prefixes".into(),
-        },
-    }
-}
-
-fn learned_window(cfg: &Config, host: &HostFacts) -> Entry {
-    use AccelState::{Active, Off, Unavailable};
-    let r = cfg.accel.requested.learned_window;
-    let relay_legs = !cfg.peers.is_empty() || cfg.listeners.iter().any(|l| l.mode.accepts_relays());
-    let entry = |state, reason| entry(AccelName::LearnedWindow, r, state, reason);
-    if !cfg.accel.learned_window {
-        let why = if cfg.accel.turbo.is_some() {
-            "[accel.turbo] sets the relay legs' initial window"
-        } else if !relay_legs {
-            "no relay legs (no [[peer]] and no peer listener)"
-        } else {
-            ""
-        };
-        return entry(Off, off_reason(r, "learned_window", why));
-    }
-    match &host.learned_window {
-        None => entry(
-            Active,
-            format!("relay legs without a `congestion` key to run {LEARNED_WINDOW_CC}"),
-        ),
-        Some(Ok(keys)) if keys.is_empty() => entry(
-            Off,
-            "every relay leg names its own congestion control".into(),
-        ),
-        Some(Ok(keys)) => entry(
-            Active,
-            format!(
-                "{LEARNED_WINDOW_CC} on {}: each relay leg starts from the window the last one to the same peer reached (RTT-checked, paced, retreats on loss)",
-                keys.join(", ")
-            ),
-        ),
-        Some(Err(e)) => entry(
-            Unavailable,
-            format!("{e}; relay legs slow-start from the kernel's initial window"),
-        ),
-    }
-}
-
-fn loss_isolation(cfg: &Config, _: &HostFacts) -> Entry {
-    use AccelState::{Active, Off, Unavailable};
-    let r = cfg.accel.requested.loss_isolation;
-    let entry = |state, reason| entry(AccelName::LossIsolation, r, state, reason);
-    if !cfg.accel.loss_isolation {
-        let why = if cfg.client.congestion.is_some() {
-            "[client] congestion names the client legs' algorithm"
-        } else {
-            "no client-facing listener"
-        };
-        return entry(Off, off_reason(r, "loss_isolation", why));
-    }
-    let available = splitway_sys::sock::available_congestion_controls();
-    if !available.is_empty() && !available.iter().any(|a| a == LOSS_TOLERANT_CC) {
-        return entry(
-            Unavailable,
-            format!(
-                "this kernel has no {LOSS_TOLERANT_CC} (available: {}); client legs keep the default",
-                available.join(" ")
-            ),
-        );
-    }
-    entry(
-        Active,
-        format!(
-            "client legs to a client whose last leg lost ≥ 1 % without queueing (RTT within 25 % of its minimum) run {LOSS_TOLERANT_CC}; loss with a rising RTT or a clean leg returns it to the default"
-        ),
-    )
-}
-
-/// The running relay's view, shared by every config snapshot.
-pub struct AccelStatus {
-    entries: Mutex<Vec<Entry>>,
-    metrics: AccelMetrics,
-    /// Fresh peer legs this relay dials use TCP_FASTOPEN_CONNECT.
-    pub peer_fast_open: bool,
-}
-
-impl AccelStatus {
-    pub fn new(entries: Vec<Entry>, metrics: AccelMetrics, peer_fast_open: bool) -> AccelStatus {
-        for e in &entries {
-            metrics.set(e.name, e.state);
-        }
-        AccelStatus {
-            entries: Mutex::new(entries),
-            metrics,
-            peer_fast_open,
-        }
-    }
-
-    /// Records a change (a reload, a detector that died).
-    pub fn set(&self, name: AccelName, state: AccelState, reason: String) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = entries.iter_mut().find(|e| e.name == name) {
-            e.state = state;
-            e.reason = reason;
-        }
-        self.metrics.set(name, state);
-    }
-
-    /// Takes the entry for `name` from a fresh plan (a reload).
-    pub fn replan(&self, name: AccelName, plan: &[Entry]) {
-        let Some(new) = plan.iter().find(|e| e.name == name) else {
-            return;
-        };
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = entries.iter_mut().find(|e| e.name == name) {
-            *e = new.clone();
-        }
-        self.metrics.set(name, new.state);
-    }
-
-    pub fn state(&self, name: AccelName) -> AccelState {
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find(|e| e.name == name)
-            .map_or(AccelState::Off, |e| e.state)
-    }
-
-    /// `{"early_syn": {"requested": "auto", "state": "active", "reason": …}, …}`
-    pub fn api(&self) -> BTreeMap<String, api::Accel> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries
-            .iter()
-            .map(|e| {
-                (
-                    e.name.as_str().to_owned(),
-                    api::Accel {
-                        requested: e.requested.to_owned(),
-                        state: e.state.as_str().to_owned(),
-                        reason: e.reason.clone(),
-                    },
-                )
-            })
-            .collect()
-    }
 }
 
 /// `relay --check`'s lines: one per acceleration.
@@ -431,5 +196,128 @@ pub fn bpf_hint(error: &str) -> String {
         format!("{error} (an intercept interface does not exist)")
     } else {
         error.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::path::Path;
+
+    use super::*;
+    use crate::source::Source;
+
+    /// Hands every key file the same PSK, so configs with peers parse
+    /// without files.
+    struct Keys;
+
+    impl Source for Keys {
+        fn read(&self, _: &Path, _: u64, _: &str) -> io::Result<Vec<u8>> {
+            Ok(b"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff".to_vec())
+        }
+
+        fn congestion_controls(&self) -> Vec<String> {
+            Vec::new()
+        }
+    }
+
+    fn parse(text: &str) -> Config {
+        Config::parse_with(text, Path::new("."), &Keys).unwrap_or_else(|e| panic!("{e:#?}"))
+    }
+
+    /// A host that allows TFO both ways, before anything was tried.
+    fn untried() -> HostFacts {
+        HostFacts {
+            tfo: tfo::Sysctl(Some(3)),
+            early_syn: None,
+            hello_register: None,
+            learned_window: None,
+            congestion_controls: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn planners_list_every_acceleration_in_status_order() {
+        assert_eq!(PLANNERS.map(|(name, _)| name), AccelName::ALL);
+    }
+
+    /// A relay with an intercepting tproxy listener, a peer listener and
+    /// a peer: every room gets its pieces from the config and the host.
+    const RC: &str = "name = \"rc\"\npsk_file = \"psk.key\"\n\
+        [[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n\
+        intercept = { interfaces = [\"eth0\"], ports = [80] }\n\
+        [[listen]]\nmode = \"peer\"\naddr = \"0.0.0.0:7100\"\n\
+        [[peer]]\nname = \"rs\"\naddr = \"10.0.12.2:7100\"\npool = { low = 2, high = 8 }\n\
+        [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"rs\"\n";
+
+    #[test]
+    fn each_room_gets_its_pieces_of_a_relay_between_relays() {
+        let host = HostFacts {
+            tfo: tfo::Sysctl(Some(1)),
+            early_syn: Some(Ok("tc SYN detector attached on eth0".into())),
+            hello_register: Some(Ok("replays refused by the host-wide register".into())),
+            learned_window: Some(Ok(vec!["rs".into()])),
+            congestion_controls: vec!["reno".into(), "cubic".into()],
+        };
+        let lines = [
+            "early_syn: active (requested auto): tc SYN detector attached on eth0; client prefixes whose handshakes take under 200 µs (a LAN) get 1 SYN in 16 reported; IPv6 SYNs behind AH or over four extension headers start at accept (early_syn_total{outcome=\"ipv6_unwalked\"})",
+            "strict: off (requested off): opt-in only ([accel] strict = true): it delays every SYN by the path",
+            "pool: active (requested auto): authenticated connections kept ready: rs 2..8",
+            "zero_rtt: active (requested auto): fresh peer legs open with the authenticated Hello (no challenge round trip); the challenge is the fallback; replays refused by the host-wide register",
+            "tfo_peer: unavailable (requested auto): net.ipv4.tcp_fastopen = 1 lacks the server bit (2): upstream relays' Hellos arrive after the handshake; set net.ipv4.tcp_fastopen = 3 (deploy/sysctl.d/60-splitway-tfo.conf)",
+            "tfo_client: unavailable (requested auto): net.ipv4.tcp_fastopen = 1 lacks the server bit (2); set net.ipv4.tcp_fastopen = 3 (deploy/sysctl.d/60-splitway-tfo.conf)",
+            "tfo_server: off (requested auto): opt-in only ([accel] tfo = true): SYN data can be replayed to a server that did not ask for TFO, and middleboxes towards arbitrary servers drop such SYNs",
+            "turbo_start: off (requested off): opt-in only ([accel.turbo]): it changes routes for whole prefixes",
+            "learned_window: active (requested auto): splitway_resume on rs: each relay leg starts from the window the last one to the same peer reached (RTT-checked, paced, retreats on loss)",
+            "loss_isolation: unavailable (requested auto): this kernel has no bbr (available: reno cubic); client legs keep the default",
+        ];
+        assert_eq!(
+            describe(&plan(&parse(RC), &host)),
+            lines.map(|l| format!("{l}\n")).concat()
+        );
+    }
+
+    #[test]
+    fn opt_in_rooms_say_on_when_set() {
+        let cfg = parse(&format!(
+            "{RC}[accel]\nstrict = true\nturbo = {{ initcwnd = 40, initrwnd = 60, buffer = 65536 }}\n"
+        ));
+        let lines: Vec<String> = plan(&cfg, &untried())
+            .iter()
+            .filter(|e| e.requested == "on")
+            .map(|e| format!("{}: {}: {}", e.name, e.state, e.reason))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "strict: active: intercepted SYNs are held until the server accepted",
+                "turbo_start: active: initcwnd 40 initrwnd 60 on routes to relays",
+            ]
+        );
+    }
+
+    #[test]
+    fn each_room_says_why_it_is_off_on_a_lone_proxy() {
+        let cfg = parse(
+            "name = \"r\"\n[[listen]]\nmode = \"socks5\"\naddr = \"127.0.0.1:1080\"\n\
+             [[route]]\ndst = \"0.0.0.0/0\"\nvia = \"direct\"\n\
+             [client]\ncongestion = \"cubic\"\n[accel]\ntfo = false\nzero_rtt = false\n",
+        );
+        let lines = [
+            "early_syn: off (requested auto): no tproxy listener with `intercept` or syn-option listener with `watch` (nowhere to watch SYNs)",
+            "strict: off (requested off): opt-in only ([accel] strict = true): it delays every SYN by the path",
+            "pool: off (requested auto): no [[peer]] to pool connections to",
+            "zero_rtt: off (requested off): turned off ([accel] zero_rtt = false)",
+            "tfo_peer: off (requested off): needs zero_rtt (the Hello is what rides the SYN)",
+            "tfo_client: off (requested off): turned off ([accel] tfo = false)",
+            "tfo_server: off (requested off): turned off ([accel] tfo = false)",
+            "turbo_start: off (requested off): opt-in only ([accel.turbo]): it changes routes for whole prefixes",
+            "learned_window: off (requested auto): no relay legs (no [[peer]] and no peer listener)",
+            "loss_isolation: off (requested auto): [client] congestion names the client legs' algorithm",
+        ];
+        assert_eq!(
+            describe(&plan(&cfg, &untried())),
+            lines.map(|l| format!("{l}\n")).concat()
+        );
     }
 }

@@ -1,15 +1,21 @@
 //! The words every acceleration's status is told in (`AccelName`,
-//! `AccelState`), below both `accel` and the rooms whose planners answer
-//! in them, and `splitway_accel_state{accel, state}`, set by the relay's
-//! bookkeeping ([`crate::accel::AccelStatus`]) whenever an acceleration
-//! starts, stops or turns out unavailable. Declared in the relay's registry
-//! at bind ([`AccelMetrics::register`]).
+//! `AccelState`, one `Entry` a line), below both `accel` and the rooms whose
+//! planners answer in them; the running relay's view of those lines
+//! (`AccelStatus`), here so `state.rs` holds it without importing the
+//! planners' list; and `splitway_accel_state{accel, state}`, which
+//! `AccelStatus` sets whenever an acceleration starts, stops or turns out
+//! unavailable. Declared in the relay's registry at bind
+//! ([`AccelMetrics::register`]).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use splitway_api as api;
 use splitway_control::label_enum;
 use splitway_control::metrics::kit::{declare, series};
 
@@ -45,6 +51,28 @@ label_enum! {
         /// Asked for (or auto) but this host cannot run it; `ctl status`
         /// says why.
         Unavailable => "unavailable",
+    }
+}
+
+/// One acceleration's effective state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: AccelName,
+    /// `auto`, `on` or `off`, as the config file set it.
+    pub requested: &'static str,
+    pub state: AccelState,
+    /// Why it is in this state, in words an operator can act on.
+    pub reason: String,
+}
+
+/// The reason of an acceleration that is off: the file's `false` when it
+/// said so (`turned_off`), else `otherwise`, the room's own word for why
+/// `auto` left it off.
+pub fn off_reason(turned_off: bool, key: &str, otherwise: &str) -> String {
+    if turned_off {
+        format!("turned off ([accel] {key} = false)")
+    } else {
+        otherwise.to_owned()
     }
 }
 
@@ -98,6 +126,76 @@ impl AccelMetrics {
     }
 }
 
+/// The running relay's view, shared by every config snapshot.
+pub struct AccelStatus {
+    entries: Mutex<Vec<Entry>>,
+    metrics: AccelMetrics,
+    /// Fresh peer legs this relay dials use TCP_FASTOPEN_CONNECT.
+    pub peer_fast_open: bool,
+}
+
+impl AccelStatus {
+    pub fn new(entries: Vec<Entry>, metrics: AccelMetrics, peer_fast_open: bool) -> AccelStatus {
+        for e in &entries {
+            metrics.set(e.name, e.state);
+        }
+        AccelStatus {
+            entries: Mutex::new(entries),
+            metrics,
+            peer_fast_open,
+        }
+    }
+
+    /// Records a change (a reload, a detector that died).
+    pub fn set(&self, name: AccelName, state: AccelState, reason: String) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = entries.iter_mut().find(|e| e.name == name) {
+            e.state = state;
+            e.reason = reason;
+        }
+        self.metrics.set(name, state);
+    }
+
+    /// Takes the entry for `name` from a fresh plan (a reload).
+    pub fn replan(&self, name: AccelName, plan: &[Entry]) {
+        let Some(new) = plan.iter().find(|e| e.name == name) else {
+            return;
+        };
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = entries.iter_mut().find(|e| e.name == name) {
+            *e = new.clone();
+        }
+        self.metrics.set(name, new.state);
+    }
+
+    pub fn state(&self, name: AccelName) -> AccelState {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|e| e.name == name)
+            .map_or(AccelState::Off, |e| e.state)
+    }
+
+    /// `{"early_syn": {"requested": "auto", "state": "active", "reason": …}, …}`
+    pub fn api(&self) -> BTreeMap<String, api::Accel> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .iter()
+            .map(|e| {
+                (
+                    e.name.as_str().to_owned(),
+                    api::Accel {
+                        requested: e.requested.to_owned(),
+                        state: e.state.as_str().to_owned(),
+                        reason: e.reason.clone(),
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use splitway_control::Metrics;
@@ -123,5 +221,17 @@ mod tests {
             let off = format!("splitway_accel_state{{accel=\"{name}\",state=\"off\"}} 1\n");
             assert!(text.contains(&off), "{off}");
         }
+    }
+
+    #[test]
+    fn off_says_the_files_false_or_the_rooms_reason() {
+        assert_eq!(
+            off_reason(true, "pool", "no [[peer]] to pool connections to"),
+            "turned off ([accel] pool = false)"
+        );
+        assert_eq!(
+            off_reason(false, "pool", "no [[peer]] to pool connections to"),
+            "no [[peer]] to pool connections to"
+        );
     }
 }

@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 use crate::metrics::{Metrics, Mode};
 use splitway_api as api;
 
-use crate::accel::{AccelName, AccelState};
+use crate::accel_state::{AccelName, AccelState, AccelStatus};
 use splitway_proto::Destination;
 
-use crate::accel::AccelStatus;
 use crate::config::{Config, ListenMode, Via};
 use crate::early_syn::EarlyStarts;
 use crate::forward::Counters;

@@ -25,6 +25,8 @@
 //! against 139–143 µs with this learning, p99 335–455 against 243–262),
 //! so the detector stops reporting those prefixes' SYNs except for a
 //! sample that keeps measuring them.
+//!
+//! Its status line is [`plan`]'s.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -39,6 +41,7 @@ use splitway_sys::bpf::{near_prefix, near_sample};
 use crate::config::Config;
 
 pub mod metrics;
+pub mod plan;
 
 pub use metrics::{EarlySynMetrics, EarlySynOutcome};
 

@@ -9,9 +9,10 @@
 //! room's metrics, and which legs run it: relay legs whose config names no
 //! congestion control (`fill_learned_window`, `learn_windows`). The
 //! algorithm's name is the config's (`LEARNED_WINDOW_CC`), its
-//! registration `congestion`'s.
+//! registration `congestion`'s. Its status line is [`plan`]'s.
 
 mod metrics;
+pub mod plan;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

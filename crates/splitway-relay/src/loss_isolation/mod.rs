@@ -18,9 +18,8 @@
 //! - [`hooks`]: what it does to a connection: at accept, while it forwards,
 //!   at its end;
 //! - [`metrics`]: `splitway_loss_isolation_total{event}`, declared in the
-//!   relay's registry at bind and counted through [`LossyClients`].
-//!
-//! Its status entry is `accel`'s `loss_isolation` planner.
+//!   relay's registry at bind and counted through [`LossyClients`];
+//! - [`plan`]: its status line.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -32,6 +31,7 @@ use crate::policy::source_host;
 pub mod config;
 pub mod hooks;
 pub mod metrics;
+pub mod plan;
 pub mod verdict;
 
 pub use metrics::{LossIsolationEvent, LossIsolationMetrics};

@@ -6,6 +6,7 @@
 //! must never mix two clients. Refill happens in a background task per peer,
 //! never on a connection's critical path: when the idle count drops below
 //! `low`, the task dials concurrently until `high` are idle or in flight.
+//! The status line is [`plan`]'s.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::peer::{self, Pooled};
 use crate::shutdown::stopped;
 
 mod metrics;
+pub mod plan;
 
 pub use metrics::{PoolEvent, PoolFamilies, PoolMetrics};
 

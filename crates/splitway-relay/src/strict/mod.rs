@@ -23,7 +23,8 @@
 //! beyond it SYNs are dropped, so a flood looks like a slow server rather
 //! than breaking the promise by letting SYNs through unchecked.
 //!
-//! The room also holds its metrics ([`metrics`]).
+//! The room also holds its metrics ([`metrics`]) and its status line
+//! ([`plan`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -50,6 +51,7 @@ use crate::state::{Current, Shared};
 use crate::syn_start::{EarlyLegs, admissible};
 
 pub mod metrics;
+pub mod plan;
 
 pub use metrics::{StrictMetrics, StrictOutcome};
 

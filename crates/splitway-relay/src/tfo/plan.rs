@@ -1,7 +1,9 @@
 //! TFO's three lines of `--check` and `ctl status`: each gives its state
-//! and the reason, in words an operator can act on.
+//! and the reason, in words an operator can act on. `accel.rs`'s list
+//! wraps them.
 
 use crate::accel_state::AccelState::{self, Active, Off, Unavailable};
+use crate::accel_state::off_reason;
 
 use super::{FIX, Sysctl};
 
@@ -58,7 +60,7 @@ pub fn from_clients(
     host: Sysctl,
 ) -> (AccelState, String) {
     if !on {
-        (Off, turned_off_reason(turned_off, ""))
+        (Off, off_reason(turned_off, "tfo", ""))
     } else if !client_facing {
         (Off, "no client-facing listener".into())
     } else if host.server() {
@@ -79,8 +81,9 @@ pub fn to_servers(on: bool, turned_off: bool, host: Sysctl) -> (AccelState, Stri
     if !on {
         (
             Off,
-            turned_off_reason(
+            off_reason(
                 turned_off,
+                "tfo",
                 "opt-in only ([accel] tfo = true): SYN data can be replayed to a server that did not ask for TFO, and middleboxes towards arbitrary servers drop such SYNs",
             ),
         )
@@ -94,14 +97,6 @@ pub fn to_servers(on: bool, turned_off: bool, host: Sysctl) -> (AccelState, Stri
             Unavailable,
             format!("{} lacks the client bit (1); {FIX}", host.describe()),
         )
-    }
-}
-
-fn turned_off_reason(turned_off: bool, otherwise: &str) -> String {
-    if turned_off {
-        "turned off ([accel] tfo = false)".into()
-    } else {
-        otherwise.into()
     }
 }
 
@@ -136,5 +131,121 @@ mod tests {
         assert!(why.starts_with("opt-in only"), "{why}");
         assert_eq!(to_servers(true, false, client_only).0, Active);
         assert_eq!(to_servers(true, false, Sysctl(Some(2))).0, Unavailable);
+    }
+
+    const FULL: Sysctl = Sysctl(Some(3));
+    const CLIENT_ONLY: Sysctl = Sysctl(Some(1));
+
+    #[test]
+    fn peer_off_needs_zero_rtt_then_plain_legs() {
+        assert_eq!(
+            peer(false, true, true, FULL),
+            (
+                Off,
+                "needs zero_rtt (the Hello is what rides the SYN)".into()
+            )
+        );
+        assert_eq!(
+            peer(true, false, false, FULL),
+            (Off, "no plain (non-TLS) peer legs".into())
+        );
+    }
+
+    #[test]
+    fn peer_active_names_the_setting() {
+        assert_eq!(
+            peer(true, true, true, FULL),
+            (
+                Active,
+                "Hellos ride the SYN once a cookie is held (net.ipv4.tcp_fastopen = 3)".into()
+            )
+        );
+    }
+
+    #[test]
+    fn peer_unavailable_lists_every_missing_bit() {
+        assert_eq!(
+            peer(true, true, true, Sysctl(Some(0))),
+            (
+                Unavailable,
+                format!(
+                    "net.ipv4.tcp_fastopen = 0 lacks the client bit (1): Hellos to peers leave after the handshake, and the server bit (2): upstream relays' Hellos arrive after the handshake; {FIX}"
+                )
+            )
+        );
+        assert_eq!(
+            peer(true, true, false, Sysctl(None)),
+            (
+                Unavailable,
+                format!(
+                    "net.ipv4.tcp_fastopen unreadable lacks the client bit (1): Hellos to peers leave after the handshake; {FIX}"
+                )
+            )
+        );
+    }
+
+    #[test]
+    fn from_clients_off_says_why() {
+        assert_eq!(
+            from_clients(false, true, true, FULL),
+            (Off, "turned off ([accel] tfo = false)".into())
+        );
+        assert_eq!(from_clients(false, false, true, FULL), (Off, String::new()));
+        assert_eq!(
+            from_clients(true, false, false, FULL),
+            (Off, "no client-facing listener".into())
+        );
+    }
+
+    #[test]
+    fn from_clients_active_or_missing_the_server_bit() {
+        assert_eq!(
+            from_clients(true, false, true, FULL),
+            (
+                Active,
+                "clients that send data in their SYN are accepted at the SYN".into()
+            )
+        );
+        assert_eq!(
+            from_clients(true, false, true, CLIENT_ONLY),
+            (
+                Unavailable,
+                format!("net.ipv4.tcp_fastopen = 1 lacks the server bit (2); {FIX}")
+            )
+        );
+    }
+
+    #[test]
+    fn to_servers_off_says_turned_off_or_opt_in() {
+        assert_eq!(
+            to_servers(false, true, FULL),
+            (Off, "turned off ([accel] tfo = false)".into())
+        );
+        assert_eq!(
+            to_servers(false, false, FULL),
+            (
+                Off,
+                "opt-in only ([accel] tfo = true): SYN data can be replayed to a server that did not ask for TFO, and middleboxes towards arbitrary servers drop such SYNs"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn to_servers_active_or_missing_the_client_bit() {
+        assert_eq!(
+            to_servers(true, false, CLIENT_ONLY),
+            (
+                Active,
+                "the client's first bytes ride the SYN to servers whose cookie is held".into()
+            )
+        );
+        assert_eq!(
+            to_servers(true, false, Sysctl(Some(2))),
+            (
+                Unavailable,
+                format!("net.ipv4.tcp_fastopen = 2 lacks the client bit (1); {FIX}")
+            )
+        );
     }
 }

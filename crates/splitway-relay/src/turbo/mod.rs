@@ -5,7 +5,7 @@
 //! at start, to an upstream relay outside those prefixes when it
 //! authenticates, follow the peers across a reload, and are removed when
 //! the relay stops (dropping a `TurboRoute` deletes it). The relay legs'
-//! buffers are `tuning.rs`'s; the status line is `accel.rs`'s planner.
+//! buffers are `tuning.rs`'s; the status line is [`plan`]'s.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -15,6 +15,8 @@ use splitway_sys::turbo::{self, TurboRoute, Windows};
 use tracing::{info, warn};
 
 use crate::config::{Config, Turbo};
+
+pub mod plan;
 
 /// The installed routes by destination, shared by a reload's successor.
 #[derive(Debug, Default)]
