@@ -21,12 +21,16 @@
 //   was not undone as spurious and came after a queue (the smoothed RTT
 //   more than a quarter + 2 ms above the path's) replaces it, so what is
 //   saved follows a capacity drop, and so does one whose RTT left the
-//   resume check's range (a new route). Random loss, with no queue before
-//   it, is no measure of the path: a connection that only met such loss
-//   may only raise the entry, as one without a loss.
+//   resume check's range (a new route). A loss replaces it only if the
+//   connection put at least half the entry's window in flight: a short
+//   download's tail loss measured its own size, not the path. Random loss,
+//   with no queue before it, is no measure of the path: a connection that
+//   only met such loss may only raise the entry, as one without a loss.
 // - Random loss is not congestion (issue #29 item 3, on relay legs): a
 //   loss the RTT shows no queue before (see loss_without_queue) leaves
-//   the window as it is; a queue that builds makes the next loss count.
+//   the window as it is, and if it came in slow start the recovery's end
+//   gives back the growth PRR held back (regrow_after_random_loss); a
+//   queue that builds makes the next loss count.
 // - Resume: at each send after idle (CA_EVENT_TX_START) while the
 //   connection has sent fewer than RESUME_MIN_CWND data segments, if the
 //   peer has an entry younger than RESUME_MAX_AGE and the RTT confirms the
@@ -151,19 +155,26 @@ struct sw_resume {
 	__u32 jump_cwnd;
 	__u32 jump_at_us;
 	__u32 validate_us;
-	/* ssthresh was called (a loss, an RTO, ECN, local congestion) and
-	 * not undone as spurious: this connection met the path's limit, so
-	 * what it measured replaces the peer's entry. */
-	__u32 lost;
-	/* A safe retreat deleted the peer's entry: this connection saves
-	 * nothing, so the next one starts normally. */
-	__u32 retreated;
 	/* The highest delivery rate so far, segments per microsecond << BW_SCALE. */
 	__u32 max_bw;
 	/* The sequence number after the jump's flight. */
 	__u32 jump_end_seq;
 	/* The saved path RTT a jump was made on (0 without a jump). */
 	__u32 base_rtt;
+	/* cwnd when a random loss came in slow start (0: none pending): the
+	 * recovery's end gives slow start back what it delivered meanwhile. */
+	__u32 random_loss_cwnd;
+	/* Pacing set by that regrowth ends here (0: not set by it). */
+	__u32 regrowth_paced_until_us;
+	/* The largest flight this connection had, in segments. */
+	__u32 max_flight;
+	/* ssthresh was called (a loss, an RTO, ECN, local congestion) and
+	 * not undone as spurious: this connection met the path's limit, so
+	 * what it measured replaces the peer's entry. */
+	__u8 lost;
+	/* A safe retreat deleted the peer's entry: this connection saves
+	 * nothing, so the next one starts normally. */
+	__u8 retreated;
 	__u8 phase;
 };
 
@@ -205,6 +216,9 @@ void BPF_PROG(splitway_resume_init, struct sock *sk)
 	ca->retreated = 0;
 	ca->max_bw = 0;
 	ca->base_rtt = 0;
+	ca->random_loss_cwnd = 0;
+	ca->regrowth_paced_until_us = 0;
+	ca->max_flight = 0;
 }
 
 /* The highest delivery rate so far: the sample of the ACK before this one
@@ -332,12 +346,56 @@ static __always_inline void maybe_validated(struct sock *sk, struct sw_resume *c
 		end_validated(sk, ca);
 }
 
+/* The end of a recovery from a random loss that came in slow start
+ * (CA_EVENT_COMPLETE_CWR). PRR held the window at what was in flight for
+ * the recovery's round trip, and at 1 % loss a window of a few hundred
+ * segments is in recovery nearly every round trip, so slow start never
+ * reached the path (measured on a GEO hop with 1 % loss: learned BDPs of
+ * 264-573 of 1,095 segments). The window gets what slow start would have
+ * added for the segments delivered meanwhile, paced for one RTT (the
+ * kernel's slow-start rate, twice cwnd per RTT) rather than sent in one
+ * burst. A queue that this builds makes the next loss count. */
+static __always_inline void regrow_after_random_loss(struct sock *sk, struct sw_resume *ca)
+{
+	struct tcp_sock *tp = sw_tcp_sk(sk);
+	__u32 target, until;
+
+	if (!ca->random_loss_cwnd)
+		return;
+	target = ca->random_loss_cwnd + SW_MIN(tp->prr_delivered, ca->random_loss_cwnd);
+	ca->random_loss_cwnd = 0;
+	if (target > tp->snd_cwnd_clamp)
+		target = tp->snd_cwnd_clamp;
+	if (target <= tp->snd_cwnd)
+		return;
+	tp->snd_cwnd = target;
+	/* A jump's unvalidated phase paces already, and ends it. */
+	if (ca->phase == CR_UNVALIDATED)
+		return;
+	until = now_us(tp) + SW_MAX(tp->srtt_us >> 3, 1U);
+	ca->regrowth_paced_until_us = until ? until : 1;
+	sk->sk_pacing_status = SW_SK_PACING_NEEDED;
+}
+
+static __always_inline void maybe_end_regrowth_pacing(struct sock *sk, struct sw_resume *ca)
+{
+	struct tcp_sock *tp = sw_tcp_sk(sk);
+
+	if (!ca->regrowth_paced_until_us ||
+	    (__s32)(now_us(tp) - ca->regrowth_paced_until_us) <= 0)
+		return;
+	ca->regrowth_paced_until_us = 0;
+	if (ca->phase != CR_UNVALIDATED)
+		sk->sk_pacing_status = SW_SK_PACING_NONE;
+}
+
 SEC("struct_ops/splitway_resume_cong_avoid")
 void BPF_PROG(splitway_resume_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
 	struct sw_resume *ca = sw_ca_priv(sk);
 
 	maybe_validated(sk, ca);
+	maybe_end_regrowth_pacing(sk, ca);
 	/* Here the kernel has taken this ACK's rate sample (pkts_acked runs
 	 * before it): the last ACK's sample is not lost. */
 	sample_bw(sk, ca);
@@ -391,10 +449,13 @@ __u32 BPF_PROG(splitway_resume_ssthresh, struct sock *sk)
 		 * that then builds makes the next loss count. */
 		if (ca->phase == CR_UNVALIDATED)
 			end_validated(sk, ca);
+		if (tp->snd_cwnd < tp->snd_ssthresh)
+			ca->random_loss_cwnd = tp->snd_cwnd;
 		return SW_MAX(tp->snd_ssthresh, tp->snd_cwnd);
 	}
 	/* Only a loss a queue came before measures the path's limit. */
 	ca->lost = 1;
+	ca->random_loss_cwnd = 0;
 	if (ca->phase != CR_UNVALIDATED)
 		return cubic_ssthresh(sk);
 	/* The jump's whole flight was acknowledged: the saved window fitted
@@ -465,7 +526,16 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 		/* A path whose RTT moved out of the resume check's range (a new
 		 * route) is a new path: its entry is replaced, or every later leg
 		 * would fail the check while refreshing the entry's age. */
-		if (now - old.at_ns <= RESUME_MAX_AGE_NS && !ca->lost &&
+		/* A loss lowers the entry only if this connection put at least
+		 * half of the entry's window in flight: one that never came
+		 * near it (a short download, app-limited) measured its own
+		 * demand, not the path. Measured on a GEO hop with 1 % loss:
+		 * 100 KB downloads whose last segment was lost (a timeout,
+		 * which counts as congestion) replaced a 1,100-segment entry
+		 * with their own 40-70, and the next legs no longer jumped. */
+		int measured_limit = ca->lost && (__u64)ca->max_flight * 2 >= jump_for(&old);
+
+		if (now - old.at_ns <= RESUME_MAX_AGE_NS && !measured_limit &&
 		    rtt_matches(min_rtt, old.srtt_us)) {
 			if ((__u64)old.bdp * val.srtt_us > (__u64)val.bdp * old.srtt_us) {
 				val.bdp = old.bdp;
@@ -482,15 +552,27 @@ void BPF_PROG(splitway_resume_release, struct sock *sk)
 SEC("struct_ops/splitway_resume_cwnd_event")
 void BPF_PROG(splitway_resume_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
+	struct sw_resume *ca = sw_ca_priv(sk);
+
 	cubic_cwnd_event(sk, ev);
 	if (ev == CA_EVENT_TX_START)
-		maybe_resume(sk, sw_ca_priv(sk));
+		maybe_resume(sk, ca);
+	else if (ev == CA_EVENT_COMPLETE_CWR)
+		regrow_after_random_loss(sk, ca);
+	else if (ev == CA_EVENT_LOSS)
+		/* A timeout: no regrowth from a recovery it ended. */
+		ca->random_loss_cwnd = 0;
 }
 
 SEC("struct_ops/splitway_resume_pkts_acked")
 void BPF_PROG(splitway_resume_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 {
-	sample_bw(sk, sw_ca_priv(sk));
+	struct sw_resume *ca = sw_ca_priv(sk);
+	__u32 flight = sw_tcp_sk(sk)->packets_out + sample->pkts_acked;
+
+	if (flight > ca->max_flight)
+		ca->max_flight = flight;
+	sample_bw(sk, ca);
 	cubic_pkts_acked(sk, sample);
 }
 
@@ -502,6 +584,7 @@ __u32 BPF_PROG(splitway_resume_undo_cwnd, struct sock *sk)
 	/* The loss was spurious (reordering, a late ACK): it measured no
 	 * limit of the path. */
 	ca->lost = 0;
+	ca->random_loss_cwnd = 0;
 	return cubic_undo_cwnd(sk);
 }
 

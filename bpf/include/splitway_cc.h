@@ -59,6 +59,7 @@ struct tcp_sock {
 	__u32 snd_nxt;
 	__u32 snd_una;
 	__u32 max_packets_out;
+	__u32 packets_out;
 	__u32 lsndtime;
 	__u32 srtt_us;
 	__u32 data_segs_out;
@@ -72,6 +73,8 @@ struct tcp_sock {
 	/* Segments marked lost (SACK, RACK) and retransmitted so far. */
 	__u32 lost_out;
 	__u32 total_retrans;
+	/* Segments delivered since the current recovery began (PRR's count). */
+	__u32 prr_delivered;
 	__u8 is_cwnd_limited : 1;
 } __attribute__((preserve_access_index));
 

@@ -2,7 +2,7 @@
 //!
 //! The JSON holds, per chain and per (configuration, size): `config`,
 //! `size_bytes`, `n`, `failures`, `ttfb_ms` / `total_ms` / `connect_ms` as
-//! `{p10, median, p90}` (null when nothing was measured), `model_ttfb_ms`,
+//! `{p10, median, p90, mean, samples}` (null when nothing was measured), `model_ttfb_ms`,
 //! `model_total_ms`, `model_connect_ms`, `status` (`ok`, `n/a`, `failed`),
 //! a `note`, the emulator's stats for that batch, `emulator_shift` (how far
 //! the emulator's release lateness could have moved the TTFB and download
@@ -20,12 +20,18 @@ use crate::family::Families;
 use crate::model::{self, Config};
 use crate::scenario::{Chain, Scenario, format_size};
 
-/// p10 / median / p90 of a sample, in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// p10 / median / p90 of a sample, in milliseconds, with its mean and
+/// every value: on a lossy path a download either has a loss to repair or
+/// not, and with about half of them lossy the median flips between the
+/// two modes from run to run, so comparisons need the values themselves.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Spread {
     pub p10: f64,
     pub median: f64,
     pub p90: f64,
+    pub mean: f64,
+    /// Every value, sorted.
+    pub samples: Vec<f64>,
 }
 
 impl Spread {
@@ -46,6 +52,8 @@ impl Spread {
             p10: at(0.1),
             median: at(0.5),
             p90: at(0.9),
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            samples: v.clone(),
         })
     }
 }
@@ -332,9 +340,11 @@ impl LabReport {
                 "vs e2e"
             );
             for m in &chain.results {
-                let e2e = chain.find("e2e", m.size_bytes).and_then(|e| e.total_ms);
+                let e2e = chain
+                    .find("e2e", m.size_bytes)
+                    .and_then(|e| e.total_ms.as_ref());
                 let ok = format!("{}/{}", m.n, m.n + m.failures);
-                let cell = |s: Option<Spread>| match s {
+                let cell = |s: Option<&Spread>| match s {
                     Some(s) => format!("{:.1}/{:.1}/{:.1}", s.p10, s.median, s.p90),
                     None => match m.status {
                         _ if !self.measured => "(model only)".into(),
@@ -344,11 +354,11 @@ impl LabReport {
                         Status::Degraded => "-".into(),
                     },
                 };
-                let ratio = |s: Option<Spread>, model: f64| match s {
+                let ratio = |s: Option<&Spread>, model: f64| match s {
                     Some(s) if model > 0.0 => format!("{:.2}", s.median / model),
                     _ => "-".into(),
                 };
-                let speedup = match (m.total_ms, e2e) {
+                let speedup = match (m.total_ms.as_ref(), e2e) {
                     (Some(t), Some(e)) if t.median > 0.0 => format!("{:.2}x", e.median / t.median),
                     _ => "-".into(),
                 };
@@ -368,12 +378,12 @@ impl LabReport {
                     m.config,
                     format_size(m.size_bytes),
                     ok,
-                    cell(m.ttfb_ms),
+                    cell(m.ttfb_ms.as_ref()),
                     m.model_ttfb_ms,
-                    ratio(m.ttfb_ms, m.model_ttfb_ms),
-                    cell(m.total_ms),
+                    ratio(m.ttfb_ms.as_ref(), m.model_ttfb_ms),
+                    cell(m.total_ms.as_ref()),
                     m.model_total_ms,
-                    ratio(m.total_ms, m.model_total_ms),
+                    ratio(m.total_ms.as_ref(), m.model_total_ms),
                     speedup,
                     flag
                 );
@@ -428,7 +438,7 @@ impl LabReport {
                 let Some(m4) = v4.find(&m.config, m.size_bytes) else {
                     continue;
                 };
-                let ratio = |a: Option<Spread>, b: Option<Spread>| match (a, b) {
+                let ratio = |a: Option<&Spread>, b: Option<&Spread>| match (a, b) {
                     (Some(a), Some(b)) if b.median > 0.0 => format!("{:.3}", a.median / b.median),
                     _ => "-".into(),
                 };
@@ -437,8 +447,8 @@ impl LabReport {
                     "{:<14} {:>6} {:>7} {:>7}",
                     m.config,
                     format_size(m.size_bytes),
-                    ratio(m.ttfb_ms, m4.ttfb_ms),
-                    ratio(m.total_ms, m4.total_ms)
+                    ratio(m.ttfb_ms.as_ref(), m4.ttfb_ms.as_ref()),
+                    ratio(m.total_ms.as_ref(), m4.total_ms.as_ref())
                 );
             }
         }
@@ -639,14 +649,14 @@ mod chart {
                     "Time to first byte (s){}",
                     if paper { ", as KTCP Fig. 3" } else { "" }
                 ),
-                |m| (m.ttfb_ms, m.model_ttfb_ms),
+                |m| (m.ttfb_ms.clone(), m.model_ttfb_ms),
             ),
             (
                 format!(
                     "Download completion time (s){}",
                     if paper { ", as KTCP Fig. 4" } else { "" }
                 ),
-                |m| (m.total_ms, m.model_total_ms),
+                |m| (m.total_ms.clone(), m.model_total_ms),
             ),
         ];
         let groups = sizes.len().max(1);

@@ -587,7 +587,7 @@ fn measure(
     // A connect far slower than the model means the client did not reach
     // the relay it should have (e.g. TPROXY did not intercept): flag it
     // rather than report another configuration's numbers under this name.
-    if let Some(c) = row.connect_ms
+    if let Some(c) = row.connect_ms.as_ref()
         && c.median > row.model_connect_ms * 1.2 + 3.0
     {
         row.suspect = true;
