@@ -1,11 +1,17 @@
-//! Live-tunable relay parameters: typed declarations with ranges, validation
+//! Live-tunable parameters: typed declarations with ranges, validation
 //! of admin requests against them, and an all-or-nothing store.
 //!
 //! The admin server validates every `PUT /params` against the
-//! [`ParamInfo`]s the relay declares (unknown name, wrong type, out of range)
-//! before the relay sees it, so the relay only handles well-typed
-//! [`ParamUpdate`]s and its own cross-parameter rules (e.g. `low <= high`).
-//! [`ParamRegistry`] is the store a relay can keep its current values in.
+//! [`ParamInfo`]s the handler declares (unknown name, wrong type, out of
+//! range) before the handler sees it, so the handler only handles
+//! well-typed [`ParamUpdate`]s and its own cross-parameter rules (e.g.
+//! `low <= high`). [`ParamRegistry`] is the store a handler can keep its
+//! current values in.
+//!
+//! This module knows no parameter of the relay's (issue #31): each is
+//! declared with [`ParamSpec::new`] by the part of `splitway-relay` that
+//! owns it. The one declaration here, [`ParamSpec::log_level`], is the
+//! process's log filter.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -42,7 +48,7 @@ pub enum ParamKind {
         /// The allowed words.
         choices: &'static [&'static str],
     },
-    /// Free text of at most `max_len` bytes; the relay checks its meaning
+    /// Free text of at most `max_len` bytes; the handler checks its meaning
     /// (e.g. a log filter) in its own cross-check.
     Text {
         /// Longest allowed text.
@@ -219,7 +225,7 @@ impl fmt::Display for ParamValue {
 /// A parameter's declaration: name, kind and what it does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamSpec {
-    /// Dotted name, e.g. `pool.rs.low`.
+    /// Dotted name, e.g. `log.level`.
     pub name: String,
     /// Type and range.
     pub kind: ParamKind,
@@ -237,97 +243,7 @@ impl ParamSpec {
         }
     }
 
-    /// `pool.<peer>.low`: refill starts below this many idle connections.
-    /// Same range as the config's `pool.low`.
-    pub fn pool_low(peer: &str) -> Self {
-        Self::new(
-            format!("pool.{peer}.low"),
-            ParamKind::Int { min: 0, max: 4096 },
-            format!("refill the pool to peer {peer} when fewer idle connections remain"),
-        )
-    }
-
-    /// `pool.<peer>.high`: refill tops the pool up to this many.
-    pub fn pool_high(peer: &str) -> Self {
-        Self::new(
-            format!("pool.{peer}.high"),
-            ParamKind::Int { min: 0, max: 4096 },
-            format!("refill the pool to peer {peer} up to this many idle connections"),
-        )
-    }
-
-    /// `early_syn`: start the next leg at the client's SYN.
-    pub fn early_syn() -> Self {
-        Self::new(
-            "early_syn",
-            ParamKind::Bool,
-            "start the next leg when the client's SYN arrives",
-        )
-    }
-
-    /// `turbo.initcwnd`: initial congestion window of turbo-start routes.
-    pub fn turbo_initcwnd() -> Self {
-        Self::new(
-            "turbo.initcwnd",
-            ParamKind::Int {
-                min: 1,
-                max: 65_535,
-            },
-            "initial congestion window (segments) of relay-leg routes",
-        )
-    }
-
-    /// `turbo.initrwnd`: initial receive window of turbo-start routes.
-    pub fn turbo_initrwnd() -> Self {
-        Self::new(
-            "turbo.initrwnd",
-            ParamKind::Int {
-                min: 1,
-                max: 65_535,
-            },
-            "initial receive window (segments) of relay-leg routes",
-        )
-    }
-
-    /// `buffers.turbo`: socket buffers of relay legs under turbo-start
-    /// (config range of `accel.turbo.buffer`).
-    pub fn turbo_buffer() -> Self {
-        Self::new(
-            "buffers.turbo",
-            ParamKind::Int {
-                min: 64 << 10,
-                max: 1 << 30,
-            },
-            "send/receive buffer (bytes) of new relay legs under turbo-start",
-        )
-    }
-
-    /// `buffers.<name>`: a socket buffer size in bytes (4 KiB ..= 1 GiB),
-    /// applied to legs opened after the change.
-    pub fn buffer(name: &str, description: impl Into<String>) -> Self {
-        Self::new(
-            format!("buffers.{name}"),
-            ParamKind::Int {
-                min: 4 << 10,
-                max: 1 << 30,
-            },
-            description,
-        )
-    }
-
-    /// `timeouts.idle`: close connections that moved no data for this long.
-    pub fn idle_timeout() -> Self {
-        Self::new(
-            "timeouts.idle",
-            ParamKind::Duration {
-                min: Duration::from_secs(1),
-                max: Duration::from_secs(7 * 24 * 3600),
-            },
-            "close connections that moved no data for this long",
-        )
-    }
-
-    /// `log.level`: the relay's log filter, a level (`debug`) or tracing
+    /// `log.level`: the process's log filter, a level (`debug`) or tracing
     /// `EnvFilter` directives (`splitway_relay=debug,info`), as `RUST_LOG`.
     pub fn log_level() -> Self {
         Self::new(
@@ -490,7 +406,7 @@ impl ParamValues {
     }
 }
 
-/// Declaring a parameter failed: a programming error in the relay.
+/// Declaring a parameter failed: a programming error in the declaring code.
 #[derive(Debug, thiserror::Error)]
 pub enum DeclareError {
     /// The name is already declared.
@@ -508,7 +424,7 @@ pub enum DeclareError {
     },
 }
 
-/// The relay's live parameters: declarations and current values. Updates
+/// Live parameters: declarations and current values. Updates
 /// are all-or-nothing under one lock.
 #[derive(Debug, Default)]
 pub struct ParamRegistry {
@@ -682,24 +598,45 @@ mod tests {
         assert!(duration_arg("-1s").is_err());
     }
 
+    /// A watermark of one named queue (`queue.<name>.low`, `.high`).
+    fn watermark(queue: &str, end: &str) -> ParamSpec {
+        ParamSpec::new(
+            format!("queue.{queue}.{end}"),
+            ParamKind::Int { min: 0, max: 4096 },
+            format!("the {end} watermark of queue {queue}"),
+        )
+    }
+
+    /// An idle timeout of a second to a week.
+    fn idle() -> ParamSpec {
+        ParamSpec::new(
+            "timeouts.idle",
+            ParamKind::Duration {
+                min: Duration::from_secs(1),
+                max: Duration::from_secs(7 * 24 * 3600),
+            },
+            "close connections that moved no data for this long",
+        )
+    }
+
     fn registry() -> ParamRegistry {
         ParamRegistry::with([
-            (ParamSpec::pool_low("rs"), ParamValue::Int(4)),
-            (ParamSpec::pool_high("rs"), ParamValue::Int(16)),
-            (ParamSpec::early_syn(), ParamValue::Bool(false)),
+            (watermark("a", "low"), ParamValue::Int(4)),
+            (watermark("a", "high"), ParamValue::Int(16)),
             (
-                ParamSpec::idle_timeout(),
-                ParamValue::Duration(Duration::from_secs(300)),
+                ParamSpec::new("compress", ParamKind::Bool, "compress answers"),
+                ParamValue::Bool(false),
             ),
+            (idle(), ParamValue::Duration(Duration::from_secs(300))),
             (ParamSpec::log_level(), ParamValue::Text("info".into())),
         ])
         .unwrap()
     }
 
     fn low_not_above_high(values: &ParamValues) -> Vec<ParamError> {
-        match (values.int("pool.rs.low"), values.int("pool.rs.high")) {
+        match (values.int("queue.a.low"), values.int("queue.a.high")) {
             (Some(low), Some(high)) if low > high => vec![ParamError::new(
-                "pool.rs.low",
+                "queue.a.low",
                 format!("low ({low}) is above high ({high})"),
             )],
             _ => Vec::new(),
@@ -717,8 +654,8 @@ mod tests {
         let errors = validate(
             &declared,
             &body(
-                r#"{"pool.rs.low": 5000, "pool.nowhere.low": 1, "early_syn": 3,
-                    "timeouts.idle": "forever", "log.level": 3, "pool.rs.high": 8}"#,
+                r#"{"queue.a.low": 5000, "queue.nowhere.low": 1, "compress": 3,
+                    "timeouts.idle": "forever", "log.level": 3, "queue.a.high": 8}"#,
             ),
         )
         .unwrap_err();
@@ -727,18 +664,18 @@ mod tests {
         assert_eq!(
             named,
             [
-                "early_syn",
+                "compress",
                 "log.level",
-                "pool.nowhere.low",
-                "pool.rs.low",
+                "queue.a.low",
+                "queue.nowhere.low",
                 "timeouts.idle"
             ]
         );
-        let low = errors.iter().find(|e| e.param == "pool.rs.low").unwrap();
+        let low = errors.iter().find(|e| e.param == "queue.a.low").unwrap();
         assert_eq!(low.message, "5000 is outside 0..=4096");
         let unknown = errors
             .iter()
-            .find(|e| e.param == "pool.nowhere.low")
+            .find(|e| e.param == "queue.nowhere.low")
             .unwrap();
         assert!(
             unknown.message.starts_with("unknown parameter"),
@@ -759,18 +696,18 @@ mod tests {
         let declared = registry().infos();
         let updates = validate(
             &declared,
-            &body(r#"{"pool.rs.low": "8", "early_syn": "on", "timeouts.idle": "90s"}"#),
+            &body(r#"{"queue.a.low": "8", "compress": "on", "timeouts.idle": "90s"}"#),
         )
         .unwrap();
         assert_eq!(
             updates,
             [
                 ParamUpdate {
-                    name: "early_syn".into(),
+                    name: "compress".into(),
                     value: ParamValue::Bool(true)
                 },
                 ParamUpdate {
-                    name: "pool.rs.low".into(),
+                    name: "queue.a.low".into(),
                     value: ParamValue::Int(8)
                 },
                 ParamUpdate {
@@ -795,11 +732,11 @@ mod tests {
             .update(
                 &[
                     ParamUpdate {
-                        name: "pool.rs.high".into(),
+                        name: "queue.a.high".into(),
                         value: ParamValue::Int(32),
                     },
                     ParamUpdate {
-                        name: "pool.rs.low".into(),
+                        name: "queue.a.low".into(),
                         value: ParamValue::Int(64),
                     },
                 ],
@@ -808,19 +745,19 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             refused[0].to_string(),
-            "pool.rs.low: low (64) is above high (32)"
+            "queue.a.low: low (64) is above high (32)"
         );
-        assert_eq!(registry.get("pool.rs.high"), Some(ParamValue::Int(16)));
+        assert_eq!(registry.get("queue.a.high"), Some(ParamValue::Int(16)));
 
         let changes = registry
             .update(
                 &[
                     ParamUpdate {
-                        name: "pool.rs.high".into(),
+                        name: "queue.a.high".into(),
                         value: ParamValue::Int(32),
                     },
                     ParamUpdate {
-                        name: "early_syn".into(),
+                        name: "compress".into(),
                         value: ParamValue::Bool(false),
                     },
                 ],
@@ -830,13 +767,13 @@ mod tests {
         assert_eq!(
             changes,
             [ParamChange {
-                name: "pool.rs.high".into(),
+                name: "queue.a.high".into(),
                 old: ParamValue::Int(16),
                 new: ParamValue::Int(32),
             }]
         );
-        assert_eq!(changes[0].to_string(), "pool.rs.high: 16 -> 32");
-        assert_eq!(registry.get("pool.rs.high"), Some(ParamValue::Int(32)));
+        assert_eq!(changes[0].to_string(), "queue.a.high: 16 -> 32");
+        assert_eq!(registry.get("queue.a.high"), Some(ParamValue::Int(32)));
     }
 
     #[test]
@@ -845,25 +782,33 @@ mod tests {
         let errors = registry
             .update(
                 &[ParamUpdate {
-                    name: "pool.rs.low".into(),
+                    name: "queue.a.low".into(),
                     value: ParamValue::Bool(true),
                 }],
                 |_| Vec::new(),
             )
             .unwrap_err();
-        assert_eq!(errors[0].param, "pool.rs.low");
-        assert_eq!(registry.get("pool.rs.low"), Some(ParamValue::Int(4)));
+        assert_eq!(errors[0].param, "queue.a.low");
+        assert_eq!(registry.get("queue.a.low"), Some(ParamValue::Int(4)));
     }
 
     #[test]
     fn declare_refuses_duplicates_and_bad_initial_values() {
         let registry = registry();
         assert!(matches!(
-            registry.declare(ParamSpec::early_syn(), ParamValue::Bool(true)),
+            registry.declare(idle(), ParamValue::Duration(Duration::from_secs(9))),
             Err(DeclareError::Duplicate(_))
         ));
+        let window = ParamSpec::new(
+            "window",
+            ParamKind::Int {
+                min: 1,
+                max: 65_535,
+            },
+            "initial window (segments)",
+        );
         assert!(matches!(
-            registry.declare(ParamSpec::turbo_initcwnd(), ParamValue::Int(0)),
+            registry.declare(window, ParamValue::Int(0)),
             Err(DeclareError::BadInitial { .. })
         ));
     }
@@ -871,7 +816,7 @@ mod tests {
     #[test]
     fn info_serialises_kind_range_and_value() {
         let info = ParamInfo {
-            spec: ParamSpec::idle_timeout(),
+            spec: idle(),
             value: ParamValue::Duration(Duration::from_millis(1500)),
         };
         let text = serde_json::to_string(&info.api()).unwrap();
@@ -882,6 +827,17 @@ mod tests {
                 r#""description":"close connections that moved no data for this long","#,
                 r#""value":"1500ms"}"#
             )
+        );
+    }
+
+    #[test]
+    fn log_level_is_free_text_naming_the_levels() {
+        let spec = ParamSpec::log_level();
+        assert_eq!(spec.name, "log.level");
+        assert_eq!(spec.kind, ParamKind::Text { max_len: 1024 });
+        assert_eq!(
+            spec.description,
+            "log filter: a level (error, warn, info, debug, trace) or directives like splitway_relay=debug,info"
         );
     }
 }

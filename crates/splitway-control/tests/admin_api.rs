@@ -10,7 +10,7 @@ use splitway_control::client::{AdminClient, Answer};
 use splitway_control::params::ParamValues;
 use splitway_control::{
     AdminError, AdminHandler, MAX_CONNECTION_SAMPLE, Metrics, ParamChange, ParamError, ParamInfo,
-    ParamRegistry, ParamSpec, ParamUpdate, ParamValue, bind, serve,
+    ParamKind, ParamRegistry, ParamSpec, ParamUpdate, ParamValue, bind, serve,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -24,15 +24,34 @@ struct FakeRelay {
     last_sample: Mutex<Option<usize>>,
 }
 
+/// A watermark of one named queue (`queue.<name>.low`, `.high`): the
+/// parameters are the stand-in's own, declared as any handler declares
+/// its (the relay's are pinned in splitway-relay, next to their owners).
+fn watermark(queue: &str, end: &str) -> ParamSpec {
+    ParamSpec::new(
+        format!("queue.{queue}.{end}"),
+        ParamKind::Int { min: 0, max: 4096 },
+        format!("the {end} watermark of queue {queue}"),
+    )
+}
+
 impl FakeRelay {
     fn new() -> Self {
-        let idle = ParamValue::Duration(Duration::from_secs(300));
+        let idle = ParamSpec::new(
+            "timeouts.idle",
+            ParamKind::Duration {
+                min: Duration::from_secs(1),
+                max: Duration::from_secs(7 * 24 * 3600),
+            },
+            "close connections that moved no data for this long",
+        );
+        let compress = ParamSpec::new("compress", ParamKind::Bool, "compress answers");
         Self {
             params: ParamRegistry::with([
-                (ParamSpec::pool_low("rs"), ParamValue::Int(4)),
-                (ParamSpec::pool_high("rs"), ParamValue::Int(16)),
-                (ParamSpec::early_syn(), ParamValue::Bool(false)),
-                (ParamSpec::idle_timeout(), idle),
+                (watermark("a", "low"), ParamValue::Int(4)),
+                (watermark("a", "high"), ParamValue::Int(16)),
+                (compress, ParamValue::Bool(false)),
+                (idle, ParamValue::Duration(Duration::from_secs(300))),
                 (ParamSpec::log_level(), ParamValue::Text("info".into())),
             ])
             .unwrap(),
@@ -74,9 +93,9 @@ impl AdminHandler for FakeRelay {
 
     fn set_params(&self, updates: &[ParamUpdate]) -> Result<Vec<ParamChange>, Vec<ParamError>> {
         self.params.update(updates, |values: &ParamValues| {
-            match (values.int("pool.rs.low"), values.int("pool.rs.high")) {
+            match (values.int("queue.a.low"), values.int("queue.a.high")) {
                 (Some(low), Some(high)) if low > high => vec![ParamError::new(
-                    "pool.rs.low",
+                    "queue.a.low",
                     format!("low ({low}) is above high ({high})"),
                 )],
                 _ => Vec::new(),
@@ -214,7 +233,7 @@ async fn params_are_listed_with_kind_and_value() {
     let answer = call(&server, "GET", "/params", None).await;
     assert_eq!(answer.status, 200);
     let params: Vec<api::Param> = read(&answer);
-    let low = params.iter().find(|p| p.name == "pool.rs.low").unwrap();
+    let low = params.iter().find(|p| p.name == "queue.a.low").unwrap();
     assert_eq!(low.value, V::Int(4));
     assert_eq!(low.kind, api::ParamKind::Int { min: 0, max: 4096 });
     let idle = params.iter().find(|p| p.name == "timeouts.idle").unwrap();
@@ -229,8 +248,8 @@ async fn put_params_applies_all_and_reports_old_and_new() {
         "PUT",
         "/params",
         Some(&update([
-            ("pool.rs.high", V::Int(32)),
-            ("pool.rs.low", V::Text("8".into())),
+            ("queue.a.high", V::Int(32)),
+            ("queue.a.low", V::Text("8".into())),
             ("timeouts.idle", V::Text("10m".into())),
         ])),
     )
@@ -244,8 +263,8 @@ async fn put_params_applies_all_and_reports_old_and_new() {
     assert_eq!(
         read::<api::ParamsChanged>(&answer).changed,
         [
-            changed("pool.rs.high", V::Int(16), V::Int(32)),
-            changed("pool.rs.low", V::Int(4), V::Int(8)),
+            changed("queue.a.high", V::Int(16), V::Int(32)),
+            changed("queue.a.low", V::Int(4), V::Int(8)),
             changed(
                 "timeouts.idle",
                 V::Text("300s".into()),
@@ -254,7 +273,7 @@ async fn put_params_applies_all_and_reports_old_and_new() {
         ]
     );
     assert_eq!(
-        server.relay.params.get("pool.rs.low"),
+        server.relay.params.get("queue.a.low"),
         Some(ParamValue::Int(8))
     );
 }
@@ -267,31 +286,31 @@ async fn put_params_refuses_everything_if_anything_is_wrong() {
         "PUT",
         "/params",
         Some(&update([
-            ("pool.rs.low", V::Int(5)),
-            ("pool.rx.low", V::Int(1)),
-            ("early_syn", V::Int(2)),
-            ("pool.rs.high", V::Int(99999)),
+            ("queue.a.low", V::Int(5)),
+            ("queue.b.low", V::Int(1)),
+            ("compress", V::Int(2)),
+            ("queue.a.high", V::Int(99999)),
         ])),
     )
     .await;
     assert_eq!(answer.status, 400);
     let errors = param_errors(&answer);
     let named: Vec<&str> = errors.iter().map(|e| e.param.as_str()).collect();
-    assert_eq!(named, ["early_syn", "pool.rs.high", "pool.rx.low"]);
+    assert_eq!(named, ["compress", "queue.a.high", "queue.b.low"]);
     assert_eq!(errors[1].message, "99999 is outside 0..=4096");
     assert_eq!(
-        server.relay.params.get("pool.rs.low"),
+        server.relay.params.get("queue.a.low"),
         Some(ParamValue::Int(4))
     );
 
     // Valid one by one, invalid together: the relay's cross-check refuses.
-    let crossed = update([("pool.rs.low", V::Int(20))]);
+    let crossed = update([("queue.a.low", V::Int(20))]);
     let crossed = call(&server, "PUT", "/params", Some(&crossed)).await;
     assert_eq!(crossed.status, 400);
     assert_eq!(
         param_errors(&crossed),
         [api::ParamError {
-            param: "pool.rs.low".into(),
+            param: "queue.a.low".into(),
             message: "low (20) is above high (16)".into()
         }]
     );
@@ -299,7 +318,7 @@ async fn put_params_refuses_everything_if_anything_is_wrong() {
     for (body, why) in [
         (&b"[1, 2]"[..], "body must be a JSON object"),
         (b"{}", "no parameters given"),
-        (b"{\"early_syn\": ", "body is not JSON"),
+        (b"{\"compress\": ", "body is not JSON"),
     ] {
         let refused = call(&server, "PUT", "/params", Some(body)).await;
         assert_eq!(refused.status, 400);
@@ -383,10 +402,10 @@ async fn a_status_only_handler_answers_501_and_knows_no_parameters() {
     assert_eq!(call(&server, "POST", "/reload", None).await.status, 501);
     let params = call(&server, "GET", "/params", None).await;
     assert_eq!(read::<Vec<api::Param>>(&params), []);
-    let set = update([("early_syn", V::Bool(true))]);
+    let set = update([("compress", V::Bool(true))]);
     let set = call(&server, "PUT", "/params", Some(&set)).await;
     assert_eq!(set.status, 400);
-    assert_eq!(param_errors(&set)[0].param, "early_syn");
+    assert_eq!(param_errors(&set)[0].param, "compress");
 }
 
 #[tokio::test]
@@ -416,14 +435,14 @@ async fn unix_socket_serves_the_same_api_and_replaces_a_stale_socket() {
         },
     ));
     let client = AdminClient::new(&format!("unix:{}", path.display()), Duration::from_secs(5));
-    let body = update([("early_syn", V::Bool(true))]);
+    let body = update([("compress", V::Bool(true))]);
     let answer = tokio::task::spawn_blocking(move || client.request("PUT", "/params", Some(&body)))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(answer.status, 200);
     assert_eq!(read::<api::ParamsChanged>(&answer).changed.len(), 1);
-    assert_eq!(relay.params.get("early_syn"), Some(ParamValue::Bool(true)));
+    assert_eq!(relay.params.get("compress"), Some(ParamValue::Bool(true)));
 
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();

@@ -841,8 +841,7 @@ mod tests {
     use super::*;
     use clap::Parser;
     use splitway_control::{
-        AdminHandler, ParamChange, ParamError, ParamInfo, ParamRegistry, ParamSpec, ParamUpdate,
-        ParamValue,
+        AdminHandler, ParamChange, ParamError, ParamInfo, ParamRegistry, ParamUpdate, ParamValue,
     };
 
     #[derive(Parser)]
@@ -1128,8 +1127,8 @@ mod tests {
             .unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let registry = ParamRegistry::with([
-            (ParamSpec::pool_low("rs"), ParamValue::Int(4)),
-            (ParamSpec::early_syn(), ParamValue::Bool(true)),
+            (splitway_relay::pool::param_low("rs"), ParamValue::Int(4)),
+            (splitway_relay::early_syn::param(), ParamValue::Bool(true)),
         ])
         .unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::reload::{ReloadError, Reloader};
 use crate::state::{Current, Shared};
+use crate::{early_syn, forward};
 
 /// The process's log filter, owned by the binary (which owns the tracing
 /// subscriber) and changed through `log.level` in `PUT /params`.
@@ -83,23 +84,23 @@ fn declare_params(shared: &Shared, log: Option<&dyn LogControl>) -> ParamRegistr
             .expect("parameter declared once with a valid initial value");
     };
     declare(
-        ParamSpec::idle_timeout(),
+        forward::param_idle(),
         ParamValue::Duration(shared.live.idle()),
     );
     if shared.early.is_some() {
         declare(
-            ParamSpec::early_syn(),
+            early_syn::param(),
             ParamValue::Bool(shared.live.early_syn_enabled()),
         );
     }
     for pool in shared.pools.iter().flatten() {
         let name = &pool.peer().name;
         declare(
-            ParamSpec::pool_low(name),
+            crate::pool::param_low(name),
             ParamValue::Int(pool.low() as i64),
         );
         declare(
-            ParamSpec::pool_high(name),
+            crate::pool::param_high(name),
             ParamValue::Int(pool.high() as i64),
         );
     }

@@ -25,6 +25,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use crate::metrics::{Direction, Metrics, Path};
+use splitway_control::{ParamKind, ParamSpec};
 use splitway_sys::splice::Pipe;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -76,6 +77,20 @@ pub struct Options {
     /// one's, `Listen::transparent`): arming it again would be one more syscall per
     /// connection for nothing.
     pub inbound_armed: bool,
+}
+
+/// `timeouts.idle`, the live parameter of [`Options::idle`] (`PUT /params`,
+/// declared by `admin.rs`): close connections that moved no data for this
+/// long. Set by the config's `[timeouts] idle`, which a reload restores.
+pub fn param_idle() -> ParamSpec {
+    ParamSpec::new(
+        "timeouts.idle",
+        ParamKind::Duration {
+            min: Duration::from_secs(1),
+            max: Duration::from_secs(7 * 24 * 3600),
+        },
+        "close connections that moved no data for this long",
+    )
 }
 
 /// Per-direction byte counts. Atomics only so the connection's future is
@@ -649,5 +664,42 @@ impl Future for Pump<'_> {
             this.state = PumpState::Done;
             Stop::Pump(e)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use splitway_control::{ParamInfo, ParamValue};
+
+    use super::*;
+
+    #[test]
+    fn idle_param_is_a_duration_from_a_second_to_a_week() {
+        let spec = param_idle();
+        assert_eq!(spec.name, "timeouts.idle");
+        assert_eq!(
+            spec.kind,
+            ParamKind::Duration {
+                min: Duration::from_secs(1),
+                max: Duration::from_secs(604_800),
+            }
+        );
+        assert_eq!(
+            spec.description,
+            "close connections that moved no data for this long"
+        );
+        // As `GET /params` lists it.
+        let info = ParamInfo {
+            spec,
+            value: ParamValue::Duration(Duration::from_millis(1500)),
+        };
+        assert_eq!(
+            serde_json::to_string(&info.api()).unwrap(),
+            concat!(
+                r#"{"name":"timeouts.idle","kind":{"type":"duration","min":"1s","max":"604800s"},"#,
+                r#""description":"close connections that moved no data for this long","#,
+                r#""value":"1500ms"}"#
+            )
+        );
     }
 }

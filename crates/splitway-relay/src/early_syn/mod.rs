@@ -26,7 +26,8 @@
 //! so the detector stops reporting those prefixes' SYNs except for a
 //! sample that keeps measuring them.
 //!
-//! Its status line is [`plan`]'s.
+//! Its status line is [`plan`]'s; its live switch (the `early_syn`
+//! parameter) is `params.rs`'s.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -41,9 +42,11 @@ use splitway_sys::bpf::{near_prefix, near_sample};
 use crate::config::Config;
 
 pub mod metrics;
+mod params;
 pub mod plan;
 
 pub use metrics::{EarlySynMetrics, EarlySynOutcome};
+pub use params::param;
 
 const SHARDS: usize = 16;
 

@@ -6,7 +6,8 @@
 //! must never mix two clients. Refill happens in a background task per peer,
 //! never on a connection's critical path: when the idle count drops below
 //! `low`, the task dials concurrently until `high` are idle or in flight.
-//! The status line is [`plan`]'s.
+//! The status line is [`plan`]'s; the watermarks' live parameters
+//! (`pool.<peer>.low`, `pool.<peer>.high`) are `params.rs`'s.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -24,9 +25,11 @@ use crate::peer::{self, Pooled};
 use crate::shutdown::stopped;
 
 mod metrics;
+mod params;
 pub mod plan;
 
 pub use metrics::{PoolEvent, PoolFamilies, PoolMetrics};
+pub use params::{param_high, param_low};
 
 /// After a failed refill dial, wait this long before the next (doubling up
 /// to `MAX_BACKOFF`), so an unreachable peer is not hammered.

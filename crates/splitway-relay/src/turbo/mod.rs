@@ -5,7 +5,9 @@
 //! at start, to an upstream relay outside those prefixes when it
 //! authenticates, follow the peers across a reload, and are removed when
 //! the relay stops (dropping a `TurboRoute` deletes it). The relay legs'
-//! buffers are `tuning.rs`'s; the status line is [`plan`]'s.
+//! buffers are `tuning.rs`'s; the status line is [`plan`]'s; `params.rs`
+//! holds its live parameters' declarations (`turbo.initcwnd`,
+//! `turbo.initrwnd`, `buffers.turbo`), which no relay offers yet.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -16,7 +18,10 @@ use tracing::{info, warn};
 
 use crate::config::{Config, Turbo};
 
+mod params;
 pub mod plan;
+
+pub use params::{param_buffer, param_initcwnd, param_initrwnd};
 
 /// The installed routes by destination, shared by a reload's successor.
 #[derive(Debug, Default)]
