@@ -114,7 +114,7 @@ fn cross_check(shared: &Shared, log: Option<&dyn LogControl>, v: &ParamValues) -
     let mut errors = Vec::new();
     for pool in shared.pools.iter().flatten() {
         let name = &pool.peer().name;
-        let (lk, hk) = (format!("pool.{name}.low"), format!("pool.{name}.high"));
+        let (lk, hk) = crate::pool::param_names(name);
         if let (Some(low), Some(high)) = (v.int(&lk), v.int(&hk))
             && low > high
         {
@@ -179,11 +179,11 @@ impl AdminHandler for RelayAdmin {
         let log = self.log.as_deref();
         let changes = params.update(updates, |v| cross_check(&shared, log, v))?;
         for c in &changes {
-            if c.name == "timeouts.idle"
+            if c.name == crate::forward::PARAM_IDLE
                 && let Some(d) = c.new.as_duration()
             {
                 shared.live.set_idle(d);
-            } else if c.name == "early_syn"
+            } else if c.name == crate::early_syn::PARAM
                 && let Some(b) = c.new.as_bool()
             {
                 shared.live.set_early_syn(b);
@@ -200,8 +200,8 @@ impl AdminHandler for RelayAdmin {
         // Watermarks move together: apply each pool's pair once.
         for pool in shared.pools.iter().flatten() {
             let name = &pool.peer().name;
-            let low = params.get(&format!("pool.{name}.low"));
-            let high = params.get(&format!("pool.{name}.high"));
+            let (lk, hk) = crate::pool::param_names(name);
+            let (low, high) = (params.get(&lk), params.get(&hk));
             if let (Some(l), Some(h)) =
                 (low.and_then(|v| v.as_int()), high.and_then(|v| v.as_int()))
                 && (l as usize, h as usize) != (pool.low(), pool.high())

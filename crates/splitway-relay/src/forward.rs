@@ -79,12 +79,15 @@ pub struct Options {
     pub inbound_armed: bool,
 }
 
+/// The idle timeout's parameter name, which `admin.rs` matches against.
+pub const PARAM_IDLE: &str = "timeouts.idle";
+
 /// `timeouts.idle`, the live parameter of [`Options::idle`] (`PUT /params`,
 /// declared by `admin.rs`): close connections that moved no data for this
 /// long. Set by the config's `[timeouts] idle`, which a reload restores.
 pub fn param_idle() -> ParamSpec {
     ParamSpec::new(
-        "timeouts.idle",
+        PARAM_IDLE,
         ParamKind::Duration {
             min: Duration::from_secs(1),
             max: Duration::from_secs(7 * 24 * 3600),

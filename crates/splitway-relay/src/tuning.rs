@@ -5,7 +5,6 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use socket2::{SockRef, TcpKeepalive};
-use splitway_control::{ParamKind, ParamSpec};
 
 use crate::config::LegTuning;
 
@@ -24,20 +23,6 @@ pub const PEER_KEEPALIVE_DEFAULT: Duration = Duration::from_secs(5);
 /// `relay_paths::loss_on_the_chosen_leg_moves_new_connections` passed 12 of
 /// 12 runs. `user_timeout = "off"` removes it.
 pub const PEER_USER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
-
-/// `buffers.<name>`: a socket buffer size in bytes (4 KiB ..= 1 GiB), as a
-/// live parameter (`PUT /params`) applied to legs opened after the change.
-/// No relay declares one yet (`admin.rs` offers none).
-pub fn param_buffer(name: &str, description: impl Into<String>) -> ParamSpec {
-    ParamSpec::new(
-        format!("buffers.{name}"),
-        ParamKind::Int {
-            min: 4 << 10,
-            max: 1 << 30,
-        },
-        description,
-    )
-}
 
 /// Applies `tuning` to a socket. `keepalive_default` is the leg kind's
 /// default when the config leaves it unset; legs with one (relay legs) also
@@ -129,27 +114,5 @@ fn set_congestion(sock: &impl AsFd, cc: &str) -> std::io::Result<()> {
             set().map_err(|e| std::io::Error::other(e.to_string()))
         }
         Err(e) => Err(std::io::Error::other(e.to_string())),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buffer_param_is_named_under_buffers_with_the_callers_words() {
-        let spec = param_buffer("peer", "send/receive buffer (bytes) of new relay legs");
-        assert_eq!(spec.name, "buffers.peer");
-        assert_eq!(
-            spec.kind,
-            ParamKind::Int {
-                min: 4096,
-                max: 1_073_741_824
-            }
-        );
-        assert_eq!(
-            spec.description,
-            "send/receive buffer (bytes) of new relay legs"
-        );
     }
 }

@@ -46,7 +46,7 @@ mod params;
 pub mod plan;
 
 pub use metrics::{EarlySynMetrics, EarlySynOutcome};
-pub use params::param;
+pub use params::{PARAM, param};
 
 const SHARDS: usize = 16;
 

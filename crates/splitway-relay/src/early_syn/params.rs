@@ -4,10 +4,13 @@
 
 use splitway_control::{ParamKind, ParamSpec};
 
+/// The switch's name, which `admin.rs` matches a change against.
+pub const PARAM: &str = "early_syn";
+
 /// `early_syn`: start the next leg at the client's SYN.
 pub fn param() -> ParamSpec {
     ParamSpec::new(
-        "early_syn",
+        PARAM,
         ParamKind::Bool,
         "start the next leg when the client's SYN arrives",
     )

@@ -29,7 +29,7 @@ mod params;
 pub mod plan;
 
 pub use metrics::{PoolEvent, PoolFamilies, PoolMetrics};
-pub use params::{param_high, param_low};
+pub use params::{param_high, param_low, param_names};
 
 /// After a failed refill dial, wait this long before the next (doubling up
 /// to `MAX_BACKOFF`), so an unreachable peer is not hammered.

@@ -4,11 +4,17 @@
 
 use splitway_control::{ParamKind, ParamSpec};
 
+/// The names of a peer's two watermarks, `(low, high)`, which `admin.rs`
+/// reads back together.
+pub fn param_names(peer: &str) -> (String, String) {
+    (format!("pool.{peer}.low"), format!("pool.{peer}.high"))
+}
+
 /// `pool.<peer>.low`: refill starts below this many idle connections.
 /// Same range as the config's `pool.low`.
 pub fn param_low(peer: &str) -> ParamSpec {
     ParamSpec::new(
-        format!("pool.{peer}.low"),
+        param_names(peer).0,
         ParamKind::Int { min: 0, max: 4096 },
         format!("refill the pool to peer {peer} when fewer idle connections remain"),
     )
@@ -17,7 +23,7 @@ pub fn param_low(peer: &str) -> ParamSpec {
 /// `pool.<peer>.high`: refill tops the pool up to this many.
 pub fn param_high(peer: &str) -> ParamSpec {
     ParamSpec::new(
-        format!("pool.{peer}.high"),
+        param_names(peer).1,
         ParamKind::Int { min: 0, max: 4096 },
         format!("refill the pool to peer {peer} up to this many idle connections"),
     )

@@ -5,9 +5,8 @@
 //! at start, to an upstream relay outside those prefixes when it
 //! authenticates, follow the peers across a reload, and are removed when
 //! the relay stops (dropping a `TurboRoute` deletes it). The relay legs'
-//! buffers are `tuning.rs`'s; the status line is [`plan`]'s; `params.rs`
-//! holds its live parameters' declarations (`turbo.initcwnd`,
-//! `turbo.initrwnd`, `buffers.turbo`), which no relay offers yet.
+//! buffers are `tuning.rs`'s; the status line is [`plan`]'s. It has no
+//! live parameter: its windows change by a reload.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -18,10 +17,7 @@ use tracing::{info, warn};
 
 use crate::config::{Config, Turbo};
 
-mod params;
 pub mod plan;
-
-pub use params::{param_buffer, param_initcwnd, param_initrwnd};
 
 /// The installed routes by destination, shared by a reload's successor.
 #[derive(Debug, Default)]
