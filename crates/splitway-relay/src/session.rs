@@ -24,10 +24,11 @@ use crate::leg_io::LegIo;
 use crate::listeners::{Confirm, Listen};
 use crate::loss_isolation;
 use crate::next_leg::{LegRequest, Next, ServerLeg, Started, Unclaimed};
-use crate::peer::{PeerLeg, Unconfirmed};
+use crate::peer::PeerLeg;
 use crate::policy::REFUSALS;
 use crate::state::{ConnLive, Shared};
 use crate::tls::TlsLeg;
+use crate::zero_rtt::Unconfirmed;
 
 /// A connection accepted on one of the listeners, with its destination known.
 pub struct Inbound {

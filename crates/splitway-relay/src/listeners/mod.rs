@@ -182,7 +182,7 @@ pub struct Learned {
     /// the Reply (transparent capture): header flag OPTIMISTIC.
     pub optimistic: bool,
     /// A 0-RTT leg's Confirm, still owed.
-    pub unconfirmed: Option<Box<crate::peer::Unconfirmed>>,
+    pub unconfirmed: Option<Box<crate::zero_rtt::Unconfirmed>>,
     /// The TLS session of a leg accepted on a `tls = true` peer listener.
     pub tls: Option<TlsLeg>,
     /// The client's request itself goes to the server (an absolute-form

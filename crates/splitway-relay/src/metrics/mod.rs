@@ -25,6 +25,7 @@ pub use connections::{
     ActiveGuard, CloseReason, ConnectionMetrics, DenyReason, Mode, SETUP_SECONDS_BUCKETS,
 };
 pub use forward::{Direction, ForwardMetrics, Leg, Path};
+pub(crate) use peer::auth_reason;
 pub use peer::{AuthFailureReason, LegSide, PeerHandshake, PeerLabels, PeerMetrics};
 
 /// The relay's metrics: splitway-control's registry (process and build

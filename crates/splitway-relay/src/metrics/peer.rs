@@ -8,6 +8,7 @@ use prometheus_client::registry::Registry;
 
 use splitway_control::label_enum;
 use splitway_control::metrics::kit::{CounterU64, declare, series};
+use splitway_proto::auth::AuthError;
 
 label_enum! {
     /// Why a peer relay's authentication was rejected.
@@ -29,6 +30,19 @@ label_enum! {
         /// The TLS handshake failed (no TLS, or a certificate not signed
         /// by the configured CA).
         Tls => "tls",
+    }
+}
+
+/// The reason an authentication error is counted under: here, not in
+/// `peer/`, because the accepting end's handshake (`peer/downstream.rs`)
+/// and an accepted Hello's Confirm (`zero_rtt/`) both count with it.
+pub(crate) fn auth_reason(e: &AuthError) -> AuthFailureReason {
+    match e.reason_label() {
+        "bad_magic" => AuthFailureReason::BadMagic,
+        "bad_version" => AuthFailureReason::BadVersion,
+        "bad_mac" => AuthFailureReason::BadMac,
+        "rejected" => AuthFailureReason::Rejected,
+        _ => AuthFailureReason::Malformed,
     }
 }
 

@@ -1,16 +1,17 @@
 //! The downstream end of a relay leg: it accepts on a `peer` listener,
 //! authenticates the upstream relay (challenge or 0-RTT Hello inside the
-//! replay window) and reads the header.
+//! replay window) and reads the header. An accepted Hello's Confirm is
+//! read later, by the room's [`Unconfirmed`].
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::metrics::{AuthFailureReason, LegSide, Metrics, PeerHandshake};
+use crate::metrics::{AuthFailureReason, LegSide, Metrics, PeerHandshake, auth_reason};
 use rustls::ServerConfig;
-use splitway_proto::auth::{Acceptor, AuthError, FRAME_HELLO, Psk};
+use splitway_proto::auth::{Acceptor, FRAME_HELLO, Psk};
 use splitway_proto::header::{Header, ReplyStatus};
-use splitway_proto::zero_rtt::{self, Confirmation, Hello, Refusal};
+use splitway_proto::zero_rtt::{self, Hello, Refusal};
 use tokio::net::TcpStream;
 
 use crate::config::Timeouts;
@@ -19,64 +20,7 @@ use crate::leg_io::{FrameError, LegIo, read_frame};
 use crate::tls::TlsLeg;
 
 use super::{hello_kind, nonce, reply_bytes};
-use crate::zero_rtt::{HelloWindow, ZeroRttMetrics, ZeroRttOutcome};
-
-/// An accepted Hello whose dialer has not yet sent its Confirm: nothing
-/// beyond the bytes the Hello's MAC covers may be forwarded before it, in
-/// either direction (a replayed Hello never gets one).
-pub struct Unconfirmed {
-    check: Confirmation,
-    /// What followed the covered bytes: the Confirm, then client bytes.
-    buf: Vec<u8>,
-    /// Where a missing Confirm is counted.
-    hellos: ZeroRttMetrics,
-}
-
-impl Unconfirmed {
-    /// Reads the Confirm within `deadline`; returns the client bytes that
-    /// came after it. Counted as `unconfirmed` when it fails.
-    pub async fn confirm(
-        self,
-        stream: &TcpStream,
-        deadline: Duration,
-        metrics: &Metrics,
-    ) -> Result<Vec<u8>, ConnError> {
-        let Unconfirmed {
-            check,
-            mut buf,
-            hellos,
-        } = self;
-        let read = tokio::time::timeout(
-            deadline,
-            read_frame(stream, &mut buf, |b| {
-                check.on_confirm(b).map(|o| o.map(|n| ((), n)))
-            }),
-        )
-        .await;
-        let (reason, err) = match read {
-            Ok(Ok(())) => return Ok(buf),
-            Err(_) => (
-                AuthFailureReason::Timeout,
-                ConnError::ClientTimeout(deadline),
-            ),
-            Ok(Err(FrameError::Bad(e))) => (auth_reason(&e), ConnError::PeerAuth(e)),
-            Ok(Err(FrameError::Closed)) => (
-                AuthFailureReason::Closed,
-                ConnError::ClientProtocol("closed before its 0-RTT confirm".into()),
-            ),
-            Ok(Err(FrameError::Io(source))) => (
-                AuthFailureReason::Closed,
-                ConnError::ClientIo {
-                    op: "read confirm",
-                    source,
-                },
-            ),
-        };
-        hellos.count(ZeroRttOutcome::Unconfirmed);
-        metrics.auth_failure(reason);
-        Err(err)
-    }
-}
+use crate::zero_rtt::{HelloWindow, Unconfirmed};
 
 /// What the downstream end of a peer leg learned from the upstream relay.
 pub struct Accepted {
@@ -318,11 +262,7 @@ async fn authenticate(
             Ok(Authenticated::Hello {
                 header: hello.header,
                 data: hello.data,
-                unconfirmed: Unconfirmed {
-                    check: confirm,
-                    buf,
-                    hellos,
-                },
+                unconfirmed: Unconfirmed::new(confirm, buf, hellos),
             })
         }
     }
@@ -358,14 +298,4 @@ async fn read_header(
             }
         };
     Ok((header, buf))
-}
-
-fn auth_reason(e: &AuthError) -> AuthFailureReason {
-    match e.reason_label() {
-        "bad_magic" => AuthFailureReason::BadMagic,
-        "bad_version" => AuthFailureReason::BadVersion,
-        "bad_mac" => AuthFailureReason::BadMac,
-        "rejected" => AuthFailureReason::Rejected,
-        _ => AuthFailureReason::Malformed,
-    }
 }

@@ -1,15 +1,21 @@
 //! 0-RTT peer Hellos (`[accel] zero_rtt`), issue #31's room: the
-//! acceptor's replay window and what backs it (`replay`), the outcomes
-//! both ends count (`metrics`), and the status line (`plan`). The Hello's
-//! frames are the peer handshake's: `peer/` dials with them and takes
-//! them, through this room's window.
+//! dialer's Hello dial (`dial`), the acceptor's replay window and what
+//! backs it (`replay`), the Confirm an accepted Hello owes (`confirm`), the
+//! outcomes both ends count (`metrics`), and the status line (`plan`). The
+//! Hello's frames are the peer handshake's: `peer/` calls the dial with its
+//! plumbing (connect, send, read the proof) and takes Hellos through this
+//! room's window; the room imports no `peer`.
 
+mod confirm;
+mod dial;
 mod metrics;
 pub mod plan;
 mod replay;
 
 use std::sync::Arc;
 
+pub use confirm::Unconfirmed;
+pub(crate) use dial::{HelloDial, HelloLeg, dial_hello};
 pub use metrics::{ZeroRttMetrics, ZeroRttOutcome};
 pub use replay::{HelloRegister, HelloWindow, unix_ms};
 
