@@ -11,9 +11,9 @@
 //! by every process on the host (a pinned BPF map), forwarding nothing but
 //! the client bytes the Hello's MAC covers until the dialer's Confirm
 //! arrives. The challenge is the fallback for a peer that refuses the Hello.
-//! The Hello's dial and the Confirm it owes are the `zero_rtt` room's
-//! (`dial_hello`, `Unconfirmed`); this module connects, sends and reads
-//! the proof for it. `docs/protocol.md` has the frames byte by byte.
+//! The Hello's and Confirm's bytes and the Confirm an accepted Hello owes
+//! are the `zero_rtt` room's (`zero_rtt::hello`, `confirm`, `refused`,
+//! `Unconfirmed`); this module connects, sends and reads the proof. `docs/protocol.md` has the frames byte by byte.
 
 mod downstream;
 mod upstream;

@@ -1,12 +1,12 @@
 //! The upstream end of a relay leg: it dials (fresh, from the pool, or
-//! with a 0-RTT Hello through `zero_rtt`'s dial, which runs on this
-//! module's plumbing), authenticates and sends the header.
+//! with a 0-RTT Hello whose bytes are `zero_rtt`'s), authenticates and
+//! sends the header.
 
 use std::io;
 use std::net::SocketAddr;
 
 use crate::metrics::{LegSide, Metrics, PeerHandshake};
-use splitway_proto::auth::{AuthError, Dialer, NONCE_LEN, Psk};
+use splitway_proto::auth::{AuthError, Dialer, Psk, RejectReason};
 use splitway_proto::header::{Header, Reply, ReplyStatus};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -17,7 +17,7 @@ use crate::tls::TlsLeg;
 use crate::tuning::{self, PEER_KEEPALIVE_DEFAULT};
 
 use super::{hello_kind, nonce, peer_frame_error};
-use crate::zero_rtt::{HelloDial, HelloLeg, ZeroRttMetrics, ZeroRttOutcome, dial_hello};
+use crate::zero_rtt::{self, ZeroRttMetrics, ZeroRttOutcome};
 
 /// A connected, authenticated-by-us leg to the next relay whose own proof
 /// and Reply are still to be read.
@@ -163,7 +163,7 @@ pub async fn dial(
     metrics: &Metrics,
 ) -> Result<PeerLeg, ConnError> {
     if let Some(hellos) = zero_rtt.filter(|_| peer.tls.is_none()) {
-        match dial_hello::<PeerLeg>(
+        match dial_hello(
             peer, psk, header, early_data, timeouts, leg_buffer, fast_open,
         )
         .await
@@ -194,6 +194,60 @@ pub async fn dial(
         dialer,
         buf: Vec::new(),
         tls,
+    })
+}
+
+enum HelloDial {
+    /// The peer answered with a Reject worth a retry with the challenge
+    /// (`zero_rtt::refused`).
+    Refused(RejectReason),
+    Failed(ConnError),
+}
+
+impl From<ConnError> for HelloDial {
+    fn from(e: ConnError) -> Self {
+        HelloDial::Failed(e)
+    }
+}
+
+/// The 0-RTT dial: the Hello (`zero_rtt::hello`) as the first write (of a
+/// TFO socket with `fast_open`), then the peer's proof, then our Confirm
+/// and any first bytes the Hello could not cover. Waiting for the proof
+/// costs nothing in the SYN: the acceptor sends it at the SYN, so it comes
+/// back with the SYN-ACK, before which no further byte could leave anyway.
+/// Without TFO it holds back only client bytes beyond the first write,
+/// which the Reply (a round trip later still) would not release sooner.
+/// Until the proof is in, the client bytes we were given are still ours to
+/// resend on a fallback.
+async fn dial_hello(
+    peer: &Peer,
+    psk: &Psk,
+    header: &Header,
+    early_data: &[u8],
+    timeouts: &Timeouts,
+    leg_buffer: Option<usize>,
+    fast_open: bool,
+) -> Result<PeerLeg, HelloDial> {
+    let stream = connect(peer, timeouts, leg_buffer, fast_open).await?;
+    let mut dialer = Dialer::new(psk.clone(), nonce());
+    let (out, covered) = zero_rtt::hello(&mut dialer, &peer.name, header, early_data)?;
+    let io = LegIo::new(&stream, None);
+    send(io, &peer.name, "send hello", &out).await?;
+    let (proof, buf) = read_proof(io, &mut dialer, &peer.name, timeouts).await?;
+    if let Err(e) = proof {
+        return Err(match zero_rtt::refused(&e) {
+            Some(reason) => HelloDial::Refused(reason),
+            None => HelloDial::Failed(proof_error(&peer.name, e)),
+        });
+    }
+    let confirm = zero_rtt::confirm(&mut dialer, &peer.name, early_data, covered)?;
+    send(io, &peer.name, "send confirm", &confirm).await?;
+    Ok(PeerLeg {
+        stream,
+        peer: peer.name.clone(),
+        dialer,
+        buf,
+        tls: None,
     })
 }
 
@@ -297,55 +351,6 @@ impl Pooled {
             buf: Vec::new(),
             tls: self.tls,
         })
-    }
-}
-
-/// The plumbing the room's Hello dial runs on: this module's own, handed
-/// in so that `zero_rtt` imports no `peer`.
-impl HelloLeg for PeerLeg {
-    async fn connect(
-        peer: &Peer,
-        timeouts: &Timeouts,
-        leg_buffer: Option<usize>,
-        fast_open: bool,
-    ) -> Result<TcpStream, ConnError> {
-        connect(peer, timeouts, leg_buffer, fast_open).await
-    }
-
-    fn nonce() -> [u8; NONCE_LEN] {
-        nonce()
-    }
-
-    async fn send(
-        io: LegIo<'_>,
-        peer: &str,
-        op: &'static str,
-        data: &[u8],
-    ) -> Result<(), ConnError> {
-        send(io, peer, op, data).await
-    }
-
-    async fn read_proof(
-        io: LegIo<'_>,
-        dialer: &mut Dialer,
-        peer: &str,
-        timeouts: &Timeouts,
-    ) -> Result<(Result<(), FrameError<AuthError>>, Vec<u8>), ConnError> {
-        read_proof(io, dialer, peer, timeouts).await
-    }
-
-    fn proof_error(peer: &str, e: FrameError<AuthError>) -> ConnError {
-        proof_error(peer, e)
-    }
-
-    fn proven(stream: TcpStream, peer: String, dialer: Dialer, buf: Vec<u8>) -> PeerLeg {
-        PeerLeg {
-            stream,
-            peer,
-            dialer,
-            buf,
-            tls: None,
-        }
     }
 }
 

@@ -1,9 +1,9 @@
 //! 0-RTT peer Hellos (`[accel] zero_rtt`), issue #31's room: the
-//! dialer's Hello dial (`dial`), the acceptor's replay window and what
+//! dialer's Hello and Confirm bytes (`dial`, no I/O), the acceptor's replay window and what
 //! backs it (`replay`), the Confirm an accepted Hello owes (`confirm`), the
 //! outcomes both ends count (`metrics`), and the status line (`plan`). The
-//! Hello's frames are the peer handshake's: `peer/` calls the dial with its
-//! plumbing (connect, send, read the proof) and takes Hellos through this
+//! Hello's frames are the peer handshake's: `peer/` connects, writes and
+//! reads the proof around the dial's bytes and takes Hellos through this
 //! room's window; the room imports no `peer`.
 
 mod confirm;
@@ -15,7 +15,7 @@ mod replay;
 use std::sync::Arc;
 
 pub use confirm::Unconfirmed;
-pub(crate) use dial::{HelloDial, HelloLeg, dial_hello};
+pub(crate) use dial::{confirm, hello, refused};
 pub use metrics::{ZeroRttMetrics, ZeroRttOutcome};
 pub use replay::{HelloRegister, HelloWindow, unix_ms};
 
