@@ -3,6 +3,7 @@
 //! (reproducible builds: Debian sets it from the changelog) override what
 //! git and the clock say; a tree without git says "unknown".
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -10,15 +11,18 @@ fn main() {
     println!("cargo:rerun-if-env-changed=SPLITWAY_COMMIT");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     // A new commit (or checkout) runs this again: HEAD and the ref it names.
-    for path in ["HEAD", "packed-refs"] {
-        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
+    // Only files that exist are watched: cargo counts a missing one as
+    // changed, which rebuilt this crate and all that depend on it on every
+    // cargo run in a clone without `packed-refs`. A ref packed later removes
+    // its loose file, which is a change.
+    let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+    watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for path in watched {
+        if let Some(p) = git(&["rev-parse", "--git-path", &path])
+            && Path::new(&p).exists()
+        {
             println!("cargo:rerun-if-changed={p}");
         }
-    }
-    if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"])
-        && let Some(p) = git(&["rev-parse", "--git-path", &head])
-    {
-        println!("cargo:rerun-if-changed={p}");
     }
     let commit = std::env::var("SPLITWAY_COMMIT")
         .ok()
