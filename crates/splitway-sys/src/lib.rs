@@ -17,6 +17,7 @@ pub mod mem;
 pub mod netns;
 pub mod nfqueue;
 pub mod rt;
+pub mod rtnl;
 pub mod sock;
 pub mod splice;
 pub mod tproxy;
