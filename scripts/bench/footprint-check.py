@@ -11,7 +11,7 @@ sends READY=1) and the relay, alternating which goes first. RSS is compared
 in kB (the same source and toolchain build the same binary; its rounds
 agree within 3 %). Start-up time is printed but not judged: on the README's
 config it is mostly reading and parsing the kernel's BTF (libbpf and aya
-each do it), the BPF loads, and `nft` and `ip`; it spread
+each do it), the BPF loads, and `nft`, which overlap since 2026-11-29; it spread
 from 151 to 261 ms over the rounds of one run (the floor 7 to 29 ms) on a
 quiet 2-core machine, so a 10 % bound would fail at random.
 

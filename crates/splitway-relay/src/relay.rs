@@ -12,7 +12,9 @@ use crate::metrics::Metrics;
 use crate::accel::{AccelName, AccelState};
 use splitway_sys::bpf::SynWatch;
 use splitway_sys::nfqueue::NfQueue;
-use splitway_sys::tproxy::{InterceptSpec, Interception, StrictRules, StrictSpec};
+use splitway_sys::tproxy::{
+    InterceptSpec, Interception, PendingInterception, StrictRules, StrictSpec,
+};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -78,27 +80,25 @@ impl Relay {
     }
 
     pub async fn bind_with(mut cfg: Config, options: RelayOptions) -> Result<Relay, RelayError> {
-        // An interface that is not there would intercept nothing, silently.
-        let missing = crate::preflight::interfaces(&cfg, &crate::preflight::present_interfaces());
-        if !missing.is_empty() {
-            return Err(RelayError::Host(crate::preflight::HostIssues(missing)));
-        }
+        interfaces_present(&cfg)?;
         let descriptor_cap = descriptor_cap_for(&cfg);
-        let learned_window = cfg
-            .accel
-            .learned_window
-            .then(|| crate::learned_window::learn_windows(&mut cfg, crate::congestion::ensure));
-        // BPF congestion controls before any socket could select them.
-        crate::congestion::register_for(&cfg.congestion_keys())?;
+        // The slow steps overlap (#31): congestion controls register on a
+        // thread, `nft` runs as a process, this thread loads the detector.
+        let congestion = start_congestion(&cfg);
         let (metrics, rooms) = metrics_with_rooms(cfg.peers.iter().map(|p| p.name.as_str()));
-        // Strict mode's queue first: a host that cannot hold SYNs (or a
-        // queue already taken) fails the start before anything is installed.
-        let strict_queue = if cfg.accel.strict {
-            Some(bind_strict_queue(&cfg)?)
-        } else {
-            None
-        };
-        let (listeners, interceptions) = bind_listeners(&cfg, options.inherited)?;
+        let bound = bind_strict_and_listeners(&cfg, options.inherited);
+        let detector = bound
+            .is_ok()
+            .then(|| crate::early_syn::Detector::load(&cfg));
+        // BPF congestion controls before any socket could select them, and
+        // the first error as before: theirs, strict mode's, the listeners'.
+        let learned_window = finish_congestion(&mut cfg, congestion)?;
+        let Bound {
+            strict_queue,
+            listeners,
+            intercepting,
+        } = bound?;
+        let interceptions = finish_interception(intercepting)?;
         let mut host = HostFacts::read();
         host.learned_window = learned_window;
         let (admin, metrics_only) = bind_admin(&cfg).await?;
@@ -107,7 +107,8 @@ impl Relay {
             .iter()
             .map(|p| new_pool(&cfg, p, &rooms.kept.pools))
             .collect();
-        let (early, syn_watch) = start_early_syn(&cfg, rooms.early_syn, &mut host);
+        let (early, syn_watch) =
+            start_early_syn(&cfg, rooms.early_syn, detector.flatten(), &mut host);
         rooms
             .kept
             .turbo
@@ -556,12 +557,92 @@ fn descriptor_cap_for(cfg: &Config) -> usize {
     }
 }
 
+/// An interface that is not there would intercept nothing, silently.
+fn interfaces_present(cfg: &Config) -> Result<(), RelayError> {
+    let missing = crate::preflight::interfaces(cfg, &crate::preflight::present_interfaces());
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(RelayError::Host(crate::preflight::HostIssues(missing)))
+    }
+}
+
+/// Registers the config's BPF congestion controls on a thread of their
+/// own: the learned-window algorithm first when relay legs would run it.
+fn start_congestion(cfg: &Config) -> crate::congestion::Registering {
+    let learning = cfg.accel.learned_window && crate::learned_window::wants_learned_window(cfg);
+    crate::congestion::Registering::start(
+        learning.then_some(crate::config::LEARNED_WINDOW_CC),
+        cfg.congestion_keys(),
+    )
+}
+
+/// Joins the registrations: relay legs take the learned-window algorithm
+/// if it registered (why not goes to `/status`), and an algorithm the
+/// config names that did not register fails the start.
+fn finish_congestion(
+    cfg: &mut Config,
+    registering: crate::congestion::Registering,
+) -> Result<Option<Result<Vec<String>, String>>, RelayError> {
+    let (learning, named) = registering.join();
+    let learned_window = cfg.accel.learned_window.then(|| match learning {
+        Some(registered) => crate::learned_window::learned(cfg, registered),
+        None => Ok(Vec::new()),
+    });
+    named?;
+    Ok(learned_window)
+}
+
+/// Each listener's interception rules being installed, by its address.
+type Intercepting = Vec<(SocketAddr, PendingInterception)>;
+
+/// Strict mode's queue, each `[[listen]]` entry's accept sockets, and the
+/// interception rules being installed.
+struct Bound {
+    strict_queue: Option<NfQueue>,
+    listeners: Vec<Vec<TcpListener>>,
+    intercepting: Intercepting,
+}
+
+/// Waits for each listener's interception rules; the first that failed
+/// fails the start (the others are removed again).
+fn finish_interception(intercepting: Intercepting) -> Result<Vec<Interception>, RelayError> {
+    intercepting
+        .into_iter()
+        .map(|(addr, p)| {
+            p.finish()
+                .map_err(|source| RelayError::Intercept { addr, source })
+        })
+        .collect()
+}
+
+/// Strict mode's queue, then the listeners with their interception rules.
+fn bind_strict_and_listeners(
+    cfg: &Config,
+    inherited: Vec<splitway_sys::activation::Inherited>,
+) -> Result<Bound, RelayError> {
+    // Strict mode's queue first: a host that cannot hold SYNs (or a queue
+    // already taken) fails the start before anything is installed.
+    let strict_queue = if cfg.accel.strict {
+        Some(bind_strict_queue(cfg)?)
+    } else {
+        None
+    };
+    let (listeners, intercepting) = bind_listeners(cfg, inherited)?;
+    Ok(Bound {
+        strict_queue,
+        listeners,
+        intercepting,
+    })
+}
+
 /// Each `[[listen]]` entry's accept sockets (the service manager's, where
-/// it passed one), and the interception rules of those that intercept.
+/// it passed one), and the interception rules of those that intercept,
+/// their `nft` still running.
 fn bind_listeners(
     cfg: &Config,
     inherited: Vec<splitway_sys::activation::Inherited>,
-) -> Result<(Vec<Vec<TcpListener>>, Vec<Interception>), RelayError> {
+) -> Result<(Vec<Vec<TcpListener>>, Intercepting), RelayError> {
     let mut inherited = match_inherited(cfg, inherited)?;
     let mut listeners = Vec::new();
     let mut interceptions = Vec::new();
@@ -589,10 +670,11 @@ fn bind_listeners(
                 ports: i.ports.clone(),
                 listener: l.addr,
             };
-            interceptions.push(spec.install().map_err(|source| RelayError::Intercept {
+            let pending = spec.start().map_err(|source| RelayError::Intercept {
                 addr: l.addr,
                 source,
-            })?);
+            })?;
+            interceptions.push((l.addr, pending));
         }
     }
     Ok((listeners, interceptions))
@@ -626,13 +708,23 @@ async fn bind_admin(
 }
 
 /// The early-SYN legs and, unless strict mode holds the SYNs itself, the
-/// BPF detector on the intercept interfaces; without BPF support the relay
-/// says so once (in `host`) and runs without it.
+/// BPF detector on the intercept interfaces (`detector`, loaded while the
+/// rules were installed); without BPF support the relay says so once (in `host`)
+/// and runs without it.
 fn start_early_syn(
     cfg: &Config,
     metrics: crate::early_syn::EarlySynMetrics,
+    detector: Option<crate::early_syn::Detector>,
     host: &mut HostFacts,
 ) -> (Option<Arc<EarlyLegs>>, Option<SynWatch>) {
+    let legs = |metrics| {
+        EarlyLegs::new(
+            cfg.accel.early_syn_budget,
+            cfg.accel.early_syn_prefix_budget,
+            cfg.accel.early_syn_expiry,
+            metrics,
+        )
+    };
     if cfg.accel.strict {
         // Strict mode sees every SYN in its queue: no BPF detector.
         if cfg.accel.early_syn {
@@ -640,56 +732,34 @@ fn start_early_syn(
                 "accel.strict holds SYNs and starts their legs itself; the early-SYN detector is not attached"
             );
         }
-        (
-            Some(Arc::new(EarlyLegs::new(
-                cfg.accel.early_syn_budget,
-                cfg.accel.early_syn_prefix_budget,
-                cfg.accel.early_syn_expiry,
-                metrics,
-            ))),
-            None,
-        )
-    } else if cfg.accel.early_syn {
-        let interfaces = crate::early_syn::watched_interfaces(cfg);
-        let (ports, option_ports) = crate::early_syn::watched_ports(cfg);
-        // Only syn-option listeners watched: no port gets every SYN.
-        match SynWatch::attach_full(
-            &interfaces,
-            splitway_sys::bpf::PlainPorts::Only(&ports),
-            &option_ports,
-            splitway_sys::bpf::TcHook::Auto,
-        ) {
-            Ok(w) => {
-                host.early_syn = Some(Ok(format!(
-                    "BPF SYN detector attached on {} ({:?})",
-                    interfaces.join(", "),
-                    w.hook()
-                )));
-                let early = EarlyLegs::new(
-                    cfg.accel.early_syn_budget,
-                    cfg.accel.early_syn_prefix_budget,
-                    cfg.accel.early_syn_expiry,
-                    metrics,
-                );
-                // `early_syn = true` starts every leg it can; `auto`
-                // leaves out the clients it cannot help.
-                let early = if cfg.accel.requested.early_syn == Switch::Auto {
-                    early.learning_near_clients()
-                } else {
-                    early
-                };
-                (Some(Arc::new(early)), Some(w))
-            }
-            Err(e) => {
-                host.early_syn = Some(Err(format!(
-                    "BPF SYN detector did not attach: {}",
-                    accel::bpf_hint(&e.to_string())
-                )));
-                (None, None)
-            }
+        return (Some(Arc::new(legs(metrics))), None);
+    }
+    let Some(detector) = detector else {
+        return (None, None);
+    };
+    match detector.attached {
+        Ok(w) => {
+            host.early_syn = Some(Ok(format!(
+                "BPF SYN detector attached on {} ({:?})",
+                detector.interfaces.join(", "),
+                w.hook()
+            )));
+            // `early_syn = true` starts every leg it can; `auto` leaves
+            // out the clients it cannot help.
+            let early = if cfg.accel.requested.early_syn == Switch::Auto {
+                legs(metrics).learning_near_clients()
+            } else {
+                legs(metrics)
+            };
+            (Some(Arc::new(early)), Some(w))
         }
-    } else {
-        (None, None)
+        Err(e) => {
+            host.early_syn = Some(Err(format!(
+                "BPF SYN detector did not attach: {}",
+                accel::bpf_hint(&e.to_string())
+            )));
+            (None, None)
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use crate::SysError;
 use crate::netns::run;
@@ -79,6 +79,14 @@ impl InterceptSpec {
 
     /// Installs the table and policy routes. On failure nothing is left.
     pub fn install(&self) -> Result<Interception, SysError> {
+        self.start()?.finish()
+    }
+
+    /// [`InterceptSpec::install`] in two halves: this spawns `nft` with the
+    /// table and returns while it runs (tens of ms the caller can spend on
+    /// other start-up work); [`PendingInterception::finish`] waits for it
+    /// and adds the policy route.
+    pub fn start(&self) -> Result<PendingInterception, SysError> {
         let installed = Interception {
             table: self.table.clone(),
             families: self.families(),
@@ -87,11 +95,35 @@ impl InterceptSpec {
         // one transaction declares the table (a no-op if it is there),
         // deletes it and writes it anew. One `nft` run, not two: each
         // costs a few ms of the relay's start.
-        nft_script(&format!(
+        let nft = nft_spawn(&format!(
             "add table inet {t}\ndelete table inet {t}\n{rules}",
             t = self.table,
             rules = self.ruleset()
         ))?;
+        Ok(PendingInterception {
+            nft: Some(nft),
+            installed: Some(installed),
+        })
+    }
+}
+
+/// An interception whose `nft` transaction is still running. Dropped
+/// without [`PendingInterception::finish`], it waits for `nft` and then
+/// removes what was installed.
+#[derive(Debug)]
+pub struct PendingInterception {
+    nft: Option<Child>,
+    installed: Option<Interception>,
+}
+
+impl PendingInterception {
+    /// Waits for the table, then adds the policy route. On failure nothing
+    /// is left.
+    pub fn finish(mut self) -> Result<Interception, SysError> {
+        if let Some(nft) = self.nft.take() {
+            nft_wait(nft)?;
+        }
+        let installed = self.installed.take().expect("finished once");
         // The policy route over rtnetlink, not three `ip` runs per family
         // (about 7 ms each). Idempotent: an identical rule from a previous
         // run is reused; the route is replaced.
@@ -105,12 +137,27 @@ impl InterceptSpec {
     }
 }
 
+impl Drop for PendingInterception {
+    fn drop(&mut self) {
+        // Removing the table while `nft` may still be adding it could leave it.
+        if let Some(nft) = self.nft.take() {
+            let _ = nft_wait(nft);
+        }
+    }
+}
+
 /// The rtnetlink family of an nft family name (`ip` or `ip6`).
 fn rtnl_family(fam: &str) -> Family {
     if fam == "ip" { Family::V4 } else { Family::V6 }
 }
 
 fn nft_script(script: &str) -> Result<(), SysError> {
+    nft_wait(nft_spawn(script)?)
+}
+
+/// `nft -f -` reading `script`, running: the script is written and its
+/// stdin closed before this returns (a ruleset fits the pipe's buffer).
+fn nft_spawn(script: &str) -> Result<Child, SysError> {
     let mut child = Command::new("nft")
         .args(["-f", "-"])
         .stdin(Stdio::piped())
@@ -121,12 +168,19 @@ fn nft_script(script: &str) -> Result<(), SysError> {
             cmd: "nft -f -".into(),
             detail: e.to_string(),
         })?;
-    child
+    let written = child
         .stdin
         .take()
         .expect("stdin piped")
-        .write_all(script.as_bytes())
-        .map_err(|e| SysError::io("write nft script", e))?;
+        .write_all(script.as_bytes());
+    if let Err(e) = written {
+        let _ = child.wait();
+        return Err(SysError::io("write nft script", e));
+    }
+    Ok(child)
+}
+
+fn nft_wait(child: Child) -> Result<(), SysError> {
     let out = child
         .wait_with_output()
         .map_err(|e| SysError::io("wait for nft", e))?;

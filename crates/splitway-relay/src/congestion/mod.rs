@@ -26,6 +26,9 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 pub mod config;
+mod start;
+
+pub use start::{Registered, Registering};
 
 /// A shipped algorithm a config names that could not be registered.
 #[derive(Debug, Error)]

@@ -44,6 +44,9 @@ use crate::config::Config;
 pub mod metrics;
 mod params;
 pub mod plan;
+mod start;
+
+pub use start::Detector;
 
 pub use metrics::{EarlySynMetrics, EarlySynOutcome};
 pub use params::{PARAM, param};

@@ -70,22 +70,37 @@ pub fn fill_learned_window(cfg: &mut Config) -> Vec<String> {
 }
 
 /// Gives relay legs that name no congestion control the learned-window
-/// algorithm once `register` accepts it (the relay: [`congestion::ensure`];
-/// `--check`: [`congestion::probe`]). If it cannot be registered, `cfg` is left as it was: the
+/// algorithm once `register` accepts it (`--check`: [`congestion::probe`];
+/// the relay's start runs the two halves, [`wants_learned_window`] and
+/// [`learned`], around its registration thread, `congestion::Registering`).
+/// If it cannot be registered, `cfg` is left as it was: the
 /// legs keep the kernel's default, and the reason goes to `--check`,
 /// `/status` and `accel_state`. The keys it filled, or why not.
 pub fn learn_windows(
     cfg: &mut Config,
     register: fn(&str) -> Result<(), splitway_sys::cc::CcError>,
 ) -> Result<Vec<String>, String> {
-    let mut learning = cfg.clone();
-    let keys = fill_learned_window(&mut learning);
-    if keys.is_empty() {
-        return Ok(keys);
+    if !wants_learned_window(cfg) {
+        return Ok(Vec::new());
     }
-    register(LEARNED_WINDOW_CC).map_err(|e| e.to_string())?;
-    *cfg = learning;
-    Ok(keys)
+    learned(cfg, register(LEARNED_WINDOW_CC))
+}
+
+/// Whether some relay leg would run the learned-window algorithm: the
+/// relay registers it first, on the thread that registers the others.
+pub fn wants_learned_window(cfg: &Config) -> bool {
+    !fill_learned_window(&mut cfg.clone()).is_empty()
+}
+
+/// [`learn_windows`]'s second half, once the algorithm's registration is
+/// known: `cfg`'s legs get it, or the reason it could not be registered
+/// is returned and `cfg` is left as it was.
+pub fn learned(
+    cfg: &mut Config,
+    registered: Result<(), splitway_sys::cc::CcError>,
+) -> Result<Vec<String>, String> {
+    registered.map_err(|e| e.to_string())?;
+    Ok(fill_learned_window(cfg))
 }
 
 /// The room's state: its metrics' handles and the answered probes' times.
