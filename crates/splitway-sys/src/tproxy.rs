@@ -140,8 +140,10 @@ impl PendingInterception {
 impl Drop for PendingInterception {
     fn drop(&mut self) {
         // Removing the table while `nft` may still be adding it could leave it.
-        if let Some(nft) = self.nft.take() {
-            let _ = nft_wait(nft);
+        if let Some(nft) = self.nft.take()
+            && let Err(e) = nft_wait(nft)
+        {
+            tracing::warn!(error = %e, "nft, left running by a start that failed, failed too");
         }
     }
 }

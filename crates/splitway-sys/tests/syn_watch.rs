@@ -908,7 +908,10 @@ fn measures_syn_to_user_space_latency() {
         println!("program cost not measured: sysctl kernel.bpf_stats_enabled=0");
     }
     let dropped = watch.dropped_events().expect("dropped counter");
-    assert_eq!(dropped, 0, "the 1,000 back-to-back events fit the 1,260-event ring unread");
+    assert_eq!(
+        dropped, 0,
+        "the 1,000 back-to-back events fit the 1,260-event ring unread"
+    );
 }
 
 #[test]

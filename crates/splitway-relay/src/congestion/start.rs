@@ -8,6 +8,7 @@
 use std::thread::JoinHandle;
 
 use splitway_sys::cc::CcError;
+use tracing::warn;
 
 use super::{CongestionError, ensure, register_for, shipped};
 
@@ -20,6 +21,8 @@ pub type Registered = (Option<Result<(), CcError>>, Result<(), CongestionError>)
 /// is left loading while the process exits.
 pub struct Registering {
     thread: Option<JoinHandle<Registered>>,
+    /// What ran in line because no thread could be spawned.
+    done: Option<Registered>,
 }
 
 impl Registering {
@@ -29,19 +32,35 @@ impl Registering {
     /// nothing to register, no thread.
     pub fn start(first: Option<&'static str>, uses: Vec<(String, String)>) -> Registering {
         if first.is_none() && shipped(&uses).next().is_none() {
-            return Registering { thread: None };
+            return Registering {
+                thread: None,
+                done: None,
+            };
         }
-        let thread = std::thread::Builder::new()
+        // A failed spawn drops its closure: keep the inputs to run in line.
+        let in_line = uses.clone();
+        match std::thread::Builder::new()
             .name("register-cc".into())
             .spawn(move || (first.map(ensure), register_for(&uses)))
-            .expect("spawn the congestion-control registration thread");
-        Registering {
-            thread: Some(thread),
+        {
+            Ok(thread) => Registering {
+                thread: Some(thread),
+                done: None,
+            },
+            Err(e) => {
+                warn!(error = %e, "no thread for the congestion-control registrations; registering in line");
+                Registering {
+                    thread: None,
+                    done: Some((first.map(ensure), register_for(&in_line))),
+                }
+            }
         }
     }
 
     pub fn join(mut self) -> Registered {
-        self.wait().unwrap_or((None, Ok(())))
+        self.wait()
+            .or_else(|| self.done.take())
+            .unwrap_or((None, Ok(())))
     }
 
     fn wait(&mut self) -> Option<Registered> {
