@@ -126,6 +126,18 @@ fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
+/// Sleeps until `at`, or until the run is interrupted (checked every
+/// 100 ms: an aligned start can be a handover interval away).
+fn wait_until(at: Instant) {
+    while !interrupted() {
+        let left = at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
+}
+
 fn watch_signals() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -362,8 +374,9 @@ fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<Chain
         .left(server)
         .ok_or_else(|| LabError::Usage(format!("the server has no {} link", family.ends.name())))?;
     let _nginx = start_nginx(server, work)?;
-    // Timed RTT changes and loss bursts run through every configuration.
-    let _handovers = handover::Handovers::start(&topo, chain);
+    // Timed RTT changes and loss bursts run through every configuration;
+    // each row's downloads start aligned to them.
+    let handovers = handover::Handovers::start(&topo, chain);
 
     for &config in configs {
         let mut rows: Vec<Measurement> = scenario
@@ -431,7 +444,7 @@ fn run_chain(scenario: &Scenario, chain: &Chain, run: &ChainRun) -> Result<Chain
                 format_size(row.size_bytes)
             ));
             let before = learned_windows(&topo);
-            let stats = measure(&topo, &setup, row, reps, scenario.timeout, bar);
+            let stats = measure(&topo, &setup, row, reps, scenario.timeout, &handovers, bar);
             judge_row(chain, config, row, &stats);
             let after = learned_windows(&topo);
             row.learned_window_events = before
@@ -540,12 +553,16 @@ fn measure(
     row: &mut Measurement,
     reps: u32,
     timeout: Duration,
+    handovers: &handover::Handovers,
     bar: &ProgressBar,
 ) -> EmuStats {
     let (mut ttfb, mut total, mut connect) = (Vec::new(), Vec::new(), Vec::new());
     let mut errors: Vec<String> = Vec::new();
     topo.reset_stats();
-    for _ in 0..reps {
+    for rep in 0..reps {
+        if let Some(at) = handovers.aligned_start(rep, reps) {
+            wait_until(at);
+        }
         if interrupted() {
             break;
         }
