@@ -14,6 +14,7 @@ pub mod bpf;
 pub use bpf::cc;
 pub mod hops;
 pub mod mem;
+mod netlink;
 pub mod netns;
 pub mod nfqueue;
 pub mod rt;

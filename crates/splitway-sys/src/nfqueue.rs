@@ -21,6 +21,9 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use crate::SysError;
+use crate::netlink::{
+    NLMSG_ERROR, NLMSG_HDRLEN, ack_errno, align4, attributes, push_attr, split_messages,
+};
 
 const NETLINK_NETFILTER: i32 = 12;
 const NFNL_SUBSYS_QUEUE: u16 = 3;
@@ -29,8 +32,6 @@ const NFQNL_MSG_VERDICT: u16 = 1;
 const NFQNL_MSG_CONFIG: u16 = 2;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_HDRLEN: usize = 16;
 const NFGEN_HDRLEN: usize = 4;
 
 const NFQA_CFG_CMD: u16 = 1;
@@ -219,17 +220,9 @@ fn recv_into(s: &Socket, buf: &mut [u8], flags: i32) -> io::Result<usize> {
 
 /// One netlink attribute, padded to 4 bytes.
 fn attr(kind: u16, payload: &[u8]) -> Vec<u8> {
-    let len = 4 + payload.len();
-    let mut v = Vec::with_capacity(align4(len));
-    v.extend_from_slice(&(len as u16).to_ne_bytes());
-    v.extend_from_slice(&kind.to_ne_bytes());
-    v.extend_from_slice(payload);
-    v.resize(align4(len), 0);
+    let mut v = Vec::with_capacity(align4(4 + payload.len()));
+    push_attr(&mut v, kind, payload);
     v
-}
-
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
 }
 
 /// A nfnetlink_queue message: netlink header, nfgenmsg, attributes.
@@ -246,51 +239,6 @@ fn message(kind: u16, flags: u16, queue: u16, attrs: &[u8]) -> Vec<u8> {
     v.extend_from_slice(&queue.to_be_bytes()); // res_id
     v.extend_from_slice(attrs);
     v
-}
-
-struct NlMsg<'a> {
-    kind: u16,
-    body: &'a [u8],
-}
-
-fn split_messages(mut b: &[u8]) -> Vec<NlMsg<'_>> {
-    let mut out = Vec::new();
-    while b.len() >= NLMSG_HDRLEN {
-        let len = u32::from_ne_bytes(b[0..4].try_into().expect("4 bytes")) as usize;
-        if len < NLMSG_HDRLEN || len > b.len() {
-            break;
-        }
-        let kind = u16::from_ne_bytes(b[4..6].try_into().expect("2 bytes"));
-        out.push(NlMsg {
-            kind,
-            body: &b[NLMSG_HDRLEN..len],
-        });
-        b = &b[align4(len).min(b.len())..];
-    }
-    out
-}
-
-/// The errno of an NLMSG_ERROR body (0: an acknowledgement).
-fn ack_errno(body: &[u8]) -> i32 {
-    body.get(0..4)
-        .map(|e| -i32::from_ne_bytes(e.try_into().expect("4 bytes")))
-        .unwrap_or(libc::EPROTO)
-}
-
-fn attributes(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if b.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
-        let kind = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        let payload = &b[4..len];
-        b = &b[align4(len).min(b.len())..];
-        Some((kind, payload))
-    })
 }
 
 fn parse_batch(bytes: &[u8]) -> Vec<Event> {

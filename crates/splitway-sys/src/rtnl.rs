@@ -15,6 +15,9 @@ use std::io::{self, Read};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::SysError;
+use crate::netlink::{
+    Msg, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, ack_errno, attributes, push_attr, split_messages,
+};
 
 const NLM_F_REQUEST: u16 = libc::NLM_F_REQUEST as u16;
 const NLM_F_ACK: u16 = libc::NLM_F_ACK as u16;
@@ -22,9 +25,6 @@ const NLM_F_DUMP: u16 = libc::NLM_F_DUMP as u16;
 const NLM_F_REPLACE: u16 = libc::NLM_F_REPLACE as u16;
 const NLM_F_EXCL: u16 = libc::NLM_F_EXCL as u16;
 const NLM_F_CREATE: u16 = libc::NLM_F_CREATE as u16;
-const NLMSG_ERROR: u16 = libc::NLMSG_ERROR as u16;
-const NLMSG_DONE: u16 = libc::NLMSG_DONE as u16;
-const NLMSG_HDRLEN: usize = 16;
 /// `struct fib_rule_hdr` and `struct rtmsg` are both 12 bytes.
 const FAMILY_HDRLEN: usize = 12;
 
@@ -81,13 +81,6 @@ pub struct Rtnl {
     sock: Socket,
     seq: u32,
     buf: Vec<u8>,
-}
-
-/// One message received: its type, sequence number and payload.
-struct Msg {
-    kind: u16,
-    seq: u32,
-    body: Vec<u8>,
 }
 
 impl Rtnl {
@@ -210,7 +203,7 @@ impl Rtnl {
         Ok(self.seq)
     }
 
-    fn recv(&mut self) -> io::Result<Vec<Msg>> {
+    fn recv(&mut self) -> io::Result<Vec<Msg<'_>>> {
         let n = (&self.sock).read(&mut self.buf)?;
         Ok(split_messages(&self.buf[..n]))
     }
@@ -221,7 +214,7 @@ impl Rtnl {
         loop {
             for m in self.recv()? {
                 if m.seq == seq && m.kind == NLMSG_ERROR {
-                    return match ack_errno(&m.body) {
+                    return match ack_errno(m.body) {
                         0 => Ok(()),
                         e => Err(io::Error::from_raw_os_error(e)),
                     };
@@ -242,14 +235,14 @@ impl Rtnl {
                 match m.kind {
                     NLMSG_DONE => return Ok(out),
                     NLMSG_ERROR => {
-                        let e = ack_errno(&m.body);
+                        let e = ack_errno(m.body);
                         return Err(io::Error::from_raw_os_error(if e == 0 {
                             libc::EPROTO
                         } else {
                             e
                         }));
                     }
-                    _ => out.push(m.body),
+                    _ => out.push(m.body.to_vec()),
                 }
             }
         }
@@ -326,59 +319,6 @@ fn route_table(route: &[u8]) -> Option<u32> {
 
 fn read_u32(v: &[u8]) -> Option<u32> {
     Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?))
-}
-
-/// One netlink attribute, padded to 4 bytes.
-fn push_attr(v: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-    let len = 4 + payload.len();
-    v.extend_from_slice(&(len as u16).to_ne_bytes());
-    v.extend_from_slice(&kind.to_ne_bytes());
-    v.extend_from_slice(payload);
-    v.resize(v.len() + align4(len) - len, 0);
-}
-
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
-}
-
-fn split_messages(mut b: &[u8]) -> Vec<Msg> {
-    let mut out = Vec::new();
-    while b.len() >= NLMSG_HDRLEN {
-        let len = u32::from_ne_bytes(b[0..4].try_into().expect("4 bytes")) as usize;
-        if len < NLMSG_HDRLEN || len > b.len() {
-            break;
-        }
-        out.push(Msg {
-            kind: u16::from_ne_bytes(b[4..6].try_into().expect("2 bytes")),
-            seq: u32::from_ne_bytes(b[8..12].try_into().expect("4 bytes")),
-            body: b[NLMSG_HDRLEN..len].to_vec(),
-        });
-        b = &b[align4(len).min(b.len())..];
-    }
-    out
-}
-
-/// The errno of an NLMSG_ERROR body (0: an acknowledgement).
-fn ack_errno(body: &[u8]) -> i32 {
-    body.get(0..4)
-        .map(|e| -i32::from_ne_bytes(e.try_into().expect("4 bytes")))
-        .unwrap_or(libc::EPROTO)
-}
-
-fn attributes(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if b.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
-        let kind = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        let value = &b[4..len];
-        b = &b[align4(len).min(b.len())..];
-        Some((kind, value))
-    })
 }
 
 #[cfg(test)]
