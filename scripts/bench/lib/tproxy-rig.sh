@@ -9,7 +9,9 @@
 #   pair      splitway rc on R (tproxy, route via rs) and rs on T (peer
 #             listener, direct): the real deployment, two relays;
 #   baseline  like splitway, but the binary $BIN_BASELINE (an earlier build,
-#             for before/after in one run);
+#             for before/after in one run), its config followed by
+#             $BASELINE_APPEND when set (e.g. "[accel]\nloss_isolation = false"
+#             with BIN_BASELINE=$BIN: one switch's cost, in one run);
 #   floor     scripts/bench/lib/conn-floor.c behind HAProxy's rule: the least a
 #             forwarder does per connection (no limits, no loop guard, no
 #             crash safety; never shipped), one thread per CPU;
@@ -126,6 +128,7 @@ rig_configs() {
   "$BIN" keygen > "$dir/psk.key"
   one_relay_toml bench $RELAY_PORT "$PORTS" > "$dir/splitway.toml"
   sed '1a workers = 1' "$dir/splitway.toml" > "$dir/splitway1.toml"
+  { cat "$dir/splitway.toml"; printf '%b\n' "${BASELINE_APPEND:-}"; } > "$dir/baseline.toml"
   rc_toml rc $RELAY_PORT "$PORTS" $PEER_PORT > "$dir/rc.toml"
   rs_toml $PEER_PORT > "$dir/rs.toml"
   # start_split's second copies: the same, but their own name (the nft
@@ -279,6 +282,7 @@ start_proxy() { # method
       local bin config=splitway.toml
       bin=$(method_bin "$1") || return 1
       [ "$1" = splitway1 ] && config=splitway1.toml
+      [ "$1" = baseline ] && config=baseline.toml
       spawn_relay $R "$bin" "$config" "$1" splitway $RELAY_PORT || return 1
       wait_splitway_rules
       ;;
