@@ -118,6 +118,7 @@ measure_bulk() { # round method
   echo "# commit $(git rev-parse --short=12 HEAD)$(git diff --quiet || echo -dirty)"
   echo "# kernel $(uname -r), $(nproc) cpus, load before $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# $("$BIN" --version 2>/dev/null), $(haproxy -v 2>/dev/null | head -1)"
+  [ -n "${BIN_BASELINE:-}" ] && echo "# baseline binary $BIN_BASELINE: $("$BIN_BASELINE" --version 2>/dev/null | tr '\n' ' ')"
   [ -n "${BASELINE_APPEND:-}" ] && echo "# baseline's config ends with: $(printf '%b' "$BASELINE_APPEND" | tr '\n' ' ')"
   echo "# rounds $ROUNDS, tests$TESTS, ${SECS}s per timed tool, ab -n $AB_REQUESTS -c 8; columns: round method test value unit"
 } | tee "$out"
