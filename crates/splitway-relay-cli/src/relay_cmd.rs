@@ -185,6 +185,11 @@ pub fn run(
         .context("adopting the listening sockets passed by the service manager")?;
     // Reloads re-read the same file even if the working directory changes.
     let config_path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    // Before the first thread: every thread's heap in one arena, which the
+    // trim before READY=1 reaches (about 250 kB less idle RSS).
+    if !splitway_sys::mem::one_heap_arena() {
+        warn!("mallopt(M_ARENA_MAX) refused: threads keep heap arenas of their own");
+    }
     // Worker threads are created once, here; connections are tasks.
     let rt = runtime(cfg.workers)?;
     rt.block_on(async move {

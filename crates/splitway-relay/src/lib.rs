@@ -27,6 +27,7 @@ pub mod accel;
 pub mod accel_state;
 pub mod access_log;
 pub mod admin;
+pub mod beside;
 pub mod bytes;
 pub mod config;
 pub mod congestion;

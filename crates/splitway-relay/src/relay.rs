@@ -83,13 +83,13 @@ impl Relay {
         interfaces_present(&cfg)?;
         let descriptor_cap = descriptor_cap_for(&cfg);
         // The slow steps overlap (#31): congestion controls register on a
-        // thread, `nft` runs as a process, this thread loads the detector.
+        // thread, the detector loads on another, `nft` runs as a process,
+        // and this thread binds the listeners.
         let congestion = start_congestion(&cfg);
+        let detector = crate::early_syn::Detector::start(&cfg);
         let (metrics, rooms) = metrics_with_rooms(cfg.peers.iter().map(|p| p.name.as_str()));
         let bound = bind_strict_and_listeners(&cfg, options.inherited);
-        let detector = bound
-            .is_ok()
-            .then(|| crate::early_syn::Detector::load(&cfg));
+        let detector = detector.map(crate::early_syn::Loading::join);
         // BPF congestion controls before any socket could select them, and
         // the first error as before: theirs, strict mode's, the listeners'.
         let learned_window = finish_congestion(&mut cfg, congestion)?;
@@ -107,8 +107,7 @@ impl Relay {
             .iter()
             .map(|p| new_pool(&cfg, p, &rooms.kept.pools))
             .collect();
-        let (early, syn_watch) =
-            start_early_syn(&cfg, rooms.early_syn, detector.flatten(), &mut host);
+        let (early, syn_watch) = start_early_syn(&cfg, rooms.early_syn, detector, &mut host);
         rooms
             .kept
             .turbo
