@@ -11,9 +11,10 @@ sends READY=1) and the relay, alternating which goes first. RSS is compared
 in kB (the same source and toolchain build the same binary; its rounds
 agree within 3 %). Start-up time is printed but not judged: on the README's
 config it is mostly reading and parsing the kernel's BTF (libbpf and aya
-each do it), the BPF loads, and `nft`, which overlap since 2026-11-29; it spread
-from 151 to 261 ms over the rounds of one run (the floor 7 to 29 ms) on a
-quiet 2-core machine, so a 10 % bound would fail at random.
+each do it), the BPF loads, and `nft`, which overlap since 2026-11-29; its
+rounds spread from 36 to 72 ms in one run, and one binary's median moved by
+9 % between two runs minutes apart (docs/efficiency.md), so a 10 % bound
+would fail at random.
 
     footprint-check.py RELAY FLOOR BASELINE [--rounds N] [--write-baseline]
 
