@@ -1,7 +1,8 @@
 //! What a config asks of this host, tested rather than assumed: the
 //! interfaces `intercept` and `watch` name exist (in this network
-//! namespace), each listening address is free, and the programs
-//! interception runs (`nft`, `ip`) start. `relay --check` reports all of
+//! namespace), each listening address is free, and the programs the
+//! config's features run (`nft` for interception, `ip` for Turbo-Start's
+//! routes) start. `relay --check` reports all of
 //! them; a start refuses a missing interface before it installs anything
 //! (the ports and programs fail the start by themselves when binding and
 //! installing).
@@ -285,42 +286,51 @@ fn proc_net_ip(hex: &str) -> Option<IpAddr> {
     }
 }
 
-/// The programs interception runs, started once each (`--version`): `nft`
-/// and `ip` for an `intercept` listener, `iptables` and `ip6tables` for
-/// strict mode too.
+/// The programs the config's features run, started once each
+/// (`--version`), each reported at the key that needs it: `nft` for an
+/// `intercept` listener, `iptables` and `ip6tables` for strict mode too,
+/// and `ip` for Turbo-Start's routes. TPROXY's policy route is rtnetlink
+/// messages, not `ip` (`splitway_sys::rtnl`).
 pub fn programs(cfg: &Config) -> Vec<HostIssue> {
-    let mut issues = Vec::new();
-    let Some(i) = cfg.listeners.iter().position(|l| l.intercept.is_some()) else {
-        return issues;
-    };
-    let mut needed = vec![("nft", "--version"), ("ip", "-V")];
-    if cfg.accel.strict {
-        needed.extend([("iptables", "--version"), ("ip6tables", "--version")]);
+    needed_programs(cfg)
+        .into_iter()
+        .filter_map(|(key, program, arg, package)| {
+            let ran = Command::new(program)
+                .arg(arg)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            let problem = match ran {
+                Ok(s) if s.success() => return None,
+                Ok(s) => format!("`{program} {arg}` failed ({s})"),
+                Err(e) => format!("cannot run `{program}`: {e}"),
+            };
+            Some(HostIssue {
+                key,
+                message: format!("{problem}: it is needed here (Debian: apt install {package})"),
+                warning: false,
+            })
+        })
+        .collect()
+}
+
+/// What [`programs`] runs: (key, program, its version argument, Debian
+/// package).
+fn needed_programs(cfg: &Config) -> Vec<(String, &'static str, &'static str, &'static str)> {
+    let mut needed = Vec::new();
+    if let Some(i) = cfg.listeners.iter().position(|l| l.intercept.is_some()) {
+        let key = format!("listen[{i}].intercept");
+        needed.push((key.clone(), "nft", "--version", "nftables"));
+        if cfg.accel.strict {
+            needed.push((key.clone(), "iptables", "--version", "iptables"));
+            needed.push((key, "ip6tables", "--version", "iptables"));
+        }
     }
-    for (program, arg) in needed {
-        let ran = Command::new(program)
-            .arg(arg)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let problem = match ran {
-            Ok(s) if s.success() => continue,
-            Ok(s) => format!("`{program} {arg}` failed ({s})"),
-            Err(e) => format!("cannot run `{program}`: {e}"),
-        };
-        let package = match program {
-            "nft" => "nftables",
-            "ip" => "iproute2",
-            _ => "iptables",
-        };
-        issues.push(HostIssue {
-            key: format!("listen[{i}].intercept"),
-            message: format!("{problem}: interception needs it (Debian: apt install {package})"),
-            warning: false,
-        });
+    if cfg.accel.turbo.is_some() {
+        needed.push(("accel.turbo".to_owned(), "ip", "-V", "iproute2"));
     }
-    issues
+    needed
 }
 
 #[cfg(test)]
@@ -332,6 +342,35 @@ mod tests {
             "name = \"rc\"\nadmin = \"off\"\n[[listen]]\nmode = \"tproxy\"\naddr = \"0.0.0.0:7000\"\n{intercept}\n"
         ))
         .unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    fn programs_of(cfg: &Config) -> Vec<(String, &'static str)> {
+        needed_programs(cfg)
+            .into_iter()
+            .map(|(key, program, _, _)| (key, program))
+            .collect()
+    }
+
+    #[test]
+    fn each_program_is_needed_by_what_runs_it() {
+        let key = || "listen[0].intercept".to_owned();
+        // Interception's policy route is rtnetlink: `nft` only.
+        let mut cfg = config("intercept = { interfaces = [\"eth0\"], ports = [80] }");
+        assert_eq!(programs_of(&cfg), [(key(), "nft")]);
+        cfg.accel.strict = true;
+        assert_eq!(
+            programs_of(&cfg),
+            [(key(), "nft"), (key(), "iptables"), (key(), "ip6tables")]
+        );
+        // Turbo-Start's routes are `ip route` runs, with or without interception.
+        let mut cfg = config("");
+        assert!(programs_of(&cfg).is_empty());
+        cfg.accel.turbo = Some(crate::config::Turbo {
+            initcwnd: 40,
+            initrwnd: 40,
+            buffer: 65536,
+        });
+        assert_eq!(programs_of(&cfg), [("accel.turbo".to_owned(), "ip")]);
     }
 
     #[test]
