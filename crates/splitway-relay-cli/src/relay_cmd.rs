@@ -186,7 +186,8 @@ pub fn run(
     // Reloads re-read the same file even if the working directory changes.
     let config_path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
     // Before the first thread: every thread's heap in one arena, which the
-    // trim before READY=1 reaches (about 250 kB less idle RSS).
+    // trim before READY=1 reaches, so the start-up threads' BTF parses leave
+    // nothing behind (docs/efficiency.md, "One heap arena").
     if !splitway_sys::mem::one_heap_arena() {
         warn!("mallopt(M_ARENA_MAX) refused: threads keep heap arenas of their own");
     }

@@ -89,7 +89,7 @@ impl Relay {
         let detector = crate::early_syn::Detector::start(&cfg);
         let (metrics, rooms) = metrics_with_rooms(cfg.peers.iter().map(|p| p.name.as_str()));
         let bound = bind_strict_and_listeners(&cfg, options.inherited);
-        let detector = detector.map(crate::early_syn::Loading::join);
+        let detector = detector.map(crate::beside::Beside::join);
         // BPF congestion controls before any socket could select them, and
         // the first error as before: theirs, strict mode's, the listeners'.
         let learned_window = finish_congestion(&mut cfg, congestion)?;

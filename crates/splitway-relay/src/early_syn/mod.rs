@@ -46,7 +46,7 @@ mod params;
 pub mod plan;
 mod start;
 
-pub use start::{Detector, Loading};
+pub use start::Detector;
 
 pub use metrics::{EarlySynMetrics, EarlySynOutcome};
 pub use params::{PARAM, param};

@@ -19,26 +19,17 @@ pub struct Detector {
     pub interfaces: Vec<String>,
 }
 
-/// A load under way, in the starting thread's network namespace.
-pub struct Loading(Beside<Detector>);
-
-impl Loading {
-    pub fn join(self) -> Detector {
-        self.0.join()
-    }
-}
-
 impl Detector {
     /// Starts loading and attaching the detector when the config runs it:
     /// early SYN on and strict mode off (strict mode sees every SYN in its
     /// queue). The thread starts in the caller's network namespace.
-    pub fn start(cfg: &Config) -> Option<Loading> {
+    pub fn start(cfg: &Config) -> Option<Beside<Detector>> {
         if cfg.accel.strict || !cfg.accel.early_syn {
             return None;
         }
         let interfaces = super::watched_interfaces(cfg);
         let (ports, option_ports) = super::watched_ports(cfg);
-        Some(Loading(Beside::start("load-syn-watch", move || {
+        Some(Beside::start("load-syn-watch", move || {
             // Only syn-option listeners watched: no port gets every SYN.
             let attached = SynWatch::attach_full(
                 &interfaces,
@@ -50,6 +41,6 @@ impl Detector {
                 attached,
                 interfaces,
             }
-        })))
+        }))
     }
 }
