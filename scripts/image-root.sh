@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stages the container image's whole filesystem (deploy/Containerfile):
 # BINARY (the relay binary, splitway-relay) stripped as /usr/bin/splitway-relay,
-# every shared library ldd lists for
+# every shared library ldd lists for (none for the static relay binary)
 # it at its own path, /etc/splitway/relay.toml (the DaemonSet mounts its
 # own over it) and an empty /tmp.
 # Usage: image-root.sh BINARY OUT_DIR
@@ -12,8 +12,9 @@ install -d "$out/usr/bin" "$out/etc/splitway" "$out/tmp"
 chmod 1777 "$out/tmp"
 strip --strip-all -o "$out/usr/bin/splitway-relay" "$binary"
 # "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and the loader's
-# "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.
-libs=$(ldd "$binary" | grep -o '/[^ ]*' | sort -u)
+# "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file. The relay
+# binary of `make release` is static ("statically linked"): no library.
+libs=$(ldd "$binary" | grep -o '/[^ ]*' | sort -u || true)
 for lib in $libs; do
   install -D -m 755 "$(readlink -f "$lib")" "$out$lib"
 done

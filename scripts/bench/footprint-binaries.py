@@ -89,11 +89,15 @@ def one(binary, cfg):
                          stderr=subprocess.DEVNULL, preexec_fn=just_before_exec,
                          env=dict(os.environ, RUST_LOG="warn", NOTIFY_SOCKET=NOTIFY))
     try:
+        # The relay says STATUS=listening once every listener listens, then
+        # READY=1 once its start is done: this times READY=1.
         msg = notify.recv(64)
+        while msg.startswith(b"STATUS="):
+            msg = notify.recv(64)
     except TimeoutError:
         raise SystemExit(f"{binary}: no READY=1 within 10 s (exit {p.poll()})")
     ready_ns = time.monotonic_ns()
-    if msg != b"READY=1":
+    if msg.split(b"\n")[0] != b"READY=1":
         raise SystemExit(f"{binary}: expected READY=1, got {msg!r}")
     os.close(clock_w)
     exec_ns = int(os.read(clock_r, 64))

@@ -141,8 +141,11 @@ def trace(binary, netns, config, out_dir, label, busy=None):
     p = subprocess.Popen(prefix + [binary, "relay", "--config", cfg], env=env,
                          stdout=subprocess.DEVNULL, stderr=log)
     try:
+        # STATUS=listening first, then READY=1 (with its STATUS=serving).
         msg = notify.recv(256)
-        if msg != b"READY=1":
+        while msg.startswith(b"STATUS="):
+            msg = notify.recv(256)
+        if msg.split(b"\n")[0] != b"READY=1":
             raise SystemExit(f"{label}: expected READY=1, got {msg!r}")
         time.sleep(1.0)  # idle: timers and the admin server settle
         traces = []

@@ -200,6 +200,11 @@ pub fn run(
                 config_path: Some(config_path),
                 inherited,
                 log: Some(log),
+                // `systemctl status` shows it; the footprint check times it
+                // (exec -> listening, docs/efficiency.md).
+                on_listening: Some(Box::new(|| {
+                    notify_service_manager("STATUS=listening; loading the accelerations")
+                })),
             },
         )
         .await
@@ -243,9 +248,10 @@ pub fn run(
         // at once); glibc keeps such freed heap, which on the README's rc
         // config was 14 MB of an idle relay's 22 MB RSS. Hand it back once.
         splitway_sys::mem::release_free_heap();
-        // Listeners listen and signals are handled: `systemctl start`
-        // (Type=notify) returns now, and a reload from here on is applied.
-        notify_service_manager("READY=1");
+        // Listeners listen, rules and accelerations are in, and signals are
+        // handled: `systemctl start` (Type=notify) returns now, every start
+        // error having been reported, and a reload from here on is applied.
+        notify_service_manager("READY=1\nSTATUS=serving");
         let signal = Arc::new(std::sync::OnceLock::new());
         let received = signal.clone();
         let shutdown = async move {

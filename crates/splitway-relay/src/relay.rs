@@ -51,6 +51,11 @@ pub struct RelayOptions {
     pub inherited: Vec<splitway_sys::activation::Inherited>,
     /// Changes the log filter (`log.level` in `PUT /params`).
     pub log: Option<Arc<dyn LogControl>>,
+    /// Called once every `[[listen]]` socket listens, before the slow half
+    /// of the start (BPF loads, `nft`): clients' connections queue from
+    /// then on instead of being refused. The relay binary tells the
+    /// service manager (`STATUS=`); READY=1 still waits for the whole start.
+    pub on_listening: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// A relay whose sockets are bound and whose rules are installed, ready to
@@ -79,16 +84,25 @@ impl Relay {
         Relay::bind_with(cfg, RelayOptions::default()).await
     }
 
-    pub async fn bind_with(mut cfg: Config, options: RelayOptions) -> Result<Relay, RelayError> {
+    pub async fn bind_with(
+        mut cfg: Config,
+        mut options: RelayOptions,
+    ) -> Result<Relay, RelayError> {
         interfaces_present(&cfg)?;
         let descriptor_cap = descriptor_cap_for(&cfg);
-        // The slow steps overlap (#31): congestion controls register on a
-        // thread, the detector loads on another, `nft` runs as a process,
-        // and this thread binds the listeners.
+        // Every listener listens first (#31): clients queue from here on.
+        // Then the slow steps overlap: congestion controls register on a
+        // thread, the detector loads on another, `nft` runs as a process.
+        let bound = bind_strict_and_listeners(&cfg, options.inherited);
+        if bound.is_ok()
+            && let Some(listening) = options.on_listening.take()
+        {
+            listening();
+        }
         let congestion = start_congestion(&cfg);
         let detector = crate::early_syn::Detector::start(&cfg);
+        let bound = bound.and_then(|b| b.intercept(&cfg));
         let (metrics, rooms) = metrics_with_rooms(cfg.peers.iter().map(|p| p.name.as_str()));
-        let bound = bind_strict_and_listeners(&cfg, options.inherited);
         let detector = detector.map(crate::beside::Beside::join);
         // BPF congestion controls before any socket could select them, and
         // the first error as before: theirs, strict mode's, the listeners'.
@@ -596,11 +610,36 @@ fn finish_congestion(
 type Intercepting = Vec<(SocketAddr, PendingInterception)>;
 
 /// Strict mode's queue, each `[[listen]]` entry's accept sockets, and the
-/// interception rules being installed.
+/// interception rules being installed ([`Bound::intercept`] starts them).
 struct Bound {
     strict_queue: Option<NfQueue>,
     listeners: Vec<Vec<TcpListener>>,
     intercepting: Intercepting,
+}
+
+impl Bound {
+    /// Starts each intercepting listener's rules (`nft` runs while the
+    /// start goes on; [`finish_interception`] waits for it).
+    fn intercept(mut self, cfg: &Config) -> Result<Bound, RelayError> {
+        for (index, l) in cfg.listeners.iter().enumerate() {
+            let Some(i) = &l.intercept else { continue };
+            let spec = InterceptSpec {
+                // One table per listener: two tproxy listeners (v4 and
+                // v6-only) may both intercept.
+                table: format!("splitway_{}_{index}", cfg.name.replace('-', "_")),
+                v6_only: l.v6_only,
+                interfaces: i.interfaces.clone(),
+                ports: i.ports.clone(),
+                listener: l.addr,
+            };
+            let pending = spec.start().map_err(|source| RelayError::Intercept {
+                addr: l.addr,
+                source,
+            })?;
+            self.intercepting.push((l.addr, pending));
+        }
+        Ok(self)
+    }
 }
 
 /// Waits for each listener's interception rules; the first that failed
@@ -615,7 +654,8 @@ fn finish_interception(intercepting: Intercepting) -> Result<Vec<Interception>, 
         .collect()
 }
 
-/// Strict mode's queue, then the listeners with their interception rules.
+/// Strict mode's queue, then the listeners (their interception rules start
+/// in [`Bound::intercept`], once every listener listens).
 fn bind_strict_and_listeners(
     cfg: &Config,
     inherited: Vec<splitway_sys::activation::Inherited>,
@@ -627,24 +667,22 @@ fn bind_strict_and_listeners(
     } else {
         None
     };
-    let (listeners, intercepting) = bind_listeners(cfg, inherited)?;
+    let listeners = bind_listeners(cfg, inherited)?;
     Ok(Bound {
         strict_queue,
         listeners,
-        intercepting,
+        intercepting: Vec::new(),
     })
 }
 
 /// Each `[[listen]]` entry's accept sockets (the service manager's, where
-/// it passed one), and the interception rules of those that intercept,
-/// their `nft` still running.
+/// it passed one).
 fn bind_listeners(
     cfg: &Config,
     inherited: Vec<splitway_sys::activation::Inherited>,
-) -> Result<(Vec<Vec<TcpListener>>, Intercepting), RelayError> {
+) -> Result<Vec<Vec<TcpListener>>, RelayError> {
     let mut inherited = match_inherited(cfg, inherited)?;
     let mut listeners = Vec::new();
-    let mut interceptions = Vec::new();
     for (index, l) in cfg.listeners.iter().enumerate() {
         let leg_buffer = cfg.accel.relay_leg_buffer();
         listeners.push(match inherited[index].take() {
@@ -659,24 +697,8 @@ fn bind_listeners(
                 leg_buffer,
             )?,
         });
-        if let Some(i) = &l.intercept {
-            let spec = InterceptSpec {
-                // One table per listener: two tproxy listeners (v4 and
-                // v6-only) may both intercept.
-                table: format!("splitway_{}_{index}", cfg.name.replace('-', "_")),
-                v6_only: l.v6_only,
-                interfaces: i.interfaces.clone(),
-                ports: i.ports.clone(),
-                listener: l.addr,
-            };
-            let pending = spec.start().map_err(|source| RelayError::Intercept {
-                addr: l.addr,
-                source,
-            })?;
-            interceptions.push((l.addr, pending));
-        }
     }
-    Ok((listeners, interceptions))
+    Ok(listeners)
 }
 
 /// The admin API's socket and the metrics-only one, where configured.

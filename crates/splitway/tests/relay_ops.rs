@@ -675,9 +675,17 @@ fn the_service_manager_hears_ready_reloading_and_stopping() {
         assert!(status.success(), "kill -{signal} {pid}");
     };
 
-    // READY=1 only once the listeners listen: the SOCKS5 port and the
-    // admin API answer the moment it arrives, with no retry.
-    assert_eq!(next_notification(&notify, "READY=1"), "READY=1");
+    // First the status once every listener listens (clients queue from
+    // then on), then READY=1 once the whole start is done: the SOCKS5 port
+    // and the admin API answer the moment it arrives, with no retry.
+    assert_eq!(
+        next_notification(&notify, "STATUS=listening"),
+        "STATUS=listening; loading the accelerations"
+    );
+    assert_eq!(
+        next_notification(&notify, "READY=1"),
+        "READY=1\nSTATUS=serving"
+    );
     let server = TestServer::bind(&lab.server, server_v4());
     let mut client = socks_connect(&lab, server_v4()).expect("SOCKS5 right after READY=1");
     exchange(&mut client, &server, 256 * 1024, 3);
