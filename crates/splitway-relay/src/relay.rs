@@ -90,18 +90,11 @@ impl Relay {
     ) -> Result<Relay, RelayError> {
         interfaces_present(&cfg)?;
         let descriptor_cap = descriptor_cap_for(&cfg);
-        // Every listener listens first (#31): clients queue from here on.
-        // Then the slow steps overlap: congestion controls register on a
-        // thread, the detector loads on another, `nft` runs as a process.
-        let bound = bind_strict_and_listeners(&cfg, options.inherited);
-        if bound.is_ok()
-            && let Some(listening) = options.on_listening.take()
-        {
-            listening();
-        }
-        let congestion = start_congestion(&cfg);
-        let detector = crate::early_syn::Detector::start(&cfg);
-        let bound = bound.and_then(|b| b.intercept(&cfg));
+        let Starting {
+            bound,
+            congestion,
+            detector,
+        } = Starting::start(&cfg, options.inherited, options.on_listening.take());
         let (metrics, rooms) = metrics_with_rooms(cfg.peers.iter().map(|p| p.name.as_str()));
         let detector = detector.map(crate::beside::Beside::join);
         // BPF congestion controls before any socket could select them, and
@@ -604,6 +597,39 @@ fn finish_congestion(
     });
     named?;
     Ok(learned_window)
+}
+
+/// The start's slow steps, under way once every listener listens.
+struct Starting {
+    bound: Result<Bound, RelayError>,
+    congestion: crate::congestion::Registering,
+    detector: Option<crate::beside::Beside<crate::early_syn::Detector>>,
+}
+
+impl Starting {
+    /// Every listener listens first (#31): clients queue from then on, and
+    /// `on_listening` runs. Then the slow steps start and overlap: the
+    /// congestion controls register on a thread, the detector loads on
+    /// another, `nft` runs as a process.
+    fn start(
+        cfg: &Config,
+        inherited: Vec<splitway_sys::activation::Inherited>,
+        on_listening: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Starting {
+        let bound = bind_strict_and_listeners(cfg, inherited);
+        if bound.is_ok()
+            && let Some(listening) = on_listening
+        {
+            listening();
+        }
+        let congestion = start_congestion(cfg);
+        let detector = crate::early_syn::Detector::start(cfg);
+        Starting {
+            bound: bound.and_then(|b| b.intercept(cfg)),
+            congestion,
+            detector,
+        }
+    }
 }
 
 /// Each listener's interception rules being installed, by its address.
