@@ -24,7 +24,7 @@ listens and sends READY=1) and the relay, alternating which goes first.
   kernel's BTF (libbpf and aya each do it), the BPF loads and `nft`, whose
   rounds spread from 36 to 72 ms in one run (docs/efficiency.md).
 
-    footprint-check.py RELAY FLOOR BASELINE [--rounds N] [--write-baseline]
+    footprint-check.py RELAY FLOOR BASELINE [--rounds N] [--timing-rounds N] [--write-baseline]
 
 BASELINE holds `key = value` lines (rss_kb, listening_above_floor_ms, and
 the other medians for the record) and comments saying where they were
@@ -118,7 +118,7 @@ def entering(ns, clock_w):
     return enter
 
 
-def start(ns, argv, notify_path):
+def start(ns, argv, notify_path, idle=True):
     """exec -> listening (the relay's STATUS=listening) and exec -> READY=1
     in ms, and the idle RSS 1 s later, of argv in ns."""
     if os.path.exists(notify_path):
@@ -162,8 +162,10 @@ def start(ns, argv, notify_path):
     # The floor says only READY=1, once it listens.
     if listening_ms is None:
         listening_ms = ready_ms
-    time.sleep(1.0)  # idle: after start-up work (admin, timers, pool dials) settles
-    rss = rss_kb(p.pid)
+    rss = None
+    if idle:
+        time.sleep(1.0)  # idle: after start-up work (admin, timers, pool dials) settles
+        rss = rss_kb(p.pid)
     p.terminate()
     p.wait()
     return listening_ms, ready_ms, rss
@@ -181,18 +183,22 @@ def read_baseline(path):
 
 
 def measure(a, ns, relay, floor, notify_path):
-    """One run of a.rounds rounds, relay and floor alternating: medians."""
+    """One run, relay and floor alternating: a.rounds starts that idle 1 s
+    (RSS), then a.timing_rounds that stop at READY=1 (start-up times; many,
+    as one start's time moves with the machine); medians."""
     listening, ready, floor_ready, rss = [], [], [], []
-    for r in range(a.rounds):
+    for r in range(a.rounds + a.timing_rounds):
+        idle = r < a.rounds
         for which in ("floor", "relay") if r % 2 else ("relay", "floor"):
             if which == "floor":
-                floor_ready.append(start(ns, floor, notify_path)[1])
+                floor_ready.append(start(ns, floor, notify_path, idle)[1])
             else:
-                listening_ms, ms, kb = start(ns, relay, notify_path)
+                listening_ms, ms, kb = start(ns, relay, notify_path, idle)
                 listening.append(listening_ms)
                 ready.append(ms)
-                rss.append(kb)
-    print(f"footprint-check: ms per round: listening {[round(x, 2) for x in listening]}, "
+                if idle:
+                    rss.append(kb)
+    print(f"footprint-check: ms per start: listening {[round(x, 2) for x in listening]}, "
           f"READY=1 {[round(x, 1) for x in ready]}, floor {[round(x, 2) for x in floor_ready]}")
     m = {
         "rss_kb": statistics.median(rss),
@@ -201,10 +207,10 @@ def measure(a, ns, relay, floor, notify_path):
         "floor_ms": statistics.median(floor_ready),
     }
     m["listening_above_floor_ms"] = m["listening_ms"] - m["floor_ms"]
-    print(f"footprint-check: relay on the README's rc config, {a.rounds} rounds: idle RSS "
-          f"{m['rss_kb']:.0f} kB, exec -> listening {m['listening_ms']:.2f} ms "
-          f"({m['listening_above_floor_ms']:.2f} ms above the floor), exec -> READY=1 "
-          f"{m['ready_ms']:.2f} ms, floor {m['floor_ms']:.2f} ms; RSS per round {rss}")
+    print(f"footprint-check: relay on the README's rc config, {len(rss)} starts idle, "
+          f"{len(listening)} timed: idle RSS {m['rss_kb']:.0f} kB, exec -> listening "
+          f"{m['listening_ms']:.2f} ms ({m['listening_above_floor_ms']:.2f} ms above the floor), "
+          f"exec -> READY=1 {m['ready_ms']:.2f} ms, floor {m['floor_ms']:.2f} ms; RSS per start {rss}")
     return m
 
 
@@ -222,6 +228,7 @@ def main():
     ap.add_argument("floor")
     ap.add_argument("baseline")
     ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--timing-rounds", type=int, default=60)
     ap.add_argument("--write-baseline", action="store_true")
     a = ap.parse_args()
     ns = f"swfp-{os.getpid()}"

@@ -295,38 +295,8 @@ pub enum ListenMode {
     SynOption,
 }
 
-impl ListenMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ListenMode::Tproxy => "tproxy",
-            ListenMode::Socks5 => "socks5",
-            ListenMode::HttpConnect => "http-connect",
-            ListenMode::Peer => "peer",
-            ListenMode::SynOption => "syn-option",
-        }
-    }
-
-    /// Upstream relays connect here (`mode = "peer"`).
-    pub fn accepts_relays(self) -> bool {
-        self == ListenMode::Peer
-    }
-
-    /// Connections arrive intercepted, addressed to their server (TPROXY).
-    pub fn intercepts(self) -> bool {
-        self == ListenMode::Tproxy
-    }
-
-    /// The destination rides the client's SYN (`mode = "syn-option"`).
-    pub fn syn_carries_dst(self) -> bool {
-        self == ListenMode::SynOption
-    }
-
-    /// The client names its destination in a proxy protocol and may be
-    /// asked for credentials (SOCKS5, HTTP CONNECT).
-    pub fn is_explicit_proxy(self) -> bool {
-        matches!(self, ListenMode::Socks5 | ListenMode::HttpConnect)
-    }
-}
+// What each mode is (its name, whether it intercepts, ...) is the
+// listeners' knowledge: `listeners/mode.rs`.
 
 /// Candidates per route: each one is probed once a second at most.
 pub const MAX_CANDIDATES: usize = 8;

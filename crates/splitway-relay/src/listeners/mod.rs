@@ -5,6 +5,7 @@
 //! listener instead of naming modes.
 
 mod http_connect;
+mod mode;
 mod peer;
 mod socks5;
 mod syn_option;
