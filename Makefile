@@ -79,6 +79,7 @@ deb-test: deb
 IMAGE ?= localhost/splitway:0.1.0
 PODMAN_RUN_FLAGS ?= --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
 image: release
+	command -v podman >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc >/dev/null; }
 	./scripts/image-root.sh target/release/splitway-relay target/image-root
 	podman build -f deploy/Containerfile -t $(IMAGE) target/image-root
 	./scripts/image-check.sh $(IMAGE) $(PODMAN_RUN_FLAGS)
