@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The relay binary's footprint against its baseline (issue #31): fails when
-idle RSS, or the time from exec to listening above the C floor's, grows by
-more than 10 %; prints exec -> READY=1.
+idle RSS grows by more than 10 %, or the time from exec to listening above
+the C floor's by more than 50 %; prints exec -> READY=1.
 
 The relay runs the README's rc config (TPROXY on eth0, SOCKS5, HTTP CONNECT,
 one peer) in a network namespace of its own (`swfp-<pid>`, removed on every
@@ -9,20 +9,26 @@ exit), where `eth0` is one end of a veth pair inside it and the peer's
 address leads nowhere: nothing it does can leave the namespace. Each round
 starts the C floor (scripts/bench/lib/listen-floor.c, a program that only
 listens and sends READY=1) and the relay, alternating which goes first.
+Both binaries are dropped from the page cache and read back first, so
+what fault-around maps does not depend on how their pages got there.
 
 - RSS is compared in kB (the same source and toolchain build the same
-  binary; its rounds agree within 1 %).
+  binary; its starts agree within 1 %).
 - exec -> listening: from a clock read just before execve to the kernel's
   timestamp of the relay's `STATUS=listening` (sent once every listener
   listens; clients queue from then on). The floor's exec -> READY=1 is
   timed the same way, and what is judged is the relay's median minus the
-  floor's: the harness's own share (tearing down its forked child at exec)
-  moves both alike. One run over the bound is measured again, and the
-  second decides.
+  floor's, over 71 starts each: the harness's own share (tearing down its
+  forked child at exec) moves both alike. That difference is about 1 ms
+  and moved between 0.81 and 1.30 ms from run to run for one binary on
+  this 2-core VM (docs/efficiency.md), so a 10 % bound would fail at
+  random: the bound is 50 %, which an added start-up step of half a
+  millisecond crosses. One run over it is measured again, and the second
+  run decides.
 - exec -> READY=1 (every rule installed and BPF acceleration loaded, every
   start error reported) is printed, not judged: it is mostly parsing the
   kernel's BTF (libbpf and aya each do it), the BPF loads and `nft`, whose
-  rounds spread from 36 to 72 ms in one run (docs/efficiency.md).
+  starts spread from 36 to 73 ms in one run.
 
     footprint-check.py RELAY FLOOR BASELINE [--rounds N] [--timing-rounds N] [--write-baseline]
 
@@ -41,7 +47,8 @@ import sys
 import tempfile
 import time
 
-TOLERANCE = 1.10
+# How far above its baseline each judged figure may go.
+TOLERANCE = {"rss_kb": 1.10, "listening_above_floor_ms": 1.50}
 
 RC = """name = "rc"
 psk_file = "psk.key"
@@ -116,6 +123,18 @@ def entering(ns, clock_w):
         check(LIBC.mount(ns.encode(), b"/sys", b"sysfs", 0, None) == 0, "mount sysfs")
         os.write(clock_w, str(time.clock_gettime_ns(time.CLOCK_REALTIME)).encode())
     return enter
+
+
+def recache(path):
+    """Drops `path` from the page cache and reads it back in whole: what a
+    start maps by fault-around depends on how the file's pages came into
+    the cache (one build measured 5,136 and 5,768 kB idle, 0.8 and 1.1 ms
+    above the floor, written by the linker or read back later)."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())  # a just-linked file's dirty pages would stay
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        while f.read(1 << 20):
+            pass
 
 
 def start(ns, argv, notify_path, idle=True):
@@ -215,7 +234,7 @@ def measure(a, ns, relay, floor, notify_path):
 
 
 def judge(m, base, key):
-    limit = base[key] * TOLERANCE
+    limit = base[key] * TOLERANCE[key]
     ok = m[key] <= limit
     print(f"footprint-check: {key} {m[key]:.3f} against baseline {base[key]:.3f} "
           f"(limit {limit:.3f}): {'ok' if ok else 'REGRESSED'}")
@@ -252,6 +271,8 @@ def main():
         run("ip", "-n", ns, "link", "set", "eth0", "up")
         run("ip", "-n", ns, "link", "set", "eth1", "up")
         relay = [a.relay, "relay", "--config", cfg]
+        recache(a.relay)
+        recache(a.floor)
         floor = [a.floor]
         m = measure(a, ns, relay, floor, notify_path)
         if a.write_baseline:
@@ -277,7 +298,7 @@ def main():
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     if failed:
-        sys.exit(f"footprint-check: {', '.join(failed)} grew by more than 10 % "
+        sys.exit(f"footprint-check: {', '.join(failed)} grew beyond its bound "
                  f"(if intended, rewrite {a.baseline} with --write-baseline and say why)")
 
 
