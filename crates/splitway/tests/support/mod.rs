@@ -958,6 +958,9 @@ fn unusual_line(l: &str) -> bool {
         || l.contains(" ERROR ")
         || (l.contains(" closed ") && !l.contains("reason=\"completed\""))
         || l.contains("loss isolation: client leg")
+        // A path choice's flip, with its cause and the candidates' names:
+        // what a failover test that saw the wrong path needs.
+        || l.contains("path changed")
 }
 
 /// With `SPLITWAY_TEST_FAILURES` set (`make test` sets it), every panic's
