@@ -84,17 +84,14 @@ impl Relay {
         Relay::bind_with(cfg, RelayOptions::default()).await
     }
 
-    pub async fn bind_with(
-        mut cfg: Config,
-        mut options: RelayOptions,
-    ) -> Result<Relay, RelayError> {
+    pub async fn bind_with(mut cfg: Config, options: RelayOptions) -> Result<Relay, RelayError> {
         interfaces_present(&cfg)?;
         let descriptor_cap = descriptor_cap_for(&cfg);
         let Starting {
             bound,
             congestion,
             detector,
-        } = Starting::start(&cfg, options.inherited, options.on_listening.take());
+        } = Starting::start(&cfg, options.inherited, options.on_listening);
         let (metrics, rooms) = metrics_with_rooms(cfg.peers.iter().map(|p| p.name.as_str()));
         let detector = detector.map(crate::beside::Beside::join);
         // BPF congestion controls before any socket could select them, and
@@ -609,8 +606,10 @@ struct Starting {
 impl Starting {
     /// Every listener listens first (#31): clients queue from then on, and
     /// `on_listening` runs. Then the slow steps start and overlap: the
-    /// congestion controls register on a thread, the detector loads on
-    /// another, `nft` runs as a process.
+    /// congestion controls register on a thread (even when a listener
+    /// failed: their error is reported first), the detector loads on
+    /// another (only once the listeners are bound: nothing would use it),
+    /// `nft` runs as a process.
     fn start(
         cfg: &Config,
         inherited: Vec<splitway_sys::activation::Inherited>,
@@ -623,7 +622,10 @@ impl Starting {
             listening();
         }
         let congestion = start_congestion(cfg);
-        let detector = crate::early_syn::Detector::start(cfg);
+        let detector = bound
+            .is_ok()
+            .then(|| crate::early_syn::Detector::start(cfg))
+            .flatten();
         Starting {
             bound: bound.and_then(|b| b.intercept(cfg)),
             congestion,
